@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Contexts, QoS classes, endpoints and connections.
+ *
+ * A context (rrpc_ctx) owns one event loop (libev).  Every callback the
+ * library makes for a context runs on that loop's thread, one at a time.
+ * The loop runs in one of two modes, chosen once per context:
+ *
+ *  - thread mode: rrpc_ctx_start_thread() starts a library thread that runs
+ *    the loop until rrpc_ctx_destroy();
+ *  - driven mode: the application polls rrpc_ctx_fd() for readability (in
+ *    its own poll/epoll/libev/asyncio loop) and calls rrpc_ctx_progress().
+ *
+ * Every public function may be called from any thread, in either mode: the
+ * context serialises access with its own lock, which the loop releases while
+ * it waits for events, and wakes the loop (ev_async) when another thread
+ * changed something.  The exceptions are stated on the function (the blocking
+ * calls cannot be made from inside a callback).
+ */
+#ifndef ROCE_RPC_CONTEXT_H
+#define ROCE_RPC_CONTEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <roce_rpc/export.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rrpc_ctx rrpc_ctx;
+typedef struct rrpc_conn rrpc_conn;
+typedef struct rrpc_listener rrpc_listener;
+
+/* ---- QoS classes ------------------------------------------------------- */
+
+/*
+ * Every message belongs to a QoS class.  A class has a DSCP (set on every
+ * packet of that class, in both directions), a scheduling weight (its share
+ * when several classes have something to send) and a credit pool (how many
+ * messages of that class a peer may have in flight towards us).
+ *
+ * Defaults (rrpc_class_set changes them per context, before any endpoint):
+ *   class          DSCP        weight  credits
+ *   control        48 (CS6)    4       16
+ *   low_latency    46 (EF)     8       64
+ *   bulk           10 (AF11)   2       16
+ *   background      8 (CS1)    1       8
+ */
+typedef enum rrpc_class {
+    RRPC_CLASS_CONTROL = 0,
+    RRPC_CLASS_LOW_LATENCY = 1,
+    RRPC_CLASS_BULK = 2,
+    RRPC_CLASS_BACKGROUND = 3,
+} rrpc_class;
+#define RRPC_CLASS_COUNT 4
+
+/*
+ * The class named @name ("control", "low_latency", "bulk", "background").
+ * Returns the class (>= 0) or RRPC_E_BAD_CLASS.
+ */
+RRPC_API int rrpc_class_from_name(const char *name);
+
+/* The name of class @cls, or NULL when @cls is not a class. */
+RRPC_API const char *rrpc_class_name(int cls);
+
+/*
+ * Configures class @cls of @ctx: @dscp (0..63), @weight (1..1000) and
+ * @credits (1..4096, the messages of this class a peer may send us before
+ * it must wait for credit).  Only before the first rrpc_listen/rrpc_connect.
+ * Errors: RRPC_E_BAD_CLASS, -EINVAL (a value out of range), -EBUSY (an
+ * endpoint already exists).
+ */
+RRPC_API int rrpc_class_set(rrpc_ctx *ctx, int cls, int dscp, int weight, int credits);
+
+/* Reads the configuration of class @cls into the non-NULL ret_ pointers. */
+RRPC_API int rrpc_class_get(rrpc_ctx *ctx, int cls, int *ret_dscp, int *ret_weight,
+                            int *ret_credits);
+
+/* ---- logging ----------------------------------------------------------- */
+
+/*
+ * The library logs only through this callback, with syslog levels (LOG_ERR=3
+ * .. LOG_DEBUG=7).  Without one, nothing is printed unless the environment
+ * variable RRPC_LOG_LEVEL is set, in which case messages at or below that
+ * level go to stderr.  @fn runs on whichever thread logs; it must not call
+ * the library.
+ */
+typedef void (*rrpc_log_fn)(int level, const char *msg, void *user);
+RRPC_API void rrpc_ctx_set_log(rrpc_ctx *ctx, int max_level, rrpc_log_fn fn, void *user);
+
+/* ---- contexts ----------------------------------------------------------- */
+
+/*
+ * Creates a context.  Tunables are read from the environment (see
+ * rrpc_config_print).  On success *ret_ctx is the caller's, to be released
+ * with rrpc_ctx_destroy().  Errors: -ENOMEM, -EINVAL (an RRPC_* environment
+ * variable is malformed; the message in stderr names it).
+ */
+RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx);
+
+/*
+ * Closes every connection and listener (their callbacks run with
+ * RRPC_CONN_DOWN and RRPC_E_CLOSED), fails pending calls with RRPC_E_CLOSED,
+ * stops the loop thread if any, and frees the context.  Accepts NULL.
+ * Must not be called from inside a callback of the same context.
+ */
+RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx);
+
+/*
+ * Thread mode: starts the library thread that runs the loop.  Errors:
+ * -EBUSY (already started), -errno from pthread_create.
+ */
+RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx);
+
+/*
+ * Driven mode: a file descriptor that becomes readable when the context has
+ * work; then call rrpc_ctx_progress(ctx, 0).  The fd stays owned by the
+ * context.  Errors: -EBUSY (thread mode is on).
+ */
+RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx);
+
+/*
+ * Driven mode: runs the loop once, waiting at most @timeout_ms for an event
+ * (0: do not wait; -1: wait for one event).  Callbacks run inside this call.
+ * Returns 0, -EBUSY in thread mode, RRPC_E_DEADLOCK from inside a callback.
+ */
+RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
+
+/*
+ * A human-readable description of the last error reported in @ctx on the
+ * calling thread: what failed, with whom, and what to do.  Valid until the
+ * thread's next call into the library.  Never NULL ("" when none).
+ */
+RRPC_API const char *rrpc_ctx_last_error(rrpc_ctx *ctx);
+
+/*
+ * Prints the tunables (name, environment variable, default, meaning) to
+ * @fp (a FILE *), one per line.
+ */
+RRPC_API void rrpc_config_print(void *fp);
+
+/* ---- endpoints and connections ----------------------------------------- */
+
+typedef enum rrpc_conn_event {
+    RRPC_CONN_UP = 1,   /* the connection may carry calls */
+    RRPC_CONN_DOWN = 2, /* the connection is gone; @reason says why */
+} rrpc_conn_event;
+
+/*
+ * Connection events.  RRPC_CONN_DOWN comes exactly once per connection that
+ * was handed to the application (an accepted one, or one from rrpc_connect),
+ * with @reason: RRPC_E_CLOSED after rrpc_conn_close, RRPC_E_CONN_LOST when
+ * the peer vanished, RRPC_E_PROTO / RRPC_E_VERSION / RRPC_E_CREDIT when the
+ * peer broke the protocol, or a negated errno from the transport.  After the
+ * DOWN callback returns the handle is invalid.
+ */
+typedef void (*rrpc_conn_event_fn)(rrpc_conn *conn, rrpc_conn_event ev, int reason,
+                                   void *user);
+
+/*
+ * Endpoint URIs:
+ *   tcp://HOST:PORT    the TCP transport (one socket per QoS class)
+ *   rdma://HOST:PORT   the RoCEv2 verbs transport (one RC QP per QoS class)
+ * HOST is an IPv4 address, a name, or [IPv6].  A query may follow:
+ *   ?src=ADDR          bind the local side of a connection to ADDR
+ * Port 0 in rrpc_listen picks a free port (see rrpc_listener_port).
+ */
+
+/*
+ * Listens on @uri.  Accepted connections are announced to @fn (UP, later
+ * DOWN) with @user.  On success *ret_listener belongs to the caller, to be
+ * released with rrpc_listener_close().  Errors: RRPC_E_URI, RRPC_E_TRANSPORT
+ * (not built in), RRPC_E_NO_DEVICE (rdma:// with no RDMA device for the
+ * address), -EADDRINUSE and other negated errnos.
+ */
+RRPC_API int rrpc_listen(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
+                         rrpc_listener **ret_listener);
+
+/* The port the listener is bound to (useful after port 0), or a negative code. */
+RRPC_API int rrpc_listener_port(rrpc_listener *l);
+
+/* Stops listening and frees @l; accepted connections stay up.  Accepts NULL. */
+RRPC_API void rrpc_listener_close(rrpc_listener *l);
+
+/*
+ * Starts connecting to @uri; @fn receives UP when every QoS class of the
+ * connection is established (or DOWN with the reason it failed).  On success
+ * *ret_conn is valid until the DOWN callback returns; the library owns the
+ * connection.  Errors as rrpc_listen.
+ */
+RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
+                          rrpc_conn **ret_conn);
+
+/*
+ * Connects and waits until the connection is up or @timeout_ms passed.
+ * Events after UP still go to @fn (may be NULL).  Not from a callback
+ * (RRPC_E_DEADLOCK).  On failure nothing is left behind and the reason is
+ * returned (-ETIMEDOUT, -ECONNREFUSED, RRPC_E_VERSION, ...).
+ */
+RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
+                               rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
+
+/*
+ * Closes @conn: pending calls fail with RRPC_E_CLOSED, the DOWN event
+ * follows (from the loop), then the handle is invalid.  Accepts NULL.
+ */
+RRPC_API void rrpc_conn_close(rrpc_conn *conn);
+
+/* The transport name of @conn ("tcp" or "verbs"); static, never NULL. */
+RRPC_API const char *rrpc_conn_transport(rrpc_conn *conn);
+
+/*
+ * The DSCP actually set on the local side of class @cls of @conn, read back
+ * from the socket or queue pair, in *ret_dscp.  Errors: RRPC_E_BAD_CLASS,
+ * RRPC_E_CLOSED, -EOPNOTSUPP when the transport cannot tell.
+ */
+RRPC_API int rrpc_conn_class_dscp(rrpc_conn *conn, int cls, int *ret_dscp);
+
+/* The application pointer of a connection (initially the @user given to the
+ * event callback's registration), and a way to change it. */
+RRPC_API void *rrpc_conn_user(rrpc_conn *conn);
+RRPC_API void rrpc_conn_set_user(rrpc_conn *conn, void *user);
+
+/* The peer's address as "IP:PORT" in @buf (NUL-terminated, truncated). */
+RRPC_API int rrpc_conn_peer(rrpc_conn *conn, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

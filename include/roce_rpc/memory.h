@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registered memory and one-sided channels.
+ *
+ * A region is memory registered with a context.  Its token (address, length,
+ * key) may be sent to a peer, which can then READ or WRITE that memory with
+ * no handler running on the owner (on verbs, no CPU at all: the NIC checks
+ * the key and the bounds; on tcp the owner's loop checks them exactly the
+ * same way).  A WRITE may carry a 32-bit notification that the owner's
+ * notify callback receives once the data has landed.
+ */
+#ifndef ROCE_RPC_MEMORY_H
+#define ROCE_RPC_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <roce_rpc/export.h>
+#include <roce_rpc/context.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rrpc_region rrpc_region;
+
+/* Access rights of a region, or'ed.  Local use is always allowed. */
+enum {
+    RRPC_ACCESS_REMOTE_READ = 1 << 0,
+    RRPC_ACCESS_REMOTE_WRITE = 1 << 1,
+};
+
+/*
+ * Registers @len bytes at @addr with @access rights.  The memory stays the
+ * caller's and must outlive the region.  On success *ret_region is the
+ * caller's, to be released with rrpc_mem_dereg.  Errors: -EINVAL (NULL,
+ * zero length, unknown access bits), -ENOMEM, and transport errors
+ * (for example -EPERM when the memlock limit is too low on verbs).
+ */
+RRPC_API int rrpc_mem_reg(rrpc_ctx *ctx, void *addr, size_t len, unsigned access,
+                          rrpc_region **ret_region);
+
+/*
+ * Deregisters and frees @r; from then on remote accesses with its token fail
+ * with RRPC_E_ACCESS.  The caller must not deregister a region that an
+ * operation still in flight uses.  Accepts NULL.
+ */
+RRPC_API void rrpc_mem_dereg(rrpc_region *r);
+
+/* Start and length of a region. */
+RRPC_API void *rrpc_region_addr(rrpc_region *r);
+RRPC_API size_t rrpc_region_len(rrpc_region *r);
+
+/*
+ * What a peer needs to access a region: plain data, safe to copy and to send.
+ * @addr is the region's start as the owner sees it; the initiator may address
+ * any [addr + off, addr + off + n) inside [addr, addr + len).
+ */
+typedef struct rrpc_token {
+    uint64_t addr;
+    uint64_t len;
+    uint64_t key;
+    uint32_t access;
+    uint32_t reserved;
+} rrpc_token;
+
+/*
+ * The token with which the peer of @conn may access @r.  The key depends on
+ * the transport and device of @conn (on verbs it is the rkey of @r on the
+ * connection's device; the region is registered there now if it was not),
+ * so ask once per connection and send the token over that connection.
+ * Errors: RRPC_E_CLOSED, -ENOMEM, transport errors.
+ */
+RRPC_API int rrpc_region_token(rrpc_region *r, rrpc_conn *conn, rrpc_token *ret_token);
+
+/* A token's wire form (little-endian, 32 bytes) and back.  decode returns
+ * -EINVAL when @len is not RRPC_TOKEN_SIZE. */
+#define RRPC_TOKEN_SIZE 32
+RRPC_API void rrpc_token_encode(const rrpc_token *t, uint8_t out[RRPC_TOKEN_SIZE]);
+RRPC_API int rrpc_token_decode(const void *buf, size_t len, rrpc_token *ret_token);
+
+/* Options of a one-sided operation; NULL means all defaults. */
+typedef struct rrpc_op_opts {
+    int qos_class;   /* default RRPC_CLASS_BULK */
+    int notify;      /* WRITE only: non-zero delivers @imm to the target's notify callback */
+    uint32_t imm;
+} rrpc_op_opts;
+
+/* Completion of a one-sided operation: 0, RRPC_E_ACCESS, RRPC_E_CONN_LOST, ... */
+typedef void (*rrpc_op_cb)(int status, void *user);
+
+/*
+ * WRITE: copies @len bytes from @local at @local_off to the peer's memory
+ * described by @remote at @remote_off.  @cb runs once, when the data is in
+ * the peer's memory (or with the error).  @local must stay registered until
+ * then.  Errors returned at once: -EINVAL, RRPC_E_REGION (the local range is
+ * outside @local), RRPC_E_ACCESS (the token does not allow writing, or the
+ * range is outside it: nothing is sent), RRPC_E_CLOSED, RRPC_E_BAD_CLASS.
+ * Errors found by the peer (a forged key, a deregistered region) come to @cb.
+ */
+RRPC_API int rrpc_write(rrpc_conn *conn, rrpc_region *local, size_t local_off,
+                        const rrpc_token *remote, uint64_t remote_off, size_t len,
+                        const rrpc_op_opts *opts, rrpc_op_cb cb, void *user);
+
+/* READ: the reverse of rrpc_write; @cb runs when the data is in @local. */
+RRPC_API int rrpc_read(rrpc_conn *conn, rrpc_region *local, size_t local_off,
+                       const rrpc_token *remote, uint64_t remote_off, size_t len,
+                       const rrpc_op_opts *opts, rrpc_op_cb cb, void *user);
+
+/* Blocking forms, with the same rules as rrpc_call_sync; 0 or the error. */
+RRPC_API int rrpc_write_sync(rrpc_conn *conn, rrpc_region *local, size_t local_off,
+                             const rrpc_token *remote, uint64_t remote_off, size_t len,
+                             const rrpc_op_opts *opts);
+RRPC_API int rrpc_read_sync(rrpc_conn *conn, rrpc_region *local, size_t local_off,
+                            const rrpc_token *remote, uint64_t remote_off, size_t len,
+                            const rrpc_op_opts *opts);
+
+/*
+ * Notifications: after a WRITE with notify has landed in one of this
+ * context's regions, @fn runs on the loop with the connection and the
+ * notification value.  (On verbs this is write-with-immediate: the target
+ * learns only the value, so that is all any transport reports.)
+ */
+typedef void (*rrpc_notify_fn)(rrpc_conn *conn, uint32_t imm, void *user);
+RRPC_API void rrpc_ctx_set_notify(rrpc_ctx *ctx, rrpc_notify_fn fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RPC by method name.
+ *
+ * A server registers handlers by name on its context; a client calls a
+ * method on a connection.  Payloads are bytes (pack them with
+ * <roce_rpc/pack.h> if you like msgpack).  A call completes exactly once:
+ * with the response, with the handler's error (a positive application code
+ * and a message), or with a local error (deadline, connection lost, closed).
+ *
+ * Every call is flow-controlled: when the peer has no credit left for the
+ * call's QoS class, the call waits in the sender (never dropped, never sent
+ * past the receiver's buffers) and its deadline keeps running.
+ */
+#ifndef ROCE_RPC_RPC_H
+#define ROCE_RPC_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <roce_rpc/export.h>
+#include <roce_rpc/context.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A request being served; owned by the library until it is answered. */
+typedef struct rrpc_request rrpc_request;
+
+/*
+ * A method handler.  @payload/@len is the request, valid only until the
+ * handler returns (copy what you need for a later reply).  The handler must
+ * answer @req exactly once, now or later (from any thread), with
+ * rrpc_respond or rrpc_respond_error.  Runs on the loop thread.
+ */
+typedef void (*rrpc_handler_fn)(rrpc_request *req, const void *payload, size_t len, void *user);
+
+/*
+ * Registers @fn for @method (1..255 bytes) on @ctx, for every connection of
+ * the context, past and future.  The name is copied.  Errors: -EINVAL,
+ * -EEXIST (the name, or another name with the same 64-bit method id, is
+ * already registered), -ENOMEM.
+ */
+RRPC_API int rrpc_register(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn, void *user);
+
+/* Removes the handler of @method.  Errors: -ENOENT. */
+RRPC_API int rrpc_unregister(rrpc_ctx *ctx, const char *method);
+
+/*
+ * Answers @req with @len bytes at @data (copied; the caller keeps @data).
+ * @req is freed by this call whatever it returns.  Errors: RRPC_E_CLOSED
+ * (the connection went away; the answer is dropped), RRPC_E_TOO_BIG, -ENOMEM.
+ */
+RRPC_API int rrpc_respond(rrpc_request *req, const void *data, size_t len);
+
+/*
+ * Fails @req with the application code @code (> 0) and the message @msg
+ * (may be NULL; copied, truncated to 1024 bytes).  Frees @req.  Errors as
+ * rrpc_respond, and -EINVAL when @code <= 0 (the request is then failed with
+ * code 1 so the caller still gets an answer).
+ */
+RRPC_API int rrpc_respond_error(rrpc_request *req, int code, const char *msg);
+
+/* The connection a request came on (valid while the request is), and its class. */
+RRPC_API rrpc_conn *rrpc_request_conn(rrpc_request *req);
+RRPC_API int rrpc_request_class(rrpc_request *req);
+
+/* Options of a call; NULL means all defaults. */
+typedef struct rrpc_call_opts {
+    int qos_class;   /* default RRPC_CLASS_LOW_LATENCY */
+    int deadline_ms; /* 0: the context default (RRPC_DEADLINE_MS, 30 s); < 0: none */
+} rrpc_call_opts;
+
+/*
+ * The result of a call, handed to the completion callback.  Everything in it
+ * is valid only during the callback.
+ *   status   0: success, @data/@len is the response;
+ *            > 0: the handler's application code, @message its message;
+ *            < 0: a library code (RRPC_E_NO_METHOD, RRPC_E_DEADLINE,
+ *                 RRPC_E_CONN_LOST, RRPC_E_CLOSED, RRPC_E_TOO_BIG, ...).
+ *   message  never NULL ("" when there is none).
+ */
+typedef struct rrpc_result {
+    int status;
+    const void *data;
+    size_t len;
+    const char *message;
+} rrpc_result;
+
+typedef void (*rrpc_call_cb)(const rrpc_result *res, void *user);
+
+/*
+ * Calls @method on the peer of @conn with @len bytes at @req (copied before
+ * this returns; the caller keeps @req).  @cb runs exactly once, on the loop
+ * thread, unless this call fails, in which case it never runs.  Errors:
+ * -EINVAL, RRPC_E_BAD_CLASS, RRPC_E_TOO_BIG, RRPC_E_CLOSED, -ENOMEM.
+ */
+RRPC_API int rrpc_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
+                       const rrpc_call_opts *opts, rrpc_call_cb cb, void *user);
+
+/*
+ * Calls @method and waits for the result.  Returns the status as in
+ * rrpc_result (0, an application code > 0, or a negative library code).  On
+ * 0 the response is in *ret_data and *ret_len, malloc'ed and owned by the caller
+ * (free() it); on an application error the message goes to
+ * rrpc_ctx_last_error.  In thread mode, from any thread but the loop's; in
+ * driven mode, the call drives the loop itself.  Never from a callback
+ * (RRPC_E_DEADLOCK).
+ */
+RRPC_API int rrpc_call_sync(rrpc_conn *conn, const char *method, const void *req, size_t len,
+                            const rrpc_call_opts *opts, void **ret_data, size_t *ret_len);
+
+/* The 64-bit method id that travels on the wire for @method (FNV-1a). */
+RRPC_API uint64_t rrpc_method_id(const char *method);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: MIT */
+/* Endpoints and connections: lifecycle, handshake checks, the send path
+ * (credits + weighted scheduler) and the receive dispatch. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "core/core.h"
+
+struct rrpci_msg *rrpci_msg_new(size_t len)
+{
+    struct rrpci_msg *m = malloc(sizeof(*m) + len);
+    if (!m)
+        return NULL;
+    memset(m, 0, sizeof(*m));
+    m->len = len;
+    return m;
+}
+
+void rrpci_msg_free(struct rrpci_msg *m)
+{
+    free(m);
+}
+
+void *rrpci_conn_priv(rrpc_conn *c)
+{
+    return c->priv;
+}
+void *rrpci_listener_priv(rrpc_listener *l)
+{
+    return l->priv;
+}
+rrpc_ctx *rrpci_conn_ctx(rrpc_conn *c)
+{
+    return c->ctx;
+}
+rrpc_ctx *rrpci_listener_ctx(rrpc_listener *l)
+{
+    return l->ctx;
+}
+bool rrpci_conn_is_down(rrpc_conn *c)
+{
+    return c->state == RRPCI_DOWN;
+}
+
+void rrpci_conn_ref(rrpc_conn *c)
+{
+    c->refs++;
+}
+
+void rrpci_conn_unref(rrpc_conn *c)
+{
+    if (--c->refs > 0)
+        return;
+    free(c->priv);
+    free(c);
+}
+
+uint64_t rrpci_conn_new_id(rrpc_conn *c)
+{
+    return c->next_id++;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static void connect_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    rrpc_conn *c = w->data;
+    if (c->closed_by_app)
+        rrpci_conn_down(c, RRPC_E_CLOSED, "closed by the application");
+    else
+        rrpci_conn_down(c, -ETIMEDOUT, "the connection did not come up in time");
+}
+
+static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops,
+                             rrpc_conn_event_fn fn, void *user, int timeout_ms)
+{
+    rrpc_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    if (ops->conn_priv_size && !(c->priv = calloc(1, ops->conn_priv_size))) {
+        free(c);
+        return NULL;
+    }
+    c->ctx = ctx;
+    c->ops = ops;
+    c->refs = 1; /* the context's list */
+    c->state = RRPCI_CONNECTING;
+    c->fn = fn;
+    c->user = user;
+    c->next_id = 1;
+    uint32_t w[RRPCI_MAX_CLASSES];
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        w[i] = ctx->cls[i].weight;
+    rrpci_sched_init(&c->sched, RRPCI_MAX_CLASSES, w);
+    ev_timer_init(&c->connect_timer, connect_timer_cb, timeout_ms / 1000.0, 0);
+    c->connect_timer.data = c;
+    ev_timer_start(ctx->loop, &c->connect_timer);
+    rrpci_list_add(&ctx->conns, &c->link);
+    rrpci_list_init(&c->dirty_link);
+    return c;
+}
+
+rrpc_conn *rrpci_listener_new_conn(rrpc_listener *l)
+{
+    return conn_alloc(l->ctx, l->ops, l->fn, l->user, l->ctx->cfg.connect_timeout_ms);
+}
+
+void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->version = RRPCI_PROTO_VERSION;
+    h->nclasses = RRPCI_MAX_CLASSES;
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        h->credits[i] = (uint16_t)c->ctx->cls[i].credits;
+    h->max_msg = c->ctx->cfg.max_msg;
+}
+
+int rrpci_conn_hello_peer(rrpc_conn *c, const struct rrpci_hello *p)
+{
+    if (p->version != RRPCI_PROTO_VERSION)
+        return rrpci_set_error(c->ctx, RRPC_E_VERSION,
+                               "the peer speaks protocol version %u, this library %u: "
+                               "run the same roce-rpc release on both sides",
+                               p->version, RRPCI_PROTO_VERSION);
+    if (p->nclasses != RRPCI_MAX_CLASSES)
+        return rrpci_set_error(c->ctx, RRPC_E_PROTO, "the peer has %u QoS classes, expected %d",
+                               p->nclasses, RRPCI_MAX_CLASSES);
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        if (p->credits[i] == 0)
+            return rrpci_set_error(c->ctx, RRPC_E_PROTO,
+                                   "the peer granted no credit for class %s", rrpc_class_name(i));
+    if (p->max_msg < 4096)
+        return rrpci_set_error(c->ctx, RRPC_E_PROTO,
+                               "the peer's maximum message size %u is below 4096", p->max_msg);
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        rrpci_credit_init(&c->cls[i].credit, c->ctx->cls[i].credits, p->credits[i]);
+    c->peer_max_msg = p->max_msg;
+    return 0;
+}
+
+static void conn_flush(rrpc_conn *c);
+
+void rrpci_conn_established(rrpc_conn *c)
+{
+    if (c->state != RRPCI_CONNECTING)
+        return;
+    ev_timer_stop(c->ctx->loop, &c->connect_timer);
+    c->state = RRPCI_UP;
+    c->announced = true;
+    RRPCI_LOG(c->ctx, LOG_DEBUG, "%s connection up", c->ops->name);
+    rrpci_conn_ref(c);
+    if (c->fn)
+        c->fn(c, RRPC_CONN_UP, 0, c->user);
+    if (c->state == RRPCI_UP)
+        conn_flush(c);
+    rrpci_conn_unref(c);
+}
+
+void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
+{
+    if (c->state == RRPCI_DOWN)
+        return;
+    c->state = RRPCI_DOWN;
+    c->down_reason = reason;
+    rrpci_list_del(&c->dirty_link);
+    rrpci_conn_ref(c);
+    ev_timer_stop(c->ctx->loop, &c->connect_timer);
+    RRPCI_LOG(c->ctx, reason == RRPC_E_CLOSED ? LOG_DEBUG : LOG_NOTICE,
+              "%s connection down: %s (%s)", c->ops->name, why ? why : "", rrpc_err_name(reason));
+    c->ops->conn_close(c);
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++) {
+        struct rrpci_msg *m = c->cls[i].head;
+        while (m) {
+            struct rrpci_msg *next = m->next;
+            rrpci_msg_free(m);
+            m = next;
+        }
+        c->cls[i].head = c->cls[i].tail = NULL;
+    }
+    int status = reason == RRPC_E_CLOSED ? RRPC_E_CLOSED : RRPC_E_CONN_LOST;
+    struct rrpci_idnode *n;
+    while ((n = rrpci_idmap_pop(&c->pending)))
+        rrpci_pending_fail(rrpci_container_of(n, struct rrpci_pending, node), status,
+                           why ? why : rrpc_strerror(reason));
+    rrpci_idmap_fini(&c->pending);
+    /* A passive connection that never came up was never the application's;
+     * an active one is hers from rrpc_connect on. */
+    if (c->fn && (c->announced || c->user_owned))
+        c->fn(c, RRPC_CONN_DOWN, reason, c->user);
+    rrpci_list_del(&c->link);
+    c->refs--; /* the context's list; ours, taken above, is still held */
+    rrpci_conn_unref(c);
+}
+
+/* ---- endpoints --------------------------------------------------------- */
+
+static int resolve(rrpc_ctx *ctx, const char *uri, struct rrpci_uri *u,
+                   const struct rrpci_transport_ops **ret_ops)
+{
+    const char *why = NULL;
+    int r = rrpci_uri_parse(uri, u, &why);
+    if (r < 0)
+        return rrpci_set_error(ctx, r, "bad endpoint \"%s\": %s", uri ? uri : "(null)", why);
+    const struct rrpci_transport_ops *ops = rrpci_transport_by_scheme(u->scheme);
+    if (!ops) {
+        if (strcmp(u->scheme, "rdma") == 0)
+            return rrpci_set_error(ctx, RRPC_E_TRANSPORT,
+                                   "\"%s\": this build of libroce_rpc has no verbs transport; "
+                                   "install libibverbs-dev and librdmacm-dev and rebuild "
+                                   "(meson setup -Dverbs=enabled), or use tcp://",
+                                   uri);
+        return rrpci_set_error(ctx, RRPC_E_URI, "\"%s\": unknown scheme \"%s\" (use tcp:// or rdma://)",
+                               uri, u->scheme);
+    }
+    r = rrpci_transport_use(ctx, ops);
+    if (r < 0)
+        return r;
+    *ret_ops = ops;
+    ctx->endpoints_made = true;
+    return 0;
+}
+
+RRPC_API int rrpc_listen(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
+                         rrpc_listener **ret_listener)
+{
+    if (!ctx || !ret_listener)
+        return -EINVAL;
+    rrpci_lock(ctx);
+    struct rrpci_uri u;
+    const struct rrpci_transport_ops *ops;
+    rrpc_listener *l = NULL;
+    int r = resolve(ctx, uri, &u, &ops);
+    if (r < 0)
+        goto out;
+    r = -ENOMEM;
+    l = calloc(1, sizeof(*l));
+    if (!l || (ops->listener_priv_size && !(l->priv = calloc(1, ops->listener_priv_size))))
+        goto out;
+    l->ctx = ctx;
+    l->ops = ops;
+    l->fn = fn;
+    l->user = user;
+    r = ops->listen(l, &u);
+    if (r < 0)
+        goto out;
+    rrpci_list_add(&ctx->listeners, &l->link);
+    *ret_listener = l;
+    l = NULL;
+out:
+    if (l) {
+        free(l->priv);
+        free(l);
+    }
+    rrpci_unlock(ctx);
+    return r;
+}
+
+RRPC_API int rrpc_listener_port(rrpc_listener *l)
+{
+    if (!l->ops->listener_port)
+        return -EOPNOTSUPP;
+    rrpci_lock(l->ctx);
+    int r = l->ops->listener_port(l);
+    rrpci_unlock(l->ctx);
+    return r;
+}
+
+RRPC_API void rrpc_listener_close(rrpc_listener *l)
+{
+    if (!l)
+        return;
+    rrpc_ctx *ctx = l->ctx;
+    rrpci_lock(ctx);
+    l->ops->listener_close(l);
+    rrpci_list_del(&l->link);
+    free(l->priv);
+    free(l);
+    rrpci_unlock(ctx);
+}
+
+static int connect_locked(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
+                          int timeout_ms, rrpc_conn **ret_conn)
+{
+    struct rrpci_uri u;
+    const struct rrpci_transport_ops *ops;
+    int r = resolve(ctx, uri, &u, &ops);
+    if (r < 0)
+        return r;
+    rrpc_conn *c = conn_alloc(ctx, ops, fn, user, timeout_ms);
+    if (!c)
+        return -ENOMEM;
+    c->user_owned = true;
+    r = ops->connect(c, &u);
+    if (r < 0) {
+        /* Nothing was announced: release silently. */
+        c->fn = NULL;
+        rrpci_conn_down(c, r, "connect failed");
+        return r;
+    }
+    *ret_conn = c;
+    return 0;
+}
+
+RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
+                          rrpc_conn **ret_conn)
+{
+    if (!ctx || !ret_conn)
+        return -EINVAL;
+    rrpci_lock(ctx);
+    int r = connect_locked(ctx, uri, fn, user, ctx->cfg.connect_timeout_ms, ret_conn);
+    rrpci_unlock(ctx);
+    return r;
+}
+
+struct sync_connect {
+    volatile bool done;
+    int status;
+    pthread_cond_t cond;
+    rrpc_conn_event_fn fn;
+    void *user;
+};
+
+static void sync_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    struct sync_connect *s = user;
+    if (ev == RRPC_CONN_UP) {
+        c->fn = s->fn;
+        c->user = s->user;
+        s->status = 0;
+    } else {
+        s->status = reason;
+    }
+    s->done = true;
+    pthread_cond_broadcast(&s->cond);
+}
+
+RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
+                               rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
+{
+    if (!ctx || !ret_conn || timeout_ms <= 0)
+        return -EINVAL;
+    if (rrpci_in_callback(ctx))
+        return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
+                               "rrpc_connect_sync from a callback; use rrpc_connect");
+    struct sync_connect s = {.fn = fn, .user = user};
+    pthread_cond_init(&s.cond, NULL);
+    rrpci_lock(ctx);
+    rrpc_conn *c = NULL;
+    int r = connect_locked(ctx, uri, sync_connect_event, &s, timeout_ms, &c);
+    if (r == 0) {
+        rrpci_wait(ctx, &s.done, &s.cond);
+        r = s.status;
+        if (r == 0)
+            *ret_conn = c;
+        else
+            rrpci_set_error(ctx, r, "cannot connect to %s: %s", uri, rrpc_strerror(r));
+    }
+    rrpci_unlock(ctx);
+    pthread_cond_destroy(&s.cond);
+    return r;
+}
+
+RRPC_API void rrpc_conn_close(rrpc_conn *c)
+{
+    if (!c)
+        return;
+    rrpc_ctx *ctx = c->ctx;
+    rrpci_lock(ctx);
+    if (c->state != RRPCI_DOWN && !c->closed_by_app) {
+        /* The DOWN callback comes from the loop, not from this call. */
+        c->closed_by_app = true;
+        ev_timer_stop(ctx->loop, &c->connect_timer);
+        ev_timer_set(&c->connect_timer, 0, 0);
+        ev_timer_start(ctx->loop, &c->connect_timer);
+    }
+    rrpci_unlock(ctx);
+}
+
+RRPC_API const char *rrpc_conn_transport(rrpc_conn *c)
+{
+    return c->ops->name;
+}
+
+RRPC_API int rrpc_conn_class_dscp(rrpc_conn *c, int cls, int *ret_dscp)
+{
+    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
+        return RRPC_E_BAD_CLASS;
+    if (!c->ops->class_dscp)
+        return -EOPNOTSUPP;
+    rrpci_lock(c->ctx);
+    int r = c->state == RRPCI_DOWN ? RRPC_E_CLOSED : c->ops->class_dscp(c, cls, ret_dscp);
+    rrpci_unlock(c->ctx);
+    return r;
+}
+
+RRPC_API void *rrpc_conn_user(rrpc_conn *c)
+{
+    return c->user;
+}
+
+RRPC_API void rrpc_conn_set_user(rrpc_conn *c, void *user)
+{
+    c->user = user;
+}
+
+RRPC_API int rrpc_conn_peer(rrpc_conn *c, char *buf, size_t len)
+{
+    if (!c->ops->peer_name)
+        return -EOPNOTSUPP;
+    rrpci_lock(c->ctx);
+    int r = c->ops->peer_name(c, buf, len);
+    rrpci_unlock(c->ctx);
+    return r;
+}
+
+/* ---- send path --------------------------------------------------------- */
+
+static size_t head_size(rrpc_conn *c, int cls)
+{
+    struct rrpci_class_state *s = &c->cls[cls];
+    struct rrpci_msg *m = s->head;
+    if (!m || s->blocked)
+        return 0;
+    if (!rrpci_type_is_exempt(m->h.type) && s->credit.tx_avail == 0)
+        return 0;
+    return RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
+}
+
+static void conn_flush(rrpc_conn *c)
+{
+    if (c->state != RRPCI_UP || c->in_flush)
+        return;
+    c->in_flush = true;
+    rrpci_conn_ref(c);
+    while (c->state == RRPCI_UP) {
+        size_t heads[RRPCI_MAX_CLASSES];
+        for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+            heads[i] = head_size(c, i);
+        int cls = rrpci_sched_next(&c->sched, heads);
+        if (cls < 0)
+            break;
+        struct rrpci_class_state *s = &c->cls[cls];
+        struct rrpci_msg *m = s->head;
+        bool exempt = rrpci_type_is_exempt(m->h.type);
+        s->head = m->next;
+        if (!s->head)
+            s->tail = NULL;
+        m->next = NULL;
+        if (!exempt)
+            rrpci_credit_take(&s->credit);
+        m->h.credits = rrpci_credit_harvest(&s->credit);
+        rrpci_hdr_encode(&m->h, m->hdr);
+        int r = c->ops->send(c, cls, m);
+        if (r == -EAGAIN) {
+            /* Put everything back as it was; wait for rrpci_conn_writable. */
+            s->credit.rx_owed += m->h.credits;
+            s->credit.rx_inflight += m->h.credits;
+            if (!exempt)
+                s->credit.tx_avail++;
+            m->next = s->head;
+            s->head = m;
+            if (!s->tail)
+                s->tail = m;
+            s->blocked = true;
+            continue;
+        }
+        if (r < 0) {
+            rrpci_msg_free(m);
+            rrpci_conn_down(c, r, "the transport failed to send");
+            break;
+        }
+    }
+    c->in_flush = false;
+    rrpci_conn_unref(c);
+}
+
+int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
+{
+    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+        rrpci_msg_free(m);
+        return RRPC_E_CLOSED;
+    }
+    struct rrpci_class_state *s = &c->cls[cls];
+    m->h.version = RRPCI_PROTO_VERSION;
+    m->h.cls = (uint8_t)cls;
+    m->h.len = (uint32_t)rrpci_msg_payload_len(m);
+    m->next = NULL;
+    if (rrpci_type_is_exempt(m->h.type)) {
+        m->next = s->head; /* control frames jump the queue */
+        s->head = m;
+        if (!s->tail)
+            s->tail = m;
+    } else if (s->tail) {
+        s->tail->next = m;
+        s->tail = m;
+    } else {
+        s->head = s->tail = m;
+    }
+    conn_flush(c);
+    return 0;
+}
+
+void rrpci_conn_writable(rrpc_conn *c, int cls)
+{
+    c->cls[cls].blocked = false;
+    conn_flush(c);
+}
+
+/* A consumed frame's credit goes back on the next frame of its class; what
+ * is still owed when the loop is about to sleep, and is at least half the
+ * grant, goes in a CREDIT frame.  Batching to the end of the loop iteration
+ * means one CREDIT frame per burst, not per message. */
+static void conn_consumed(rrpc_conn *c, int cls)
+{
+    struct rrpci_class_state *s = &c->cls[cls];
+    rrpci_credit_consumed(&s->credit);
+    if (rrpci_credit_should_return(&s->credit) && c->dirty_link.next == &c->dirty_link)
+        rrpci_list_add(&c->ctx->credit_dirty, &c->dirty_link);
+}
+
+void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    rrpc_ctx *ctx = w->data;
+    while (!rrpci_list_empty(&ctx->credit_dirty)) {
+        rrpc_conn *c = rrpci_container_of(ctx->credit_dirty.next, rrpc_conn, dirty_link);
+        rrpci_list_del(&c->dirty_link);
+        for (int i = 0; i < RRPCI_MAX_CLASSES && c->state == RRPCI_UP; i++) {
+            if (!rrpci_credit_should_return(&c->cls[i].credit))
+                continue; /* piggybacked meanwhile */
+            struct rrpci_msg *m = rrpci_msg_new(0);
+            if (!m) {
+                rrpci_conn_down(c, -ENOMEM, "out of memory for a credit frame");
+                break;
+            }
+            m->h.type = RRPCI_T_CREDIT;
+            rrpci_conn_submit(c, i, m);
+        }
+    }
+}
+
+/* ---- receive dispatch -------------------------------------------------- */
+
+static void protocol_error(rrpc_conn *c, int code, const char *why)
+{
+    char peer[80] = "?";
+    if (c->ops->peer_name)
+        c->ops->peer_name(c, peer, sizeof(peer));
+    rrpci_set_error(c->ctx, code, "peer %s broke the protocol: %s; connection closed", peer, why);
+    RRPCI_LOG(c->ctx, LOG_WARNING, "peer %s broke the protocol: %s", peer, why);
+    rrpci_conn_down(c, code, why);
+}
+
+void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    if (c->state != RRPCI_UP)
+        return;
+    if (h->cls != cls)
+        {
+            protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
+            return;
+        }
+    struct rrpci_class_state *s = &c->cls[cls];
+    if (h->credits) {
+        if (rrpci_credit_returned(&s->credit, h->credits) < 0)
+            {
+                protocol_error(c, RRPC_E_CREDIT, "peer returned more credit than it owed");
+                return;
+            }
+    }
+    bool exempt = rrpci_type_is_exempt(h->type);
+    if (!exempt && rrpci_credit_rx(&s->credit) < 0)
+        {
+            protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
+            return;
+        }
+    rrpci_conn_ref(c);
+    switch (h->type) {
+    case RRPCI_T_REQUEST:
+        rrpci_rpc_on_request(c, cls, h, p);
+        break;
+    case RRPCI_T_RESPONSE:
+        rrpci_rpc_on_response(c, h, p);
+        break;
+    case RRPCI_T_OS_WRITE:
+    case RRPCI_T_OS_READ:
+        rrpci_os_on_frame(c, cls, h, p);
+        break;
+    case RRPCI_T_OS_ACK:
+        rrpci_os_on_ack(c, h, p);
+        break;
+    case RRPCI_T_CREDIT:
+        break;
+    case RRPCI_T_ERROR: {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "the peer closed the connection: %.*s",
+                 (int)(h->len < 200 ? h->len : 200), (const char *)p);
+        rrpci_conn_down(c, RRPC_E_CONN_LOST, msg);
+        break;
+    }
+    default:
+        protocol_error(c, RRPC_E_PROTO, "handshake frame on an established connection");
+        break;
+    }
+    if (c->state == RRPCI_UP) {
+        if (!exempt)
+            conn_consumed(c, cls);
+        if (h->credits)
+            conn_flush(c);
+    }
+    rrpci_conn_unref(c);
+}

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/* The core's objects.  Private to libroce_rpc/core and the transports. */
+#ifndef RRPCI_CORE_H
+#define RRPCI_CORE_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <roce_rpc/rrpc.h>
+
+#include "core/credit.h"
+#include "core/frame.h"
+#include "core/sched.h"
+#include "transport/transport.h"
+#include "util/idmap.h"
+
+#define RRPCI_NTRANSPORTS 2
+#define RRPCI_ERRMSG_MAX 512
+/* One-sided writes are emulated in frames of at most this many data bytes. */
+#define RRPCI_OS_CHUNK (1u << 20)
+
+struct rrpci_list {
+    struct rrpci_list *prev, *next;
+};
+static inline void rrpci_list_init(struct rrpci_list *l)
+{
+    l->prev = l->next = l;
+}
+static inline void rrpci_list_add(struct rrpci_list *head, struct rrpci_list *n)
+{
+    n->next = head;
+    n->prev = head->prev;
+    head->prev->next = n;
+    head->prev = n;
+}
+static inline void rrpci_list_del(struct rrpci_list *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+static inline bool rrpci_list_empty(const struct rrpci_list *l)
+{
+    return l->next == l;
+}
+
+struct rrpci_class_cfg {
+    int dscp;
+    uint32_t weight;
+    uint32_t credits;
+};
+
+struct rrpci_config {
+    uint32_t max_msg;
+    int deadline_ms;
+    int connect_timeout_ms;
+    int log_level;
+};
+
+struct rrpc_ctx {
+    struct ev_loop *loop;
+    pthread_mutex_t lock; /* recursive; the loop releases it while it polls */
+    _Atomic int lock_waiters; /* threads waiting for the lock: the loop yields to them */
+    ev_async wake;
+    pthread_t thread;
+    bool thread_mode;
+    bool stopping;
+    pthread_t owner; /* the thread inside ev_run, valid when in_run */
+    int in_run;
+    int poll_fd; /* libev's epoll fd, for driven mode */
+
+    struct rrpci_config cfg;
+    struct rrpci_class_cfg cls[RRPCI_MAX_CLASSES];
+    bool endpoints_made;
+
+    struct rrpci_idmap methods;
+    struct rrpci_idmap regions; /* by tcp emulation key */
+    struct rrpci_list conns;
+    struct rrpci_list listeners;
+    struct rrpci_list credit_dirty; /* conns owing explicit credit */
+    ev_prepare credit_prep;         /* returns it before the loop sleeps */
+    void *tpriv[RRPCI_NTRANSPORTS];
+    const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
+
+    rrpc_notify_fn notify_fn;
+    void *notify_user;
+    rrpc_log_fn log_fn;
+    void *log_user;
+    int log_max;
+};
+
+struct rrpc_listener {
+    rrpc_ctx *ctx;
+    const struct rrpci_transport_ops *ops;
+    struct rrpci_list link;
+    rrpc_conn_event_fn fn;
+    void *user;
+    void *priv;
+};
+
+enum rrpci_conn_state {
+    RRPCI_CONNECTING,
+    RRPCI_UP,
+    RRPCI_DOWN,
+};
+
+struct rrpci_class_state {
+    struct rrpci_credit credit;
+    struct rrpci_msg *head, *tail; /* waiting for credit or for the transport */
+    bool blocked;                  /* the transport said -EAGAIN */
+};
+
+struct rrpc_conn {
+    rrpc_ctx *ctx;
+    const struct rrpci_transport_ops *ops;
+    struct rrpci_list link;
+    struct rrpci_list dirty_link; /* in ctx->credit_dirty when linked */
+    int refs;
+    enum rrpci_conn_state state;
+    bool announced;  /* UP was delivered: DOWN is owed */
+    bool user_owned; /* from rrpc_connect: DOWN is owed even before UP */
+    bool closed_by_app;
+    bool in_flush;
+    int down_reason;
+    rrpc_conn_event_fn fn;
+    void *user;
+    uint32_t peer_max_msg;
+    uint64_t next_id;
+    struct rrpci_idmap pending;
+    struct rrpci_class_state cls[RRPCI_MAX_CLASSES];
+    struct rrpci_sched sched;
+    ev_timer connect_timer;
+    void *priv;
+};
+
+/* ---- context ---------------------------------------------------------- */
+void rrpci_lock(rrpc_ctx *ctx);
+/* Unlocks, and wakes the loop when called from another thread than the one in it. */
+void rrpci_unlock(rrpc_ctx *ctx);
+/* True when the calling thread is running a callback of @ctx. */
+bool rrpci_in_callback(rrpc_ctx *ctx);
+/* Waits (without the lock held) until *@done is set, driving the loop in
+ * driven mode.  Called with the lock held once; returns with it held. */
+void rrpci_wait(rrpc_ctx *ctx, volatile bool *done, pthread_cond_t *cond);
+const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
+int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
+
+/* ---- connections ------------------------------------------------------ */
+/*
+ * Queues @m on class @cls (taking a credit unless the type is exempt, in
+ * which case it jumps the queue) and runs the scheduler.  Takes @m.
+ * Returns 0 or RRPC_E_CLOSED (then @m is freed).
+ */
+int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m);
+/* Before the loop sleeps: explicit CREDIT frames for what is owed. */
+void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents);
+uint64_t rrpci_conn_new_id(rrpc_conn *c);
+
+/* ---- rpc / one-sided (pending table) ---------------------------------- */
+enum rrpci_pending_kind { RRPCI_PEND_CALL, RRPCI_PEND_OS };
+struct rrpci_pending {
+    struct rrpci_idnode node;
+    enum rrpci_pending_kind kind;
+    rrpc_conn *conn;
+    ev_timer deadline;
+    int deadline_ms;
+    /* call */
+    rrpc_call_cb cb;
+    void *user;
+    /* one-sided: an operation split in @parts frames, done when all answered */
+    rrpc_op_cb op_cb;
+    rrpc_region *local;
+    size_t local_off;
+    uint64_t remote_addr; /* where the operation starts at the target */
+    size_t len;
+    uint32_t parts_left;
+    int op_status;
+    bool is_read;
+};
+void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
+void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
+void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
+void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
+/* Completes @pd with a local error and frees it (already removed from the table). */
+void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg);
+struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind kind,
+                                        int deadline_ms);
+int rrpci_check_class(rrpc_ctx *ctx, int cls);
+void rrpci_methods_fini(rrpc_ctx *ctx);
+void rrpci_regions_fini(rrpc_ctx *ctx);
+
+struct rrpc_region {
+    struct rrpci_idnode node; /* in ctx->regions, by key */
+    rrpc_ctx *ctx;
+    void *addr;
+    size_t len;
+    unsigned access;
+    uint64_t generation;
+    void *tpriv;
+};
+
+/*
+ * The check a NIC makes for a remote access, done by the tcp emulation:
+ * a region with @key exists, allows @need, and [addr, addr+len) is inside it
+ * (no overflow).  Returns the region or NULL with *why set.
+ */
+rrpc_region *rrpci_region_check(rrpc_ctx *ctx, uint64_t key, uint64_t addr, uint64_t len,
+                                unsigned need, const char **why);
+/* Pure bounds check, shared with the initiator's own validation. */
+bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len);
+
+#endif

@@ -1,0 +1,536 @@
+/* SPDX-License-Identifier: MIT */
+/* Contexts: the loop, its lock and thread, configuration, errors and logs. */
+#include <dirent.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+/* ---- configuration table ---------------------------------------------- */
+
+struct cfg_entry {
+    const char *env;
+    long def, min, max;
+    size_t off;
+    const char *doc;
+};
+
+#define CFG_OFF(f) offsetof(struct rrpci_config, f)
+static const struct cfg_entry cfg_table[] = {
+    {"RRPC_MAX_MSG", 64L << 20, 4096, 0x7fffffffL, CFG_OFF(max_msg),
+     "largest message payload accepted from a peer, bytes"},
+    {"RRPC_DEADLINE_MS", 30000, -1, 86400000L, CFG_OFF(deadline_ms),
+     "default deadline of a call, ms (-1: none)"},
+    {"RRPC_CONNECT_TIMEOUT_MS", 10000, 1, 3600000L, CFG_OFF(connect_timeout_ms),
+     "time allowed for a connection to come up, ms"},
+    {"RRPC_LOG_LEVEL", -1, -1, 7, CFG_OFF(log_level),
+     "log to stderr up to this syslog level (3 err .. 7 debug; -1: off)"},
+};
+
+static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long v)
+{
+    char *p = (char *)cfg + e->off;
+    if (e->off == CFG_OFF(max_msg))
+        *(uint32_t *)(void *)p = (uint32_t)v;
+    else
+        *(int *)(void *)p = (int)v;
+}
+
+static int cfg_load(struct rrpci_config *cfg)
+{
+    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++) {
+        const struct cfg_entry *e = &cfg_table[i];
+        long v = e->def;
+        const char *s = getenv(e->env);
+        if (s && *s) {
+            char *end;
+            errno = 0;
+            v = strtol(s, &end, 0);
+            if (errno || *end || v < e->min || v > e->max) {
+                fprintf(stderr, "roce-rpc: %s=\"%s\" is not a number from %ld to %ld (%s)\n",
+                        e->env, s, e->min, e->max, e->doc);
+                return -EINVAL;
+            }
+        }
+        cfg_store(cfg, e, v);
+    }
+    return 0;
+}
+
+RRPC_API void rrpc_config_print(void *fp)
+{
+    FILE *f = fp ? fp : stdout;
+    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+        fprintf(f, "%-26s default %-10ld %s\n", cfg_table[i].env, cfg_table[i].def,
+                cfg_table[i].doc);
+}
+
+/* ---- classes ----------------------------------------------------------- */
+
+static const char *const class_names[RRPCI_MAX_CLASSES] = {"control", "low_latency", "bulk",
+                                                           "background"};
+static const struct rrpci_class_cfg class_defaults[RRPCI_MAX_CLASSES] = {
+    {48, 4, 16}, {46, 8, 64}, {10, 2, 16}, {8, 1, 8}};
+
+RRPC_API int rrpc_class_from_name(const char *name)
+{
+    for (int i = 0; name && i < RRPCI_MAX_CLASSES; i++)
+        if (strcmp(name, class_names[i]) == 0)
+            return i;
+    return RRPC_E_BAD_CLASS;
+}
+
+RRPC_API const char *rrpc_class_name(int cls)
+{
+    return cls >= 0 && cls < RRPCI_MAX_CLASSES ? class_names[cls] : NULL;
+}
+
+RRPC_API int rrpc_class_set(rrpc_ctx *ctx, int cls, int dscp, int weight, int credits)
+{
+    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
+        return rrpci_set_error(ctx, RRPC_E_BAD_CLASS, "class %d does not exist (0..%d)", cls,
+                               RRPCI_MAX_CLASSES - 1);
+    if (dscp < 0 || dscp > 63 || weight < 1 || weight > 1000 || credits < 1 || credits > 4096)
+        return rrpci_set_error(ctx, -EINVAL,
+                               "class %s: dscp must be 0..63, weight 1..1000, credits 1..4096",
+                               class_names[cls]);
+    rrpci_lock(ctx);
+    int r = 0;
+    if (ctx->endpoints_made) {
+        r = rrpci_set_error(ctx, -EBUSY,
+                            "configure classes before the first rrpc_listen/rrpc_connect");
+    } else {
+        ctx->cls[cls] = (struct rrpci_class_cfg){dscp, (uint32_t)weight, (uint32_t)credits};
+    }
+    rrpci_unlock(ctx);
+    return r;
+}
+
+RRPC_API int rrpc_class_get(rrpc_ctx *ctx, int cls, int *ret_dscp, int *ret_weight,
+                            int *ret_credits)
+{
+    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
+        return RRPC_E_BAD_CLASS;
+    if (ret_dscp)
+        *ret_dscp = ctx->cls[cls].dscp;
+    if (ret_weight)
+        *ret_weight = (int)ctx->cls[cls].weight;
+    if (ret_credits)
+        *ret_credits = (int)ctx->cls[cls].credits;
+    return 0;
+}
+
+int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls)
+{
+    return ctx->cls[cls].dscp;
+}
+
+uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx)
+{
+    return ctx->cfg.max_msg;
+}
+
+/* ---- errors and logs --------------------------------------------------- */
+
+static _Thread_local rrpc_ctx *err_ctx;
+static _Thread_local char err_buf[RRPCI_ERRMSG_MAX];
+
+int rrpci_set_error(rrpc_ctx *ctx, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, sizeof(err_buf), fmt, ap);
+    va_end(ap);
+    err_ctx = ctx;
+    if (ctx)
+        RRPCI_LOG(ctx, LOG_INFO, "%s: %s", rrpc_err_name(code), err_buf);
+    return code;
+}
+
+RRPC_API const char *rrpc_ctx_last_error(rrpc_ctx *ctx)
+{
+    return err_ctx == ctx ? err_buf : "";
+}
+
+bool rrpci_log_enabled(rrpc_ctx *ctx, int level)
+{
+    return level <= ctx->log_max;
+}
+
+void rrpci_log(rrpc_ctx *ctx, int level, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (ctx->log_fn)
+        ctx->log_fn(level, buf, ctx->log_user);
+    else
+        fprintf(stderr, "roce-rpc[%d]: %s\n", level, buf);
+}
+
+RRPC_API void rrpc_ctx_set_log(rrpc_ctx *ctx, int max_level, rrpc_log_fn fn, void *user)
+{
+    rrpci_lock(ctx);
+    ctx->log_fn = fn;
+    ctx->log_user = user;
+    ctx->log_max = max_level;
+    rrpci_unlock(ctx);
+}
+
+/* ---- the loop and its lock --------------------------------------------- */
+
+void rrpci_lock(rrpc_ctx *ctx)
+{
+    atomic_fetch_add(&ctx->lock_waiters, 1);
+    pthread_mutex_lock(&ctx->lock);
+    atomic_fetch_sub(&ctx->lock_waiters, 1);
+}
+
+void rrpci_unlock(rrpc_ctx *ctx)
+{
+    bool other = !(ctx->in_run && pthread_equal(ctx->owner, pthread_self()));
+    pthread_mutex_unlock(&ctx->lock);
+    /* Another thread changed watchers or queued work: make the loop look. */
+    if (other)
+        ev_async_send(ctx->loop, &ctx->wake);
+}
+
+bool rrpci_in_callback(rrpc_ctx *ctx)
+{
+    return ctx->in_run && pthread_equal(ctx->owner, pthread_self());
+}
+
+static void loop_release(struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = ev_userdata(loop);
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+static void loop_acquire(struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = ev_userdata(loop);
+    /* A busy loop would re-take the (unfair) mutex at once and starve the
+     * threads calling in: let them through first. */
+    while (atomic_load(&ctx->lock_waiters) > 0)
+        sched_yield();
+    pthread_mutex_lock(&ctx->lock);
+}
+
+static void wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+    rrpc_ctx *ctx = w->data;
+    if (ctx->stopping)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+/* Runs the loop with the lock held once by the caller. */
+static void run_locked(rrpc_ctx *ctx, int flags)
+{
+    ctx->in_run++;
+    ctx->owner = pthread_self();
+    ev_run(ctx->loop, flags);
+    ctx->in_run--;
+}
+
+static void *loop_thread(void *arg)
+{
+    rrpc_ctx *ctx = arg;
+    rrpci_lock(ctx);
+    while (!ctx->stopping)
+        run_locked(ctx, 0);
+    pthread_mutex_unlock(&ctx->lock);
+    return NULL;
+}
+
+void rrpci_wait(rrpc_ctx *ctx, volatile bool *done, pthread_cond_t *cond)
+{
+    while (!*done) {
+        if (!ctx->thread_mode && !ctx->in_run) {
+            run_locked(ctx, EVRUN_ONCE);
+            continue;
+        }
+        /* The loop runs on another thread: it signals @cond when done.  Wake
+         * it first: it must see the watchers this thread just started.  The
+         * timeout re-checks who drives the loop in driven mode. */
+        ev_async_send(ctx->loop, &ctx->wake);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(cond, &ctx->lock, &ts);
+    }
+}
+
+/* libev has no call that returns its backend fd.  With the epoll backend,
+ * ev_loop_new creates exactly one epoll fd: find the one that is new. */
+static int find_new_epoll_fd(const char *before, size_t nbefore)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -errno;
+    int found = -ENOENT;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int fd = atoi(de->d_name);
+        if (de->d_name[0] == '.' || fd == dirfd(d))
+            continue;
+        if ((size_t)fd < nbefore && before[fd])
+            continue;
+        char path[64], target[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(path, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = 0;
+            if (strcmp(target, "anon_inode:[eventpoll]") == 0)
+                found = fd;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static char *open_fd_set(size_t *ret_n)
+{
+    size_t n = 4096;
+    char *set = calloc(n, 1);
+    DIR *d = set ? opendir("/proc/self/fd") : NULL;
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            int fd = atoi(de->d_name);
+            if (de->d_name[0] != '.' && fd >= 0 && (size_t)fd < n)
+                set[fd] = 1;
+        }
+        closedir(d);
+    }
+    *ret_n = set ? n : 0;
+    return set;
+}
+
+static pthread_mutex_t loop_create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
+{
+    rrpc_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return -ENOMEM;
+    int r = cfg_load(&ctx->cfg);
+    if (r < 0) {
+        free(ctx);
+        return r;
+    }
+    memcpy(ctx->cls, class_defaults, sizeof(ctx->cls));
+    ctx->log_max = ctx->cfg.log_level;
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ctx->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    rrpci_list_init(&ctx->conns);
+    rrpci_list_init(&ctx->listeners);
+    rrpci_list_init(&ctx->credit_dirty);
+
+    pthread_mutex_lock(&loop_create_lock);
+    size_t nbefore;
+    char *before = open_fd_set(&nbefore);
+    ctx->loop = ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
+    ctx->poll_fd = ctx->loop && before ? find_new_epoll_fd(before, nbefore) : -ENOENT;
+    pthread_mutex_unlock(&loop_create_lock);
+    free(before);
+    if (!ctx->loop) {
+        pthread_mutex_destroy(&ctx->lock);
+        free(ctx);
+        return -ENOMEM;
+    }
+    ev_set_userdata(ctx->loop, ctx);
+    ev_set_loop_release_cb(ctx->loop, loop_release, loop_acquire);
+    ev_async_init(&ctx->wake, wake_cb);
+    ctx->wake.data = ctx;
+    ev_async_start(ctx->loop, &ctx->wake);
+    ev_prepare_init(&ctx->credit_prep, rrpci_credit_prepare_cb);
+    ctx->credit_prep.data = ctx;
+    ev_prepare_start(ctx->loop, &ctx->credit_prep);
+    ev_unref(ctx->loop); /* the prepare watcher alone does not keep the loop alive */
+    *ret_ctx = ctx;
+    return 0;
+}
+
+RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
+{
+    rrpci_lock(ctx);
+    int r = 0;
+    if (ctx->thread_mode) {
+        r = rrpci_set_error(ctx, -EBUSY, "the context's loop thread is already running");
+    } else {
+        ctx->thread_mode = true;
+        r = -pthread_create(&ctx->thread, NULL, loop_thread, ctx);
+        if (r) {
+            ctx->thread_mode = false;
+            rrpci_set_error(ctx, r, "cannot start the loop thread: %s", rrpc_strerror(r));
+        }
+    }
+    rrpci_unlock(ctx);
+    return r;
+}
+
+RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)
+{
+    if (ctx->thread_mode)
+        return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread; no fd to poll");
+    if (ctx->poll_fd < 0)
+        return rrpci_set_error(ctx, ctx->poll_fd, "the event loop's fd could not be found");
+    return ctx->poll_fd;
+}
+
+static void progress_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    ev_break(loop, EVBREAK_ONE);
+}
+
+RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
+{
+    if (rrpci_in_callback(ctx))
+        return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
+                               "rrpc_ctx_progress called from inside a callback");
+    if (ctx->thread_mode)
+        return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
+    rrpci_lock(ctx);
+    int r = 0;
+    if (ctx->in_run) {
+        r = rrpci_set_error(ctx, -EBUSY, "another thread is driving this context's loop");
+    } else if (timeout_ms == 0) {
+        run_locked(ctx, EVRUN_NOWAIT);
+    } else {
+        ev_timer t;
+        ev_timer_init(&t, progress_timeout, 0, 0);
+        if (timeout_ms > 0) {
+            ev_timer_set(&t, timeout_ms / 1000.0, 0);
+            ev_timer_start(ctx->loop, &t);
+        }
+        run_locked(ctx, EVRUN_ONCE);
+        ev_timer_stop(ctx->loop, &t);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return r;
+}
+
+static void transports_fini(rrpc_ctx *ctx)
+{
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++) {
+        if (ctx->tops[i] && ctx->tops[i]->ctx_fini)
+            ctx->tops[i]->ctx_fini(ctx);
+        free(ctx->tpriv[i]);
+    }
+}
+
+RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->thread_mode) {
+        rrpci_lock(ctx);
+        ctx->stopping = true;
+        pthread_mutex_unlock(&ctx->lock);
+        ev_async_send(ctx->loop, &ctx->wake);
+        pthread_join(ctx->thread, NULL);
+        ctx->thread_mode = false;
+    }
+    rrpci_lock(ctx);
+    ctx->stopping = true;
+    while (!rrpci_list_empty(&ctx->listeners)) {
+        rrpc_listener *l = rrpci_container_of(ctx->listeners.next, rrpc_listener, link);
+        rrpc_listener_close(l);
+    }
+    while (!rrpci_list_empty(&ctx->conns)) {
+        rrpc_conn *c = rrpci_container_of(ctx->conns.next, rrpc_conn, link);
+        rrpci_conn_ref(c);
+        rrpci_conn_down(c, RRPC_E_CLOSED, "the context is being destroyed");
+        rrpci_list_del(&c->link); /* whoever still holds a reference frees it */
+        rrpci_conn_unref(c);
+    }
+    rrpci_methods_fini(ctx);
+    rrpci_regions_fini(ctx);
+    transports_fini(ctx);
+    ev_async_stop(ctx->loop, &ctx->wake);
+    ev_ref(ctx->loop);
+    ev_prepare_stop(ctx->loop, &ctx->credit_prep);
+    pthread_mutex_unlock(&ctx->lock);
+    ev_loop_destroy(ctx->loop);
+    pthread_mutex_destroy(&ctx->lock);
+    if (err_ctx == ctx)
+        err_ctx = NULL;
+    free(ctx);
+}
+
+/* ---- transports -------------------------------------------------------- */
+
+static const struct rrpci_transport_ops *const all_transports[RRPCI_NTRANSPORTS] = {
+    &rrpci_tcp_ops,
+#ifdef RRPC_HAVE_VERBS
+    &rrpci_verbs_ops,
+#else
+    NULL,
+#endif
+};
+
+const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme)
+{
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
+        if (all_transports[i] && strcmp(all_transports[i]->scheme, scheme) == 0)
+            return all_transports[i];
+    return NULL;
+}
+
+static int transport_index(const struct rrpci_transport_ops *ops)
+{
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
+        if (all_transports[i] == ops)
+            return i;
+    return -1;
+}
+
+int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops)
+{
+    int i = transport_index(ops);
+    if (ctx->tops[i])
+        return 0;
+    if (ops->ctx_priv_size) {
+        ctx->tpriv[i] = calloc(1, ops->ctx_priv_size);
+        if (!ctx->tpriv[i])
+            return -ENOMEM;
+    }
+    ctx->tops[i] = ops;
+    if (ops->ctx_init) {
+        int r = ops->ctx_init(ctx);
+        if (r < 0) {
+            ctx->tops[i] = NULL;
+            free(ctx->tpriv[i]);
+            ctx->tpriv[i] = NULL;
+            return r;
+        }
+    }
+    return 0;
+}
+
+void *rrpci_ctx_tpriv(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops)
+{
+    return ctx->tpriv[transport_index(ops)];
+}
+
+struct ev_loop *rrpci_ctx_loop(rrpc_ctx *ctx)
+{
+    return ctx->loop;
+}

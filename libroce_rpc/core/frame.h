@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/* The wire header (docs/protocol.md) and the connection handshake record. */
+#ifndef RRPCI_FRAME_H
+#define RRPCI_FRAME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RRPCI_MAGIC 0x43505252u /* "RRPC" as little-endian bytes */
+#define RRPCI_PROTO_VERSION 1
+#define RRPCI_HDR_SIZE 32
+
+enum rrpci_frame_type {
+    RRPCI_T_HELLO = 1,     /* handshake, active -> passive (tcp; verbs uses cm private data) */
+    RRPCI_T_HELLO_ACK = 2, /* handshake, passive -> active */
+    RRPCI_T_JOIN = 3,      /* tcp: attach a class socket to a connection */
+    RRPCI_T_JOIN_ACK = 4,
+    RRPCI_T_REQUEST = 5,   /* arg = method id */
+    RRPCI_T_RESPONSE = 6,  /* arg = status (int32 in the low bits), payload = data or message */
+    RRPCI_T_CREDIT = 7,    /* credits field only */
+    RRPCI_T_OS_WRITE = 8,  /* emulated one-sided WRITE: rrpci_os_hdr + data */
+    RRPCI_T_OS_READ = 9,   /* emulated one-sided READ: rrpci_os_hdr */
+    RRPCI_T_OS_ACK = 10,   /* arg = status; payload = data for a READ */
+    RRPCI_T_ERROR = 11,    /* fatal: arg = code, payload = message; the sender closes */
+    RRPCI_T_MAX_ = 12,
+};
+
+/* Flag bits of the header. */
+#define RRPCI_F_NOTIFY 0x01u /* OS_WRITE: deliver the immediate to the target */
+#define RRPCI_F_ALL_ 0x01u
+
+struct rrpci_hdr {
+    uint8_t version;
+    uint8_t type;
+    uint8_t cls;
+    uint8_t flags;
+    uint64_t id;     /* request / operation id */
+    uint64_t arg;    /* method id, status, ... by type */
+    uint32_t len;    /* payload bytes after the header */
+    uint16_t credits; /* credits returned for the header's class */
+};
+
+/* Types that consume no credit (bounded by the protocol itself). */
+static inline bool rrpci_type_is_exempt(uint8_t type)
+{
+    return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
+           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_CREDIT || type == RRPCI_T_ERROR;
+}
+
+void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE]);
+
+/*
+ * Decodes and validates a header: magic, version, type, class, flags, the
+ * reserved field, and len <= @max_len.  Returns 0, RRPC_E_PROTO,
+ * RRPC_E_VERSION or RRPC_E_TOO_BIG; @why (may be NULL) gets a static
+ * explanation for the log and the DOWN reason.
+ */
+int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct rrpci_hdr *h,
+                     const char **why);
+
+/* Sub-header of emulated one-sided frames (24 bytes, little-endian). */
+#define RRPCI_OS_HDR_SIZE 24
+struct rrpci_os_hdr {
+    uint64_t addr;
+    uint64_t key;
+    uint32_t len; /* READ: bytes wanted; WRITE: data bytes that follow */
+    uint32_t imm;
+};
+void rrpci_os_hdr_encode(const struct rrpci_os_hdr *o, uint8_t out[RRPCI_OS_HDR_SIZE]);
+int rrpci_os_hdr_decode(const uint8_t *in, size_t len, struct rrpci_os_hdr *o);
+
+/*
+ * The handshake record: carried by HELLO / HELLO_ACK frames on tcp and in
+ * the rdma_cm private data on verbs (it fits in the 56 bytes of a REQ).
+ */
+#define RRPCI_HELLO_SIZE 32
+#define RRPCI_MAX_CLASSES 4
+struct rrpci_hello {
+    uint8_t version;
+    uint8_t nclasses;
+    uint16_t credits[RRPCI_MAX_CLASSES]; /* what the sender grants its peer, per class */
+    uint32_t max_msg;                    /* the largest payload the sender accepts */
+    uint64_t cookie;                     /* tcp: connection id for JOIN; verbs: unused */
+    uint32_t rx_buf;                     /* verbs: receive buffer size */
+};
+void rrpci_hello_encode(const struct rrpci_hello *h, uint8_t out[RRPCI_HELLO_SIZE]);
+int rrpci_hello_decode(const uint8_t *in, size_t len, struct rrpci_hello *h);
+
+/* Little-endian helpers. */
+static inline void rrpci_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void rrpci_put32(uint8_t *p, uint32_t v)
+{
+    rrpci_put16(p, (uint16_t)v);
+    rrpci_put16(p + 2, (uint16_t)(v >> 16));
+}
+static inline void rrpci_put64(uint8_t *p, uint64_t v)
+{
+    rrpci_put32(p, (uint32_t)v);
+    rrpci_put32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint16_t rrpci_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t rrpci_get32(const uint8_t *p)
+{
+    return (uint32_t)rrpci_get16(p) | ((uint32_t)rrpci_get16(p + 2) << 16);
+}
+static inline uint64_t rrpci_get64(const uint8_t *p)
+{
+    return (uint64_t)rrpci_get32(p) | ((uint64_t)rrpci_get32(p + 4) << 32);
+}
+
+#endif

@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/* Registered regions and one-sided operations: native (verbs) or emulated
+ * over frames (tcp), with the target checking key, rights and bounds exactly
+ * as a NIC would. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <syslog.h>
+
+#include "core/core.h"
+
+static uint64_t next_generation = 1;
+
+bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len)
+{
+    if (addr < base)
+        return false;
+    uint64_t off = addr - base;
+    return off <= blen && len <= blen - off;
+}
+
+RRPC_API int rrpc_mem_reg(rrpc_ctx *ctx, void *addr, size_t len, unsigned access,
+                          rrpc_region **ret_region)
+{
+    if (!ctx || !addr || !len || !ret_region ||
+        (access & ~(unsigned)(RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE)))
+        return rrpci_set_error(ctx, -EINVAL,
+                               "rrpc_mem_reg needs memory, a length > 0 and RRPC_ACCESS_* bits");
+    rrpc_region *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->ctx = ctx;
+    r->addr = addr;
+    r->len = len;
+    r->access = access;
+    rrpci_lock(ctx);
+    r->generation = next_generation++;
+    int rc;
+    do {
+        uint64_t key = 0;
+        if (getrandom(&key, sizeof(key), 0) != sizeof(key)) {
+            rc = -errno;
+            break;
+        }
+        rc = key ? rrpci_idmap_put(&ctx->regions, key, &r->node) : -EEXIST;
+    } while (rc == -EEXIST);
+    rrpci_unlock(ctx);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    *ret_region = r;
+    return 0;
+}
+
+static void region_free(rrpc_region *r)
+{
+    rrpc_ctx *ctx = r->ctx;
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
+        if (ctx->tops[i] && ctx->tops[i]->region_release)
+            ctx->tops[i]->region_release(ctx, r);
+    free(r);
+}
+
+RRPC_API void rrpc_mem_dereg(rrpc_region *r)
+{
+    if (!r)
+        return;
+    rrpc_ctx *ctx = r->ctx;
+    rrpci_lock(ctx);
+    rrpci_idmap_del(&ctx->regions, r->node.key);
+    region_free(r);
+    rrpci_unlock(ctx);
+}
+
+void rrpci_regions_fini(rrpc_ctx *ctx)
+{
+    struct rrpci_idnode *n;
+    while ((n = rrpci_idmap_pop(&ctx->regions)))
+        region_free(rrpci_container_of(n, rrpc_region, node));
+    rrpci_idmap_fini(&ctx->regions);
+}
+
+RRPC_API void *rrpc_region_addr(rrpc_region *r)
+{
+    return r->addr;
+}
+RRPC_API size_t rrpc_region_len(rrpc_region *r)
+{
+    return r->len;
+}
+void *rrpci_region_tpriv(rrpc_region *r)
+{
+    return r->tpriv;
+}
+void rrpci_region_set_tpriv(rrpc_region *r, void *p)
+{
+    r->tpriv = p;
+}
+void *rrpci_region_addr(rrpc_region *r)
+{
+    return r->addr;
+}
+size_t rrpci_region_len(rrpc_region *r)
+{
+    return r->len;
+}
+unsigned rrpci_region_access(rrpc_region *r)
+{
+    return r->access;
+}
+uint64_t rrpci_region_generation(rrpc_region *r)
+{
+    return r->generation;
+}
+
+RRPC_API int rrpc_region_token(rrpc_region *r, rrpc_conn *c, rrpc_token *t)
+{
+    if (!r || !c || !t)
+        return -EINVAL;
+    rrpci_lock(c->ctx);
+    int rc = 0;
+    memset(t, 0, sizeof(*t));
+    t->addr = (uintptr_t)r->addr;
+    t->len = r->len;
+    t->access = r->access;
+    if (c->state == RRPCI_DOWN)
+        rc = RRPC_E_CLOSED;
+    else if (c->ops->region_key)
+        rc = c->ops->region_key(c, r, &t->key);
+    else
+        t->key = r->node.key;
+    rrpci_unlock(c->ctx);
+    return rc;
+}
+
+RRPC_API void rrpc_token_encode(const rrpc_token *t, uint8_t out[RRPC_TOKEN_SIZE])
+{
+    rrpci_put64(out, t->addr);
+    rrpci_put64(out + 8, t->len);
+    rrpci_put64(out + 16, t->key);
+    rrpci_put32(out + 24, t->access);
+    rrpci_put32(out + 28, 0);
+}
+
+RRPC_API int rrpc_token_decode(const void *buf, size_t len, rrpc_token *t)
+{
+    if (!buf || !t || len != RRPC_TOKEN_SIZE)
+        return -EINVAL;
+    const uint8_t *p = buf;
+    t->addr = rrpci_get64(p);
+    t->len = rrpci_get64(p + 8);
+    t->key = rrpci_get64(p + 16);
+    t->access = rrpci_get32(p + 24);
+    t->reserved = 0;
+    return 0;
+}
+
+RRPC_API void rrpc_ctx_set_notify(rrpc_ctx *ctx, rrpc_notify_fn fn, void *user)
+{
+    rrpci_lock(ctx);
+    ctx->notify_fn = fn;
+    ctx->notify_user = user;
+    rrpci_unlock(ctx);
+}
+
+void rrpci_conn_notify(rrpc_conn *c, uint32_t imm)
+{
+    if (c->ctx->notify_fn)
+        c->ctx->notify_fn(c, imm, c->ctx->notify_user);
+}
+
+/* ---- initiator ---------------------------------------------------------- */
+
+static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local_off,
+                    const rrpc_token *remote, uint64_t remote_off, size_t len,
+                    const rrpc_op_opts *opts, rrpc_op_cb cb, void *user)
+{
+    if (!c || !local || !remote || !cb || len == 0)
+        return -EINVAL;
+    rrpc_ctx *ctx = c->ctx;
+    int cls = opts ? opts->qos_class : RRPC_CLASS_BULK;
+    int r = rrpci_check_class(ctx, cls);
+    if (r < 0)
+        return r;
+    const char *what = is_read ? "READ" : "WRITE";
+    if (!rrpci_range_inside(0, local->len, local_off, len))
+        return rrpci_set_error(ctx, RRPC_E_REGION,
+                               "%s of %zu bytes at offset %zu is outside the local region of %zu "
+                               "bytes",
+                               what, len, local_off, local->len);
+    unsigned need = is_read ? RRPC_ACCESS_REMOTE_READ : RRPC_ACCESS_REMOTE_WRITE;
+    if (!(remote->access & need))
+        return rrpci_set_error(ctx, RRPC_E_ACCESS,
+                               "the remote token does not allow %s; the owner must register the "
+                               "region with RRPC_ACCESS_REMOTE_%s",
+                               what, what);
+    if (remote_off > UINT64_MAX - remote->addr ||
+        !rrpci_range_inside(remote->addr, remote->len, remote->addr + remote_off, len))
+        return rrpci_set_error(ctx, RRPC_E_ACCESS,
+                               "%s of %zu bytes at offset %llu is outside the remote region of "
+                               "%llu bytes; nothing was sent",
+                               what, len, (unsigned long long)remote_off,
+                               (unsigned long long)remote->len);
+    bool notify = opts && opts->notify && !is_read;
+    rrpci_lock(ctx);
+    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+        r = rrpci_set_error(ctx, RRPC_E_CLOSED, "%s on a closed connection", what);
+        goto out;
+    }
+    struct rrpci_pending *pd = rrpci_pending_new(c, RRPCI_PEND_OS, 0);
+    if (!pd) {
+        r = -ENOMEM;
+        goto out;
+    }
+    pd->op_cb = cb;
+    pd->user = user;
+    pd->local = local;
+    pd->local_off = local_off;
+    pd->is_read = is_read;
+    pd->remote_addr = remote->addr + remote_off;
+    pd->len = len;
+    uint64_t id = pd->node.key;
+    if (c->ops->rdma) {
+        struct rrpci_rdma_op op = {
+            .opcode = is_read ? RRPCI_RDMA_READ : notify ? RRPCI_RDMA_WRITE_IMM : RRPCI_RDMA_WRITE,
+            .cls = cls,
+            .local = local,
+            .local_off = local_off,
+            .remote_addr = pd->remote_addr,
+            .remote_key = remote->key,
+            .len = len,
+            .imm = opts ? opts->imm : 0,
+            .id = id,
+        };
+        pd->parts_left = 1;
+        r = c->ops->rdma(c, &op);
+    } else {
+        /* Emulated: frames of at most RRPCI_OS_CHUNK data bytes, in order on
+         * one class channel, so the last one's NOTIFY follows all the data. */
+        uint32_t chunk = RRPCI_OS_CHUNK;
+        if (c->state == RRPCI_UP && c->peer_max_msg - RRPCI_OS_HDR_SIZE < chunk)
+            chunk = c->peer_max_msg - RRPCI_OS_HDR_SIZE;
+        pd->parts_left = (uint32_t)((len + chunk - 1) / chunk);
+        for (size_t off = 0; off < len && r == 0; off += chunk) {
+            size_t n = len - off < chunk ? len - off : chunk;
+            struct rrpci_msg *m = rrpci_msg_new(RRPCI_OS_HDR_SIZE);
+            if (!m) {
+                r = -ENOMEM;
+                break;
+            }
+            bool last = off + n == len;
+            struct rrpci_os_hdr oh = {.addr = pd->remote_addr + off, .key = remote->key,
+                                      .len = (uint32_t)n, .imm = opts ? opts->imm : 0};
+            rrpci_os_hdr_encode(&oh, m->data);
+            m->h.type = is_read ? RRPCI_T_OS_READ : RRPCI_T_OS_WRITE;
+            m->h.id = id;
+            m->h.flags = notify && last ? RRPCI_F_NOTIFY : 0;
+            if (!is_read) {
+                m->ext = (const uint8_t *)local->addr + local_off + off;
+                m->ext_len = n;
+            }
+            r = rrpci_conn_submit(c, cls, m);
+        }
+    }
+    if (r < 0) {
+        if (rrpci_idmap_del(&c->pending, id)) {
+            /* Frames already queued are answered into nothing: the id is gone. */
+            ev_timer_stop(ctx->loop, &pd->deadline);
+            free(pd);
+        } else {
+            r = 0; /* the connection went down meanwhile and @cb has had its answer */
+        }
+    }
+out:
+    rrpci_unlock(ctx);
+    return r;
+}
+
+RRPC_API int rrpc_write(rrpc_conn *c, rrpc_region *local, size_t local_off,
+                        const rrpc_token *remote, uint64_t remote_off, size_t len,
+                        const rrpc_op_opts *opts, rrpc_op_cb cb, void *user)
+{
+    return os_start(c, false, local, local_off, remote, remote_off, len, opts, cb, user);
+}
+
+RRPC_API int rrpc_read(rrpc_conn *c, rrpc_region *local, size_t local_off,
+                       const rrpc_token *remote, uint64_t remote_off, size_t len,
+                       const rrpc_op_opts *opts, rrpc_op_cb cb, void *user)
+{
+    return os_start(c, true, local, local_off, remote, remote_off, len, opts, cb, user);
+}
+
+static void os_complete(rrpc_conn *c, struct rrpci_pending *pd)
+{
+    rrpci_idmap_del(&c->pending, pd->node.key);
+    ev_timer_stop(c->ctx->loop, &pd->deadline);
+    pd->op_cb(pd->op_status, pd->user);
+    free(pd);
+}
+
+void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status)
+{
+    struct rrpci_idnode *n = rrpci_idmap_get(&c->pending, id);
+    if (!n)
+        return;
+    struct rrpci_pending *pd = rrpci_container_of(n, struct rrpci_pending, node);
+    pd->op_status = status;
+    os_complete(c, pd);
+}
+
+void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    struct rrpci_idnode *n = rrpci_idmap_get(&c->pending, h->id);
+    struct rrpci_pending *pd = n ? rrpci_container_of(n, struct rrpci_pending, node) : NULL;
+    if (!pd || pd->kind != RRPCI_PEND_OS)
+        return; /* expired */
+    int status = (int32_t)(uint32_t)h->arg;
+    if (status == 0 && pd->is_read) {
+        struct rrpci_os_hdr oh;
+        if (rrpci_os_hdr_decode(p, h->len, &oh) < 0 ||
+            oh.len != h->len - RRPCI_OS_HDR_SIZE ||
+            !rrpci_range_inside(pd->remote_addr, pd->len, oh.addr, oh.len)) {
+            rrpci_set_error(c->ctx, RRPC_E_PROTO, "READ answer outside the requested range");
+            rrpci_conn_down(c, RRPC_E_PROTO, "READ answer outside the requested range");
+            return;
+        }
+        memcpy((uint8_t *)pd->local->addr + pd->local_off + (oh.addr - pd->remote_addr),
+               p + RRPCI_OS_HDR_SIZE, oh.len);
+    }
+    if (status != 0 && pd->op_status == 0)
+        pd->op_status = status;
+    if (--pd->parts_left == 0)
+        os_complete(c, pd);
+}
+
+/* ---- target (tcp emulation) ---------------------------------------------- */
+
+rrpc_region *rrpci_region_check(rrpc_ctx *ctx, uint64_t key, uint64_t addr, uint64_t len,
+                                unsigned need, const char **why)
+{
+    struct rrpci_idnode *n = rrpci_idmap_get(&ctx->regions, key);
+    if (!n) {
+        *why = "no region with this key (forged, or deregistered)";
+        return NULL;
+    }
+    rrpc_region *r = rrpci_container_of(n, rrpc_region, node);
+    if (!(r->access & need)) {
+        *why = "the region does not allow this access";
+        return NULL;
+    }
+    if (!rrpci_range_inside((uintptr_t)r->addr, r->len, addr, len)) {
+        *why = "the access is outside the region";
+        return NULL;
+    }
+    return r;
+}
+
+static void os_reply(rrpc_conn *c, int cls, uint64_t id, int status, const char *why)
+{
+    size_t n = why ? strlen(why) : 0;
+    struct rrpci_msg *m = rrpci_msg_new(status ? n : 0);
+    if (!m)
+        {
+            rrpci_conn_down(c, -ENOMEM, "out of memory for a one-sided answer");
+            return;
+        }
+    m->h.type = RRPCI_T_OS_ACK;
+    m->h.id = id;
+    m->h.arg = (uint32_t)status;
+    if (status && n)
+        memcpy(m->data, why, n);
+    rrpci_conn_submit(c, cls, m);
+}
+
+void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    struct rrpci_os_hdr oh;
+    if (rrpci_os_hdr_decode(p, h->len, &oh) < 0) {
+        rrpci_conn_down(c, RRPC_E_PROTO, "one-sided frame shorter than its sub-header");
+        return;
+    }
+    const char *why = NULL;
+    if (h->type == RRPCI_T_OS_WRITE) {
+        if (oh.len != h->len - RRPCI_OS_HDR_SIZE) {
+            rrpci_conn_down(c, RRPC_E_PROTO, "one-sided WRITE length does not match its frame");
+            return;
+        }
+        rrpc_region *r =
+            rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_WRITE, &why);
+        if (!r) {
+            RRPCI_LOG(c->ctx, LOG_NOTICE, "remote WRITE refused: %s", why);
+            {
+                os_reply(c, cls, h->id, RRPC_E_ACCESS, why);
+                return;
+            }
+        }
+        memcpy((void *)(uintptr_t)oh.addr, p + RRPCI_OS_HDR_SIZE, oh.len);
+        os_reply(c, cls, h->id, 0, NULL);
+        if ((h->flags & RRPCI_F_NOTIFY) && c->state == RRPCI_UP)
+            rrpci_conn_notify(c, oh.imm);
+        return;
+    }
+    /* READ */
+    if (h->len != RRPCI_OS_HDR_SIZE) {
+        rrpci_conn_down(c, RRPC_E_PROTO, "one-sided READ request carries data");
+        return;
+    }
+    if (oh.len > c->peer_max_msg - RRPCI_OS_HDR_SIZE)
+        {
+            os_reply(c, cls, h->id, RRPC_E_TOO_BIG, "READ larger than the reader accepts");
+            return;
+        }
+    rrpc_region *r =
+        rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_READ, &why);
+    if (!r) {
+        RRPCI_LOG(c->ctx, LOG_NOTICE, "remote READ refused: %s", why);
+        {
+            os_reply(c, cls, h->id, RRPC_E_ACCESS, why);
+            return;
+        }
+    }
+    struct rrpci_msg *m = rrpci_msg_new(RRPCI_OS_HDR_SIZE + oh.len);
+    if (!m)
+        {
+            rrpci_conn_down(c, -ENOMEM, "out of memory for a READ answer");
+            return;
+        }
+    m->h.type = RRPCI_T_OS_ACK;
+    m->h.id = h->id;
+    rrpci_os_hdr_encode(&oh, m->data);
+    /* A copy, not a reference: the owner may deregister before it is sent. */
+    memcpy(m->data + RRPCI_OS_HDR_SIZE, (void *)(uintptr_t)oh.addr, oh.len);
+    rrpci_conn_submit(c, cls, m);
+}
+
+/* ---- blocking forms ------------------------------------------------------- */
+
+struct sync_op {
+    volatile bool done;
+    int status;
+    pthread_cond_t cond;
+};
+
+static void sync_op_cb(int status, void *user)
+{
+    struct sync_op *s = user;
+    s->status = status;
+    s->done = true;
+    pthread_cond_broadcast(&s->cond);
+}
+
+static int os_sync(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local_off,
+                   const rrpc_token *remote, uint64_t remote_off, size_t len,
+                   const rrpc_op_opts *opts)
+{
+    if (!c)
+        return -EINVAL;
+    if (rrpci_in_callback(c->ctx))
+        return rrpci_set_error(c->ctx, RRPC_E_DEADLOCK,
+                               "a blocking READ/WRITE from a callback; use rrpc_read/rrpc_write");
+    struct sync_op s = {0};
+    pthread_cond_init(&s.cond, NULL);
+    rrpci_lock(c->ctx);
+    rrpc_ctx *ctx = c->ctx;
+    int r = os_start(c, is_read, local, local_off, remote, remote_off, len, opts, sync_op_cb, &s);
+    if (r == 0) {
+        rrpci_wait(ctx, &s.done, &s.cond);
+        r = s.status;
+    }
+    rrpci_unlock(ctx);
+    pthread_cond_destroy(&s.cond);
+    return r;
+}
+
+RRPC_API int rrpc_write_sync(rrpc_conn *c, rrpc_region *local, size_t local_off,
+                             const rrpc_token *remote, uint64_t remote_off, size_t len,
+                             const rrpc_op_opts *opts)
+{
+    return os_sync(c, false, local, local_off, remote, remote_off, len, opts);
+}
+
+RRPC_API int rrpc_read_sync(rrpc_conn *c, rrpc_region *local, size_t local_off,
+                            const rrpc_token *remote, uint64_t remote_off, size_t len,
+                            const rrpc_op_opts *opts)
+{
+    return os_sync(c, true, local, local_off, remote, remote_off, len, opts);
+}

@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/* The RPC engine: methods, calls, responses, deadlines. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "core/core.h"
+
+#define RRPCI_ERRMSG_WIRE_MAX 1024
+
+struct method {
+    struct rrpci_idnode node;
+    rrpc_handler_fn fn;
+    void *user;
+    char name[];
+};
+
+struct rrpc_request {
+    rrpc_conn *conn;
+    uint64_t id;
+    int cls;
+};
+
+RRPC_API uint64_t rrpc_method_id(const char *method)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)method; *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+RRPC_API int rrpc_register(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn, void *user)
+{
+    size_t n = method ? strlen(method) : 0;
+    if (!ctx || !fn || n == 0 || n > 255)
+        return rrpci_set_error(ctx, -EINVAL, "a method needs a name of 1..255 bytes and a handler");
+    struct method *m = malloc(sizeof(*m) + n + 1);
+    if (!m)
+        return -ENOMEM;
+    m->fn = fn;
+    m->user = user;
+    memcpy(m->name, method, n + 1);
+    rrpci_lock(ctx);
+    uint64_t id = rrpc_method_id(method);
+    struct rrpci_idnode *old = rrpci_idmap_get(&ctx->methods, id);
+    int r = 0;
+    if (old) {
+        r = rrpci_set_error(ctx, -EEXIST, "method \"%s\" is already registered%s%s", method,
+                            strcmp(rrpci_container_of(old, struct method, node)->name, method)
+                                ? " (as a different name with the same id: rename one) "
+                                : "",
+                            "");
+    } else {
+        r = rrpci_idmap_put(&ctx->methods, id, &m->node);
+    }
+    rrpci_unlock(ctx);
+    if (r < 0)
+        free(m);
+    return r;
+}
+
+RRPC_API int rrpc_unregister(rrpc_ctx *ctx, const char *method)
+{
+    if (!ctx || !method)
+        return -EINVAL;
+    rrpci_lock(ctx);
+    struct rrpci_idnode *n = rrpci_idmap_del(&ctx->methods, rrpc_method_id(method));
+    rrpci_unlock(ctx);
+    if (!n)
+        return rrpci_set_error(ctx, -ENOENT, "method \"%s\" is not registered", method);
+    free(rrpci_container_of(n, struct method, node));
+    return 0;
+}
+
+void rrpci_methods_fini(rrpc_ctx *ctx)
+{
+    struct rrpci_idnode *n;
+    while ((n = rrpci_idmap_pop(&ctx->methods)))
+        free(rrpci_container_of(n, struct method, node));
+    rrpci_idmap_fini(&ctx->methods);
+}
+
+/* ---- server side -------------------------------------------------------- */
+
+/* Queues a response (status 0: @data is the result; else @data is the message). */
+static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, const void *data,
+                         size_t len)
+{
+    struct rrpci_msg *m = rrpci_msg_new(len);
+    if (!m)
+        return -ENOMEM;
+    m->h.type = RRPCI_T_RESPONSE;
+    m->h.id = id;
+    m->h.arg = (uint32_t)status;
+    if (len)
+        memcpy(m->data, data, len);
+    return rrpci_conn_submit(c, cls, m);
+}
+
+void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    rrpc_ctx *ctx = c->ctx;
+    struct rrpci_idnode *n = rrpci_idmap_get(&ctx->methods, h->arg);
+    if (!n) {
+        char msg[96];
+        int len = snprintf(msg, sizeof(msg),
+                           "no method with id 0x%016llx is registered at the server",
+                           (unsigned long long)h->arg);
+        send_response(c, cls, h->id, RRPC_E_NO_METHOD, msg, (size_t)len);
+        return;
+    }
+    struct method *m = rrpci_container_of(n, struct method, node);
+    struct rrpc_request *req = malloc(sizeof(*req));
+    if (!req) {
+        send_response(c, cls, h->id, -ENOMEM, "server out of memory", 20);
+        return;
+    }
+    req->conn = c;
+    req->id = h->id;
+    req->cls = cls;
+    rrpci_conn_ref(c);
+    m->fn(req, p, h->len, m->user);
+}
+
+static int respond(rrpc_request *req, int32_t status, const void *data, size_t len)
+{
+    rrpc_conn *c = req->conn;
+    rrpc_ctx *ctx = c->ctx;
+    rrpci_lock(ctx);
+    int r;
+    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+        r = rrpci_set_error(ctx, RRPC_E_CLOSED,
+                            "the connection of this request is closed; the answer is dropped");
+    } else if (status == 0 && len > c->peer_max_msg) {
+        char msg[128];
+        int n = snprintf(msg, sizeof(msg),
+                         "the response of %zu bytes exceeds the caller's maximum of %u", len,
+                         c->peer_max_msg);
+        send_response(c, req->cls, req->id, RRPC_E_TOO_BIG, msg, (size_t)n);
+        r = rrpci_set_error(ctx, RRPC_E_TOO_BIG, "%s", msg);
+    } else {
+        r = send_response(c, req->cls, req->id, status, data, len);
+    }
+    rrpci_conn_unref(c);
+    free(req);
+    rrpci_unlock(ctx);
+    return r;
+}
+
+RRPC_API int rrpc_respond(rrpc_request *req, const void *data, size_t len)
+{
+    if (!req)
+        return -EINVAL;
+    return respond(req, 0, data, data ? len : 0);
+}
+
+RRPC_API int rrpc_respond_error(rrpc_request *req, int code, const char *msg)
+{
+    if (!req)
+        return -EINVAL;
+    size_t len = msg ? strnlen(msg, RRPCI_ERRMSG_WIRE_MAX) : 0;
+    if (code <= 0) {
+        respond(req, 1, msg, len);
+        return -EINVAL;
+    }
+    return respond(req, code, msg, len);
+}
+
+RRPC_API rrpc_conn *rrpc_request_conn(rrpc_request *req)
+{
+    return req->conn;
+}
+
+RRPC_API int rrpc_request_class(rrpc_request *req)
+{
+    return req->cls;
+}
+
+/* ---- client side -------------------------------------------------------- */
+
+void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
+{
+    rrpc_ctx *ctx = pd->conn->ctx;
+    ev_timer_stop(ctx->loop, &pd->deadline);
+    if (pd->kind == RRPCI_PEND_CALL) {
+        rrpc_result res = {.status = status, .message = msg ? msg : ""};
+        pd->cb(&res, pd->user);
+    } else if (pd->op_cb) {
+        pd->op_cb(status, pd->user);
+    }
+    free(pd);
+}
+
+/* Drops a frame of @id that still waits in the send queue of @cls. */
+static void unqueue(rrpc_conn *c, int cls, uint64_t id)
+{
+    struct rrpci_class_state *s = &c->cls[cls];
+    struct rrpci_msg *prev = NULL;
+    for (struct rrpci_msg *m = s->head; m; prev = m, m = m->next) {
+        if (m->h.id != id || rrpci_type_is_exempt(m->h.type))
+            continue;
+        if (prev)
+            prev->next = m->next;
+        else
+            s->head = m->next;
+        if (s->tail == m)
+            s->tail = prev;
+        rrpci_msg_free(m);
+        return;
+    }
+}
+
+static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct rrpci_pending *pd = w->data;
+    rrpc_conn *c = pd->conn;
+    rrpci_idmap_del(&c->pending, pd->node.key);
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        unqueue(c, i, pd->node.key);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "no answer within the deadline of %d ms", pd->deadline_ms);
+    rrpci_conn_ref(c);
+    rrpci_pending_fail(pd, RRPC_E_DEADLINE, msg);
+    rrpci_conn_unref(c);
+}
+
+struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind kind,
+                                        int deadline_ms)
+{
+    struct rrpci_pending *pd = calloc(1, sizeof(*pd));
+    if (!pd)
+        return NULL;
+    pd->kind = kind;
+    pd->conn = c;
+    if (deadline_ms == 0)
+        deadline_ms = c->ctx->cfg.deadline_ms;
+    ev_timer_init(&pd->deadline, deadline_cb, 0, 0);
+    pd->deadline.data = pd;
+    pd->deadline_ms = deadline_ms;
+    if (deadline_ms > 0) {
+        ev_timer_set(&pd->deadline, deadline_ms / 1000.0, 0);
+        ev_timer_start(c->ctx->loop, &pd->deadline);
+    }
+    if (rrpci_idmap_put(&c->pending, rrpci_conn_new_id(c), &pd->node) < 0) {
+        ev_timer_stop(c->ctx->loop, &pd->deadline);
+        free(pd);
+        return NULL;
+    }
+    return pd;
+}
+
+int rrpci_check_class(rrpc_ctx *ctx, int cls)
+{
+    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
+        return rrpci_set_error(ctx, RRPC_E_BAD_CLASS,
+                               "QoS class %d does not exist (control=0 .. background=%d)", cls,
+                               RRPCI_MAX_CLASSES - 1);
+    return 0;
+}
+
+RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t len,
+                       const rrpc_call_opts *opts, rrpc_call_cb cb, void *user)
+{
+    if (!c || !method || !cb || (len && !req))
+        return -EINVAL;
+    rrpc_ctx *ctx = c->ctx;
+    int cls = opts ? opts->qos_class : RRPC_CLASS_LOW_LATENCY;
+    int r = rrpci_check_class(ctx, cls);
+    if (r < 0)
+        return r;
+    rrpci_lock(ctx);
+    uint32_t limit = c->state == RRPCI_UP ? c->peer_max_msg : ctx->cfg.max_msg;
+    struct rrpci_pending *pd = NULL;
+    struct rrpci_msg *m = NULL;
+    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+        r = rrpci_set_error(ctx, RRPC_E_CLOSED, "call \"%s\" on a closed connection", method);
+        goto out;
+    }
+    if (len > limit) {
+        r = rrpci_set_error(ctx, RRPC_E_TOO_BIG,
+                            "call \"%s\": %zu bytes exceed the peer's maximum message of %u "
+                            "(RRPC_MAX_MSG on the server), or use a one-sided channel",
+                            method, len, limit);
+        goto out;
+    }
+    r = -ENOMEM;
+    pd = rrpci_pending_new(c, RRPCI_PEND_CALL, opts ? opts->deadline_ms : 0);
+    m = pd ? rrpci_msg_new(len) : NULL;
+    if (!m)
+        goto out;
+    pd->cb = cb;
+    pd->user = user;
+    m->h.type = RRPCI_T_REQUEST;
+    m->h.id = pd->node.key;
+    m->h.arg = rrpc_method_id(method);
+    if (len)
+        memcpy(m->data, req, len);
+    r = rrpci_conn_submit(c, cls, m);
+    m = NULL;
+    if (r == 0)
+        pd = NULL;
+out:
+    if (pd) {
+        rrpci_idmap_del(&c->pending, pd->node.key);
+        ev_timer_stop(ctx->loop, &pd->deadline);
+        free(pd);
+    }
+    rrpci_msg_free(m);
+    rrpci_unlock(ctx);
+    return r;
+}
+
+void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    struct rrpci_idnode *n = rrpci_idmap_get(&c->pending, h->id);
+    struct rrpci_pending *pd = n ? rrpci_container_of(n, struct rrpci_pending, node) : NULL;
+    if (!pd || pd->kind != RRPCI_PEND_CALL) {
+        /* Its deadline passed already (or a confused peer): nothing waits. */
+        RRPCI_LOG(c->ctx, LOG_DEBUG, "response to unknown request %llu dropped",
+                  (unsigned long long)h->id);
+        return;
+    }
+    rrpci_idmap_del(&c->pending, h->id);
+    ev_timer_stop(c->ctx->loop, &pd->deadline);
+    rrpc_result res = {.status = (int32_t)(uint32_t)h->arg, .message = ""};
+    char msg[RRPCI_ERRMSG_WIRE_MAX + 1];
+    if (res.status == 0) {
+        res.data = p;
+        res.len = h->len;
+    } else {
+        size_t n2 = h->len < RRPCI_ERRMSG_WIRE_MAX ? h->len : RRPCI_ERRMSG_WIRE_MAX;
+        memcpy(msg, p, n2);
+        msg[n2] = 0;
+        res.message = msg;
+    }
+    pd->cb(&res, pd->user);
+    free(pd);
+}
+
+struct sync_call {
+    volatile bool done;
+    pthread_cond_t cond;
+    int status;
+    void *data;
+    size_t len;
+    char msg[RRPCI_ERRMSG_WIRE_MAX + 1];
+};
+
+static void sync_call_cb(const rrpc_result *res, void *user)
+{
+    struct sync_call *s = user;
+    s->status = res->status;
+    if (res->status == 0) {
+        s->data = malloc(res->len ? res->len : 1);
+        if (s->data) {
+            memcpy(s->data, res->data, res->len);
+            s->len = res->len;
+        } else {
+            s->status = -ENOMEM;
+        }
+    } else {
+        snprintf(s->msg, sizeof(s->msg), "%s", res->message);
+    }
+    s->done = true;
+    pthread_cond_broadcast(&s->cond);
+}
+
+RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, size_t len,
+                            const rrpc_call_opts *opts, void **ret_data, size_t *ret_len)
+{
+    if (!c || !ret_data || !ret_len)
+        return -EINVAL;
+    rrpc_ctx *ctx = c->ctx;
+    if (rrpci_in_callback(ctx))
+        return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
+                               "rrpc_call_sync from a callback would wait for itself; "
+                               "use rrpc_call with a completion callback");
+    struct sync_call *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    pthread_cond_init(&s->cond, NULL);
+    rrpci_lock(ctx);
+    int r = rrpc_call(c, method, req, len, opts, sync_call_cb, s);
+    if (r == 0) {
+        rrpci_wait(ctx, &s->done, &s->cond);
+        r = s->status;
+    }
+    rrpci_unlock(ctx);
+    if (r == 0) {
+        *ret_data = s->data;
+        *ret_len = s->len;
+    } else if (s->done) {
+        rrpci_set_error(ctx, r, "call \"%s\" failed: %s%s%s", method, rrpc_strerror(r),
+                        s->msg[0] ? ": " : "", s->msg);
+    }
+    pthread_cond_destroy(&s->cond);
+    free(s);
+    return r;
+}

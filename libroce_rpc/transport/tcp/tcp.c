@@ -1,0 +1,870 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The TCP transport: one socket per QoS class, each with IP_TOS (or
+ * IPV6_TCLASS) set from its class's DSCP on both ends.
+ *
+ * Handshake: the active side connects all class sockets, sends HELLO on the
+ * control socket, gets HELLO_ACK with a connection cookie, then sends JOIN
+ * (cookie) on each other socket.  The connection is up when every class is
+ * joined.  An accepted socket that says nothing valid within the connect
+ * timeout is closed.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "core/core.h"
+
+#define RBUF_SIZE (64 * 1024)
+#define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
+#define RX_BUDGET_UNIT (16 * 1024) /* x class weight: bytes read per wakeup */
+#define NCLS RRPCI_MAX_CLASSES
+
+struct tcp_chan {
+    rrpc_conn *conn;
+    int fd;
+    int cls;
+    bool connected;
+    ev_io rio, wio;
+    /* receive */
+    uint8_t *rbuf;
+    size_t rlen, roff;
+    bool have_hdr;
+    struct rrpci_hdr h;
+    uint8_t *big; /* payload larger than what rbuf holds */
+    size_t big_got;
+    /* transmit */
+    struct rrpci_msg *txh, *txt;
+    size_t tx_off;
+    size_t tx_bytes;
+    bool want_writable;
+};
+
+struct tcp_conn {
+    struct tcp_chan ch[NCLS];
+    struct rrpci_idnode node; /* passive: in the context's cookie map */
+    uint64_t cookie;
+    bool passive;
+    bool hello_done;
+    unsigned joined; /* bit per class */
+};
+
+/* An accepted socket that has not said which connection and class it is. */
+struct tcp_pend {
+    struct rrpci_list link;
+    rrpc_listener *l;
+    int fd;
+    ev_io io;
+    ev_timer timer;
+    uint8_t buf[RRPCI_HDR_SIZE + RRPCI_HELLO_SIZE];
+    size_t got;
+};
+
+struct tcp_listener {
+    int fd;
+    ev_io io;
+    struct rrpci_list pend;
+};
+
+struct tcp_ctx {
+    struct rrpci_idmap cookies;
+};
+
+static struct tcp_ctx *tctx(rrpc_ctx *ctx)
+{
+    return rrpci_ctx_tpriv(ctx, &rrpci_tcp_ops);
+}
+
+static int set_tos(int fd, int dscp)
+{
+    int tos = dscp << 2;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6) {
+        if (setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos)) < 0)
+            return -errno;
+    }
+    /* Also on IPv6 sockets: it applies to their IPv4-mapped traffic. */
+    if (setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) < 0 && ss.ss_family == AF_INET)
+        return -errno;
+    return 0;
+}
+
+static int sock_setup(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return 0;
+}
+
+/* ---- transmit ------------------------------------------------------------ */
+
+static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx);
+
+static int chan_write(struct tcp_chan *ch)
+{
+    while (ch->txh) {
+        struct rrpci_msg *m = ch->txh;
+        struct iovec iov[3];
+        int n = 0;
+        size_t off = ch->tx_off;
+        const size_t parts[3] = {RRPCI_HDR_SIZE, m->len, m->ext_len};
+        const uint8_t *bases[3] = {m->hdr, m->data, m->ext};
+        for (int i = 0; i < 3; i++) {
+            if (off >= parts[i]) {
+                off -= parts[i];
+                continue;
+            }
+            iov[n].iov_base = (void *)(bases[i] + off);
+            iov[n].iov_len = parts[i] - off;
+            off = 0;
+            n++;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(ch->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return -EAGAIN;
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        ch->tx_off += (size_t)w;
+        ch->tx_bytes -= (size_t)w;
+        if (ch->tx_off == RRPCI_HDR_SIZE + rrpci_msg_payload_len(m)) {
+            ch->txh = m->next;
+            if (!ch->txh)
+                ch->txt = NULL;
+            ch->tx_off = 0;
+            rrpci_msg_free(m);
+        }
+    }
+    return 0;
+}
+
+static void chan_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
+{
+    m->next = NULL;
+    if (ch->txt)
+        ch->txt->next = m;
+    else
+        ch->txh = m;
+    ch->txt = m;
+    ch->tx_bytes += RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
+    if (!ch->connected)
+        return; /* written once the connect completes */
+    int r = chan_write(ch);
+    if (r == -EAGAIN) {
+        ev_io_start(ctx->loop, &ch->wio);
+    } else if (r < 0 && ch->conn) {
+        rrpci_conn_down(ch->conn, RRPC_E_CONN_LOST, "write to the peer failed");
+    }
+}
+
+/* A handshake frame built by the transport itself. */
+static struct rrpci_msg *hs_msg(uint8_t type, int cls, const void *payload, size_t len)
+{
+    struct rrpci_msg *m = rrpci_msg_new(len);
+    if (!m)
+        return NULL;
+    m->h.version = RRPCI_PROTO_VERSION;
+    m->h.type = type;
+    m->h.cls = (uint8_t)cls;
+    m->h.len = (uint32_t)len;
+    if (len)
+        memcpy(m->data, payload, len);
+    rrpci_hdr_encode(&m->h, m->hdr);
+    return m;
+}
+
+static int tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    struct tcp_chan *ch = &tc->ch[cls];
+    if (ch->tx_bytes > TX_HIGH) {
+        ch->want_writable = true;
+        return -EAGAIN;
+    }
+    chan_push(ch, c->ctx, m);
+    return 0;
+}
+
+static void chan_writable_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct tcp_chan *ch = w->data;
+    rrpc_conn *c = ch->conn;
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    if (!ch->connected) {
+        int err = 0;
+        socklen_t el = sizeof(err);
+        getsockopt(ch->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err) {
+            char why[128];
+            snprintf(why, sizeof(why), "connect failed: %s", strerror(err));
+            rrpci_set_error(ctx, -err, "%s", why);
+            rrpci_conn_down(c, -err, why);
+            return;
+        }
+        ch->connected = true;
+        ev_io_start(loop, &ch->rio);
+    }
+    int r = chan_write(ch);
+    if (r == -EAGAIN)
+        return;
+    ev_io_stop(loop, &ch->wio);
+    if (r < 0) {
+        rrpci_conn_down(c, RRPC_E_CONN_LOST, "write to the peer failed");
+        return;
+    }
+    if (ch->want_writable) {
+        ch->want_writable = false;
+        rrpci_conn_writable(c, ch->cls);
+    }
+}
+
+/* ---- receive ------------------------------------------------------------- */
+
+static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h,
+                               const uint8_t *p);
+
+/* Hands one complete frame up.  Returns false when the connection went away. */
+static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const uint8_t *payload)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    struct rrpci_hdr h = ch->h;
+    ch->have_hdr = false;
+    if (h.type == RRPCI_T_HELLO_ACK || h.type == RRPCI_T_JOIN_ACK || h.type == RRPCI_T_HELLO ||
+        h.type == RRPCI_T_JOIN) {
+        if (tc->joined == (1u << NCLS) - 1) {
+            rrpci_conn_down(c, RRPC_E_PROTO, "handshake frame on an established connection");
+            return false;
+        }
+        on_handshake_frame(c, ch, &h, payload);
+    } else if (tc->joined != (1u << NCLS) - 1 && h.type == RRPCI_T_ERROR) {
+        /* The passive side refused us and says why. */
+        int code = (int32_t)(uint32_t)h.arg;
+        char why[256];
+        snprintf(why, sizeof(why), "the server refused the connection: %.*s",
+                 (int)(h.len < 200 ? h.len : 200), (const char *)payload);
+        rrpci_set_error(rrpci_conn_ctx(c), code < 0 ? code : RRPC_E_PROTO, "%s", why);
+        rrpci_conn_down(c, code < 0 ? code : RRPC_E_PROTO, why);
+        return false;
+    } else if (tc->joined != (1u << NCLS) - 1) {
+        rrpci_conn_down(c, RRPC_E_PROTO, "data frame before the handshake finished");
+        return false;
+    } else {
+        rrpci_conn_recv(c, ch->cls, &h, payload);
+    }
+    return !rrpci_conn_is_down(c);
+}
+
+static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct tcp_chan *ch = w->data;
+    rrpc_conn *c = ch->conn;
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    rrpci_conn_ref(c);
+    /* Receive-side share of the loop: a byte budget per wakeup proportional to
+     * the class weight, so a bulk stream cannot hold the loop for a whole
+     * large message while a low-latency frame waits. */
+    size_t budget = (size_t)ctx->cls[ch->cls].weight * RX_BUDGET_UNIT;
+    for (size_t taken = 0; taken < budget;) {
+        ssize_t n;
+        if (ch->big) {
+            n = read(ch->fd, ch->big + ch->big_got, ch->h.len - ch->big_got);
+        } else {
+            if (ch->roff == ch->rlen)
+                ch->roff = ch->rlen = 0;
+            else if (ch->roff > RBUF_SIZE / 2) {
+                memmove(ch->rbuf, ch->rbuf + ch->roff, ch->rlen - ch->roff);
+                ch->rlen -= ch->roff;
+                ch->roff = 0;
+            }
+            n = read(ch->fd, ch->rbuf + ch->rlen, RBUF_SIZE - ch->rlen);
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            break;
+        if (n > 0)
+            taken += (size_t)n;
+        if (n <= 0) {
+            bool mid = ch->have_hdr || ch->rlen > ch->roff;
+            int err = n < 0 ? errno : 0;
+            char why[128];
+            if (n < 0)
+                snprintf(why, sizeof(why), "read from the peer failed: %s", strerror(err));
+            else
+                snprintf(why, sizeof(why), "%s",
+                         mid ? "the peer vanished in the middle of a message"
+                             : "the peer closed the connection");
+            rrpci_conn_down(c, RRPC_E_CONN_LOST, why);
+            break;
+        }
+        if (ch->big) {
+            ch->big_got += (size_t)n;
+            if (ch->big_got < ch->h.len)
+                continue;
+            uint8_t *big = ch->big;
+            ch->big = NULL;
+            bool alive = deliver(c, ch, big);
+            free(big);
+            if (!alive)
+                break;
+            continue;
+        }
+        ch->rlen += (size_t)n;
+        /* Parse every complete frame in the buffer. */
+        bool alive = true;
+        while (alive) {
+            size_t avail = ch->rlen - ch->roff;
+            if (!ch->have_hdr) {
+                if (avail < RRPCI_HDR_SIZE)
+                    break;
+                const char *why = NULL;
+                int r = rrpci_hdr_decode(ch->rbuf + ch->roff, rrpci_ctx_max_msg(ctx), &ch->h, &why);
+                if (r < 0) {
+                    rrpci_set_error(ctx, r, "bad frame from the peer: %s; connection closed", why);
+                    rrpci_conn_down(c, r, why);
+                    alive = false;
+                    break;
+                }
+                ch->have_hdr = true;
+                ch->roff += RRPCI_HDR_SIZE;
+                avail -= RRPCI_HDR_SIZE;
+            }
+            if (avail >= ch->h.len) {
+                const uint8_t *p = ch->rbuf + ch->roff;
+                ch->roff += ch->h.len;
+                alive = deliver(c, ch, p);
+                continue;
+            }
+            if (ch->h.len > RBUF_SIZE / 2) {
+                /* Large: read the rest straight into its own buffer. */
+                ch->big = malloc(ch->h.len);
+                if (!ch->big) {
+                    rrpci_conn_down(c, -ENOMEM, "out of memory for a large message");
+                    alive = false;
+                    break;
+                }
+                memcpy(ch->big, ch->rbuf + ch->roff, avail);
+                ch->big_got = avail;
+                ch->roff = ch->rlen = 0;
+            }
+            break;
+        }
+        if (!alive)
+            break;
+    }
+    rrpci_conn_unref(c);
+}
+
+/* ---- channels -------------------------------------------------------------- */
+
+static int chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
+{
+    ch->conn = c;
+    ch->cls = cls;
+    ch->fd = fd;
+    ch->connected = connected;
+    ch->rbuf = malloc(RBUF_SIZE);
+    if (!ch->rbuf)
+        return -ENOMEM;
+    ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
+    ev_io_init(&ch->wio, chan_writable_cb, fd, EV_WRITE);
+    ch->rio.data = ch->wio.data = ch;
+    return 0;
+}
+
+static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
+{
+    if (ch->fd < 0 && !ch->rbuf)
+        return;
+    ev_io_stop(ctx->loop, &ch->rio);
+    ev_io_stop(ctx->loop, &ch->wio);
+    if (ch->fd >= 0)
+        close(ch->fd);
+    ch->fd = -1;
+    free(ch->rbuf);
+    ch->rbuf = NULL;
+    free(ch->big);
+    ch->big = NULL;
+    while (ch->txh) {
+        struct rrpci_msg *m = ch->txh;
+        ch->txh = m->next;
+        rrpci_msg_free(m);
+    }
+    ch->txt = NULL;
+}
+
+static void tcp_conn_close(rrpc_conn *c)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    for (int i = 0; i < NCLS; i++)
+        chan_stop(&tc->ch[i], ctx);
+    if (tc->passive && tc->cookie)
+        rrpci_idmap_del(&tctx(ctx)->cookies, tc->cookie);
+    tc->cookie = 0;
+}
+
+/* ---- handshake --------------------------------------------------------------- */
+
+static void join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
+{
+    tc->joined |= 1u << cls;
+    if (tc->joined == (1u << NCLS) - 1)
+        rrpci_conn_established(c);
+}
+
+/* Active side: HELLO_ACK on control, JOIN_ACK on the others. */
+static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h,
+                               const uint8_t *p)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    if (tc->passive) {
+        rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the active side");
+        return;
+    }
+    if (h->type == RRPCI_T_HELLO_ACK && ch->cls == RRPC_CLASS_CONTROL && !tc->hello_done) {
+        struct rrpci_hello peer;
+        int r = rrpci_hello_decode(p, h->len, &peer);
+        if (r == 0)
+            r = rrpci_conn_hello_peer(c, &peer);
+        if (r < 0) {
+            rrpci_conn_down(c, r, rrpc_ctx_last_error(ctx));
+            return;
+        }
+        tc->hello_done = true;
+        tc->cookie = peer.cookie;
+        uint8_t ck[8];
+        rrpci_put64(ck, tc->cookie);
+        for (int i = 1; i < NCLS; i++) {
+            struct rrpci_msg *m = hs_msg(RRPCI_T_JOIN, i, ck, sizeof(ck));
+            if (!m) {
+                rrpci_conn_down(c, -ENOMEM, "out of memory during the handshake");
+                return;
+            }
+            chan_push(&tc->ch[i], ctx, m);
+            if (rrpci_conn_is_down(c))
+                return;
+        }
+        join_done(c, tc, RRPC_CLASS_CONTROL);
+        return;
+    }
+    if (h->type == RRPCI_T_JOIN_ACK && ch->cls != RRPC_CLASS_CONTROL && tc->hello_done &&
+        !(tc->joined & (1u << ch->cls))) {
+        join_done(c, tc, ch->cls);
+        return;
+    }
+    rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the passive side");
+}
+
+static int resolve_addr(const char *host, int port, bool passive, struct sockaddr_storage *ss,
+                        socklen_t *sl, const char **why)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = passive ? AI_PASSIVE : 0};
+    struct addrinfo *res = NULL;
+    char ps[8];
+    snprintf(ps, sizeof(ps), "%d", port);
+    int r = getaddrinfo(host, ps, &hints, &res);
+    if (r != 0 || !res) {
+        *why = r == EAI_NONAME ? "unknown host" : gai_strerror(r);
+        return -EHOSTUNREACH;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *sl = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    struct sockaddr_storage ss, src;
+    socklen_t sl, srcl = 0;
+    const char *why = NULL;
+    if (resolve_addr(u->host, u->port, false, &ss, &sl, &why) < 0)
+        return rrpci_set_error(ctx, -EHOSTUNREACH, "cannot resolve \"%s\": %s", u->host, why);
+    if (u->src[0] && resolve_addr(u->src, 0, false, &src, &srcl, &why) < 0)
+        return rrpci_set_error(ctx, -EADDRNOTAVAIL, "cannot resolve ?src=%s: %s", u->src, why);
+    for (int i = 0; i < NCLS; i++)
+        tc->ch[i].fd = -1;
+    for (int i = 0; i < NCLS; i++) {
+        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));
+        int r = chan_init(&tc->ch[i], c, i, fd, false);
+        if (r < 0)
+            return r;
+        sock_setup(fd);
+        r = set_tos(fd, ctx->cls[i].dscp);
+        if (r < 0)
+            return rrpci_set_error(ctx, r, "cannot set the DSCP of class %s: %s",
+                                   rrpc_class_name(i), strerror(-r));
+        if (srcl && bind(fd, (struct sockaddr *)&src, srcl) < 0)
+            return rrpci_set_error(ctx, -errno, "cannot bind to ?src=%s: %s", u->src,
+                                   strerror(errno));
+        if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
+            return rrpci_set_error(ctx, -errno, "cannot connect to %s:%d: %s", u->host, u->port,
+                                   strerror(errno));
+        ev_io_start(ctx->loop, &tc->ch[i].wio);
+    }
+    struct rrpci_hello hello;
+    rrpci_conn_hello_local(c, &hello);
+    uint8_t hb[RRPCI_HELLO_SIZE];
+    rrpci_hello_encode(&hello, hb);
+    struct rrpci_msg *m = hs_msg(RRPCI_T_HELLO, RRPC_CLASS_CONTROL, hb, sizeof(hb));
+    if (!m)
+        return -ENOMEM;
+    chan_push(&tc->ch[0], ctx, m);
+    return 0;
+}
+
+/* ---- passive side --------------------------------------------------------------- */
+
+static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
+{
+    ev_io_stop(ctx->loop, &p->io);
+    ev_timer_stop(ctx->loop, &p->timer);
+    if (close_fd)
+        close(p->fd);
+    rrpci_list_del(&p->link);
+    free(p);
+}
+
+/* Refuses an accepted socket with an ERROR frame the peer can show. */
+static void pend_refuse(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char *why)
+{
+    struct rrpci_msg *m = hs_msg(RRPCI_T_ERROR, 0, why, strlen(why));
+    if (m) {
+        m->h.arg = (uint32_t)code;
+        rrpci_hdr_encode(&m->h, m->hdr);
+        struct iovec iov[2] = {{m->hdr, RRPCI_HDR_SIZE}, {m->data, m->len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        /* Unread input at close() makes the kernel send a reset, which can
+         * destroy the ERROR frame before the peer reads it: drain, send, and
+         * close the sending side first. */
+        char sink[4096];
+        for (int i = 0; i < 16 && recv(p->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+            ;
+        (void)!sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        shutdown(p->fd, SHUT_WR);
+        rrpci_msg_free(m);
+    }
+    RRPCI_LOG(ctx, LOG_NOTICE, "refused an incoming tcp connection: %s", why);
+    pend_free(p, ctx, true);
+}
+
+static int adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    int r = chan_init(&tc->ch[cls], c, cls, fd, true);
+    if (r < 0)
+        return r;
+    set_tos(fd, ctx->cls[cls].dscp);
+    ev_io_start(ctx->loop, &tc->ch[cls].rio);
+    return 0;
+}
+
+static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
+                       const uint8_t *payload)
+{
+    rrpc_listener *l = p->l;
+    struct tcp_ctx *t = tctx(ctx);
+    if (h->type == RRPCI_T_HELLO && h->cls == RRPC_CLASS_CONTROL) {
+        rrpc_conn *c = rrpci_listener_new_conn(l);
+        if (!c)
+            {
+                pend_refuse(p, ctx, -ENOMEM, "server out of memory");
+                return;
+            }
+        struct tcp_conn *tc = rrpci_conn_priv(c);
+        for (int i = 0; i < NCLS; i++)
+            tc->ch[i].fd = -1;
+        tc->passive = true;
+        struct rrpci_hello peer, mine;
+        int r = rrpci_hello_decode(payload, h->len, &peer);
+        if (r == 0)
+            r = rrpci_conn_hello_peer(c, &peer);
+        if (r < 0) {
+            pend_refuse(p, ctx, r, rrpc_ctx_last_error(ctx));
+            rrpci_conn_down(c, r, "handshake refused");
+            return;
+        }
+        do {
+            if (getrandom(&tc->cookie, sizeof(tc->cookie), 0) != sizeof(tc->cookie))
+                tc->cookie = 0;
+        } while (!tc->cookie || rrpci_idmap_put(&t->cookies, tc->cookie, &tc->node) < 0);
+        int fd = p->fd;
+        pend_free(p, ctx, false);
+        if (adopt(c, RRPC_CLASS_CONTROL, fd, ctx) < 0) {
+            close(fd);
+            rrpci_conn_down(c, -ENOMEM, "out of memory");
+            return;
+        }
+        rrpci_conn_hello_local(c, &mine);
+        mine.cookie = tc->cookie;
+        uint8_t hb[RRPCI_HELLO_SIZE];
+        rrpci_hello_encode(&mine, hb);
+        struct rrpci_msg *m = hs_msg(RRPCI_T_HELLO_ACK, RRPC_CLASS_CONTROL, hb, sizeof(hb));
+        if (!m)
+            {
+                rrpci_conn_down(c, -ENOMEM, "out of memory");
+                return;
+            }
+        chan_push(&tc->ch[0], ctx, m);
+        if (!rrpci_conn_is_down(c))
+            join_done(c, tc, RRPC_CLASS_CONTROL);
+        return;
+    }
+    if (h->type == RRPCI_T_JOIN && h->cls != RRPC_CLASS_CONTROL && h->len == 8) {
+        struct rrpci_idnode *n = rrpci_idmap_get(&t->cookies, rrpci_get64(payload));
+        if (!n)
+            {
+                pend_refuse(p, ctx, RRPC_E_PROTO, "JOIN for an unknown connection");
+                return;
+            }
+        struct tcp_conn *tc = rrpci_container_of(n, struct tcp_conn, node);
+        rrpc_conn *c = tc->ch[0].conn;
+        if (tc->joined & (1u << h->cls))
+            {
+                pend_refuse(p, ctx, RRPC_E_PROTO, "class joined twice");
+                return;
+            }
+        int fd = p->fd, cls = h->cls;
+        pend_free(p, ctx, false);
+        if (adopt(c, cls, fd, ctx) < 0) {
+            close(fd);
+            rrpci_conn_down(c, -ENOMEM, "out of memory");
+            return;
+        }
+        struct rrpci_msg *m = hs_msg(RRPCI_T_JOIN_ACK, cls, NULL, 0);
+        if (!m)
+            {
+                rrpci_conn_down(c, -ENOMEM, "out of memory");
+                return;
+            }
+        chan_push(&tc->ch[cls], ctx, m);
+        if (!rrpci_conn_is_down(c))
+            join_done(c, tc, cls);
+        return;
+    }
+    pend_refuse(p, ctx, RRPC_E_PROTO, "the first frame must be HELLO (control) or JOIN");
+}
+
+static void pend_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct tcp_pend *p = w->data;
+    rrpc_ctx *ctx = rrpci_listener_ctx(p->l);
+    size_t want = RRPCI_HDR_SIZE;
+    struct rrpci_hdr h;
+    if (p->got >= RRPCI_HDR_SIZE) {
+        const char *why = NULL;
+        int r = rrpci_hdr_decode(p->buf, RRPCI_HELLO_SIZE, &h, &why);
+        if (r < 0)
+            {
+                pend_refuse(p, ctx, r, why);
+                return;
+            }
+        want += h.len;
+    }
+    ssize_t n = read(p->fd, p->buf + p->got, want - p->got);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        RRPCI_LOG(ctx, LOG_INFO, "an incoming tcp connection closed before its handshake");
+        {
+            pend_free(p, ctx, true);
+            return;
+        }
+    }
+    p->got += (size_t)n;
+    if (p->got == RRPCI_HDR_SIZE) {
+        const char *why = NULL;
+        int r = rrpci_hdr_decode(p->buf, RRPCI_HELLO_SIZE, &h, &why);
+        if (r < 0)
+            {
+                pend_refuse(p, ctx, r, why);
+                return;
+            }
+        if (h.len > 0)
+            return; /* the payload follows */
+    } else if (p->got < want) {
+        return;
+    }
+    rrpci_hdr_decode(p->buf, RRPCI_HELLO_SIZE, &h, NULL);
+    pend_frame(p, ctx, &h, p->buf + RRPCI_HDR_SIZE);
+}
+
+static void pend_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct tcp_pend *p = w->data;
+    pend_refuse(p, rrpci_listener_ctx(p->l), -ETIMEDOUT, "no handshake in time");
+}
+
+static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    rrpc_listener *l = w->data;
+    struct tcp_listener *tl = rrpci_listener_priv(l);
+    rrpc_ctx *ctx = rrpci_listener_ctx(l);
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(tl->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                RRPCI_LOG(ctx, LOG_WARNING, "accept: %s", strerror(errno));
+            return;
+        }
+        struct tcp_pend *p = calloc(1, sizeof(*p));
+        if (!p) {
+            close(fd);
+            continue;
+        }
+        sock_setup(fd);
+        p->l = l;
+        p->fd = fd;
+        ev_io_init(&p->io, pend_read_cb, fd, EV_READ);
+        p->io.data = p;
+        ev_timer_init(&p->timer, pend_timeout_cb, ctx->cfg.connect_timeout_ms / 1000.0, 0);
+        p->timer.data = p;
+        ev_io_start(loop, &p->io);
+        ev_timer_start(loop, &p->timer);
+        rrpci_list_add(&tl->pend, &p->link);
+    }
+}
+
+static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
+{
+    struct tcp_listener *tl = rrpci_listener_priv(l);
+    rrpc_ctx *ctx = rrpci_listener_ctx(l);
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    const char *why = NULL;
+    rrpci_list_init(&tl->pend);
+    tl->fd = -1;
+    if (resolve_addr(u->host, u->port, true, &ss, &sl, &why) < 0)
+        return rrpci_set_error(ctx, -EHOSTUNREACH, "cannot resolve \"%s\": %s", u->host, why);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* SYN-ACKs leave with the listener's mark: the control class's. */
+    set_tos(fd, ctx->cls[RRPC_CLASS_CONTROL].dscp);
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 512) < 0) {
+        int e = errno;
+        close(fd);
+        return rrpci_set_error(ctx, -e, "cannot listen on %s:%d: %s%s", u->host, u->port,
+                               strerror(e),
+                               e == EADDRINUSE ? " (another process uses the port; pick another "
+                                                 "or port 0)"
+                                               : "");
+    }
+    tl->fd = fd;
+    ev_io_init(&tl->io, accept_cb, fd, EV_READ);
+    tl->io.data = l;
+    ev_io_start(ctx->loop, &tl->io);
+    return 0;
+}
+
+static void tcp_listener_close(rrpc_listener *l)
+{
+    struct tcp_listener *tl = rrpci_listener_priv(l);
+    rrpc_ctx *ctx = rrpci_listener_ctx(l);
+    while (!rrpci_list_empty(&tl->pend))
+        pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
+    if (tl->fd >= 0) {
+        ev_io_stop(ctx->loop, &tl->io);
+        close(tl->fd);
+        tl->fd = -1;
+    }
+}
+
+static int tcp_listener_port(rrpc_listener *l)
+{
+    struct tcp_listener *tl = rrpci_listener_priv(l);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(tl->fd, (struct sockaddr *)&ss, &sl) < 0)
+        return -errno;
+    return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                          : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+static int tcp_class_dscp(rrpc_conn *c, int cls, int *ret)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    int fd = tc->ch[cls].fd;
+    if (fd < 0)
+        return RRPC_E_CLOSED;
+    int tos = 0;
+    socklen_t tl = sizeof(tos);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int r;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6)
+        r = getsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, &tl);
+    else
+        r = getsockopt(fd, IPPROTO_IP, IP_TOS, &tos, &tl);
+    if (r < 0)
+        return -errno;
+    *ret = (tos & 0xff) >> 2;
+    return 0;
+}
+
+static int tcp_peer_name(rrpc_conn *c, char *buf, size_t len)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
+    if (tc->ch[0].fd >= 0 && getpeername(tc->ch[0].fd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(buf, len, "%s:%s", host, port);
+    return 0;
+}
+
+static int tcp_query(rrpc_ctx *ctx, struct rrpci_transport_caps *caps)
+{
+    caps->max_msg = rrpci_ctx_max_msg(ctx);
+    caps->max_inline = 0;
+    caps->onesided_native = false;
+    return 0;
+}
+
+static void tcp_ctx_fini(rrpc_ctx *ctx)
+{
+    rrpci_idmap_fini(&tctx(ctx)->cookies);
+}
+
+const struct rrpci_transport_ops rrpci_tcp_ops = {
+    .version = RRPCI_TRANSPORT_OPS_VERSION,
+    .name = "tcp",
+    .scheme = "tcp",
+    .ctx_priv_size = sizeof(struct tcp_ctx),
+    .conn_priv_size = sizeof(struct tcp_conn),
+    .listener_priv_size = sizeof(struct tcp_listener),
+    .query = tcp_query,
+    .listen = tcp_listen,
+    .listener_close = tcp_listener_close,
+    .connect = tcp_connect,
+    .send = tcp_send,
+    .conn_close = tcp_conn_close,
+    .ctx_fini = tcp_ctx_fini,
+    .class_dscp = tcp_class_dscp,
+    .peer_name = tcp_peer_name,
+    .listener_port = tcp_listener_port,
+};

@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The transport ops table: what the core needs from a transport, and the
+ * upcalls a transport makes into the core.  The core never includes
+ * <infiniband/verbs.h>; a transport never touches the RPC engine.
+ *
+ * Rules:
+ *  - Everything runs on the context's loop thread with the context lock held.
+ *  - The core allocates the transport's private state (the *_priv_size
+ *    fields) zeroed, next to its own objects: rrpci_conn_priv() etc.
+ *  - Upcalls may re-enter the transport (an RPC handler may send, close the
+ *    connection, ...).  A transport that walks its own structures around an
+ *    upcall holds a reference (rrpci_conn_ref) and re-checks its state after.
+ *  - Optional ops are NULL; the core then emulates (one-sided over frames)
+ *    or returns -EOPNOTSUPP.
+ */
+#ifndef RRPCI_TRANSPORT_H
+#define RRPCI_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/frame.h"
+#include "util/uri.h"
+
+typedef struct rrpc_ctx rrpc_ctx;
+typedef struct rrpc_conn rrpc_conn;
+typedef struct rrpc_listener rrpc_listener;
+typedef struct rrpc_region rrpc_region;
+
+#define RRPCI_TRANSPORT_OPS_VERSION 1
+
+struct rrpci_transport_caps {
+    uint32_t max_msg;     /* largest payload of one frame the transport carries */
+    uint32_t max_inline;  /* payloads up to this go inline (informational) */
+    bool onesided_native; /* READ/WRITE done by the transport; else the core emulates */
+};
+
+/*
+ * An outbound frame.  The core fills @h (credits are set at hand-off) and the
+ * payload: @len bytes in @data, then @ext_len bytes at @ext (memory the
+ * caller guarantees until completion, e.g. a registered region).  Once
+ * ops->send accepted it, the transport owns it and releases it with
+ * rrpci_msg_free() when the bytes are gone (written / send completed).
+ */
+struct rrpci_msg {
+    struct rrpci_msg *next;
+    struct rrpci_hdr h;
+    uint8_t hdr[RRPCI_HDR_SIZE]; /* encoded at hand-off */
+    const uint8_t *ext;
+    size_t ext_len;
+    size_t len;
+    uint8_t data[];
+};
+static inline size_t rrpci_msg_payload_len(const struct rrpci_msg *m)
+{
+    return m->len + m->ext_len;
+}
+
+/* A native one-sided operation (verbs). */
+enum rrpci_rdma_opcode { RRPCI_RDMA_WRITE, RRPCI_RDMA_WRITE_IMM, RRPCI_RDMA_READ };
+struct rrpci_rdma_op {
+    enum rrpci_rdma_opcode opcode;
+    int cls;
+    rrpc_region *local;
+    size_t local_off;
+    uint64_t remote_addr; /* absolute address at the target */
+    uint64_t remote_key;
+    size_t len;
+    uint32_t imm;
+    uint64_t id; /* completes through rrpci_rdma_done(conn, id, status) */
+};
+
+struct rrpci_transport_ops {
+    uint32_t version; /* RRPCI_TRANSPORT_OPS_VERSION */
+    const char *name;   /* "tcp", "verbs" */
+    const char *scheme; /* URI scheme: "tcp", "rdma" */
+    size_t ctx_priv_size;
+    size_t conn_priv_size;
+    size_t listener_priv_size;
+
+    /* Mandatory. */
+    int (*query)(rrpc_ctx *ctx, struct rrpci_transport_caps *caps);
+    int (*listen)(rrpc_listener *l, const struct rrpci_uri *uri);
+    void (*listener_close)(rrpc_listener *l);
+    /* Starts connecting; later rrpci_conn_established() or rrpci_conn_down(). */
+    int (*connect)(rrpc_conn *c, const struct rrpci_uri *uri);
+    /* 0: the transport took @m.  -EAGAIN: no room now, the core keeps @m and
+     * waits for rrpci_conn_writable(c, cls).  Other: the connection is broken. */
+    int (*send)(rrpc_conn *c, int cls, struct rrpci_msg *m);
+    /* Releases every transport resource of @c; no upcall for @c after this. */
+    void (*conn_close)(rrpc_conn *c);
+
+    /* Optional. */
+    int (*ctx_init)(rrpc_ctx *ctx);  /* first use of the transport in @ctx */
+    void (*ctx_fini)(rrpc_ctx *ctx); /* context destroyed */
+    int (*class_dscp)(rrpc_conn *c, int cls, int *ret_dscp);
+    int (*peer_name)(rrpc_conn *c, char *buf, size_t len);
+    int (*listener_port)(rrpc_listener *l);
+    /* One-sided, native: the key of @r on @c's device (registering it), the
+     * release of all of @r's registrations, and the operation itself. */
+    int (*region_key)(rrpc_conn *c, rrpc_region *r, uint64_t *ret_key);
+    void (*region_release)(rrpc_ctx *ctx, rrpc_region *r);
+    int (*rdma)(rrpc_conn *c, const struct rrpci_rdma_op *op);
+};
+
+/* The transports compiled in. */
+extern const struct rrpci_transport_ops rrpci_tcp_ops;
+#ifdef RRPC_HAVE_VERBS
+extern const struct rrpci_transport_ops rrpci_verbs_ops;
+#endif
+
+/* ---- core services for transports ------------------------------------- */
+
+struct ev_loop;
+struct ev_loop *rrpci_ctx_loop(rrpc_ctx *ctx);
+void *rrpci_ctx_tpriv(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
+void *rrpci_conn_priv(rrpc_conn *c);
+void *rrpci_listener_priv(rrpc_listener *l);
+rrpc_ctx *rrpci_conn_ctx(rrpc_conn *c);
+rrpc_ctx *rrpci_listener_ctx(rrpc_listener *l);
+void rrpci_conn_ref(rrpc_conn *c);
+void rrpci_conn_unref(rrpc_conn *c);
+/* True once the connection is going down: stop touching it. */
+bool rrpci_conn_is_down(rrpc_conn *c);
+/* The largest payload this side accepts (RRPC_MAX_MSG). */
+uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
+/* The DSCP configured for class @cls. */
+int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
+/* Region helpers for transports. */
+void *rrpci_region_tpriv(rrpc_region *r); /* one pointer slot for the transport */
+void rrpci_region_set_tpriv(rrpc_region *r, void *p);
+void *rrpci_region_addr(rrpc_region *r);
+size_t rrpci_region_len(rrpc_region *r);
+unsigned rrpci_region_access(rrpc_region *r);
+uint64_t rrpci_region_generation(rrpc_region *r);
+
+/* ---- upcalls ---------------------------------------------------------- */
+
+/*
+ * A passive side: a new connection arrives on @l.  Returns a connection
+ * object (with its transport private state) or NULL (-ENOMEM: refuse it).
+ * The connection is not announced to the application until established.
+ */
+rrpc_conn *rrpci_listener_new_conn(rrpc_listener *l);
+
+/*
+ * Handshake: the record this side sends (its grants), and the check of the
+ * peer's record.  rrpci_conn_hello_peer returns 0 or RRPC_E_VERSION /
+ * RRPC_E_PROTO (with the detail in the context's last error).
+ */
+void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h);
+int rrpci_conn_hello_peer(rrpc_conn *c, const struct rrpci_hello *peer);
+
+/* Every class is connected and the handshake done: the connection is UP. */
+void rrpci_conn_established(rrpc_conn *c);
+
+/*
+ * The transport saw the connection fail (or the peer close): @reason is an
+ * RRPC_E_* code or a negated errno, @why a static or short-lived text for the
+ * log.  The core fails pending work, tells the application, and calls
+ * ops->conn_close.  Safe to call more than once.
+ */
+void rrpci_conn_down(rrpc_conn *c, int reason, const char *why);
+
+/* A frame arrived on class @cls, its header decoded and validated with
+ * rrpci_hdr_decode.  @payload is valid only during the call. */
+void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *payload);
+
+/* Class @cls can take frames again after an -EAGAIN from ops->send. */
+void rrpci_conn_writable(rrpc_conn *c, int cls);
+
+/* Native one-sided completions. */
+void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status);
+/* A write-with-immediate landed here. */
+void rrpci_conn_notify(rrpc_conn *c, uint32_t imm);
+
+/* Outbound messages. */
+struct rrpci_msg *rrpci_msg_new(size_t len);
+void rrpci_msg_free(struct rrpci_msg *m);
+
+/* Errors and logs, for every layer. */
+int rrpci_set_error(rrpc_ctx *ctx, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void rrpci_log(rrpc_ctx *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define RRPCI_LOG(ctx, level, ...)                                  \
+    do {                                                            \
+        if (rrpci_log_enabled((ctx), (level)))                      \
+            rrpci_log((ctx), (level), __VA_ARGS__);                 \
+    } while (0)
+bool rrpci_log_enabled(rrpc_ctx *ctx, int level);
+
+#endif

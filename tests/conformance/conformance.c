@@ -1,0 +1,750 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The conformance suite: written once against the public API, run once per
+ * transport.  The transport and addresses come from the environment:
+ *   RRPC_TEST_TRANSPORT   tcp (default) | verbs
+ *   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
+ *   RRPC_TEST_CLIENT_SRC  the client's source address (optional; in the
+ *                         Soft-RoCE VM 10.77.0.1 so traffic crosses the veth)
+ * Server and client are two contexts in this process, each on its own loop
+ * thread, so the server's memory can be checked directly.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <roce_rpc/rrpc.h>
+
+#include "raw_peer.h"
+
+static struct {
+    const char *transport;
+    const char *scheme;
+    const char *server_addr;
+    const char *client_src;
+    char uri[256];
+    rrpc_ctx *sctx, *cctx;
+    rrpc_listener *lis;
+    int port;
+    /* server side bookkeeping */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rrpc_conn *last_server_conn;
+    int server_ups, server_downs, last_down_reason;
+    rrpc_request *held;
+    uint32_t last_imm;
+    int notifies;
+    rrpc_region *sregion;
+    uint8_t *smem;
+} T;
+
+#define SMEM_LEN (4u << 20)
+
+static void lock(void)
+{
+    pthread_mutex_lock(&T.mu);
+}
+static void unlock(void)
+{
+    pthread_cond_broadcast(&T.cv);
+    pthread_mutex_unlock(&T.mu);
+}
+
+/* Waits up to @ms for *@flag >= @want; returns the value seen. */
+static int wait_for(int *flag, int want, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&T.mu);
+    while (*flag < want)
+        if (pthread_cond_timedwait(&T.cv, &T.mu, &ts) == ETIMEDOUT)
+            break;
+    int v = *flag;
+    pthread_mutex_unlock(&T.mu);
+    return v;
+}
+
+/* ---- server handlers ------------------------------------------------------ */
+
+static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    assert_int_equal(rrpc_respond(req, p, len), 0);
+}
+
+static void h_fail(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_respond_error(req, 42, "the handler refuses politely");
+}
+
+static void h_hold(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    lock();
+    T.held = req;
+    unlock();
+}
+
+static void *late_reply(void *arg)
+{
+    usleep(10000);
+    rrpc_request *req = arg;
+    uint8_t buf[8];
+    memcpy(buf, "threaded", 8);
+    rrpc_respond(req, buf, sizeof(buf));
+    return NULL;
+}
+
+static void h_async(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, late_reply, req), 0);
+    pthread_detach(t);
+}
+
+static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_token t;
+    uint8_t buf[RRPC_TOKEN_SIZE];
+    assert_int_equal(rrpc_region_token(T.sregion, rrpc_request_conn(req), &t), 0);
+    rrpc_token_encode(&t, buf);
+    rrpc_respond(req, buf, sizeof(buf));
+}
+
+static void h_class(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    int32_t cls = rrpc_request_class(req);
+    rrpc_respond(req, &cls, sizeof(cls));
+}
+
+static void server_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    lock();
+    if (ev == RRPC_CONN_UP) {
+        T.server_ups++;
+        T.last_server_conn = c;
+    } else {
+        T.server_downs++;
+        T.last_down_reason = reason;
+        if (T.last_server_conn == c)
+            T.last_server_conn = NULL;
+    }
+    unlock();
+}
+
+static void server_notify(rrpc_conn *c, uint32_t imm, void *user)
+{
+    lock();
+    T.last_imm = imm;
+    T.notifies++;
+    unlock();
+}
+
+static int group_setup(void **state)
+{
+    T.transport = getenv("RRPC_TEST_TRANSPORT") ? getenv("RRPC_TEST_TRANSPORT") : "tcp";
+    T.scheme = strcmp(T.transport, "verbs") == 0 ? "rdma" : "tcp";
+    T.server_addr = getenv("RRPC_TEST_SERVER") ? getenv("RRPC_TEST_SERVER") : "127.0.0.1";
+    T.client_src = getenv("RRPC_TEST_CLIENT_SRC");
+    pthread_mutex_init(&T.mu, NULL);
+    pthread_cond_init(&T.cv, NULL);
+    if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
+        return -1;
+    static const char *const methods[] = {"echo", "fail", "hold", "async", "token", "class"};
+    rrpc_handler_fn fns[] = {h_echo, h_fail, h_hold, h_async, h_token, h_class};
+    for (int i = 0; i < 6; i++)
+        if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
+            return -1;
+    rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
+    T.smem = calloc(1, SMEM_LEN);
+    if (rrpc_mem_reg(T.sctx, T.smem, SMEM_LEN, RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE,
+                     &T.sregion))
+        return -1;
+    char luri[256];
+    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    int r = rrpc_listen(T.sctx, luri, server_event, NULL, &T.lis);
+    if (r) {
+        fprintf(stderr, "listen %s: %s: %s\n", luri, rrpc_err_name(r),
+                rrpc_ctx_last_error(T.sctx));
+        return -1;
+    }
+    T.port = rrpc_listener_port(T.lis);
+    if (T.client_src)
+        snprintf(T.uri, sizeof(T.uri), "%s://%s:%d?src=%s", T.scheme, T.server_addr, T.port,
+                 T.client_src);
+    else
+        snprintf(T.uri, sizeof(T.uri), "%s://%s:%d", T.scheme, T.server_addr, T.port);
+    if (rrpc_ctx_start_thread(T.sctx) || rrpc_ctx_start_thread(T.cctx))
+        return -1;
+    printf("# conformance: transport %s, server %s\n", T.transport, T.uri);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    rrpc_ctx_destroy(T.cctx);
+    rrpc_ctx_destroy(T.sctx);
+    free(T.smem);
+    pthread_cond_destroy(&T.cv);
+    pthread_mutex_destroy(&T.mu);
+    return 0;
+}
+
+static rrpc_conn *connect_client(rrpc_ctx *ctx)
+{
+    rrpc_conn *c = NULL;
+    int r = rrpc_connect_sync(ctx, T.uri, 10000, NULL, NULL, &c);
+    if (r)
+        fprintf(stderr, "connect %s: %s: %s\n", T.uri, rrpc_err_name(r), rrpc_ctx_last_error(ctx));
+    assert_int_equal(r, 0);
+    assert_string_equal(rrpc_conn_transport(c), T.transport);
+    return c;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = (uint8_t)(seed >> 16);
+    }
+}
+
+static void echo_ok(rrpc_conn *c, size_t n, int cls)
+{
+    uint8_t *buf = malloc(n ? n : 1);
+    fill(buf, n, (uint32_t)n);
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_call_opts o = {.qos_class = cls};
+    int r = rrpc_call_sync(c, "echo", buf, n, &o, &out, &outlen);
+    if (r)
+        fprintf(stderr, "echo %zu: %s: %s\n", n, rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
+    assert_int_equal(r, 0);
+    assert_int_equal(outlen, n);
+    assert_memory_equal(out, buf, n);
+    free(out);
+    free(buf);
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_echo_returns_every_size_from_0_to_4_MiB(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    static const size_t sizes[] = {0, 1, 63, 64, 4095, 4096, 8193, 65536, 1u << 20, 4u << 20};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        echo_ok(c, sizes[i], i % 2 ? RRPC_CLASS_BULK : RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
+struct pipe_state {
+    int done, bad;
+};
+
+static void pipe_cb(const rrpc_result *res, void *user)
+{
+    struct pipe_state *ps = user;
+    lock();
+    if (res->status != 0 || res->len != 8)
+        ps->bad++;
+    ps->done++;
+    unlock();
+}
+
+struct idx_ctx {
+    struct pipe_state *ps;
+    uint64_t want;
+};
+
+static void pipe_check_cb(const rrpc_result *res, void *user)
+{
+    struct idx_ctx *ic = user;
+    uint64_t got = 0;
+    if (res->status == 0 && res->len == 8)
+        memcpy(&got, res->data, 8);
+    lock();
+    if (res->status != 0 || got != ic->want)
+        ic->ps->bad++;
+    ic->ps->done++;
+    unlock();
+}
+
+static void test_10000_pipelined_calls_all_answered_in_order_of_ids(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    enum { N = 10000 };
+    struct pipe_state ps = {0};
+    struct idx_ctx *ic = calloc(N, sizeof(*ic));
+    for (uint64_t i = 0; i < N; i++) {
+        ic[i].ps = &ps;
+        ic[i].want = i;
+        assert_int_equal(rrpc_call(c, "echo", &i, sizeof(i), NULL, pipe_check_cb, &ic[i]), 0);
+    }
+    assert_int_equal(wait_for(&ps.done, N, 60000), N);
+    assert_int_equal(ps.bad, 0);
+    free(ic);
+    rrpc_conn_close(c);
+}
+
+static void test_deadline_expires_when_the_handler_never_answers(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    void *out = NULL;
+    size_t n = 0;
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 200};
+    assert_int_equal(rrpc_call_sync(c, "hold", "x", 1, &o, &out, &n), RRPC_E_DEADLINE);
+    /* The late answer is dropped by the client; the connection still works. */
+    lock();
+    rrpc_request *req = T.held;
+    T.held = NULL;
+    unlock();
+    assert_non_null(req);
+    assert_int_equal(rrpc_respond(req, "late", 4), 0);
+    echo_ok(c, 16, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
+static void test_handler_error_reaches_the_caller_with_code_and_message(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    void *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rrpc_call_sync(c, "fail", NULL, 0, NULL, &out, &n), 42);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "the handler refuses politely"));
+    assert_int_equal(rrpc_call_sync(c, "no-such-method", NULL, 0, NULL, &out, &n),
+                     RRPC_E_NO_METHOD);
+    rrpc_call_opts bad = {.qos_class = 7};
+    assert_int_equal(rrpc_call_sync(c, "echo", NULL, 0, &bad, &out, &n), RRPC_E_BAD_CLASS);
+    rrpc_conn_close(c);
+}
+
+static void test_async_reply_from_another_thread_completes_the_call(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    void *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rrpc_call_sync(c, "async", NULL, 0, NULL, &out, &n), 0);
+    assert_int_equal(n, 8);
+    assert_memory_equal(out, "threaded", 8);
+    free(out);
+    rrpc_conn_close(c);
+}
+
+struct thr_arg {
+    rrpc_conn *c;
+    int id;
+    int failures;
+};
+
+static void *caller_thread(void *p)
+{
+    struct thr_arg *a = p;
+    for (int i = 0; i < 300; i++) {
+        uint64_t v = ((uint64_t)a->id << 32) | (uint64_t)i;
+        void *out = NULL;
+        size_t n = 0;
+        int r = rrpc_call_sync(a->c, "echo", &v, sizeof(v), NULL, &out, &n);
+        if (r || n != 8 || memcmp(out, &v, 8) != 0)
+            a->failures++;
+        free(out);
+    }
+    return NULL;
+}
+
+static void test_calls_from_four_threads_on_one_connection(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    pthread_t t[4];
+    struct thr_arg a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (struct thr_arg){c, i, 0};
+        pthread_create(&t[i], NULL, caller_thread, &a[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].failures, 0);
+    }
+    rrpc_conn_close(c);
+}
+
+static void test_one_credit_per_class_still_completes_500_pipelined_calls(void **state)
+{
+    /* Both sides grant a single credit: every call waits for the previous
+     * one's credit to come back, and the receiver would close the connection
+     * with RRPC_E_CREDIT if the sender ever overran it. */
+    rrpc_ctx *s, *cl;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    assert_int_equal(rrpc_ctx_create(&cl), 0);
+    for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+        int dscp;
+        rrpc_class_get(s, k, &dscp, NULL, NULL);
+        assert_int_equal(rrpc_class_set(s, k, dscp, 1, 1), 0);
+        assert_int_equal(rrpc_class_set(cl, k, dscp, 1, 1), 0);
+    }
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    char luri[256], curi[300];
+    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    rrpc_listener *l;
+    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
+    snprintf(curi, sizeof(curi), "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
+             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c), 0);
+    struct pipe_state ps = {0};
+    for (uint64_t i = 0; i < 500; i++)
+        assert_int_equal(rrpc_call(c, "echo", &i, 8, NULL, pipe_cb, &ps), 0);
+    assert_int_equal(wait_for(&ps.done, 500, 60000), 500);
+    assert_int_equal(ps.bad, 0);
+    rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
+}
+
+static void test_low_latency_calls_complete_while_bulk_saturates(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    enum { BULK = 192, BULK_SIZE = 1 << 20, LL = 20 };
+    uint8_t *big = calloc(1, BULK_SIZE);
+    struct pipe_state bulk = {0};
+    rrpc_call_opts bo = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 120000};
+    for (int i = 0; i < BULK; i++)
+        assert_int_equal(rrpc_call(c, "echo", big, BULK_SIZE, &bo, pipe_cb, &bulk), 0);
+    /* Every low_latency call gets through while bulk is still queued. */
+    rrpc_call_opts lo = {.qos_class = RRPC_CLASS_LOW_LATENCY};
+    for (int i = 0; i < LL; i++) {
+        void *out = NULL;
+        size_t n = 0;
+        assert_int_equal(rrpc_call_sync(c, "class", NULL, 0, &lo, &out, &n), 0);
+        int32_t cls;
+        memcpy(&cls, out, sizeof(cls));
+        assert_int_equal(cls, RRPC_CLASS_LOW_LATENCY);
+        free(out);
+    }
+    lock();
+    int bulk_done_when_ll_finished = bulk.done;
+    unlock();
+    printf("# bulk calls done when the %d low_latency calls finished: %d of %d\n", LL,
+           bulk_done_when_ll_finished, BULK);
+    assert_true(bulk_done_when_ll_finished < BULK);
+    assert_int_equal(wait_for(&bulk.done, BULK, 120000), BULK);
+    assert_int_equal(bulk.bad, 0);
+    free(big);
+    rrpc_conn_close(c);
+}
+
+static void test_each_class_carries_its_dscp_on_both_ends(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    echo_ok(c, 1, RRPC_CLASS_CONTROL); /* the server's UP has surely run */
+    lock();
+    rrpc_conn *sc = T.last_server_conn;
+    unlock();
+    assert_non_null(sc);
+    for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+        int want, got = -1, sgot = -1;
+        rrpc_class_get(T.cctx, k, &want, NULL, NULL);
+        assert_int_equal(rrpc_conn_class_dscp(c, k, &got), 0);
+        assert_int_equal(got, want);
+        assert_int_equal(rrpc_conn_class_dscp(sc, k, &sgot), 0);
+        assert_int_equal(sgot, want);
+    }
+    rrpc_conn_close(c);
+}
+
+static void fetch_token(rrpc_conn *c, rrpc_token *t)
+{
+    void *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rrpc_call_sync(c, "token", NULL, 0, NULL, &out, &n), 0);
+    assert_int_equal(rrpc_token_decode(out, n, t), 0);
+    free(out);
+}
+
+static void test_one_sided_write_and_read_move_the_exact_bytes(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    rrpc_token t;
+    fetch_token(c, &t);
+    assert_int_equal(t.len, SMEM_LEN);
+    size_t n = 3u << 20; /* more than one emulation chunk */
+    uint8_t *local = calloc(1, 2 * n);
+    fill(local, n, 7);
+    rrpc_region *lr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, local, 2 * n, 0, &lr), 0);
+    assert_int_equal(rrpc_write_sync(c, lr, 0, &t, 4096, n, NULL), 0);
+    assert_memory_equal(T.smem + 4096, local, n);
+    assert_int_equal(rrpc_read_sync(c, lr, n, &t, 4096, n, NULL), 0);
+    assert_memory_equal(local + n, local, n);
+    /* write with notify: the target hears the value after the data landed */
+    lock();
+    int before = T.notifies;
+    unlock();
+    rrpc_op_opts o = {.qos_class = RRPC_CLASS_BULK, .notify = 1, .imm = 0xC0FFEE};
+    assert_int_equal(rrpc_write_sync(c, lr, 0, &t, 0, 128, &o), 0);
+    assert_int_equal(wait_for(&T.notifies, before + 1, 5000), before + 1);
+    assert_int_equal(T.last_imm, 0xC0FFEE);
+    assert_memory_equal(T.smem, local, 128);
+    rrpc_mem_dereg(lr);
+    free(local);
+    rrpc_conn_close(c);
+}
+
+static void test_one_sided_outside_the_token_fails_at_once_and_writes_nothing(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    rrpc_token t;
+    fetch_token(c, &t);
+    uint8_t local[256];
+    memset(local, 0xAB, sizeof(local));
+    rrpc_region *lr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, local, sizeof(local), 0, &lr), 0);
+    memset(T.smem + SMEM_LEN - 256, 0, 256);
+    assert_int_equal(rrpc_write_sync(c, lr, 0, &t, SMEM_LEN - 100, 200, NULL), RRPC_E_ACCESS);
+    assert_int_equal(rrpc_write_sync(c, lr, 0, &t, UINT64_MAX - 10, 200, NULL), RRPC_E_ACCESS);
+    assert_int_equal(rrpc_write_sync(c, lr, 100, &t, 0, 200, NULL), RRPC_E_REGION);
+    rrpc_token ro = t;
+    ro.access = RRPC_ACCESS_REMOTE_READ;
+    assert_int_equal(rrpc_write_sync(c, lr, 0, &ro, 0, 16, NULL), RRPC_E_ACCESS);
+    for (int i = 0; i < 256; i++)
+        assert_int_equal(T.smem[SMEM_LEN - 256 + i], 0);
+    rrpc_mem_dereg(lr);
+    rrpc_conn_close(c);
+}
+
+static void test_one_sided_with_a_forged_key_fails_and_writes_nothing(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    rrpc_token t;
+    fetch_token(c, &t);
+    t.key ^= 0x5a5a;
+    uint8_t local[64];
+    memset(local, 0xEE, sizeof(local));
+    memset(T.smem, 0, 64);
+    rrpc_region *lr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, local, sizeof(local), 0, &lr), 0);
+    int r = rrpc_write_sync(c, lr, 0, &t, 0, 64, NULL);
+    /* tcp: the target refuses it (RRPC_E_ACCESS); verbs: the NIC's remote
+     * access error, which also breaks the queue pair (RRPC_E_ACCESS, and the
+     * connection goes down). */
+    assert_int_equal(r, RRPC_E_ACCESS);
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(T.smem[i], 0);
+    rrpc_mem_dereg(lr);
+    rrpc_conn_close(c);
+    /* the server still serves others */
+    rrpc_conn *c2 = connect_client(T.cctx);
+    echo_ok(c2, 100, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c2);
+}
+
+/* ---- bad input from a raw peer (tcp only: the frames are written by hand) ---- */
+
+static bool raw_skip(void)
+{
+    if (strcmp(T.transport, "tcp") != 0) {
+        printf("# skipped on %s: raw frames are injected over tcp sockets\n", T.transport);
+        return true;
+    }
+    return false;
+}
+
+static void still_serving(void)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    echo_ok(c, 1000, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
+/* Waits until every server-side connection of earlier tests is down (their
+ * DOWN events arrive asynchronously), then returns the count of downs. */
+static int downs_now(void)
+{
+    for (int i = 0; i < 500; i++) {
+        lock();
+        int ups = T.server_ups, d = T.server_downs;
+        unlock();
+        if (d >= ups)
+            return d;
+        usleep(10000);
+    }
+    fail_msg("server connections of earlier tests did not go down");
+    return -1;
+}
+
+static void test_garbage_bytes_are_refused_and_the_server_keeps_serving(void **state)
+{
+    if (raw_skip())
+        return;
+    int fd = raw_connect(T.server_addr, T.port);
+    assert_true(fd >= 0);
+    const char junk[64] = "GET / HTTP/1.1\r\nHost: roce-rpc\r\n\r\n";
+    assert_true(write(fd, junk, sizeof(junk)) == sizeof(junk));
+    int code = 0;
+    assert_int_equal(raw_read_refusal(fd, &code), 0);
+    assert_int_equal(code, RRPC_E_PROTO);
+    close(fd);
+    still_serving();
+}
+
+static void test_wrong_version_is_refused_with_a_version_error(void **state)
+{
+    if (raw_skip())
+        return;
+    int fd = raw_connect(T.server_addr, T.port);
+    assert_true(fd >= 0);
+    uint8_t hdr[32];
+    raw_header(hdr, 1 /*HELLO*/, 0, 0, 0, 0, 32, 0);
+    hdr[4] = 99; /* version */
+    uint8_t hello[32] = {99, 4};
+    assert_true(write(fd, hdr, 32) == 32 && write(fd, hello, 32) == 32);
+    int code = 0;
+    assert_int_equal(raw_read_refusal(fd, &code), 0);
+    assert_int_equal(code, RRPC_E_VERSION);
+    close(fd);
+    still_serving();
+}
+
+static void test_a_4_GiB_length_closes_the_connection_before_any_allocation(void **state)
+{
+    if (raw_skip())
+        return;
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint8_t hdr[32];
+    raw_header(hdr, 5 /*REQUEST*/, 1, 0, 1, 0, 0xFFFFFFFFu, 0);
+    assert_true(write(rc.fd[1], hdr, 32) == 32);
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, RRPC_E_TOO_BIG);
+    raw_close(&rc);
+    still_serving();
+}
+
+static void test_a_peer_vanishing_mid_message_is_detected(void **state)
+{
+    if (raw_skip())
+        return;
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint8_t hdr[32];
+    raw_header(hdr, 5 /*REQUEST*/, 1, 0, 7, 0, 1000, 0);
+    assert_true(write(rc.fd[1], hdr, 32) == 32);
+    assert_true(write(rc.fd[1], "only part of it", 15) == 15);
+    raw_close(&rc);
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, RRPC_E_CONN_LOST);
+    still_serving();
+}
+
+static void test_a_malformed_header_closes_only_that_connection(void **state)
+{
+    if (raw_skip())
+        return;
+    rrpc_conn *bystander = connect_client(T.cctx);
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint8_t hdr[32];
+    raw_header(hdr, 5, 1, 0, 1, 0, 0, 0);
+    hdr[6] = 9; /* class 9 on the low_latency socket */
+    assert_true(write(rc.fd[1], hdr, 32) == 32);
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, RRPC_E_BAD_CLASS);
+    raw_close(&rc);
+    echo_ok(bystander, 64, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(bystander);
+}
+
+static void test_a_sender_overrunning_its_credits_is_cut_off(void **state)
+{
+    if (raw_skip())
+        return;
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    /* background grants 8 credits by default.  Nine frames that draw no
+     * answer (acks of operations the server never started), in one burst:
+     * the server returns no credit before the ninth, so the ninth overruns. */
+    uint8_t burst[9 * 32];
+    for (int i = 0; i < 9; i++)
+        raw_header(burst + 32 * i, 10 /*OS_ACK*/, 3, 0, 900000 + (uint64_t)i, 0, 0, 0);
+    assert_true(write(rc.fd[3], burst, sizeof(burst)) == (ssize_t)sizeof(burst));
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, RRPC_E_CREDIT);
+    raw_close(&rc);
+    still_serving();
+}
+
+static void test_a_raw_write_outside_the_region_is_refused_by_the_target(void **state)
+{
+    if (raw_skip())
+        return;
+    rrpc_conn *c = connect_client(T.cctx);
+    rrpc_token t;
+    fetch_token(c, &t);
+    rrpc_conn_close(c);
+    struct raw_conn rc;
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint8_t before[16];
+    memcpy(before, T.smem + SMEM_LEN - 8, 8);
+    int status = 0;
+    /* 16 bytes starting 8 bytes before the end: straddles the end */
+    assert_int_equal(raw_os_write(&rc, t.addr + SMEM_LEN - 8, t.key, "0123456789abcdef", 16,
+                                  &status),
+                     0);
+    assert_int_equal(status, RRPC_E_ACCESS);
+    assert_memory_equal(T.smem + SMEM_LEN - 8, before, 8);
+    /* a forged key */
+    assert_int_equal(raw_os_write(&rc, t.addr, t.key + 1, "x", 1, &status), 0);
+    assert_int_equal(status, RRPC_E_ACCESS);
+    /* and the right one works, through the same connection */
+    assert_int_equal(raw_os_write(&rc, t.addr + 100, t.key, "roce", 4, &status), 0);
+    assert_int_equal(status, 0);
+    assert_memory_equal(T.smem + 100, "roce", 4);
+    raw_close(&rc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_echo_returns_every_size_from_0_to_4_MiB),
+        cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
+        cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
+        cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),
+        cmocka_unit_test(test_async_reply_from_another_thread_completes_the_call),
+        cmocka_unit_test(test_calls_from_four_threads_on_one_connection),
+        cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),
+        cmocka_unit_test(test_low_latency_calls_complete_while_bulk_saturates),
+        cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
+        cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),
+        cmocka_unit_test(test_one_sided_outside_the_token_fails_at_once_and_writes_nothing),
+        cmocka_unit_test(test_one_sided_with_a_forged_key_fails_and_writes_nothing),
+        cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),
+        cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),
+        cmocka_unit_test(test_a_4_GiB_length_closes_the_connection_before_any_allocation),
+        cmocka_unit_test(test_a_peer_vanishing_mid_message_is_detected),
+        cmocka_unit_test(test_a_malformed_header_closes_only_that_connection),
+        cmocka_unit_test(test_a_sender_overrunning_its_credits_is_cut_off),
+        cmocka_unit_test(test_a_raw_write_outside_the_region_is_refused_by_the_target),
+    };
+    return cmocka_run_group_tests_name(getenv("RRPC_TEST_TRANSPORT") ? getenv("RRPC_TEST_TRANSPORT")
+                                                                     : "tcp",
+                                       tests, group_setup, group_teardown);
+}

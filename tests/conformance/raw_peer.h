@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A hand-written roce-rpc peer over plain TCP sockets, for injecting frames
+ * the library would never send.  It writes the wire format of
+ * docs/protocol.md byte by byte, independently of the library's encoder.
+ */
+#ifndef RRPC_TEST_RAW_PEER_H
+#define RRPC_TEST_RAW_PEER_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static inline void raw_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t raw_get(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline void raw_header(uint8_t h[32], int type, int cls, int flags, uint64_t id,
+                              uint64_t arg, uint32_t len, uint16_t credits)
+{
+    memset(h, 0, 32);
+    memcpy(h, "RRPC", 4);
+    h[4] = 1;
+    h[5] = (uint8_t)type;
+    h[6] = (uint8_t)cls;
+    h[7] = (uint8_t)flags;
+    raw_le(h + 8, id, 8);
+    raw_le(h + 16, arg, 8);
+    raw_le(h + 24, len, 4);
+    raw_le(h + 28, credits, 2);
+}
+
+static inline int raw_connect(const char *host, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static inline int raw_read_full(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Reads one frame; the payload (up to @cap bytes) into @payload. */
+static inline int raw_read_frame(int fd, uint8_t hdr[32], uint8_t *payload, size_t cap)
+{
+    if (raw_read_full(fd, hdr, 32) < 0)
+        return -1;
+    uint32_t len = (uint32_t)raw_get(hdr + 24, 4);
+    if (len > cap)
+        return -1;
+    return len ? raw_read_full(fd, payload, len) : 0;
+}
+
+/* The server refuses: an ERROR frame (type 11) then EOF.  0 and its code. */
+static inline int raw_read_refusal(int fd, int *code)
+{
+    uint8_t hdr[32], msg[512];
+    if (raw_read_frame(fd, hdr, msg, sizeof(msg)) < 0 || hdr[5] != 11)
+        return -1;
+    *code = (int32_t)(uint32_t)raw_get(hdr + 16, 4);
+    char c;
+    return read(fd, &c, 1) == 0 ? 0 : -1;
+}
+
+struct raw_conn {
+    int fd[4];
+};
+
+/* HELLO on the control socket, JOIN on the three others; grants 64 each. */
+static inline int raw_handshake(struct raw_conn *rc, const char *host, int port)
+{
+    for (int i = 0; i < 4; i++)
+        if ((rc->fd[i] = raw_connect(host, port)) < 0)
+            return -1;
+    uint8_t hdr[32], hello[32] = {1, 4};
+    for (int i = 0; i < 4; i++)
+        raw_le(hello + 2 + 2 * i, 64, 2);
+    raw_le(hello + 12, 1u << 20, 4);
+    raw_header(hdr, 1, 0, 0, 0, 0, 32, 0);
+    if (write(rc->fd[0], hdr, 32) != 32 || write(rc->fd[0], hello, 32) != 32)
+        return -1;
+    uint8_t ack[64];
+    if (raw_read_frame(rc->fd[0], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 2)
+        return -1;
+    uint64_t cookie = raw_get(ack + 16, 8);
+    for (int i = 1; i < 4; i++) {
+        uint8_t ck[8];
+        raw_le(ck, cookie, 8);
+        raw_header(hdr, 3, i, 0, 0, 0, 8, 0);
+        if (write(rc->fd[i], hdr, 32) != 32 || write(rc->fd[i], ck, 8) != 8)
+            return -1;
+        if (raw_read_frame(rc->fd[i], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 4)
+            return -1;
+    }
+    return 0;
+}
+
+static inline void raw_close(struct raw_conn *rc)
+{
+    for (int i = 0; i < 4; i++)
+        if (rc->fd[i] >= 0)
+            close(rc->fd[i]);
+}
+
+/* An emulated one-sided WRITE on the bulk socket; *status from its OS_ACK. */
+static inline int raw_os_write(struct raw_conn *rc, uint64_t addr, uint64_t key, const void *data,
+                               uint32_t len, int *status)
+{
+    static uint64_t id = 1000;
+    uint8_t hdr[32], os[24];
+    raw_header(hdr, 8, 2, 0, ++id, 0, 24 + len, 0);
+    raw_le(os, addr, 8);
+    raw_le(os + 8, key, 8);
+    raw_le(os + 16, len, 4);
+    raw_le(os + 20, 0, 4);
+    if (write(rc->fd[2], hdr, 32) != 32 || write(rc->fd[2], os, 24) != 24 ||
+        write(rc->fd[2], data, len) != (ssize_t)len)
+        return -1;
+    uint8_t msg[512];
+    for (;;) { /* skip CREDIT frames */
+        if (raw_read_frame(rc->fd[2], hdr, msg, sizeof(msg)) < 0)
+            return -1;
+        if (hdr[5] == 10)
+            break;
+    }
+    if (raw_get(hdr + 8, 8) != id)
+        return -1;
+    *status = (int32_t)(uint32_t)raw_get(hdr + 16, 4);
+    return 0;
+}
+
+#endif
