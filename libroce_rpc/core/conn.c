@@ -316,9 +316,8 @@ RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn,
 }
 
 struct sync_connect {
-    volatile bool done;
+    struct rrpci_waiter w;
     int status;
-    pthread_cond_t cond;
     rrpc_conn_event_fn fn;
     void *user;
 };
@@ -333,8 +332,7 @@ static void sync_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, voi
     } else {
         s->status = reason;
     }
-    s->done = true;
-    pthread_cond_broadcast(&s->cond);
+    rrpci_waiter_signal(&s->w);
 }
 
 RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
@@ -346,12 +344,12 @@ RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
         return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
                                "rrpc_connect_sync from a callback; use rrpc_connect");
     struct sync_connect s = {.fn = fn, .user = user};
-    pthread_cond_init(&s.cond, NULL);
+    rrpci_waiter_init(&s.w);
     rrpci_lock(ctx);
     rrpc_conn *c = NULL;
     int r = connect_locked(ctx, uri, sync_connect_event, &s, timeout_ms, &c);
     if (r == 0) {
-        rrpci_wait(ctx, &s.done, &s.cond);
+        rrpci_wait(ctx, &s.w);
         r = s.status;
         if (r == 0)
             *ret_conn = c;
@@ -359,7 +357,7 @@ RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
             rrpci_set_error(ctx, r, "cannot connect to %s: %s", uri, rrpc_strerror(r));
     }
     rrpci_unlock(ctx);
-    pthread_cond_destroy(&s.cond);
+    rrpci_waiter_fini(&s.w);
     return r;
 }
 

@@ -141,9 +141,23 @@ void rrpci_lock(rrpc_ctx *ctx);
 void rrpci_unlock(rrpc_ctx *ctx);
 /* True when the calling thread is running a callback of @ctx. */
 bool rrpci_in_callback(rrpc_ctx *ctx);
-/* Waits (without the lock held) until *@done is set, driving the loop in
- * driven mode.  Called with the lock held once; returns with it held. */
-void rrpci_wait(rrpc_ctx *ctx, volatile bool *done, pthread_cond_t *cond);
+/*
+ * A blocking call's rendezvous with the loop.  The completion (on the loop)
+ * calls rrpci_waiter_signal; the caller sleeps in rrpci_wait on the waiter's
+ * own mutex, never on the context lock, so it does not compete with the
+ * loop to wake up.
+ */
+struct rrpci_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+void rrpci_waiter_init(struct rrpci_waiter *w);
+void rrpci_waiter_fini(struct rrpci_waiter *w);
+void rrpci_waiter_signal(struct rrpci_waiter *w);
+/* Waits until @w is signalled, driving the loop itself in driven mode.
+ * Called with the context lock held once; returns with it held. */
+void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w);
 const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 

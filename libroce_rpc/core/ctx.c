@@ -252,17 +252,47 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
-void rrpci_wait(rrpc_ctx *ctx, volatile bool *done, pthread_cond_t *cond)
+void rrpci_waiter_init(struct rrpci_waiter *w)
 {
-    while (!*done) {
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = false;
+}
+
+void rrpci_waiter_fini(struct rrpci_waiter *w)
+{
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+void rrpci_waiter_signal(struct rrpci_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static bool waiter_done(struct rrpci_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool d = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return d;
+}
+
+void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
+{
+    while (!waiter_done(w)) {
         if (!ctx->thread_mode && !ctx->in_run) {
             run_locked(ctx, EVRUN_ONCE);
             continue;
         }
-        /* The loop runs on another thread: it signals @cond when done.  Wake
-         * it first: it must see the watchers this thread just started.  The
-         * timeout re-checks who drives the loop in driven mode. */
-        ev_async_send(ctx->loop, &ctx->wake);
+        /* The loop runs on another thread.  Let go of the context (waking
+         * the loop: it must see what this thread just queued) and sleep on
+         * the waiter.  The timeout re-checks who drives the loop in driven
+         * mode. */
+        rrpci_unlock(ctx);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000 * 1000;
@@ -270,7 +300,11 @@ void rrpci_wait(rrpc_ctx *ctx, volatile bool *done, pthread_cond_t *cond)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(cond, &ctx->lock, &ts);
+        pthread_mutex_lock(&w->mu);
+        if (!w->done)
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        pthread_mutex_unlock(&w->mu);
+        rrpci_lock(ctx);
     }
 }
 

@@ -5,7 +5,9 @@
 
 #include <roce_rpc/error.h>
 
-static _Thread_local char unknown_buf[64];
+/* Separate buffers: a name and a description may be printed together. */
+static _Thread_local char unknown_desc[64];
+static _Thread_local char unknown_name[32];
 
 RRPC_API const char *rrpc_strerror(int code)
 {
@@ -22,8 +24,9 @@ RRPC_API const char *rrpc_strerror(int code)
         return "success";
     if (code < 0 && code > -1000)
         return strerror(-code);
-    snprintf(unknown_buf, sizeof(unknown_buf), code > 0 ? "application error %d" : "error %d", code);
-    return unknown_buf;
+    snprintf(unknown_desc, sizeof(unknown_desc), code > 0 ? "application error %d" : "error %d",
+             code);
+    return unknown_desc;
 }
 
 RRPC_API const char *rrpc_err_name(int code)
@@ -44,6 +47,6 @@ RRPC_API const char *rrpc_err_name(int code)
         if (n)
             return n;
     }
-    snprintf(unknown_buf, sizeof(unknown_buf), "%d", code);
-    return unknown_buf;
+    snprintf(unknown_name, sizeof(unknown_name), "%d", code);
+    return unknown_name;
 }

@@ -439,17 +439,15 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
 /* ---- blocking forms ------------------------------------------------------- */
 
 struct sync_op {
-    volatile bool done;
+    struct rrpci_waiter w;
     int status;
-    pthread_cond_t cond;
 };
 
 static void sync_op_cb(int status, void *user)
 {
     struct sync_op *s = user;
     s->status = status;
-    s->done = true;
-    pthread_cond_broadcast(&s->cond);
+    rrpci_waiter_signal(&s->w);
 }
 
 static int os_sync(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local_off,
@@ -462,16 +460,16 @@ static int os_sync(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local_
         return rrpci_set_error(c->ctx, RRPC_E_DEADLOCK,
                                "a blocking READ/WRITE from a callback; use rrpc_read/rrpc_write");
     struct sync_op s = {0};
-    pthread_cond_init(&s.cond, NULL);
+    rrpci_waiter_init(&s.w);
     rrpci_lock(c->ctx);
     rrpc_ctx *ctx = c->ctx;
     int r = os_start(c, is_read, local, local_off, remote, remote_off, len, opts, sync_op_cb, &s);
     if (r == 0) {
-        rrpci_wait(ctx, &s.done, &s.cond);
+        rrpci_wait(ctx, &s.w);
         r = s.status;
     }
     rrpci_unlock(ctx);
-    pthread_cond_destroy(&s.cond);
+    rrpci_waiter_fini(&s.w);
     return r;
 }
 

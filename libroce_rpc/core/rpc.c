@@ -342,8 +342,7 @@ void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_
 }
 
 struct sync_call {
-    volatile bool done;
-    pthread_cond_t cond;
+    struct rrpci_waiter w;
     int status;
     void *data;
     size_t len;
@@ -365,8 +364,7 @@ static void sync_call_cb(const rrpc_result *res, void *user)
     } else {
         snprintf(s->msg, sizeof(s->msg), "%s", res->message);
     }
-    s->done = true;
-    pthread_cond_broadcast(&s->cond);
+    rrpci_waiter_signal(&s->w);
 }
 
 RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, size_t len,
@@ -382,22 +380,22 @@ RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, s
     struct sync_call *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    pthread_cond_init(&s->cond, NULL);
+    rrpci_waiter_init(&s->w);
     rrpci_lock(ctx);
     int r = rrpc_call(c, method, req, len, opts, sync_call_cb, s);
     if (r == 0) {
-        rrpci_wait(ctx, &s->done, &s->cond);
+        rrpci_wait(ctx, &s->w);
         r = s->status;
     }
     rrpci_unlock(ctx);
     if (r == 0) {
         *ret_data = s->data;
         *ret_len = s->len;
-    } else if (s->done) {
+    } else if (s->w.done) {
         rrpci_set_error(ctx, r, "call \"%s\" failed: %s%s%s", method, rrpc_strerror(r),
                         s->msg[0] ? ": " : "", s->msg);
     }
-    pthread_cond_destroy(&s->cond);
+    rrpci_waiter_fini(&s->w);
     free(s);
     return r;
 }

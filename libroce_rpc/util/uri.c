@@ -59,12 +59,12 @@ int rrpci_uri_parse(const char *s, struct rrpci_uri *u, const char **why)
         return fail(why, "unknown query parameter (the only one is ?src=ADDR)");
     q += 4;
     size_t n = strlen(q);
-    if (n == 0 || n >= sizeof(u->src))
-        return fail(why, "?src= needs an address");
-    if (q[0] == '[' && q[n - 1] == ']') {
+    if (n >= 2 && q[0] == '[' && q[n - 1] == ']') {
         q++;
         n -= 2;
     }
+    if (n == 0 || n >= sizeof(u->src))
+        return fail(why, "?src= needs an address");
     memcpy(u->src, q, n);
     return 0;
 }

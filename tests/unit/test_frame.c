@@ -1,0 +1,454 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of libroce_rpc/core/frame.c: the wire header, the one-sided
+ * sub-header and the handshake record. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <roce_rpc/error.h>
+
+#include "core/frame.h"
+
+#define MAX_LEN (64u << 20)
+
+/* A valid header with a distinct value in every field. */
+static struct rrpci_hdr sample_hdr(void)
+{
+    struct rrpci_hdr h = {
+        .version = RRPCI_PROTO_VERSION,
+        .type = RRPCI_T_OS_WRITE,
+        .cls = 3,
+        .flags = RRPCI_F_NOTIFY,
+        .id = 0x0102030405060708ull,
+        .arg = 0xF1E2D3C4B5A69788ull,
+        .len = 0x00ABCDEFu,
+        .credits = 0xBEEF,
+    };
+    return h;
+}
+
+static void encode_sample(uint8_t out[RRPCI_HDR_SIZE])
+{
+    struct rrpci_hdr h = sample_hdr();
+    rrpci_hdr_encode(&h, out);
+}
+
+static int decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len)
+{
+    struct rrpci_hdr h;
+    const char *why = NULL;
+    int r = rrpci_hdr_decode(in, max_len, &h, &why);
+    if (r != 0)
+        assert_non_null(why); /* every rejection explains itself */
+    return r;
+}
+
+/* ---- header: round trip and layout ------------------------------------ */
+
+static void test_header_round_trips_every_field(void **state)
+{
+    (void)state;
+    struct rrpci_hdr in = sample_hdr(), out;
+    memset(&out, 0xAA, sizeof(out));
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&in, buf);
+    const char *why = "untouched";
+    assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, &why), 0);
+    assert_int_equal(out.version, in.version);
+    assert_int_equal(out.type, in.type);
+    assert_int_equal(out.cls, in.cls);
+    assert_int_equal(out.flags, in.flags);
+    assert_int_equal(out.id, in.id);
+    assert_int_equal(out.arg, in.arg);
+    assert_int_equal(out.len, in.len);
+    assert_int_equal(out.credits, in.credits);
+}
+
+static void test_header_round_trips_extreme_values(void **state)
+{
+    (void)state;
+    struct rrpci_hdr in = {.version = RRPCI_PROTO_VERSION, .type = RRPCI_T_MAX_ - 1,
+                           .cls = 0, .flags = 0, .id = UINT64_MAX, .arg = 0,
+                           .len = 0, .credits = UINT16_MAX};
+    struct rrpci_hdr out;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&in, buf);
+    assert_int_equal(rrpci_hdr_decode(buf, 0, &out, NULL), 0);
+    assert_int_equal(out.type, RRPCI_T_MAX_ - 1);
+    assert_int_equal(out.id, UINT64_MAX);
+    assert_int_equal(out.arg, 0);
+    assert_int_equal(out.len, 0);
+    assert_int_equal(out.credits, UINT16_MAX);
+}
+
+static void test_header_is_little_endian_at_documented_offsets(void **state)
+{
+    (void)state;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    memset(buf, 0x55, sizeof(buf)); /* the encoder must write every byte */
+    encode_sample(buf);
+    static const uint8_t want[RRPCI_HDR_SIZE] = {
+        'R', 'R', 'P', 'C',                             /* 0 magic */
+        RRPCI_PROTO_VERSION, RRPCI_T_OS_WRITE, 3, 0x01, /* 4 version type class flags */
+        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* 8 id */
+        0x88, 0x97, 0xA6, 0xB5, 0xC4, 0xD3, 0xE2, 0xF1, /* 16 arg */
+        0xEF, 0xCD, 0xAB, 0x00,                         /* 24 len */
+        0xEF, 0xBE,                                     /* 28 credits */
+        0x00, 0x00,                                     /* 30 reserved */
+    };
+    assert_memory_equal(buf, want, RRPCI_HDR_SIZE);
+}
+
+/* ---- header: length boundaries ---------------------------------------- */
+
+static void test_header_accepts_len_equal_to_max(void **state)
+{
+    (void)state;
+    struct rrpci_hdr h = sample_hdr(), out;
+    h.len = MAX_LEN;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, NULL), 0);
+    assert_int_equal(out.len, MAX_LEN);
+}
+
+static void test_header_rejects_len_one_above_max_with_too_big(void **state)
+{
+    (void)state;
+    struct rrpci_hdr h = sample_hdr();
+    h.len = MAX_LEN + 1;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(decode(buf, MAX_LEN), RRPC_E_TOO_BIG);
+}
+
+static void test_header_rejects_all_ones_length_with_too_big(void **state)
+{
+    (void)state;
+    struct rrpci_hdr h = sample_hdr();
+    h.len = 0xFFFFFFFFu;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(decode(buf, MAX_LEN), RRPC_E_TOO_BIG);
+    assert_int_equal(decode(buf, 0xFFFFFFFEu), RRPC_E_TOO_BIG);
+    assert_int_equal(decode(buf, 0xFFFFFFFFu), 0);
+}
+
+static void test_header_with_zero_max_accepts_only_empty_payloads(void **state)
+{
+    (void)state;
+    struct rrpci_hdr h = sample_hdr();
+    uint8_t buf[RRPCI_HDR_SIZE];
+    h.len = 0;
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(decode(buf, 0), 0);
+    h.len = 1;
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(decode(buf, 0), RRPC_E_TOO_BIG);
+}
+
+/* ---- header: validation of each field --------------------------------- */
+
+static void test_header_rejects_wrong_magic_with_proto(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 4; i++) {
+        uint8_t buf[RRPCI_HDR_SIZE];
+        encode_sample(buf);
+        buf[i] ^= 0x20; /* "rRPC", "RrPC", ... */
+        const char *why = NULL;
+        struct rrpci_hdr h;
+        assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, &why), RRPC_E_PROTO);
+        assert_non_null(strstr(why, "magic"));
+    }
+    uint8_t zeros[RRPCI_HDR_SIZE] = {0};
+    assert_int_equal(decode(zeros, MAX_LEN), RRPC_E_PROTO);
+}
+
+static void test_header_rejects_other_versions_with_version(void **state)
+{
+    (void)state;
+    static const uint8_t versions[] = {0, RRPCI_PROTO_VERSION + 1, 0x80, 0xFF};
+    for (size_t i = 0; i < sizeof(versions); i++) {
+        struct rrpci_hdr h = sample_hdr();
+        h.version = versions[i];
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(decode(buf, MAX_LEN), RRPC_E_VERSION);
+    }
+}
+
+static void test_header_of_newer_version_reports_version_even_with_unknown_type(void **state)
+{
+    (void)state;
+    /* A newer peer may use types we do not know: the useful diagnosis is the version. */
+    struct rrpci_hdr h = sample_hdr();
+    h.version = RRPCI_PROTO_VERSION + 1;
+    h.type = 200;
+    h.flags = 0x80;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(decode(buf, MAX_LEN), RRPC_E_VERSION);
+}
+
+static void test_header_accepts_every_known_type(void **state)
+{
+    (void)state;
+    for (int t = 1; t < RRPCI_T_MAX_; t++) {
+        struct rrpci_hdr h = sample_hdr(), out;
+        h.type = (uint8_t)t;
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, NULL), 0);
+        assert_int_equal(out.type, t);
+    }
+}
+
+static void test_header_rejects_type_zero_and_types_from_max_with_proto(void **state)
+{
+    (void)state;
+    int bad[] = {0, RRPCI_T_MAX_, RRPCI_T_MAX_ + 1, 0x7F, 0xFF};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct rrpci_hdr h = sample_hdr();
+        h.type = (uint8_t)bad[i];
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(decode(buf, MAX_LEN), RRPC_E_PROTO);
+    }
+}
+
+static void test_header_accepts_classes_0_to_3(void **state)
+{
+    (void)state;
+    for (int c = 0; c < RRPCI_MAX_CLASSES; c++) {
+        struct rrpci_hdr h = sample_hdr(), out;
+        h.cls = (uint8_t)c;
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, NULL), 0);
+        assert_int_equal(out.cls, c);
+    }
+}
+
+static void test_header_rejects_class_4_and_above_with_bad_class(void **state)
+{
+    (void)state;
+    int bad[] = {4, 5, 0x80, 0xFF};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct rrpci_hdr h = sample_hdr();
+        h.cls = (uint8_t)bad[i];
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(decode(buf, MAX_LEN), RRPC_E_BAD_CLASS);
+    }
+}
+
+static void test_header_rejects_each_unknown_flag_bit_with_proto(void **state)
+{
+    (void)state;
+    for (int bit = 0; bit < 8; bit++) {
+        uint8_t f = (uint8_t)(1u << bit);
+        struct rrpci_hdr h = sample_hdr();
+        h.flags = f;
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(decode(buf, MAX_LEN), (f & RRPCI_F_ALL_) ? 0 : RRPC_E_PROTO);
+    }
+    assert_int_equal(RRPCI_F_ALL_, RRPCI_F_NOTIFY); /* NOTIFY is the only known bit */
+}
+
+static void test_header_rejects_nonzero_reserved_field_with_proto(void **state)
+{
+    (void)state;
+    for (int i = 30; i < 32; i++) {
+        uint8_t buf[RRPCI_HDR_SIZE];
+        encode_sample(buf);
+        buf[i] = 0x01;
+        const char *why = NULL;
+        struct rrpci_hdr h;
+        assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, &why), RRPC_E_PROTO);
+        assert_non_null(strstr(why, "reserved"));
+    }
+}
+
+static void test_header_decode_leaves_why_alone_on_success_and_accepts_null_why(void **state)
+{
+    (void)state;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    encode_sample(buf);
+    struct rrpci_hdr h;
+    const char *why = "untouched";
+    assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, &why), 0);
+    assert_string_equal(why, "untouched");
+    buf[0] = 0;
+    assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, NULL), RRPC_E_PROTO);
+}
+
+static void test_exempt_types_are_exactly_handshake_credit_and_error(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 256; t++) {
+        bool want = t == RRPCI_T_HELLO || t == RRPCI_T_HELLO_ACK || t == RRPCI_T_JOIN ||
+                    t == RRPCI_T_JOIN_ACK || t == RRPCI_T_CREDIT || t == RRPCI_T_ERROR;
+        assert_int_equal(rrpci_type_is_exempt((uint8_t)t), want);
+    }
+    /* Requests, responses and one-sided frames consume credit. */
+    assert_false(rrpci_type_is_exempt(RRPCI_T_REQUEST));
+    assert_false(rrpci_type_is_exempt(RRPCI_T_RESPONSE));
+    assert_false(rrpci_type_is_exempt(RRPCI_T_OS_WRITE));
+    assert_false(rrpci_type_is_exempt(RRPCI_T_OS_READ));
+    assert_false(rrpci_type_is_exempt(RRPCI_T_OS_ACK));
+}
+
+/* ---- one-sided sub-header ---------------------------------------------- */
+
+static void test_os_header_round_trips_at_documented_offsets(void **state)
+{
+    (void)state;
+    struct rrpci_os_hdr in = {.addr = 0xFFFFFFFFFFFFFFF0ull, .key = 0x1122334455667788ull,
+                              .len = 0xDEADBEEFu, .imm = 0x01020304u};
+    uint8_t buf[RRPCI_OS_HDR_SIZE];
+    memset(buf, 0x55, sizeof(buf));
+    rrpci_os_hdr_encode(&in, buf);
+    static const uint8_t want[RRPCI_OS_HDR_SIZE] = {
+        0xF0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, /* addr */
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* key */
+        0xEF, 0xBE, 0xAD, 0xDE,                         /* len */
+        0x04, 0x03, 0x02, 0x01,                         /* imm */
+    };
+    assert_memory_equal(buf, want, sizeof(want));
+    struct rrpci_os_hdr out;
+    memset(&out, 0, sizeof(out));
+    assert_int_equal(rrpci_os_hdr_decode(buf, sizeof(buf), &out), 0);
+    assert_int_equal(out.addr, in.addr);
+    assert_int_equal(out.key, in.key);
+    assert_int_equal(out.len, in.len);
+    assert_int_equal(out.imm, in.imm);
+}
+
+static void test_os_header_decode_rejects_a_short_payload_with_proto(void **state)
+{
+    (void)state;
+    uint8_t buf[RRPCI_OS_HDR_SIZE + 8] = {0};
+    struct rrpci_os_hdr out;
+    assert_int_equal(rrpci_os_hdr_decode(buf, 0, &out), RRPC_E_PROTO);
+    assert_int_equal(rrpci_os_hdr_decode(buf, RRPCI_OS_HDR_SIZE - 1, &out), RRPC_E_PROTO);
+    assert_int_equal(rrpci_os_hdr_decode(buf, RRPCI_OS_HDR_SIZE, &out), 0);
+    /* WRITE: data follows the sub-header. */
+    assert_int_equal(rrpci_os_hdr_decode(buf, sizeof(buf), &out), 0);
+}
+
+/* ---- hello -------------------------------------------------------------- */
+
+static void test_hello_round_trips_every_field(void **state)
+{
+    (void)state;
+    struct rrpci_hello in = {.version = RRPCI_PROTO_VERSION, .nclasses = 4,
+                             .credits = {16, 64, 0xFFFF, 1}, .max_msg = 64u << 20,
+                             .cookie = 0x8877665544332211ull, .rx_buf = 0x00012345u};
+    uint8_t buf[RRPCI_HELLO_SIZE];
+    rrpci_hello_encode(&in, buf);
+    struct rrpci_hello out;
+    memset(&out, 0xAA, sizeof(out));
+    assert_int_equal(rrpci_hello_decode(buf, sizeof(buf), &out), 0);
+    assert_int_equal(out.version, in.version);
+    assert_int_equal(out.nclasses, in.nclasses);
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        assert_int_equal(out.credits[i], in.credits[i]);
+    assert_int_equal(out.max_msg, in.max_msg);
+    assert_int_equal(out.cookie, in.cookie);
+    assert_int_equal(out.rx_buf, in.rx_buf);
+}
+
+static void test_hello_layout_matches_documented_offsets_with_zero_reserved(void **state)
+{
+    (void)state;
+    struct rrpci_hello in = {.version = 1, .nclasses = 4, .credits = {0x0102, 0x0304, 0x0506,
+                                                                      0x0708},
+                             .max_msg = 0x0A0B0C0D, .cookie = 0x1112131415161718ull,
+                             .rx_buf = 0x21222324};
+    uint8_t buf[RRPCI_HELLO_SIZE];
+    memset(buf, 0x55, sizeof(buf));
+    rrpci_hello_encode(&in, buf);
+    static const uint8_t want[RRPCI_HELLO_SIZE] = {
+        1, 4,                                           /* version, nclasses */
+        0x02, 0x01, 0x04, 0x03, 0x06, 0x05, 0x08, 0x07, /* credits */
+        0, 0,                                           /* reserved */
+        0x0D, 0x0C, 0x0B, 0x0A,                         /* max_msg */
+        0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, /* cookie */
+        0x24, 0x23, 0x22, 0x21,                         /* rx_buf */
+        0, 0, 0, 0,                                     /* reserved */
+    };
+    assert_memory_equal(buf, want, sizeof(want));
+}
+
+static void test_hello_fits_in_rdma_cm_private_data(void **state)
+{
+    (void)state;
+    assert_true(RRPCI_HELLO_SIZE <= 56);
+}
+
+static void test_hello_decode_rejects_a_short_record_with_proto(void **state)
+{
+    (void)state;
+    uint8_t buf[RRPCI_HELLO_SIZE] = {0};
+    struct rrpci_hello out;
+    assert_int_equal(rrpci_hello_decode(buf, 0, &out), RRPC_E_PROTO);
+    assert_int_equal(rrpci_hello_decode(buf, RRPCI_HELLO_SIZE - 1, &out), RRPC_E_PROTO);
+    assert_int_equal(rrpci_hello_decode(buf, RRPCI_HELLO_SIZE, &out), 0);
+}
+
+/* ---- little-endian helpers ---------------------------------------------- */
+
+static void test_le_helpers_round_trip_boundary_values(void **state)
+{
+    (void)state;
+    static const uint64_t v64[] = {0, 1, 0x80, 0xFF, 0x8000000000000000ull, UINT64_MAX,
+                                   0x0123456789ABCDEFull};
+    for (size_t i = 0; i < sizeof(v64) / sizeof(v64[0]); i++) {
+        uint8_t b[8];
+        rrpci_put64(b, v64[i]);
+        assert_int_equal(rrpci_get64(b), v64[i]);
+        rrpci_put32(b, (uint32_t)v64[i]);
+        assert_int_equal(rrpci_get32(b), (uint32_t)v64[i]);
+        rrpci_put16(b, (uint16_t)v64[i]);
+        assert_int_equal(rrpci_get16(b), (uint16_t)v64[i]);
+    }
+    uint8_t b[4] = {0x00, 0x00, 0x00, 0x80};
+    assert_int_equal(rrpci_get32(b), 0x80000000u); /* no sign extension */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_header_round_trips_every_field),
+        cmocka_unit_test(test_header_round_trips_extreme_values),
+        cmocka_unit_test(test_header_is_little_endian_at_documented_offsets),
+        cmocka_unit_test(test_header_accepts_len_equal_to_max),
+        cmocka_unit_test(test_header_rejects_len_one_above_max_with_too_big),
+        cmocka_unit_test(test_header_rejects_all_ones_length_with_too_big),
+        cmocka_unit_test(test_header_with_zero_max_accepts_only_empty_payloads),
+        cmocka_unit_test(test_header_rejects_wrong_magic_with_proto),
+        cmocka_unit_test(test_header_rejects_other_versions_with_version),
+        cmocka_unit_test(test_header_of_newer_version_reports_version_even_with_unknown_type),
+        cmocka_unit_test(test_header_accepts_every_known_type),
+        cmocka_unit_test(test_header_rejects_type_zero_and_types_from_max_with_proto),
+        cmocka_unit_test(test_header_accepts_classes_0_to_3),
+        cmocka_unit_test(test_header_rejects_class_4_and_above_with_bad_class),
+        cmocka_unit_test(test_header_rejects_each_unknown_flag_bit_with_proto),
+        cmocka_unit_test(test_header_rejects_nonzero_reserved_field_with_proto),
+        cmocka_unit_test(test_header_decode_leaves_why_alone_on_success_and_accepts_null_why),
+        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_and_error),
+        cmocka_unit_test(test_os_header_round_trips_at_documented_offsets),
+        cmocka_unit_test(test_os_header_decode_rejects_a_short_payload_with_proto),
+        cmocka_unit_test(test_hello_round_trips_every_field),
+        cmocka_unit_test(test_hello_layout_matches_documented_offsets_with_zero_reserved),
+        cmocka_unit_test(test_hello_fits_in_rdma_cm_private_data),
+        cmocka_unit_test(test_hello_decode_rejects_a_short_record_with_proto),
+        cmocka_unit_test(test_le_helpers_round_trip_boundary_values),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
