@@ -45,6 +45,8 @@ static struct {
     rrpc_request *held;
     uint32_t last_imm;
     int notifies;
+    int call_back_on_up; /* the server calls the client from its UP callback */
+    int called_back;
     rrpc_region *sregion;
     uint8_t *smem;
 } T;
@@ -132,12 +134,24 @@ static void h_class(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_respond(req, &cls, sizeof(cls));
 }
 
+static void called_back_cb(const rrpc_result *res, void *user)
+{
+    lock();
+    if (res->status == 0 && res->len == 2 && memcmp(res->data, "hi", 2) == 0)
+        T.called_back++;
+    else
+        T.called_back = -1000;
+    unlock();
+}
+
 static void server_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
     lock();
     if (ev == RRPC_CONN_UP) {
         T.server_ups++;
         T.last_server_conn = c;
+        if (T.call_back_on_up)
+            rrpc_call(c, "echo", "hi", 2, NULL, called_back_cb, NULL);
     } else {
         T.server_downs++;
         T.last_down_reason = reason;
@@ -171,6 +185,8 @@ static int group_setup(void **state)
         if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
             return -1;
     rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
+    if (rrpc_register(T.cctx, "echo", h_echo, NULL)) /* clients serve too */
+        return -1;
     T.smem = calloc(1, SMEM_LEN);
     if (rrpc_mem_reg(T.sctx, T.smem, SMEM_LEN, RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE,
                      &T.sregion))
@@ -282,6 +298,25 @@ static void pipe_check_cb(const rrpc_result *res, void *user)
     if (res->status != 0 || got != ic->want)
         ic->ps->bad++;
     ic->ps->done++;
+    unlock();
+}
+
+static void test_the_server_may_call_the_client_the_moment_it_is_up(void **state)
+{
+    /* The passive side is up after the last JOIN, possibly before the active
+     * side has every JOIN_ACK: its first frames must not be lost or refused. */
+    for (int i = 0; i < 20; i++) {
+        lock();
+        T.call_back_on_up = 1;
+        int before = T.called_back;
+        unlock();
+        rrpc_conn *c = connect_client(T.cctx);
+        assert_int_equal(wait_for(&T.called_back, before + 1, 10000), before + 1);
+        echo_ok(c, 10, RRPC_CLASS_CONTROL);
+        rrpc_conn_close(c);
+    }
+    lock();
+    T.call_back_on_up = 0;
     unlock();
 }
 
@@ -732,6 +767,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_echo_returns_every_size_from_0_to_4_MiB),
+        cmocka_unit_test(test_the_server_may_call_the_client_the_moment_it_is_up),
         cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
         cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),

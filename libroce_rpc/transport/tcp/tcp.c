@@ -36,6 +36,7 @@ struct tcp_chan {
     int fd;
     int cls;
     bool connected;
+    bool paused; /* active side: data arrived before every class was joined */
     ev_io rio, wio;
     /* receive */
     uint8_t *rbuf;
@@ -269,6 +270,67 @@ static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const uint8_t *payload)
     return !rrpci_conn_is_down(c);
 }
 
+static bool handshake_frame_or_ready(rrpc_conn *c, uint8_t type)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    return tc->passive || tc->joined == (1u << NCLS) - 1 || type == RRPCI_T_HELLO_ACK ||
+           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
+}
+
+/* Delivers every complete frame buffered in @ch.  False when the
+ * connection went away. */
+static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    bool alive = true;
+    while (alive) {
+        size_t avail = ch->rlen - ch->roff;
+        if (!ch->have_hdr) {
+            if (avail < RRPCI_HDR_SIZE)
+                break;
+            if (!handshake_frame_or_ready(c, ch->rbuf[ch->roff + 5])) {
+                /* The passive side is up and already sends on this class
+                 * while our other JOIN_ACKs are on their way: keep the
+                 * frame buffered until every class is joined. */
+                ch->paused = true;
+                ev_io_stop(loop, &ch->rio);
+                break;
+            }
+            const char *why = NULL;
+            int r = rrpci_hdr_decode(ch->rbuf + ch->roff, rrpci_ctx_max_msg(ctx), &ch->h, &why);
+            if (r < 0) {
+                rrpci_set_error(ctx, r, "bad frame from the peer: %s; connection closed", why);
+                rrpci_conn_down(c, r, why);
+                alive = false;
+                break;
+            }
+            ch->have_hdr = true;
+            ch->roff += RRPCI_HDR_SIZE;
+            avail -= RRPCI_HDR_SIZE;
+        }
+        if (avail >= ch->h.len) {
+            const uint8_t *p = ch->rbuf + ch->roff;
+            ch->roff += ch->h.len;
+            alive = deliver(c, ch, p);
+            continue;
+        }
+        if (ch->h.len > RBUF_SIZE / 2) {
+            /* Large: read the rest straight into its own buffer. */
+            ch->big = malloc(ch->h.len);
+            if (!ch->big) {
+                rrpci_conn_down(c, -ENOMEM, "out of memory for a large message");
+                alive = false;
+                break;
+            }
+            memcpy(ch->big, ch->rbuf + ch->roff, avail);
+            ch->big_got = avail;
+            ch->roff = ch->rlen = 0;
+        }
+        break;
+    }
+    return alive;
+}
+
 static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct tcp_chan *ch = w->data;
@@ -279,7 +341,10 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
      * the class weight, so a bulk stream cannot hold the loop for a whole
      * large message while a low-latency frame waits. */
     size_t budget = (size_t)ctx->cls[ch->cls].weight * RX_BUDGET_UNIT;
-    for (size_t taken = 0; taken < budget;) {
+    /* Frames held back while the handshake finished come first. */
+    if (!ch->big && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
+        budget = 0;
+    for (size_t taken = 0; taken < budget && !ch->paused;) {
         ssize_t n;
         if (ch->big) {
             n = read(ch->fd, ch->big + ch->big_got, ch->h.len - ch->big_got);
@@ -323,45 +388,7 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             continue;
         }
         ch->rlen += (size_t)n;
-        /* Parse every complete frame in the buffer. */
-        bool alive = true;
-        while (alive) {
-            size_t avail = ch->rlen - ch->roff;
-            if (!ch->have_hdr) {
-                if (avail < RRPCI_HDR_SIZE)
-                    break;
-                const char *why = NULL;
-                int r = rrpci_hdr_decode(ch->rbuf + ch->roff, rrpci_ctx_max_msg(ctx), &ch->h, &why);
-                if (r < 0) {
-                    rrpci_set_error(ctx, r, "bad frame from the peer: %s; connection closed", why);
-                    rrpci_conn_down(c, r, why);
-                    alive = false;
-                    break;
-                }
-                ch->have_hdr = true;
-                ch->roff += RRPCI_HDR_SIZE;
-                avail -= RRPCI_HDR_SIZE;
-            }
-            if (avail >= ch->h.len) {
-                const uint8_t *p = ch->rbuf + ch->roff;
-                ch->roff += ch->h.len;
-                alive = deliver(c, ch, p);
-                continue;
-            }
-            if (ch->h.len > RBUF_SIZE / 2) {
-                /* Large: read the rest straight into its own buffer. */
-                ch->big = malloc(ch->h.len);
-                if (!ch->big) {
-                    rrpci_conn_down(c, -ENOMEM, "out of memory for a large message");
-                    alive = false;
-                    break;
-                }
-                memcpy(ch->big, ch->rbuf + ch->roff, avail);
-                ch->big_got = avail;
-                ch->roff = ch->rlen = 0;
-            }
-            break;
-        }
+        bool alive = parse_buffer(c, ch, loop);
         if (!alive)
             break;
     }
@@ -422,8 +449,18 @@ static void tcp_conn_close(rrpc_conn *c)
 static void join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
 {
     tc->joined |= 1u << cls;
-    if (tc->joined == (1u << NCLS) - 1)
-        rrpci_conn_established(c);
+    if (tc->joined != (1u << NCLS) - 1)
+        return;
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    for (int i = 0; i < NCLS; i++) {
+        struct tcp_chan *ch = &tc->ch[i];
+        if (ch->paused) { /* parse what was held back, then read on */
+            ch->paused = false;
+            ev_io_start(ctx->loop, &ch->rio);
+            ev_feed_event(ctx->loop, &ch->rio, EV_READ);
+        }
+    }
+    rrpci_conn_established(c);
 }
 
 /* Active side: HELLO_ACK on control, JOIN_ACK on the others. */

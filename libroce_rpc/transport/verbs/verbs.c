@@ -89,7 +89,8 @@
 #define VB_SQ_CTL_RESERVE 8 /* send-queue slots frames and ops leave to internal messages */
 #define VB_MAX_INLINE 128
 #define VB_RD_ATOMIC_MAX 16
-#define VB_READ_CHUNK (1u << 30)
+#define VB_CHUNK_DEFAULT (256u << 10)
+#define VB_DATA_DEPTH_DEFAULT 2
 #define VB_RESOLVE_MS 2000
 #define VB_LINGER_S 5.0
 #define VB_BACKLOG 128
@@ -107,6 +108,11 @@
 #define VB_EAGER_MAX (1u << 20)
 #define VB_CACHE_BUCKETS 256
 
+#ifdef VB_TRACE
+#define VB_T(...) do { struct timespec ts_; clock_gettime(CLOCK_MONOTONIC, &ts_); fprintf(stderr, "T %ld.%06ld ", (long)ts_.tv_sec % 1000, ts_.tv_nsec / 1000); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } while (0)
+#else
+#define VB_T(...) do { } while (0)
+#endif
 #define VB_CONTAINER(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* What a cm_id's context or a work request's wr_id points at. */
@@ -182,13 +188,17 @@ struct vb_note {
     uint32_t imm;
 };
 
+/* A one-sided operation of the core, posted in chunks. */
 struct vb_op {
     struct vb_wr wr;
-    struct vb_op *next;         /* class queue */
+    struct vb_op *next;          /* class queue, until every chunk is posted */
     struct vb_op *aprev, *anext; /* every op of the connection */
     struct rrpci_rdma_op op;
     uint64_t laddr;
     uint32_t lkey;
+    size_t off;   /* bytes posted */
+    unsigned out; /* chunks posted, not completed */
+    bool all_posted, reported;
 };
 
 struct vb_ctx;
@@ -237,6 +247,7 @@ struct vb_qp {
     struct vb_rin *readq, **readq_tail;
     uint32_t *doneq;
     unsigned done_n, done_cap;
+    unsigned data_out;               /* READ/WRITE chunks in flight */
     uint32_t ncredit_owed;           /* notify credits to give back */
     uint32_t ncredits, ncredits_max; /* notify credits we hold */
     struct vb_op *opq, **opq_tail;
@@ -279,6 +290,8 @@ struct vb_ctx {
     struct vb_conn *vcs;
     uint32_t eager;
     unsigned busy_poll_us;
+    uint32_t chunk;       /* bytes per READ/WRITE work request */
+    unsigned data_depth;  /* such chunks in flight per QP */
 };
 
 struct vb_listener {
@@ -407,6 +420,8 @@ static int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret)
     }
     vx->eager = vb_env_uint(ctx, "RRPC_VERBS_EAGER", VB_EAGER_DEFAULT, VB_EAGER_MIN, VB_EAGER_MAX);
     vx->busy_poll_us = vb_env_uint(ctx, "RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000);
+    vx->chunk = vb_env_uint(ctx, "RRPC_VERBS_CHUNK", VB_CHUNK_DEFAULT, 4096, 1u << 30);
+    vx->data_depth = vb_env_uint(ctx, "RRPC_VERBS_DATA_DEPTH", VB_DATA_DEPTH_DEFAULT, 1, 64);
     ev_io_init(&vx->ech_w, vb_cm_cb, vx->ech->fd, EV_READ);
     vx->ech_w.data = vx;
     ev_io_start(rrpci_ctx_loop(ctx), &vx->ech_w);
@@ -437,7 +452,7 @@ static struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, i
     d->max_init_rd_atom = da.max_qp_init_rd_atom;
     d->max_qp_wr = da.max_qp_wr;
     d->max_cqe = da.max_cqe;
-    d->max_msg_sz = VB_READ_CHUNK;
+    d->max_msg_sz = vx->chunk;
     if (vb_ret(ibv_query_port(verbs, 1, &pa)) == 0 && pa.max_msg_sz && pa.max_msg_sz < d->max_msg_sz)
         d->max_msg_sz = pa.max_msg_sz;
     d->pd = ibv_alloc_pd(verbs);
@@ -460,7 +475,7 @@ static struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, i
     ev_io_start(rrpci_ctx_loop(vx->ctx), &d->w);
     d->next = vx->devs;
     vx->devs = d;
-    RRPCI_LOG(vx->ctx, LOG_DEBUG, "verbs: using device %s (max_msg_sz %u, rd_atom %d/%d)",
+    RRPCI_LOG(vx->ctx, LOG_DEBUG, "verbs: using device %s (chunk %u, rd_atom %d/%d)",
               ibv_get_device_name(verbs->device), d->max_msg_sz, d->max_rd_atom,
               d->max_init_rd_atom);
     return d;
@@ -1125,6 +1140,7 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     o->m = m;
     o->used = true;
     q->rout_used++;
+    VB_T("%s rndv send cls %d slot %d len %zu+%zu", q->vc->passive ? "S" : "C", q->cls, slot, m->len, m->ext_len);
     return 0;
 toobig:
     o->m = NULL;
@@ -1134,6 +1150,7 @@ toobig:
 
 static int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
 {
+    VB_T("send cls %d type %d len %zu", cls, m->h.type, rrpci_msg_payload_len(m));
     struct vb_conn *vc = vb_vc(c);
     if (!vc)
         return RRPC_E_CLOSED;
@@ -1153,22 +1170,42 @@ static int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
 
 /* ---- one-sided ---------------------------------------------------------- */
 
+static int vb_kick(struct vb_qp *q);
+
+static bool vb_data_room(const struct vb_qp *q)
+{
+    return vb_sq_room(q, VB_SQ_CTL_RESERVE) && q->data_out < q->vc->vx->data_depth;
+}
+
+/* The next chunk of @o; a WRITE with notify carries the immediate (and takes
+ * a notify credit) on its last chunk only, so it lands after all the data. */
+static bool vb_op_ready(const struct vb_qp *q, const struct vb_op *o)
+{
+    if (!vb_data_room(q))
+        return false;
+    bool last = o->op.len - o->off <= q->vc->dev->max_msg_sz;
+    return o->op.opcode != RRPCI_RDMA_WRITE_IMM || !last || q->ncredits > 0;
+}
+
 static int vb_post_op(struct vb_qp *q, struct vb_op *o)
 {
-    struct ibv_sge sge = {o->laddr, (uint32_t)o->op.len, o->lkey};
+    size_t left = o->op.len - o->off;
+    uint32_t n = left < q->vc->dev->max_msg_sz ? (uint32_t)left : q->vc->dev->max_msg_sz;
+    bool last = n == left;
+    struct ibv_sge sge = {o->laddr + o->off, n, o->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = (uintptr_t)&o->wr;
     wr.sg_list = &sge;
-    wr.num_sge = o->op.len ? 1 : 0;
-    wr.wr.rdma.remote_addr = o->op.remote_addr;
+    wr.num_sge = n ? 1 : 0;
+    wr.wr.rdma.remote_addr = o->op.remote_addr + o->off;
     wr.wr.rdma.rkey = (uint32_t)o->op.remote_key;
     switch (o->op.opcode) {
     case RRPCI_RDMA_WRITE:
         wr.opcode = IBV_WR_RDMA_WRITE;
         break;
     case RRPCI_RDMA_WRITE_IMM:
-        wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
         wr.imm_data = htonl(o->op.imm);
         break;
     case RRPCI_RDMA_READ:
@@ -1176,15 +1213,15 @@ static int vb_post_op(struct vb_qp *q, struct vb_op *o)
         break;
     }
     int rc = vb_post_send(q, &wr);
-    if (!rc && o->op.opcode == RRPCI_RDMA_WRITE_IMM)
+    if (rc)
+        return rc;
+    if (last && o->op.opcode == RRPCI_RDMA_WRITE_IMM)
         q->ncredits--;
-    return rc;
-}
-
-static bool vb_op_ready(const struct vb_qp *q, const struct vb_op *o)
-{
-    return vb_sq_room(q, VB_SQ_CTL_RESERVE) &&
-           (o->op.opcode != RRPCI_RDMA_WRITE_IMM || q->ncredits > 0);
+    o->off += n;
+    o->out++;
+    q->data_out++;
+    o->all_posted = last;
+    return 0;
 }
 
 static void vb_op_unlink(struct vb_conn *vc, struct vb_op *o)
@@ -1212,10 +1249,6 @@ static int vb_rdma(rrpc_conn *c, const struct rrpci_rdma_op *op)
                                "remote key 0x%llx is not a verbs rkey (tokens must come from a "
                                "verbs connection)",
                                (unsigned long long)op->remote_key);
-    if (op->len > UINT32_MAX || op->len > vc->dev->max_msg_sz)
-        return rrpci_set_error(vc->ctx, RRPC_E_TOO_BIG,
-                               "one-sided operation of %zu bytes exceeds the device's %u", op->len,
-                               vc->dev->max_msg_sz);
     struct vb_mr *m;
     int rc = vb_mr_get(vc->dev, op->local, &m);
     if (rc)
@@ -1230,20 +1263,18 @@ static int vb_rdma(rrpc_conn *c, const struct rrpci_rdma_op *op)
     o->op = *op;
     o->laddr = m->addr + op->local_off;
     o->lkey = m->mr->lkey;
-    if (!q->opq && vb_op_ready(q, o)) {
-        rc = vb_post_op(q, o);
-        if (rc) {
-            free(o);
-            return RRPC_E_CONN_LOST;
-        }
-    } else {
-        *q->opq_tail = o;
-        q->opq_tail = &o->next;
-    }
     o->anext = vc->ops;
     if (vc->ops)
         vc->ops->aprev = o;
     vc->ops = o;
+    *q->opq_tail = o;
+    q->opq_tail = &o->next;
+    /* Posts what fits now; the rest goes as completions free room.  On a
+     * failure the op stays listed (freed at teardown) and the core fails it. */
+    if (vb_kick(q)) {
+        o->reported = true;
+        return RRPC_E_CONN_LOST;
+    }
     return 0;
 }
 
@@ -1279,7 +1310,7 @@ static int vb_kick(struct vb_qp *q)
             return rc;
         q->ncredit_owed = 0;
     }
-    while (q->readq && vb_sq_room(q, 0)) {
+    while (q->readq && vb_data_room(q)) {
         struct vb_rin *r = q->readq;
         struct vb_seg *s = &r->seg[r->cur_seg];
         uint32_t left = s->len - r->cur_off;
@@ -1296,8 +1327,10 @@ static int vb_kick(struct vb_qp *q)
         if ((rc = vb_post_send(q, &wr)))
             return rc;
         r->reads_out++;
+        q->data_out++;
         r->buf_off += n;
         r->cur_off += n;
+        VB_T("%s post read cls %d n %u", q->vc->passive ? "S" : "C", q->cls, n);
         if (r->cur_off == s->len) {
             r->cur_off = 0;
             if (++r->cur_seg == r->nseg) {
@@ -1312,9 +1345,11 @@ static int vb_kick(struct vb_qp *q)
         struct vb_op *o = q->opq;
         if ((rc = vb_post_op(q, o)))
             return rc;
-        q->opq = o->next;
-        if (!q->opq)
-            q->opq_tail = &q->opq;
+        if (o->all_posted) {
+            q->opq = o->next;
+            if (!q->opq)
+                q->opq_tail = &q->opq;
+        }
     }
     return 0;
 }
@@ -1352,7 +1387,9 @@ static void vb_drain(struct vb_qp *q)
     if (q->draining)
         return;
     q->draining = true;
-    while (q->rxq && vb_live(vc)) {
+    /* Frames may arrive on a class before the last class is established:
+     * they wait (in their buffers, with their credits) until it is. */
+    while (q->rxq && vc->up && vb_live(vc)) {
         struct vb_item_hdr *it = q->rxq;
         if (it->type == VB_I_RNDV && !VB_CONTAINER(it, struct vb_rin, it)->complete)
             break;
@@ -1457,6 +1494,7 @@ static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const
     r->token = token;
     r->nseg = nseg;
     memcpy(r->seg, seg, sizeof(seg));
+    VB_T("%s rndv arrive cls %d len %u nseg %d", vc->passive ? "S" : "C", q->cls, h.len, nseg);
     vb_rxq_push(q, &r->it);
     r->rnext = NULL;
     *q->readq_tail = r;
@@ -1474,6 +1512,7 @@ static int vb_on_done(struct vb_qp *q, uint32_t token, const char **why)
     }
     vb_rout_release(&q->rout[slot]);
     q->rout_used--;
+    VB_T("%s rndv done cls %d slot %u", q->vc->passive ? "S" : "C", q->cls, slot);
     return 0;
 }
 
@@ -1609,6 +1648,7 @@ static void vb_wc_error(struct vb_conn *vc, struct vb_qp *q, const struct vb_wr 
 static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
 {
     struct vb_wr *w = (struct vb_wr *)(uintptr_t)wc->wr_id;
+    const struct vb_wr wcopy = *w; /* @w may be freed below */
     struct vb_qp *q = &vc->q[w->cls];
     bool ok = wc->status == IBV_WC_SUCCESS;
     if (w->kind != VB_K_RECV)
@@ -1631,6 +1671,8 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
     case VB_K_READ: {
         struct vb_rin *r = VB_CONTAINER(w, struct vb_rin, wr);
         r->reads_out--;
+        q->data_out--;
+        VB_T("%s read wc cls %d status %d left %u", vc->passive ? "S" : "C", q->cls, wc->status, r->reads_out);
         if (ok && r->all_posted && !r->reads_out) {
             r->complete = true;
             if (q->done_n == q->done_cap) {
@@ -1649,13 +1691,23 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
     }
     case VB_K_OP: {
         struct vb_op *o = VB_CONTAINER(w, struct vb_op, wr);
+        o->out--;
+        q->data_out--;
+        if (o->reported || (ok && (!o->all_posted || o->out)))
+            break;
+        /* Done, or failed: reported once; a failed op stays listed until the
+         * teardown, for its other chunks' flushed completions. */
         uint64_t id = o->op.id;
-        vb_op_unlink(vc, o);
-        free(o);
-        int st = ok ? 0
-                    : (wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_REM_INV_REQ_ERR)
-                          ? RRPC_E_ACCESS
-                          : RRPC_E_CONN_LOST;
+        int st = 0;
+        if (ok) {
+            vb_op_unlink(vc, o);
+            free(o);
+        } else {
+            o->reported = true;
+            st = (wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_REM_INV_REQ_ERR)
+                     ? RRPC_E_ACCESS
+                     : RRPC_E_CONN_LOST;
+        }
         if (vb_live(vc) && (ok || wc->status != IBV_WC_WR_FLUSH_ERR)) {
             rrpc_conn *c = vc->conn;
             rrpci_conn_ref(c);
@@ -1668,7 +1720,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
         break;
     }
     if (!ok) {
-        vb_wc_error(vc, q, w, wc);
+        vb_wc_error(vc, q, &wcopy, wc);
         return;
     }
     if (!vb_live(vc))
@@ -1679,7 +1731,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
                 rrpc_strerror(rc));
         return;
     }
-    if (w->kind == VB_K_READ)
+    if (wcopy.kind == VB_K_READ)
         vb_drain(q);
     vb_wake(q);
 }
@@ -1739,6 +1791,8 @@ static void vb_established(struct vb_conn *vc)
     rrpci_conn_ref(c);
     rrpci_conn_established(c);
     rrpci_conn_unref(c);
+    for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
+        vb_drain(&vc->q[i]);
     for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
         vb_wake(&vc->q[i]);
 }

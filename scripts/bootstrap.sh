@@ -1,0 +1,48 @@
+#!/bin/bash
+# scripts/bootstrap.sh demo|test
+#   demo: install what is missing, build, run an rrpc-demo server and client
+#         (verbs where an RDMA device exists, otherwise tcp; it says which)
+#   test: install what is missing, build, run every test: unit + conformance
+#         on tcp, the same under ASan/UBSan, and the conformance suite over
+#         verbs in the Soft-RoCE VM (reported as skipped where no VM can run)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+WHAT=${1:-}
+case "$WHAT" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
+
+PKGS="meson ninja-build pkg-config gcc libev-dev libmsgpack-dev libssl-dev libcmocka-dev
+      libibverbs-dev librdmacm-dev ibverbs-providers rdma-core"
+missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
+if [ -n "$missing" ]; then
+  echo "bootstrap: installing:" $missing
+  SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+
+[ -d build ] || meson setup build
+ninja -C build
+
+if [ "$WHAT" = demo ]; then
+  exec examples/run-demo.sh build/examples/rrpc-demo auto
+fi
+
+echo "== unit, conformance (tcp) and examples =="
+meson test -C build --print-errorlogs
+echo "== the same under AddressSanitizer + UndefinedBehaviorSanitizer =="
+[ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-asan --print-errorlogs
+echo "== conformance over verbs (RoCEv2, Soft-RoCE in a VM) =="
+tests/softroce/install-deps.sh
+set +e
+tests/softroce/run-suite.sh build
+rc=$?
+set -e
+if [ $rc = 77 ]; then
+  echo "bootstrap: the verbs suite was SKIPPED (see the reason above); tcp results stand alone"
+elif [ $rc != 0 ]; then
+  echo "bootstrap: the verbs suite FAILED (exit $rc)" >&2
+  exit $rc
+fi
