@@ -595,7 +595,8 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         char msg[256];
         snprintf(msg, sizeof(msg), "the peer closed the connection: %.*s",
                  (int)(h->len < 200 ? h->len : 200), (const char *)p);
-        rrpci_conn_down(c, RRPC_E_CONN_LOST, msg);
+        int code = (int32_t)(uint32_t)h->arg;
+        rrpci_conn_down(c, code < 0 ? code : RRPC_E_CONN_LOST, msg);
         break;
     }
     default:

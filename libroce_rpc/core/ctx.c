@@ -345,7 +345,8 @@ static char *open_fd_set(size_t *ret_n)
         struct dirent *de;
         while ((de = readdir(d))) {
             int fd = atoi(de->d_name);
-            if (de->d_name[0] != '.' && fd >= 0 && (size_t)fd < n)
+            /* not the directory's own fd: it is closed before the loop is made */
+            if (de->d_name[0] != '.' && fd >= 0 && (size_t)fd < n && fd != dirfd(d))
                 set[fd] = 1;
         }
         closedir(d);

@@ -240,9 +240,11 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     } else {
         /* Emulated: frames of at most RRPCI_OS_CHUNK data bytes, in order on
          * one class channel, so the last one's NOTIFY follows all the data. */
+        /* A WRITE frame must fit the target's limit; a READ's answer ours. */
         uint32_t chunk = RRPCI_OS_CHUNK;
-        if (c->state == RRPCI_UP && c->peer_max_msg - RRPCI_OS_HDR_SIZE < chunk)
-            chunk = c->peer_max_msg - RRPCI_OS_HDR_SIZE;
+        uint32_t limit = is_read ? ctx->cfg.max_msg : c->peer_max_msg;
+        if ((is_read || c->state == RRPCI_UP) && limit - RRPCI_OS_HDR_SIZE < chunk)
+            chunk = limit - RRPCI_OS_HDR_SIZE;
         pd->parts_left = (uint32_t)((len + chunk - 1) / chunk);
         for (size_t off = 0; off < len && r == 0; off += chunk) {
             size_t n = len - off < chunk ? len - off : chunk;

@@ -195,22 +195,24 @@ void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
     free(pd);
 }
 
-/* Drops a frame of @id that still waits in the send queue of @cls. */
+/* Drops every frame of @id that still waits in the send queue of @cls (a
+ * call, or all unsent chunks of a one-sided operation: a NOTIFY must never
+ * follow a WRITE whose middle did not go). */
 static void unqueue(rrpc_conn *c, int cls, uint64_t id)
 {
     struct rrpci_class_state *s = &c->cls[cls];
-    struct rrpci_msg *prev = NULL;
-    for (struct rrpci_msg *m = s->head; m; prev = m, m = m->next) {
-        if (m->h.id != id || rrpci_type_is_exempt(m->h.type))
+    struct rrpci_msg **pp = &s->head, *prev = NULL;
+    while (*pp) {
+        struct rrpci_msg *m = *pp;
+        if (m->h.id != id || rrpci_type_is_exempt(m->h.type)) {
+            prev = m;
+            pp = &m->next;
             continue;
-        if (prev)
-            prev->next = m->next;
-        else
-            s->head = m->next;
+        }
+        *pp = m->next;
         if (s->tail == m)
             s->tail = prev;
         rrpci_msg_free(m);
-        return;
     }
 }
 

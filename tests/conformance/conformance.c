@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -144,6 +145,16 @@ static void called_back_cb(const rrpc_result *res, void *user)
     unlock();
 }
 
+/* A blocking call from inside a handler must refuse, not hang. */
+static void h_reenter(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    void *out = NULL;
+    size_t n = 0;
+    int r = rrpc_call_sync(rrpc_request_conn(req), "echo", "x", 1, NULL, &out, &n);
+    int32_t code = r;
+    rrpc_respond(req, &code, sizeof(code));
+}
+
 static void server_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
     lock();
@@ -179,9 +190,10 @@ static int group_setup(void **state)
     pthread_cond_init(&T.cv, NULL);
     if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
         return -1;
-    static const char *const methods[] = {"echo", "fail", "hold", "async", "token", "class"};
-    rrpc_handler_fn fns[] = {h_echo, h_fail, h_hold, h_async, h_token, h_class};
-    for (int i = 0; i < 6; i++)
+    static const char *const methods[] = {"echo",  "fail",  "hold",   "async",
+                                          "token", "class", "reenter"};
+    rrpc_handler_fn fns[] = {h_echo, h_fail, h_hold, h_async, h_token, h_class, h_reenter};
+    for (int i = 0; i < 7; i++)
         if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
             return -1;
     rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
@@ -318,6 +330,74 @@ static void test_the_server_may_call_the_client_the_moment_it_is_up(void **state
     lock();
     T.call_back_on_up = 0;
     unlock();
+}
+
+static void test_a_driven_mode_server_serves_when_its_fd_is_polled(void **state)
+{
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    char luri[256], curi[300];
+    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    rrpc_listener *l;
+    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
+    snprintf(curi, sizeof(curi), "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
+             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    int fd = rrpc_ctx_fd(s);
+    assert_true(fd >= 0);
+    /* The client side (thread mode) connects and calls asynchronously; this
+     * thread runs the server only when its fd says there is work. */
+    rrpc_conn *c = NULL;
+    struct pipe_state ps = {.expect_len = 8};
+    int sent = 0;
+    assert_int_equal(rrpc_connect(T.cctx, curi, NULL, NULL, &c), 0);
+    for (int i = 0; i < 2000 && ps.done < 100; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, 10);
+        assert_int_equal(rrpc_ctx_progress(s, 0), 0);
+        /* one call at a time, each after the previous answer */
+        if (ps.done == sent && sent < 100 &&
+            rrpc_call(c, "echo", "12345678", 8, NULL, pipe_cb, &ps) == 0)
+            sent++;
+    }
+    assert_int_equal(ps.done, 100);
+    assert_int_equal(ps.bad, 0);
+    assert_int_equal(rrpc_ctx_start_thread(s), 0); /* a driven context may switch to thread mode */
+    assert_int_equal(rrpc_ctx_fd(s), -EBUSY);
+    assert_int_equal(rrpc_ctx_progress(s, 0), -EBUSY);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+static void test_a_driven_mode_client_sync_call_drives_its_own_loop(void **state)
+{
+    rrpc_ctx *cl;
+    assert_int_equal(rrpc_ctx_create(&cl), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(cl, T.uri, 10000, NULL, NULL, &c), 0);
+    for (int i = 0; i < 50; i++) {
+        void *out = NULL;
+        size_t n = 0;
+        assert_int_equal(rrpc_call_sync(c, "echo", &i, sizeof(i), NULL, &out, &n), 0);
+        assert_int_equal(n, sizeof(i));
+        assert_memory_equal(out, &i, sizeof(i));
+        free(out);
+    }
+    rrpc_ctx_destroy(cl);
+}
+
+static void test_a_blocking_call_from_a_handler_is_refused_not_hung(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    void *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rrpc_call_sync(c, "reenter", NULL, 0, NULL, &out, &n), 0);
+    int32_t code;
+    assert_int_equal(n, sizeof(code));
+    memcpy(&code, out, sizeof(code));
+    assert_int_equal(code, RRPC_E_DEADLOCK);
+    free(out);
+    rrpc_conn_close(c);
 }
 
 static void test_10000_pipelined_calls_all_answered_in_order_of_ids(void **state)
@@ -768,6 +848,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_echo_returns_every_size_from_0_to_4_MiB),
         cmocka_unit_test(test_the_server_may_call_the_client_the_moment_it_is_up),
+        cmocka_unit_test(test_a_driven_mode_server_serves_when_its_fd_is_polled),
+        cmocka_unit_test(test_a_driven_mode_client_sync_call_drives_its_own_loop),
+        cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
         cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),

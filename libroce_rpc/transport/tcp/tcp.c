@@ -90,7 +90,7 @@ static struct tcp_ctx *tctx(rrpc_ctx *ctx)
 static int set_tos(int fd, int dscp)
 {
     int tos = dscp << 2;
-    struct sockaddr_storage ss;
+    struct sockaddr_storage ss = {.ss_family = AF_UNSPEC};
     socklen_t sl = sizeof(ss);
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6) {
         if (setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos)) < 0)
@@ -476,7 +476,10 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
     if (h->type == RRPCI_T_HELLO_ACK && ch->cls == RRPC_CLASS_CONTROL && !tc->hello_done) {
         struct rrpci_hello peer;
         int r = rrpci_hello_decode(p, h->len, &peer);
-        if (r == 0)
+        if (r < 0)
+            rrpci_set_error(ctx, r, "HELLO_ACK of %u bytes, expected %d", h->len,
+                            RRPCI_HELLO_SIZE);
+        else
             r = rrpci_conn_hello_peer(c, &peer);
         if (r < 0) {
             rrpci_conn_down(c, r, rrpc_ctx_last_error(ctx));
@@ -611,7 +614,10 @@ static int adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
     int r = chan_init(&tc->ch[cls], c, cls, fd, true);
     if (r < 0)
         return r;
-    set_tos(fd, ctx->cls[cls].dscp);
+    r = set_tos(fd, ctx->cls[cls].dscp);
+    if (r < 0)
+        RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpc_class_name(cls),
+                  ctx->cls[cls].dscp, strerror(-r));
     ev_io_start(ctx->loop, &tc->ch[cls].rio);
     return 0;
 }
@@ -634,7 +640,9 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
         tc->passive = true;
         struct rrpci_hello peer, mine;
         int r = rrpci_hello_decode(payload, h->len, &peer);
-        if (r == 0)
+        if (r < 0)
+            rrpci_set_error(ctx, r, "HELLO of %u bytes, expected %d", h->len, RRPCI_HELLO_SIZE);
+        else
             r = rrpci_conn_hello_peer(c, &peer);
         if (r < 0) {
             pend_refuse(p, ctx, r, rrpc_ctx_last_error(ctx));
