@@ -102,7 +102,8 @@ RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx);
 /*
  * Closes every connection and listener (their callbacks run with
  * RRPC_CONN_DOWN and RRPC_E_CLOSED), fails pending calls with RRPC_E_CLOSED,
- * stops the loop thread if any, and frees the context.  Accepts NULL.
+ * stops the loop thread if any, and frees the context and every connection
+ * handle not yet closed (they become invalid).  Accepts NULL.
  * Must not be called from inside a callback of the same context.
  */
 RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx);
@@ -152,8 +153,11 @@ typedef enum rrpc_conn_event {
  * was handed to the application (an accepted one, or one from rrpc_connect),
  * with @reason: RRPC_E_CLOSED after rrpc_conn_close, RRPC_E_CONN_LOST when
  * the peer vanished, RRPC_E_PROTO / RRPC_E_VERSION / RRPC_E_CREDIT when the
- * peer broke the protocol, or a negated errno from the transport.  After the
- * DOWN callback returns the handle is invalid.
+ * peer broke the protocol (also RRPC_E_BAD_CLASS and RRPC_E_TOO_BIG for a bad
+ * header), RRPC_E_TICKET when a connection ticket was refused, or a negated
+ * errno from the transport.  After the DOWN callback returns, an accepted
+ * connection's handle is invalid; one from rrpc_connect* stays valid until
+ * rrpc_conn_close.
  */
 typedef void (*rrpc_conn_event_fn)(rrpc_conn *conn, rrpc_conn_event ev, int reason,
                                    void *user);
@@ -186,8 +190,9 @@ RRPC_API void rrpc_listener_close(rrpc_listener *l);
 /*
  * Starts connecting to @uri; @fn receives UP when every QoS class of the
  * connection is established (or DOWN with the reason it failed).  On success
- * *ret_conn is valid until the DOWN callback returns; the library owns the
- * connection.  Errors as rrpc_listen.
+ * *ret_conn belongs to the caller until rrpc_conn_close, also after DOWN
+ * (calls on a connection that is down fail with RRPC_E_CLOSED); close it
+ * exactly once.  Errors as rrpc_listen.
  */
 RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
                           rrpc_conn **ret_conn);
@@ -202,10 +207,38 @@ RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
                                rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
 
 /*
- * Closes @conn: pending calls fail with RRPC_E_CLOSED, the DOWN event
- * follows (from the loop), then the handle is invalid.  Accepts NULL.
+ * Closes @conn: pending calls fail with RRPC_E_CLOSED and the DOWN event
+ * follows, from the loop.  A handle from rrpc_connect* is given back by this
+ * call: it is invalid once this returns.  An accepted connection's handle is
+ * valid until its DOWN callback returns.  Accepts NULL.
  */
 RRPC_API void rrpc_conn_close(rrpc_conn *conn);
+
+/* ---- connection tickets (the broker, <roce_rpc/broker.h>, uses these) -- */
+
+/*
+ * Server side: every new connection of @ctx must present a ticket as its
+ * first message, and @fn decides: it returns 0 to accept, or a negative code
+ * (RRPC_E_TICKET) with a reason for the peer in @why.  It runs on the loop
+ * thread before the connection is announced (UP); no handler runs for a
+ * connection before its ticket is accepted, and other frames sent before the
+ * ticket end the connection with RRPC_E_TICKET.  Without a verifier no ticket
+ * is required (a ticket sent anyway is acknowledged and ignored).  Only before
+ * the first rrpc_listen.  Errors: -EBUSY (an endpoint exists), -EINVAL.
+ */
+typedef int (*rrpc_ticket_verify_fn)(void *user, const void *ticket, size_t len, char *why,
+                                     size_t whylen);
+RRPC_API int rrpc_ctx_require_ticket(rrpc_ctx *ctx, rrpc_ticket_verify_fn fn, void *user);
+
+/*
+ * Client side: as rrpc_connect_sync, and presents @ticket (@len bytes, 1..4096,
+ * copied) as the connection's first message.  Returns 0 once the server
+ * accepted it; RRPC_E_TICKET (the server's reason in rrpc_ctx_last_error)
+ * when it refused.
+ */
+RRPC_API int rrpc_connect_ticket(rrpc_ctx *ctx, const char *uri, const void *ticket, size_t len,
+                                 int timeout_ms, rrpc_conn_event_fn fn, void *user,
+                                 rrpc_conn **ret_conn);
 
 /* The transport name of @conn ("tcp" or "verbs"); static, never NULL. */
 RRPC_API const char *rrpc_conn_transport(rrpc_conn *conn);

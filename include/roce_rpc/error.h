@@ -42,7 +42,9 @@ extern "C" {
     X(DEADLOCK, -1013, "blocking call from the loop thread would deadlock")      \
     X(ARGS, -1014, "msgpack arguments do not match the expected format")         \
     X(TRANSPORT, -1015, "transport not available in this build")                 \
-    X(REGION, -1016, "memory is not inside a registered region")
+    X(REGION, -1016, "memory is not inside a registered region")                 \
+    X(TICKET, -1017,                                                             \
+      "connection ticket missing, forged, expired, replayed or for another service")
 
 typedef enum rrpc_errno {
 #define RRPC_ERRNO_ENUM_(name, value, desc) RRPC_E_##name = (value),

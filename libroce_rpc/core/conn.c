@@ -54,6 +54,7 @@ void rrpci_conn_unref(rrpc_conn *c)
 {
     if (--c->refs > 0)
         return;
+    free(c->ticket);
     free(c->priv);
     free(c);
 }
@@ -70,6 +71,10 @@ static void connect_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     rrpc_conn *c = w->data;
     if (c->closed_by_app)
         rrpci_conn_down(c, RRPC_E_CLOSED, "closed by the application");
+    else if (c->refused)
+        rrpci_conn_down(c, RRPC_E_TICKET, "the connection's ticket was refused");
+    else if (c->authenticating)
+        rrpci_conn_down(c, RRPC_E_TICKET, "no connection ticket in time");
     else
         rrpci_conn_down(c, -ETIMEDOUT, "the connection did not come up in time");
 }
@@ -100,12 +105,16 @@ static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *op
     ev_timer_start(ctx->loop, &c->connect_timer);
     rrpci_list_add(&ctx->conns, &c->link);
     rrpci_list_init(&c->dirty_link);
+    rrpci_list_init(&c->owned_link);
     return c;
 }
 
 rrpc_conn *rrpci_listener_new_conn(rrpc_listener *l)
 {
-    return conn_alloc(l->ctx, l->ops, l->fn, l->user, l->ctx->cfg.connect_timeout_ms);
+    rrpc_conn *c = conn_alloc(l->ctx, l->ops, l->fn, l->user, l->ctx->cfg.connect_timeout_ms);
+    if (c)
+        c->passive = true;
+    return c;
 }
 
 void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h)
@@ -143,12 +152,43 @@ int rrpci_conn_hello_peer(rrpc_conn *c, const struct rrpci_hello *p)
 
 static void conn_flush(rrpc_conn *c);
 
+static int send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, size_t len)
+{
+    struct rrpci_msg *m = rrpci_msg_new(len);
+    if (!m)
+        return -ENOMEM;
+    m->h.type = type;
+    m->h.arg = (uint32_t)code;
+    if (len)
+        memcpy(m->data, p, len);
+    return rrpci_conn_submit(c, RRPC_CLASS_CONTROL, m);
+}
+
+static void announce(rrpc_conn *c);
+
 void rrpci_conn_established(rrpc_conn *c)
 {
     if (c->state != RRPCI_CONNECTING)
         return;
-    ev_timer_stop(c->ctx->loop, &c->connect_timer);
     c->state = RRPCI_UP;
+    if (c->passive && c->ctx->ticket_fn) {
+        c->authenticating = true; /* the connect timer bounds the wait */
+        return;
+    }
+    if (!c->passive && c->ticket) {
+        c->authenticating = true;
+        int r = send_exempt(c, RRPCI_T_TICKET, 0, c->ticket, c->ticket_len);
+        if (r < 0)
+            rrpci_conn_down(c, r, "cannot send the connection ticket");
+        return;
+    }
+    announce(c);
+}
+
+static void announce(rrpc_conn *c)
+{
+    ev_timer_stop(c->ctx->loop, &c->connect_timer);
+    c->authenticating = false;
     c->announced = true;
     RRPCI_LOG(c->ctx, LOG_DEBUG, "%s connection up", c->ops->name);
     rrpci_conn_ref(c);
@@ -165,6 +205,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         return;
     c->state = RRPCI_DOWN;
     c->down_reason = reason;
+    snprintf(c->down_why, sizeof(c->down_why), "%s", why ? why : rrpc_strerror(reason));
     rrpci_list_del(&c->dirty_link);
     rrpci_conn_ref(c);
     ev_timer_stop(c->ctx->loop, &c->connect_timer);
@@ -282,7 +323,8 @@ RRPC_API void rrpc_listener_close(rrpc_listener *l)
 }
 
 static int connect_locked(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
-                          int timeout_ms, rrpc_conn **ret_conn)
+                          int timeout_ms, const void *ticket, size_t ticket_len,
+                          rrpc_conn **ret_conn)
 {
     struct rrpci_uri u;
     const struct rrpci_transport_ops *ops;
@@ -293,11 +335,25 @@ static int connect_locked(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn,
     if (!c)
         return -ENOMEM;
     c->user_owned = true;
+    rrpci_conn_ref(c); /* the application's, until rrpc_conn_close */
+    rrpci_list_add(&ctx->owned, &c->owned_link);
+    if (ticket_len) {
+        c->ticket = malloc(ticket_len);
+        if (!c->ticket) {
+            c->fn = NULL;
+            rrpci_conn_down(c, -ENOMEM, "out of memory");
+            rrpci_conn_release_user(c);
+            return -ENOMEM;
+        }
+        memcpy(c->ticket, ticket, ticket_len);
+        c->ticket_len = ticket_len;
+    }
     r = ops->connect(c, &u);
     if (r < 0) {
         /* Nothing was announced: release silently. */
         c->fn = NULL;
         rrpci_conn_down(c, r, "connect failed");
+        rrpci_conn_release_user(c);
         return r;
     }
     *ret_conn = c;
@@ -310,7 +366,7 @@ RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn,
     if (!ctx || !ret_conn)
         return -EINVAL;
     rrpci_lock(ctx);
-    int r = connect_locked(ctx, uri, fn, user, ctx->cfg.connect_timeout_ms, ret_conn);
+    int r = connect_locked(ctx, uri, fn, user, ctx->cfg.connect_timeout_ms, NULL, 0, ret_conn);
     rrpci_unlock(ctx);
     return r;
 }
@@ -318,6 +374,7 @@ RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn,
 struct sync_connect {
     struct rrpci_waiter w;
     int status;
+    char why[256];
     rrpc_conn_event_fn fn;
     void *user;
 };
@@ -331,12 +388,49 @@ static void sync_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, voi
         s->status = 0;
     } else {
         s->status = reason;
+        snprintf(s->why, sizeof(s->why), "%s", c->down_why);
     }
     rrpci_waiter_signal(&s->w);
 }
 
+static int connect_wait(rrpc_ctx *ctx, const char *uri, int timeout_ms, const void *ticket,
+                        size_t ticket_len, rrpc_conn_event_fn fn, void *user,
+                        rrpc_conn **ret_conn);
+
 RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
                                rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
+{
+    return connect_wait(ctx, uri, timeout_ms, NULL, 0, fn, user, ret_conn);
+}
+
+RRPC_API int rrpc_connect_ticket(rrpc_ctx *ctx, const char *uri, const void *ticket, size_t len,
+                                 int timeout_ms, rrpc_conn_event_fn fn, void *user,
+                                 rrpc_conn **ret_conn)
+{
+    if (!ticket || len == 0 || len > 4096)
+        return rrpci_set_error(ctx, -EINVAL, "a connection ticket has 1..4096 bytes");
+    return connect_wait(ctx, uri, timeout_ms, ticket, len, fn, user, ret_conn);
+}
+
+RRPC_API int rrpc_ctx_require_ticket(rrpc_ctx *ctx, rrpc_ticket_verify_fn fn, void *user)
+{
+    if (!ctx || !fn)
+        return -EINVAL;
+    rrpci_lock(ctx);
+    int r = 0;
+    if (ctx->endpoints_made)
+        r = rrpci_set_error(ctx, -EBUSY, "require tickets before the first rrpc_listen");
+    else {
+        ctx->ticket_fn = fn;
+        ctx->ticket_user = user;
+    }
+    rrpci_unlock(ctx);
+    return r;
+}
+
+static int connect_wait(rrpc_ctx *ctx, const char *uri, int timeout_ms, const void *ticket,
+                        size_t ticket_len, rrpc_conn_event_fn fn, void *user,
+                        rrpc_conn **ret_conn)
 {
     if (!ctx || !ret_conn || timeout_ms <= 0)
         return -EINVAL;
@@ -347,18 +441,29 @@ RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
     rrpci_waiter_init(&s.w);
     rrpci_lock(ctx);
     rrpc_conn *c = NULL;
-    int r = connect_locked(ctx, uri, sync_connect_event, &s, timeout_ms, &c);
+    int r = connect_locked(ctx, uri, sync_connect_event, &s, timeout_ms, ticket, ticket_len, &c);
     if (r == 0) {
         rrpci_wait(ctx, &s.w);
         r = s.status;
-        if (r == 0)
+        if (r == 0) {
             *ret_conn = c;
-        else
-            rrpci_set_error(ctx, r, "cannot connect to %s: %s", uri, rrpc_strerror(r));
+        } else {
+            rrpci_set_error(ctx, r, "cannot connect to %s: %s (%s)", uri, s.why,
+                            rrpc_err_name(r));
+            rrpci_conn_release_user(c); /* never handed out */
+        }
     }
     rrpci_unlock(ctx);
     rrpci_waiter_fini(&s.w);
     return r;
+}
+
+void rrpci_conn_release_user(rrpc_conn *c)
+{
+    if (!c->user_owned || rrpci_list_empty(&c->owned_link))
+        return;
+    rrpci_list_del(&c->owned_link);
+    rrpci_conn_unref(c);
 }
 
 RRPC_API void rrpc_conn_close(rrpc_conn *c)
@@ -374,6 +479,7 @@ RRPC_API void rrpc_conn_close(rrpc_conn *c)
         ev_timer_set(&c->connect_timer, 0, 0);
         ev_timer_start(ctx->loop, &c->connect_timer);
     }
+    rrpci_conn_release_user(c);
     rrpci_unlock(ctx);
 }
 
@@ -422,7 +528,7 @@ static size_t head_size(rrpc_conn *c, int cls)
     struct rrpci_msg *m = s->head;
     if (!m || s->blocked)
         return 0;
-    if (!rrpci_type_is_exempt(m->h.type) && s->credit.tx_avail == 0)
+    if (!rrpci_type_is_exempt(m->h.type) && (s->credit.tx_avail == 0 || c->authenticating))
         return 0;
     return RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
 }
@@ -551,10 +657,66 @@ static void protocol_error(rrpc_conn *c, int code, const char *why)
     rrpci_conn_down(c, code, why);
 }
 
+/* The passive side refuses: the reason goes to the peer in an ERROR frame,
+ * and the connection closes shortly after, once the frame has gone out. */
+static void refuse(rrpc_conn *c, const char *why)
+{
+    RRPCI_LOG(c->ctx, LOG_NOTICE, "connection refused: %s", why);
+    rrpci_set_error(c->ctx, RRPC_E_TICKET, "connection refused: %s", why);
+    send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, why, strlen(why));
+    c->refused = true;
+    ev_timer_stop(c->ctx->loop, &c->connect_timer);
+    ev_timer_set(&c->connect_timer, 0.05, 0);
+    ev_timer_start(c->ctx->loop, &c->connect_timer);
+}
+
+/* Frames while the ticket is being checked: nothing but the ticket exchange. */
+static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    if (c->refused)
+        return; /* closing; the ERROR frame is on its way */
+    if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPC_CLASS_CONTROL) {
+        char why[256] = "";
+        int r = c->ctx->ticket_fn(c->ctx->ticket_user, p, h->len, why, sizeof(why));
+        if (r == 0) {
+            if (send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0) == 0)
+                announce(c);
+            return;
+        }
+        if (!why[0])
+            snprintf(why, sizeof(why), "%s", rrpc_strerror(RRPC_E_TICKET));
+        refuse(c, why);
+        return;
+    }
+    if (!c->passive && h->type == RRPCI_T_TICKET_ACK) {
+        announce(c);
+        return;
+    }
+    if (!c->passive && h->type == RRPCI_T_ERROR) {
+        char msg[256];
+        int code = (int32_t)(uint32_t)h->arg;
+        snprintf(msg, sizeof(msg), "the server refused the connection: %.*s",
+                 (int)(h->len < 200 ? h->len : 200), (const char *)p);
+        rrpci_set_error(c->ctx, code < 0 ? code : RRPC_E_TICKET, "%s", msg);
+        rrpci_conn_down(c, code < 0 ? code : RRPC_E_TICKET, msg);
+        return;
+    }
+    if (c->passive) {
+        refuse(c, "this server requires a connection ticket as the first message; "
+                  "connect through the broker (rrpc_connect_service)");
+    } else {
+        rrpci_conn_down(c, RRPC_E_PROTO, "unexpected frame while the ticket was checked");
+    }
+}
+
 void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     if (c->state != RRPCI_UP)
         return;
+    if (c->authenticating || c->refused) {
+        auth_frame(c, cls, h, p);
+        return;
+    }
     if (h->cls != cls)
         {
             protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
@@ -590,6 +752,15 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         rrpci_os_on_ack(c, h, p);
         break;
     case RRPCI_T_CREDIT:
+        break;
+    case RRPCI_T_TICKET:
+        /* This side requires no ticket: acknowledge, so the client goes on. */
+        if (c->passive && cls == RRPC_CLASS_CONTROL) {
+            RRPCI_LOG(c->ctx, LOG_INFO, "ticket ignored: this server requires none");
+            send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0);
+        } else {
+            protocol_error(c, RRPC_E_PROTO, "unexpected connection ticket");
+        }
         break;
     case RRPCI_T_ERROR: {
         char msg[256];

@@ -80,12 +80,15 @@ struct rrpc_ctx {
     struct rrpci_list conns;
     struct rrpci_list listeners;
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
+    struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
     ev_prepare credit_prep;         /* returns it before the loop sleeps */
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
 
     rrpc_notify_fn notify_fn;
     void *notify_user;
+    rrpc_ticket_verify_fn ticket_fn;
+    void *ticket_user;
     rrpc_log_fn log_fn;
     void *log_user;
     int log_max;
@@ -119,11 +122,19 @@ struct rrpc_conn {
     struct rrpci_list dirty_link; /* in ctx->credit_dirty when linked */
     int refs;
     enum rrpci_conn_state state;
+    bool passive;        /* accepted from a listener */
+    bool authenticating; /* transport up, ticket not yet accepted: not announced */
+    bool refused;        /* ticket refused: closing after the ERROR frame goes */
+    uint8_t *ticket;     /* active side: presented as the first message */
+    size_t ticket_len;
     bool announced;  /* UP was delivered: DOWN is owed */
-    bool user_owned; /* from rrpc_connect: DOWN is owed even before UP */
+    bool user_owned; /* from rrpc_connect: DOWN is owed even before UP, and the
+                      * application holds a reference until rrpc_conn_close */
+    struct rrpci_list owned_link;
     bool closed_by_app;
     bool in_flush;
     int down_reason;
+    char down_why[256]; /* why it went down, for a caller waiting on another thread */
     rrpc_conn_event_fn fn;
     void *user;
     uint32_t peer_max_msg;
@@ -171,6 +182,8 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m);
 /* Before the loop sleeps: explicit CREDIT frames for what is owed. */
 void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents);
 uint64_t rrpci_conn_new_id(rrpc_conn *c);
+/* Releases the application's reference of an rrpc_connect handle (once). */
+void rrpci_conn_release_user(rrpc_conn *c);
 
 /* ---- rpc / one-sided (pending table) ---------------------------------- */
 enum rrpci_pending_kind { RRPCI_PEND_CALL, RRPCI_PEND_OS };

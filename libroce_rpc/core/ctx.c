@@ -377,6 +377,7 @@ RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
     rrpci_list_init(&ctx->conns);
     rrpci_list_init(&ctx->listeners);
     rrpci_list_init(&ctx->credit_dirty);
+    rrpci_list_init(&ctx->owned);
 
     pthread_mutex_lock(&loop_create_lock);
     size_t nbefore;
@@ -493,9 +494,11 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         rrpc_conn *c = rrpci_container_of(ctx->conns.next, rrpc_conn, link);
         rrpci_conn_ref(c);
         rrpci_conn_down(c, RRPC_E_CLOSED, "the context is being destroyed");
-        rrpci_list_del(&c->link); /* whoever still holds a reference frees it */
         rrpci_conn_unref(c);
     }
+    /* Handles the application did not close are released with the context. */
+    while (!rrpci_list_empty(&ctx->owned))
+        rrpci_conn_release_user(rrpci_container_of(ctx->owned.next, rrpc_conn, owned_link));
     rrpci_methods_fini(ctx);
     rrpci_regions_fini(ctx);
     transports_fini(ctx);

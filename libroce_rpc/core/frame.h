@@ -23,7 +23,9 @@ enum rrpci_frame_type {
     RRPCI_T_OS_READ = 9,   /* emulated one-sided READ: rrpci_os_hdr */
     RRPCI_T_OS_ACK = 10,   /* arg = status; payload = data for a READ */
     RRPCI_T_ERROR = 11,    /* fatal: arg = code, payload = message; the sender closes */
-    RRPCI_T_MAX_ = 12,
+    RRPCI_T_TICKET = 12,   /* active -> passive, first message: the broker's ticket */
+    RRPCI_T_TICKET_ACK = 13,
+    RRPCI_T_MAX_ = 14,
 };
 
 /* Flag bits of the header. */
@@ -45,7 +47,8 @@ struct rrpci_hdr {
 static inline bool rrpci_type_is_exempt(uint8_t type)
 {
     return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
-           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_CREDIT || type == RRPCI_T_ERROR;
+           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_CREDIT || type == RRPCI_T_ERROR ||
+           type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK;
 }
 
 void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE]);

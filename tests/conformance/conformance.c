@@ -400,6 +400,68 @@ static void test_a_blocking_call_from_a_handler_is_refused_not_hung(void **state
     rrpc_conn_close(c);
 }
 
+static int handler_runs;
+static void h_count(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    lock();
+    handler_runs++;
+    unlock();
+    rrpc_respond(req, p, len);
+}
+
+static int verify_ticket(void *user, const void *t, size_t len, char *why, size_t whylen)
+{
+    if (len == 4 && memcmp(t, "good", 4) == 0)
+        return 0;
+    snprintf(why, whylen, "ticket \"%.*s\" is not valid here", (int)len, (const char *)t);
+    return RRPC_E_TICKET;
+}
+
+static void test_a_server_requiring_tickets_runs_no_handler_without_a_good_one(void **state)
+{
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    assert_int_equal(rrpc_register(s, "count", h_count, NULL), 0);
+    assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), 0);
+    char luri[256], curi[300];
+    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    rrpc_listener *l;
+    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
+    assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), -EBUSY);
+    snprintf(curi, sizeof(curi), "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
+             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    handler_runs = 0;
+    void *out = NULL;
+    size_t n = 0;
+    rrpc_conn *c;
+    /* a good ticket: up, and calls work */
+    assert_int_equal(rrpc_connect_ticket(T.cctx, curi, "good", 4, 10000, NULL, NULL, &c), 0);
+    assert_int_equal(rrpc_call_sync(c, "count", "a", 1, NULL, &out, &n), 0);
+    free(out);
+    rrpc_conn_close(c);
+    assert_int_equal(handler_runs, 1);
+    /* a bad one: refused, with the server's reason */
+    assert_int_equal(rrpc_connect_ticket(T.cctx, curi, "evil", 4, 10000, NULL, NULL, &c),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "\"evil\" is not valid here"));
+    /* none at all: the first call ends the connection, the handler never runs */
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    assert_true(rrpc_call_sync(c, "count", "b", 1, NULL, &out, &n) < 0);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "requires a connection ticket"));
+    assert_int_equal(handler_runs, 1);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+static void test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged(void **state)
+{
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_ticket(T.cctx, T.uri, "anything", 8, 10000, NULL, NULL, &c), 0);
+    echo_ok(c, 32, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
 static void test_10000_pipelined_calls_all_answered_in_order_of_ids(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
@@ -851,6 +913,8 @@ int main(void)
         cmocka_unit_test(test_a_driven_mode_server_serves_when_its_fd_is_polled),
         cmocka_unit_test(test_a_driven_mode_client_sync_call_drives_its_own_loop),
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
+        cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
+        cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
         cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
         cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),
