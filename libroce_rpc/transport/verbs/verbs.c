@@ -15,7 +15,7 @@
  *      0  rrpci_hello (32 bytes, rrpci_hello_encode; rx_buf = our receive
  *         buffer size, header included)
  *      32 u8 verbs layout version (1)   33 u8 class of this QP
- *      34 u8 WRITE_WITH_IMM credits granted for this class   35 u8 0
+ *      34 u8 WRITE_WITH_IMM credits granted for this class   35 u8 'V' (0x56)
  *      36 u64 connection cookie (random, chosen by the active side)
  *    Every class carries the hello, so the passive side can create the
  *    connection on whichever class arrives first and attach the others to it
@@ -48,6 +48,25 @@
  *    + 1 spare, so a buffer is re-posted before its frame is delivered and
  *    the credit the application's handler returns is always backed.
  *    RNR retry is still infinite, as a safety net.
+ *
+ * Behaviour worth knowing:
+ *  - RDMA READs (rendezvous) and one-sided READ/WRITEs go in chunks of
+ *    RRPC_VERBS_CHUNK bytes (256 KiB), RRPC_VERBS_DATA_DEPTH (2) in flight
+ *    per QP.  Soft-RoCE over a veth drops bursts beyond the backlog (1000
+ *    packets); a dropped tail then waits for the ~0.5 s ACK timeout, which
+ *    made one 1 MiB READ take 2.3 s instead of 10 ms.
+ *  - A frame is not posted while a one-sided operation of its class waits
+ *    for room, so on one class a frame sent after a WRITE arrives after it.
+ *  - A remote access error (forged key, deregistered region) fails the
+ *    operation with RRPC_E_ACCESS and, RC semantics, breaks the QP: the
+ *    connection goes down with RRPC_E_CONN_LOST.
+ *  - A closed connection keeps its QPs until its last SENDs completed and
+ *    the peer READ its rendezvous payloads (at most 5 s), so a final
+ *    response or ERROR frame is not lost; then it disconnects.
+ *  - Tunables (environment, read when a context first uses rdma://):
+ *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
+ *    RRPC_VERBS_BUSY_POLL_US (0: after completions, poll the CQ this long
+ *    before re-arming), RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -76,6 +95,7 @@
 #define VB_NCLS RRPCI_MAX_CLASSES
 #define VB_PD_VERSION 1
 #define VB_PD_SIZE 44
+#define VB_PD_MARK 0x56 /* 'V': tells a roce-rpc peer from junk before the version */
 #define VB_REJ_MAGIC 0x52565252u /* "RRVR" */
 #define VB_REJ_SIZE 8
 
@@ -108,11 +128,6 @@
 #define VB_EAGER_MAX (1u << 20)
 #define VB_CACHE_BUCKETS 256
 
-#ifdef VB_TRACE
-#define VB_T(...) do { struct timespec ts_; clock_gettime(CLOCK_MONOTONIC, &ts_); fprintf(stderr, "T %ld.%06ld ", (long)ts_.tv_sec % 1000, ts_.tv_nsec / 1000); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } while (0)
-#else
-#define VB_T(...) do { } while (0)
-#endif
 #define VB_CONTAINER(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* What a cm_id's context or a work request's wr_id points at. */
@@ -911,22 +926,22 @@ static void vb_pd_encode(const struct vb_conn *vc, int cls, uint8_t out[VB_PD_SI
     out[32] = VB_PD_VERSION;
     out[33] = (uint8_t)cls;
     out[34] = VB_NOTIFY_CREDITS;
-    out[35] = 0;
+    out[35] = VB_PD_MARK;
     rrpci_put64(out + 36, vc->cookie);
 }
 
 static int vb_pd_decode(const uint8_t *p, size_t len, struct vb_pd *pd, const char **why)
 {
-    if (len < VB_PD_SIZE) {
-        *why = "the connection's private data is too short: not a roce-rpc peer?";
+    if (len < VB_PD_SIZE || p[35] != VB_PD_MARK) {
+        *why = "the connection's private data is not roce-rpc's";
         return RRPC_E_PROTO;
     }
     if (p[32] != VB_PD_VERSION) {
         *why = "unknown verbs private data layout: run the same roce-rpc release on both sides";
         return RRPC_E_VERSION;
     }
-    if (p[33] >= VB_NCLS || p[35] != 0) {
-        *why = "malformed verbs private data (class or reserved byte)";
+    if (p[33] >= VB_NCLS) {
+        *why = "malformed verbs private data (class)";
         return RRPC_E_PROTO;
     }
     if (rrpci_hello_decode(p, RRPCI_HELLO_SIZE, &pd->hello)) {
@@ -1140,7 +1155,8 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     o->m = m;
     o->used = true;
     q->rout_used++;
-    VB_T("%s rndv send cls %d slot %d len %zu+%zu", q->vc->passive ? "S" : "C", q->cls, slot, m->len, m->ext_len);
+    RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: rendezvous send of %zu bytes (slot %d)",
+              vc->peer, q->cls, rrpci_msg_payload_len(m), slot);
     return 0;
 toobig:
     o->m = NULL;
@@ -1150,7 +1166,6 @@ toobig:
 
 static int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
 {
-    VB_T("send cls %d type %d len %zu", cls, m->h.type, rrpci_msg_payload_len(m));
     struct vb_conn *vc = vb_vc(c);
     if (!vc)
         return RRPC_E_CLOSED;
@@ -1330,7 +1345,6 @@ static int vb_kick(struct vb_qp *q)
         q->data_out++;
         r->buf_off += n;
         r->cur_off += n;
-        VB_T("%s post read cls %d n %u", q->vc->passive ? "S" : "C", q->cls, n);
         if (r->cur_off == s->len) {
             r->cur_off = 0;
             if (++r->cur_seg == r->nseg) {
@@ -1494,7 +1508,8 @@ static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const
     r->token = token;
     r->nseg = nseg;
     memcpy(r->seg, seg, sizeof(seg));
-    VB_T("%s rndv arrive cls %d len %u nseg %d", vc->passive ? "S" : "C", q->cls, h.len, nseg);
+    RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: reading a %u-byte rendezvous payload",
+              vc->peer, q->cls, h.len);
     vb_rxq_push(q, &r->it);
     r->rnext = NULL;
     *q->readq_tail = r;
@@ -1512,7 +1527,6 @@ static int vb_on_done(struct vb_qp *q, uint32_t token, const char **why)
     }
     vb_rout_release(&q->rout[slot]);
     q->rout_used--;
-    VB_T("%s rndv done cls %d slot %u", q->vc->passive ? "S" : "C", q->cls, slot);
     return 0;
 }
 
@@ -1672,7 +1686,6 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
         struct vb_rin *r = VB_CONTAINER(w, struct vb_rin, wr);
         r->reads_out--;
         q->data_out--;
-        VB_T("%s read wc cls %d status %d left %u", vc->passive ? "S" : "C", q->cls, wc->status, r->reads_out);
         if (ok && r->all_posted && !r->reads_out) {
             r->complete = true;
             if (q->done_n == q->done_cap) {
@@ -1871,7 +1884,13 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
     case RDMA_CM_EVENT_ADDR_RESOLVED:
         if (rdma_resolve_route(q->id, VB_RESOLVE_MS)) {
             rc = vb_errno();
-            vb_fail(vc, rc, "rdma_resolve_route to %s: %s", vc->peer, rrpc_strerror(rc));
+            if (rc == -ENODEV)
+                vb_fail(vc, RRPC_E_NO_DEVICE,
+                        "no RDMA device serves the route to %s (for Soft-RoCE: rdma link add "
+                        "rxe0 type rxe netdev <if>; ?src=ADDR picks the local address)",
+                        vc->peer);
+            else
+                vb_fail(vc, rc, "rdma_resolve_route to %s: %s", vc->peer, rrpc_strerror(rc));
         }
         break;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
