@@ -3,8 +3,9 @@
 #   demo: install what is missing, build, run an rrpc-demo server and client
 #         (verbs where an RDMA device exists, otherwise tcp; it says which)
 #   test: install what is missing, build, run every test: unit + conformance
-#         on tcp, the same under ASan/UBSan, and the conformance suite over
-#         verbs in the Soft-RoCE VM (reported as skipped where no VM can run)
+#         on tcp, the same under ASan/UBSan, then in the Soft-RoCE VM the
+#         conformance suite over verbs and a packet capture that checks each
+#         class's DSCP on the wire (reported as skipped where no VM can run)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHAT=${1:-}
@@ -34,15 +35,21 @@ echo "== the same under AddressSanitizer + UndefinedBehaviorSanitizer =="
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --print-errorlogs
-echo "== conformance over verbs (RoCEv2, Soft-RoCE in a VM) =="
 tests/softroce/install-deps.sh
-set +e
-tests/softroce/run-suite.sh build
-rc=$?
-set -e
-if [ $rc = 77 ]; then
-  echo "bootstrap: the verbs suite was SKIPPED (see the reason above); tcp results stand alone"
-elif [ $rc != 0 ]; then
-  echo "bootstrap: the verbs suite FAILED (exit $rc)" >&2
-  exit $rc
-fi
+# In the VM: exit 77 means no VM can be made here (the reason is printed).
+vm_step() {
+  local what=$1; shift
+  echo "== $what (RoCEv2 over Soft-RoCE in a VM) =="
+  set +e
+  "$@"
+  local rc=$?
+  set -e
+  if [ $rc = 77 ]; then
+    echo "bootstrap: $what was SKIPPED (see the reason above)"
+  elif [ $rc != 0 ]; then
+    echo "bootstrap: $what FAILED (exit $rc)" >&2
+    exit $rc
+  fi
+}
+vm_step "conformance over verbs" tests/softroce/run-suite.sh build
+vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
