@@ -244,6 +244,19 @@ static rrpc_conn *connect_client(rrpc_ctx *ctx)
     return c;
 }
 
+/* Listens on a free port of the test server address with @s; *@curi gets
+ * the URI a client uses (with the source address, when one is set). */
+static rrpc_listener *listen_any(rrpc_ctx *s, char *curi, size_t n)
+{
+    char luri[256];
+    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    rrpc_listener *l = NULL;
+    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
+    snprintf(curi, n, "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
+             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    return l;
+}
+
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
     for (size_t i = 0; i < n; i++) {
@@ -337,12 +350,8 @@ static void test_a_driven_mode_server_serves_when_its_fd_is_polled(void **state)
     rrpc_ctx *s;
     assert_int_equal(rrpc_ctx_create(&s), 0);
     assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
-    char luri[256], curi[300];
-    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
-    rrpc_listener *l;
-    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
-    snprintf(curi, sizeof(curi), "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
-             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    char curi[300];
+    listen_any(s, curi, sizeof(curi)); /* closed with its context */
     int fd = rrpc_ctx_fd(s);
     assert_true(fd >= 0);
     /* The client side (thread mode) connects and calls asynchronously; this
@@ -423,13 +432,9 @@ static void test_a_server_requiring_tickets_runs_no_handler_without_a_good_one(v
     assert_int_equal(rrpc_ctx_create(&s), 0);
     assert_int_equal(rrpc_register(s, "count", h_count, NULL), 0);
     assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), 0);
-    char luri[256], curi[300];
-    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
-    rrpc_listener *l;
-    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
+    char curi[300];
+    listen_any(s, curi, sizeof(curi)); /* closed with its context */
     assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), -EBUSY);
-    snprintf(curi, sizeof(curi), "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
-             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
     assert_int_equal(rrpc_ctx_start_thread(s), 0);
     handler_runs = 0;
     void *out = NULL;
@@ -575,12 +580,8 @@ static void test_one_credit_per_class_still_completes_500_pipelined_calls(void *
         assert_int_equal(rrpc_class_set(cl, k, dscp, 1, 1), 0);
     }
     assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
-    char luri[256], curi[300];
-    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
-    rrpc_listener *l;
-    assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
-    snprintf(curi, sizeof(curi), "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
-             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    char curi[300];
+    listen_any(s, curi, sizeof(curi)); /* closed with its context */
     assert_int_equal(rrpc_ctx_start_thread(s), 0);
     assert_int_equal(rrpc_ctx_start_thread(cl), 0);
     rrpc_conn *c;
