@@ -52,11 +52,13 @@ struct rrpci_class_cfg {
     uint32_t credits;
 };
 
+#define RRPCI_MAX_TUNABLES 16
 struct rrpci_config {
     uint32_t max_msg;
     int deadline_ms;
     int connect_timeout_ms;
     int log_level;
+    long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
 };
 
 struct rrpc_ctx {

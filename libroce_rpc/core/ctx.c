@@ -24,6 +24,7 @@ struct cfg_entry {
 };
 
 #define CFG_OFF(f) offsetof(struct rrpci_config, f)
+#define CFG_TRANSPORT SIZE_MAX /* read by a transport through rrpci_ctx_tunable */
 static const struct cfg_entry cfg_table[] = {
     {"RRPC_MAX_MSG", 64L << 20, 4096, 0x7fffffffL, CFG_OFF(max_msg),
      "largest message payload accepted from a peer, bytes"},
@@ -33,10 +34,23 @@ static const struct cfg_entry cfg_table[] = {
      "time allowed for a connection to come up, ms"},
     {"RRPC_LOG_LEVEL", -1, -1, 7, CFG_OFF(log_level),
      "log to stderr up to this syslog level (3 err .. 7 debug; -1: off)"},
+    {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
+     "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
+    {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,
+     "verbs: after completions, poll the CQ this long before sleeping, us"},
+    {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30, CFG_TRANSPORT,
+     "verbs: bytes per RDMA READ/WRITE work request"},
+    {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64, CFG_TRANSPORT,
+     "verbs: RDMA READ/WRITE work requests in flight per queue pair"},
 };
+_Static_assert(sizeof(cfg_table) / sizeof(cfg_table[0]) <= RRPCI_MAX_TUNABLES,
+               "raise RRPCI_MAX_TUNABLES");
 
 static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long v)
 {
+    cfg->all[e - cfg_table] = v;
+    if (e->off == CFG_TRANSPORT)
+        return;
     char *p = (char *)cfg + e->off;
     if (e->off == CFG_OFF(max_msg))
         *(uint32_t *)(void *)p = (uint32_t)v;
@@ -63,6 +77,15 @@ static int cfg_load(struct rrpci_config *cfg)
         cfg_store(cfg, e, v);
     }
     return 0;
+}
+
+long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env)
+{
+    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+        if (strcmp(cfg_table[i].env, env) == 0)
+            return ctx->cfg.all[i];
+    fprintf(stderr, "roce-rpc: internal error: tunable %s is not in the table\n", env);
+    abort();
 }
 
 RRPC_API void rrpc_config_print(void *fp)

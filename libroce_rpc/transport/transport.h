@@ -126,6 +126,10 @@ void rrpci_conn_unref(rrpc_conn *c);
 bool rrpci_conn_is_down(rrpc_conn *c);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
+/* A tunable of the context's configuration table by its environment
+ * variable name (for example "RRPC_VERBS_EAGER"): validated when the context
+ * was created.  The name must be in the table (an unknown one aborts). */
+long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env);
 /* The DSCP configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
 /* Region helpers for transports. */

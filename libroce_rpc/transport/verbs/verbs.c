@@ -109,8 +109,6 @@
 #define VB_SQ_CTL_RESERVE 8 /* send-queue slots frames and ops leave to internal messages */
 #define VB_MAX_INLINE 128
 #define VB_RD_ATOMIC_MAX 16
-#define VB_CHUNK_DEFAULT (256u << 10)
-#define VB_DATA_DEPTH_DEFAULT 2
 #define VB_RESOLVE_MS 2000
 #define VB_LINGER_S 5.0
 #define VB_BACKLOG 128
@@ -123,9 +121,6 @@
 #define VB_DESC_MAX (VB_DESC_HEAD + 2 * VB_DESC_SEG)
 #define VB_MIN_RX_BUF (RRPCI_HDR_SIZE + VB_DESC_MAX)
 
-#define VB_EAGER_DEFAULT 8192u
-#define VB_EAGER_MIN 256u
-#define VB_EAGER_MAX (1u << 20)
 #define VB_CACHE_BUCKETS 256
 
 #define VB_CONTAINER(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
@@ -347,23 +342,6 @@ static uint64_t vb_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static unsigned vb_env_uint(rrpc_ctx *ctx, const char *name, unsigned def, unsigned min,
-                            unsigned max)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return def;
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || *end || v < min || v > max) {
-        RRPCI_LOG(ctx, LOG_WARNING, "verbs: ignoring %s=\"%s\" (want %u..%u); using %u", name, s,
-                  min, max, def);
-        return def;
-    }
-    return (unsigned)v;
-}
-
 static void vb_sa_str(const struct sockaddr *sa, char *buf, size_t len)
 {
     char host[INET6_ADDRSTRLEN] = "?";
@@ -433,10 +411,11 @@ static int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret)
         vx->ech = NULL;
         return err;
     }
-    vx->eager = vb_env_uint(ctx, "RRPC_VERBS_EAGER", VB_EAGER_DEFAULT, VB_EAGER_MIN, VB_EAGER_MAX);
-    vx->busy_poll_us = vb_env_uint(ctx, "RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000);
-    vx->chunk = vb_env_uint(ctx, "RRPC_VERBS_CHUNK", VB_CHUNK_DEFAULT, 4096, 1u << 30);
-    vx->data_depth = vb_env_uint(ctx, "RRPC_VERBS_DATA_DEPTH", VB_DATA_DEPTH_DEFAULT, 1, 64);
+    /* Validated, with their defaults, in the context's configuration table. */
+    vx->eager = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_EAGER");
+    vx->busy_poll_us = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_BUSY_POLL_US");
+    vx->chunk = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_CHUNK");
+    vx->data_depth = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_DATA_DEPTH");
     ev_io_init(&vx->ech_w, vb_cm_cb, vx->ech->fd, EV_READ);
     vx->ech_w.data = vx;
     ev_io_start(rrpci_ctx_loop(ctx), &vx->ech_w);
@@ -2156,7 +2135,7 @@ static int vb_query(rrpc_ctx *ctx, struct rrpci_transport_caps *caps)
 {
     struct vb_ctx *vx = vb_vx(ctx);
     caps->max_msg = 1u << 30;
-    caps->max_inline = vx && vx->open ? vx->eager : VB_EAGER_DEFAULT;
+    caps->max_inline = vx && vx->open ? vx->eager : (uint32_t)rrpci_ctx_tunable(ctx, "RRPC_VERBS_EAGER");
     caps->onesided_native = true;
     return 0;
 }
