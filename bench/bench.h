@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+/* rrpc-bench: shared declarations of the bench tool (not a library API). */
+#ifndef RRPC_BENCH_H
+#define RRPC_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#define BENCH_MAX_SIZE ((size_t)4 << 20) /* the largest payload of any test */
+#define BENCH_MIB (1024.0 * 1024.0)
+
+#if defined(__GNUC__)
+#define BENCH_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define BENCH_PRINTF(a, b)
+#endif
+
+/* ---- options ------------------------------------------------------------ */
+
+enum {
+    T_RTT = 1 << 0,
+    T_RATE = 1 << 1,
+    T_LARGE = 1 << 2,
+    T_WRITE = 1 << 3,
+    T_READ = 1 << 4,
+    T_SWEEP = 1 << 5,
+    T_QOS = 1 << 6,
+    T_ALL = (1 << 7) - 1,
+};
+
+struct bench_opts {
+    double duration;       /* seconds measured per test */
+    double sweep_duration; /* seconds measured per sweep point */
+    double warmup_max_s;   /* warm-up stops after this long ... */
+    long warmup_ops;       /* ... or once every flow completed this many operations */
+    size_t size;           /* payload of the small RPC tests */
+    size_t large_size;     /* payload of the large tests */
+    int depth;             /* pipeline depth of the rate test */
+    int bw_depth;          /* messages / operations in flight in bandwidth tests */
+    int large_class;       /* QoS class of the large and bandwidth tests */
+    unsigned tests;        /* T_* bits */
+    bool quick;
+    bool progress;
+    bool client_thread_mode; /* library client: thread mode + *_sync calls for depth 1 */
+    double ref_send_lat_us;  /* perftest ib_send_lat t_typical (one-way), 0 = not given */
+    double ref_write_bw_mibs; /* perftest ib_write_bw BW average (MiB/s), 0 = not given */
+};
+extern struct bench_opts g_opts;
+
+/* ---- time and samples ----------------------------------------------------- */
+
+static inline uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+struct samples {
+    uint64_t *v; /* nanoseconds */
+    size_t n, cap;
+};
+void samples_add(struct samples *s, uint64_t ns);
+void samples_free(struct samples *s);
+
+/* ---- what a transport driver runs ------------------------------------------ */
+
+enum op_kind {
+    OP_ECHO,  /* RPC "echo": the response carries the request's bytes back */
+    OP_SINK,  /* RPC "sink": the response is empty (one-way data + an ack) */
+    OP_WRITE, /* one-sided WRITE into the server's region */
+    OP_READ,  /* one-sided READ from the server's region */
+};
+
+/* One stream of operations: @depth of them kept in flight. */
+struct spec {
+    enum op_kind kind;
+    size_t size;
+    int depth;
+    int cls;  /* QoS class (ignored by raw-tcp) */
+    bool lat; /* record each operation's round trip */
+};
+
+struct phase {
+    double warm_max_s;
+    long warm_ops;
+    double dur_s;
+};
+
+struct outcome {
+    struct samples lat; /* round trips of the operations issued and completed in the window */
+    uint64_t ops;       /* operations completed in the window */
+    uint64_t bytes;     /* payload bytes they carried (one direction) */
+    double seconds;     /* the measured window */
+    int status;         /* 0, or why the run failed */
+    char err[256];
+};
+
+struct driver {
+    const char *name; /* "tcp", "verbs", "raw-tcp" */
+    bool onesided;    /* WRITE / READ */
+    bool qos;         /* classes */
+    void *priv;
+    /* Runs @n concurrent flows for the phases in @ph; fills @out[0..n). */
+    int (*run)(struct driver *d, const struct spec *sp, int n, const struct phase *ph,
+               struct outcome *out);
+    void (*close)(struct driver *d);
+};
+
+/* Library transports (tcp://, rdma://): lib.c */
+int lib_driver_open(struct driver *d, const char *name, const char *uri, bool thread_mode,
+                    char *err, size_t errlen);
+/* The library server: listens on @tcp_uri and/or @rdma_uri (NULL: not that one).
+ * *ret_tcp_port / *ret_rdma_port get the bound ports (or a negative code, with
+ * the reason in @rdma_err for rdma). */
+int lib_server_start(const char *tcp_uri, const char *rdma_uri, int *ret_tcp_port,
+                     int *ret_rdma_port, char *rdma_err, size_t errlen, char *err,
+                     size_t elen);
+void lib_server_stop(void);
+
+/* Plain sockets: raw.c */
+int raw_driver_open(struct driver *d, const char *host, int port, const char *src, char *err,
+                    size_t errlen);
+int raw_server_start(const char *host, int port, int *ret_port, char *err, size_t errlen);
+
+/* ---- results and output: report.c -------------------------------------------- */
+
+struct result {
+    char transport[16];
+    char test[24];
+    char variant[96];
+    size_t size;
+    int depth;
+    uint64_t samples;
+    uint64_t ops;
+    double seconds;
+    bool has_lat; /* round-trip latency, microseconds */
+    double lat_min, p50, p90, p99, p999, lat_max, mean;
+    double ops_per_s;
+    double mib_per_s;      /* payload bandwidth, 2^20 bytes/s (as perftest's "MB/sec") */
+    double load_mib_per_s; /* qos: the bandwidth of the bulk load */
+    bool skipped;
+    char error[600];
+};
+
+struct result *result_add(const char *transport, const char *test, size_t size, int depth,
+                          const char *variant);
+void result_fill(struct result *r, const struct outcome *o, bool lat);
+size_t results_count(void);
+struct result *result_at(size_t i);
+struct result *result_find(const char *transport, const char *test, size_t size);
+
+struct run_meta {
+    char date[40];
+    char host[128];
+    char kernel[256];
+    char cpu[128];
+    long ncpu;
+    char cmdline[512];
+    char mode[32];
+    char transports[64];
+};
+extern struct run_meta g_meta;
+void meta_collect(int argc, char **argv);
+
+void report_table(FILE *f);
+void report_json(FILE *f);
+void report_csv(FILE *f);
+void report_targets(FILE *f);
+
+void progress_begin(const char *fmt, ...) BENCH_PRINTF(1, 2);
+void progress_tick(double frac);
+void progress_end(const char *status);
+void note(const char *fmt, ...) BENCH_PRINTF(1, 2);
+
+void fmt_size(char *buf, size_t len, size_t bytes);
+
+#endif

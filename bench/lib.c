@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rrpc-bench: the library's side (tcp:// and rdma:// alike, through the
+ * public API only).
+ *
+ * Client: one context per transport.  By default it runs in driven mode: the
+ * bench thread issues calls with rrpc_call / rrpc_write / rrpc_read and runs
+ * the loop with rrpc_ctx_progress, and each completion callback issues the
+ * flow's next operation at once, so no thread hand-off is measured.  With
+ * --client-mode thread the context runs its own loop thread, depth-1 tests
+ * use the blocking rrpc_call_sync / rrpc_write_sync / rrpc_read_sync from the
+ * bench thread (the README's usage) and deeper tests resubmit from the
+ * callbacks on the loop thread.
+ *
+ * Server: one context in thread mode with "echo", "sink" and "token"
+ * methods and a 4 MiB region open to remote READ and WRITE.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <roce_rpc/rrpc.h>
+
+#include "bench.h"
+
+/* ---- server ---------------------------------------------------------------- */
+
+static rrpc_ctx *srv_ctx;
+static rrpc_region *srv_region;
+static void *srv_mem;
+static rrpc_listener *srv_tcp, *srv_rdma;
+
+static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_respond(req, p, len);
+}
+
+static void h_sink(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_respond(req, NULL, 0);
+}
+
+static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_token t;
+    uint8_t buf[RRPC_TOKEN_SIZE];
+    int r = rrpc_region_token(srv_region, rrpc_request_conn(req), &t);
+    if (r) {
+        rrpc_respond_error(req, 1, rrpc_strerror(r));
+        return;
+    }
+    rrpc_token_encode(&t, buf);
+    rrpc_respond(req, buf, sizeof(buf));
+}
+
+int lib_server_start(const char *tcp_uri, const char *rdma_uri, int *ret_tcp_port,
+                     int *ret_rdma_port, char *rdma_err, size_t errlen, char *err, size_t elen)
+{
+    int r = rrpc_ctx_create(&srv_ctx);
+    if (r) {
+        snprintf(err, elen, "rrpc_ctx_create: %s", rrpc_strerror(r));
+        return r;
+    }
+    srv_mem = aligned_alloc(4096, BENCH_MAX_SIZE);
+    if (!srv_mem) {
+        snprintf(err, elen, "out of memory");
+        return -ENOMEM;
+    }
+    memset(srv_mem, 0x5a, BENCH_MAX_SIZE);
+    r = rrpc_mem_reg(srv_ctx, srv_mem, BENCH_MAX_SIZE,
+                     RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE, &srv_region);
+    if (r) {
+        snprintf(err, elen, "rrpc_mem_reg: %s: %s", rrpc_strerror(r), rrpc_ctx_last_error(srv_ctx));
+        return r;
+    }
+    if ((r = rrpc_register(srv_ctx, "echo", h_echo, NULL)) ||
+        (r = rrpc_register(srv_ctx, "sink", h_sink, NULL)) ||
+        (r = rrpc_register(srv_ctx, "token", h_token, NULL))) {
+        snprintf(err, elen, "rrpc_register: %s", rrpc_strerror(r));
+        return r;
+    }
+    *ret_tcp_port = *ret_rdma_port = -1;
+    if (tcp_uri) {
+        r = rrpc_listen(srv_ctx, tcp_uri, NULL, NULL, &srv_tcp);
+        if (r) {
+            snprintf(err, elen, "listen %s: %s: %s", tcp_uri, rrpc_strerror(r),
+                     rrpc_ctx_last_error(srv_ctx));
+            return r;
+        }
+        *ret_tcp_port = rrpc_listener_port(srv_tcp);
+    }
+    if (rdma_uri) {
+        r = rrpc_listen(srv_ctx, rdma_uri, NULL, NULL, &srv_rdma);
+        if (r) {
+            snprintf(rdma_err, errlen, "listen %s: %s (%s) %s", rdma_uri, rrpc_strerror(r),
+                     rrpc_err_name(r), rrpc_ctx_last_error(srv_ctx));
+            *ret_rdma_port = r < 0 ? r : -1;
+        } else {
+            *ret_rdma_port = rrpc_listener_port(srv_rdma);
+        }
+    }
+    r = rrpc_ctx_start_thread(srv_ctx);
+    if (r) {
+        snprintf(err, elen, "rrpc_ctx_start_thread: %s", rrpc_strerror(r));
+        return r;
+    }
+    return 0;
+}
+
+void lib_server_stop(void)
+{
+    rrpc_listener_close(srv_tcp);
+    rrpc_listener_close(srv_rdma);
+    rrpc_ctx_destroy(srv_ctx); /* frees the region too */
+    free(srv_mem);
+}
+
+/* ---- client ------------------------------------------------------------------ */
+
+struct lib_drv {
+    rrpc_ctx *ctx;
+    rrpc_conn *conn;
+    bool thread_mode;
+    pthread_mutex_t mu; /* flow state: callbacks (loop thread) vs the bench thread */
+    pthread_cond_t cv;
+    uint8_t *buf;
+    rrpc_region *region;
+    rrpc_token tok;
+};
+
+struct flow;
+struct slot {
+    struct flow *f;
+    uint64_t t0;
+};
+
+struct flow {
+    struct lib_drv *d;
+    struct spec sp;
+    struct outcome *out;
+    struct slot *slots;
+    int outstanding;
+    bool stop, measuring;
+    uint64_t rec_start; /* 0 during the warm-up */
+    uint64_t warm_done;
+};
+
+static void finish(struct slot *s, int status, const char *msg);
+
+static void call_cb(const rrpc_result *res, void *user)
+{
+    finish(user, res->status, res->message);
+}
+
+static void op_cb(int status, void *user)
+{
+    finish(user, status, NULL);
+}
+
+static int submit(struct slot *s)
+{
+    struct flow *f = s->f;
+    struct lib_drv *d = f->d;
+    s->t0 = now_ns();
+    switch (f->sp.kind) {
+    case OP_ECHO:
+    case OP_SINK: {
+        rrpc_call_opts o = {.qos_class = f->sp.cls, .deadline_ms = 60000};
+        return rrpc_call(d->conn, f->sp.kind == OP_ECHO ? "echo" : "sink", d->buf, f->sp.size, &o,
+                         call_cb, s);
+    }
+    case OP_WRITE: {
+        rrpc_op_opts o = {.qos_class = f->sp.cls};
+        return rrpc_write(d->conn, d->region, 0, &d->tok, 0, f->sp.size, &o, op_cb, s);
+    }
+    case OP_READ: {
+        rrpc_op_opts o = {.qos_class = f->sp.cls};
+        return rrpc_read(d->conn, d->region, 0, &d->tok, 0, f->sp.size, &o, op_cb, s);
+    }
+    }
+    return -EINVAL;
+}
+
+static void flow_fail(struct flow *f, int status, const char *msg)
+{
+    if (!f->out->status) {
+        f->out->status = status;
+        snprintf(f->out->err, sizeof(f->out->err), "%s (%s)%s%s", rrpc_strerror(status),
+                 rrpc_err_name(status), msg && *msg ? ": " : "", msg ? msg : "");
+    }
+    f->stop = true;
+}
+
+static void finish(struct slot *s, int status, const char *msg)
+{
+    uint64_t t = now_ns();
+    struct flow *f = s->f;
+    struct lib_drv *d = f->d;
+    pthread_mutex_lock(&d->mu);
+    if (status != 0) {
+        flow_fail(f, status, msg);
+    } else if (f->measuring) {
+        f->out->ops++;
+        f->out->bytes += f->sp.size;
+        if (f->sp.lat && s->t0 >= f->rec_start)
+            samples_add(&f->out->lat, t - s->t0);
+    } else if (!f->rec_start) {
+        f->warm_done++;
+    }
+    bool again = !f->stop;
+    if (!again)
+        f->outstanding--;
+    pthread_mutex_unlock(&d->mu);
+    if (again) {
+        int r = submit(s);
+        if (r) {
+            pthread_mutex_lock(&d->mu);
+            flow_fail(f, r, rrpc_ctx_last_error(d->ctx));
+            f->outstanding--;
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
+    if (d->thread_mode)
+        pthread_cond_broadcast(&d->cv);
+}
+
+/* Lets completions happen: driven mode runs the loop, thread mode waits. */
+static void pump(struct lib_drv *d, bool busy)
+{
+    if (!d->thread_mode) {
+        rrpc_ctx_progress(d->ctx, busy ? -1 : 5);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 5 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&d->mu);
+    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Depth 1 in thread mode: the blocking calls, from this thread. */
+static int sync_once(struct lib_drv *d, const struct spec *sp, char *err, size_t errlen)
+{
+    int r;
+    if (sp->kind == OP_ECHO || sp->kind == OP_SINK) {
+        rrpc_call_opts o = {.qos_class = sp->cls, .deadline_ms = 60000};
+        void *resp = NULL;
+        size_t len = 0;
+        r = rrpc_call_sync(d->conn, sp->kind == OP_ECHO ? "echo" : "sink", d->buf, sp->size, &o,
+                           &resp, &len);
+        free(resp);
+    } else {
+        rrpc_op_opts o = {.qos_class = sp->cls};
+        r = sp->kind == OP_WRITE ? rrpc_write_sync(d->conn, d->region, 0, &d->tok, 0, sp->size, &o)
+                                 : rrpc_read_sync(d->conn, d->region, 0, &d->tok, 0, sp->size, &o);
+    }
+    if (r)
+        snprintf(err, errlen, "%s (%s): %s", rrpc_strerror(r), rrpc_err_name(r),
+                 rrpc_ctx_last_error(d->ctx));
+    return r;
+}
+
+static int run_sync(struct lib_drv *d, const struct spec *sp, const struct phase *ph,
+                    struct outcome *out)
+{
+    double total = ph->warm_max_s + ph->dur_s;
+    uint64_t t_start = now_ns();
+    long warm = 0;
+    int r = 0;
+    while (warm < ph->warm_ops && (double)(now_ns() - t_start) / 1e9 < ph->warm_max_s) {
+        if ((r = sync_once(d, sp, out->err, sizeof(out->err))))
+            goto fail;
+        warm++;
+    }
+    uint64_t t_rec = now_ns();
+    uint64_t t_end = t_rec + (uint64_t)(ph->dur_s * 1e9);
+    uint64_t t;
+    do {
+        uint64_t t0 = now_ns();
+        if ((r = sync_once(d, sp, out->err, sizeof(out->err))))
+            goto fail;
+        t = now_ns();
+        out->ops++;
+        out->bytes += sp->size;
+        if (sp->lat)
+            samples_add(&out->lat, t - t0);
+        progress_tick((double)(t - t_start) / 1e9 / total);
+    } while (t < t_end);
+    out->seconds = (double)(t - t_rec) / 1e9;
+    return 0;
+fail:
+    out->status = r;
+    return r;
+}
+
+static int lib_run(struct driver *drv, const struct spec *sp, int n, const struct phase *ph,
+                   struct outcome *out)
+{
+    struct lib_drv *d = drv->priv;
+    if (d->thread_mode && n == 1 && sp[0].depth == 1)
+        return run_sync(d, &sp[0], ph, &out[0]);
+
+    struct flow *flows = calloc((size_t)n, sizeof(*flows));
+    if (!flows)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        flows[i] = (struct flow){.d = d, .sp = sp[i], .out = &out[i]};
+        flows[i].slots = calloc((size_t)sp[i].depth, sizeof(struct slot));
+        if (!flows[i].slots) {
+            out[i].status = -ENOMEM;
+            for (int k = 0; k <= i; k++)
+                free(flows[k].slots);
+            free(flows);
+            return -ENOMEM;
+        }
+    }
+    double total = ph->warm_max_s + ph->dur_s;
+    uint64_t t_start = now_ns();
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < sp[i].depth; k++) {
+            struct slot *s = &flows[i].slots[k];
+            s->f = &flows[i];
+            pthread_mutex_lock(&d->mu);
+            bool stop = flows[i].stop;
+            if (!stop)
+                flows[i].outstanding++;
+            pthread_mutex_unlock(&d->mu);
+            if (stop)
+                break;
+            int r = submit(s);
+            if (r) {
+                pthread_mutex_lock(&d->mu);
+                flow_fail(&flows[i], r, rrpc_ctx_last_error(d->ctx));
+                flows[i].outstanding--;
+                pthread_mutex_unlock(&d->mu);
+            }
+        }
+    }
+
+    /* Warm-up: until every flow did warm_ops operations, or warm_max_s. */
+    for (;;) {
+        bool failed = false, warm = true, busy = false;
+        pthread_mutex_lock(&d->mu);
+        for (int i = 0; i < n; i++) {
+            failed |= flows[i].out->status != 0;
+            warm &= (long)flows[i].warm_done >= ph->warm_ops;
+            busy |= flows[i].outstanding > 0;
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (failed || warm || (double)(now_ns() - t_start) / 1e9 >= ph->warm_max_s)
+            break;
+        pump(d, busy);
+    }
+    pthread_mutex_lock(&d->mu);
+    uint64_t t_rec = now_ns();
+    for (int i = 0; i < n; i++) {
+        flows[i].measuring = true;
+        flows[i].rec_start = t_rec;
+    }
+    pthread_mutex_unlock(&d->mu);
+
+    uint64_t t_end = t_rec + (uint64_t)(ph->dur_s * 1e9);
+    for (;;) {
+        bool failed = false, busy = false;
+        pthread_mutex_lock(&d->mu);
+        for (int i = 0; i < n; i++) {
+            failed |= flows[i].out->status != 0;
+            busy |= flows[i].outstanding > 0;
+        }
+        pthread_mutex_unlock(&d->mu);
+        uint64_t t = now_ns();
+        if (failed || t >= t_end)
+            break;
+        progress_tick((double)(t - t_start) / 1e9 / total);
+        pump(d, busy);
+    }
+    pthread_mutex_lock(&d->mu);
+    uint64_t t_stop = now_ns();
+    for (int i = 0; i < n; i++) {
+        flows[i].measuring = false;
+        flows[i].stop = true;
+        flows[i].out->seconds = (double)(t_stop - t_rec) / 1e9;
+    }
+    pthread_mutex_unlock(&d->mu);
+
+    /* Drain what is still in flight (its results are not counted). */
+    uint64_t give_up = now_ns() + 60ull * 1000000000u;
+    bool drained = false;
+    while (!drained && now_ns() < give_up) {
+        drained = true;
+        pthread_mutex_lock(&d->mu);
+        for (int i = 0; i < n; i++)
+            drained &= flows[i].outstanding == 0;
+        pthread_mutex_unlock(&d->mu);
+        if (!drained)
+            pump(d, true);
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++)
+        if (out[i].status)
+            rc = out[i].status;
+    if (!drained) {
+        /* Operations still refer to the slots: leak them rather than crash. */
+        for (int i = 0; i < n; i++)
+            if (!out[i].status) {
+                out[i].status = -ETIMEDOUT;
+                snprintf(out[i].err, sizeof(out[i].err),
+                         "operations still in flight 60 s after the end of the test");
+            }
+        return -ETIMEDOUT;
+    }
+    for (int i = 0; i < n; i++)
+        free(flows[i].slots);
+    free(flows);
+    return rc;
+}
+
+static void lib_close(struct driver *drv)
+{
+    struct lib_drv *d = drv->priv;
+    if (!d)
+        return;
+    rrpc_conn_close(d->conn);
+    rrpc_ctx_destroy(d->ctx); /* frees the region */
+    free(d->buf);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    drv->priv = NULL;
+}
+
+int lib_driver_open(struct driver *drv, const char *name, const char *uri, bool thread_mode,
+                    char *err, size_t errlen)
+{
+    struct lib_drv *d = calloc(1, sizeof(*d));
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    d->thread_mode = thread_mode;
+    int r = rrpc_ctx_create(&d->ctx);
+    if (r) {
+        snprintf(err, errlen, "rrpc_ctx_create: %s", rrpc_strerror(r));
+        free(d);
+        return r;
+    }
+    drv->priv = d;
+    if (thread_mode && (r = rrpc_ctx_start_thread(d->ctx))) {
+        snprintf(err, errlen, "rrpc_ctx_start_thread: %s", rrpc_strerror(r));
+        goto fail;
+    }
+    for (int i = 0; i < 50; i++) { /* the server may still be starting */
+        r = rrpc_connect_sync(d->ctx, uri, 10000, NULL, NULL, &d->conn);
+        if (r != -ECONNREFUSED)
+            break;
+        usleep(100000);
+    }
+    if (r) {
+        snprintf(err, errlen, "connect %s: %s (%s): %s", uri, rrpc_strerror(r), rrpc_err_name(r),
+                 rrpc_ctx_last_error(d->ctx));
+        d->conn = NULL;
+        goto fail;
+    }
+    d->buf = aligned_alloc(4096, BENCH_MAX_SIZE);
+    if (!d->buf) {
+        r = -ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < BENCH_MAX_SIZE; i++)
+        d->buf[i] = (uint8_t)(i * 7);
+    r = rrpc_mem_reg(d->ctx, d->buf, BENCH_MAX_SIZE, 0, &d->region);
+    if (r) {
+        snprintf(err, errlen, "rrpc_mem_reg: %s: %s", rrpc_strerror(r), rrpc_ctx_last_error(d->ctx));
+        goto fail;
+    }
+    void *resp = NULL;
+    size_t len = 0;
+    r = rrpc_call_sync(d->conn, "token", NULL, 0, NULL, &resp, &len);
+    if (r == 0)
+        r = rrpc_token_decode(resp, len, &d->tok);
+    free(resp);
+    if (r) {
+        snprintf(err, errlen, "getting the server's region token: %s: %s", rrpc_strerror(r),
+                 rrpc_ctx_last_error(d->ctx));
+        goto fail;
+    }
+    drv->name = name;
+    drv->onesided = true;
+    drv->qos = true;
+    drv->run = lib_run;
+    drv->close = lib_close;
+    return 0;
+fail:
+    lib_close(drv);
+    return r;
+}

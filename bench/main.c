@@ -1,0 +1,743 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rrpc-bench: the benchmark tool of roce-rpc (see docs/performance.md).
+ *
+ *   rrpc-bench local  [options]           server process + client on this host
+ *   rrpc-bench server [--host A] [--port P]
+ *   rrpc-bench client --host SERVER [--port P] [options]
+ *
+ * It measures the library over tcp:// and rdma:// and, in the same run, a
+ * raw-tcp baseline (the same exchanges over a plain socket, no library).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <roce_rpc/rrpc.h>
+
+#include "bench.h"
+
+#define DEFAULT_PORT 17500 /* tcp; rdma is +1, raw-tcp +2 */
+
+struct bench_opts g_opts;
+
+static const char usage_text[] =
+    "usage: rrpc-bench local  [options]                 start a server process and run the "
+    "client against it\n"
+    "       rrpc-bench server [--host ADDR] [--port P]   serve tcp://ADDR:P, rdma://ADDR:P+1, "
+    "raw-tcp ADDR:P+2\n"
+    "       rrpc-bench client --host SERVER [--port P] [options]\n"
+    "\n"
+    "options of local and client:\n"
+    "  --transport LIST    tcp,verbs,raw-tcp | all | auto (default auto: tcp,raw-tcp, and verbs\n"
+    "                      when this host has an RDMA device)\n"
+    "  --tests LIST        rtt,rate,large,write,read,sweep,qos | all (default all)\n"
+    "  --quick             short run (0.2 s per test, 0.05 s per sweep point): meson benchmark\n"
+    "  --duration S        seconds measured per test (default 2; a sweep point gets S/4)\n"
+    "  --warmup N          warm-up operations per test (default 200; at most 20% of S, <= 1 s)\n"
+    "  --size N            payload of the small RPC and one-sided latency tests (default 64)\n"
+    "  --large N           payload of the large and bandwidth tests (default 1M)\n"
+    "  --depth N           calls in flight in the rate test (default 16)\n"
+    "  --bw-depth N        messages/operations in flight in bandwidth tests (default 8)\n"
+    "  --large-class NAME  QoS class of large and bandwidth tests (default bulk)\n"
+    "  --client-mode M     driven (default: the bench thread runs the loop) or thread (loop\n"
+    "                      thread + rrpc_call_sync for depth-1 tests)\n"
+    "  --src ADDR          bind the client's connections to ADDR\n"
+    "  --rdma-host ADDR    local mode: the address for rdma:// (default: the IPv4 address of\n"
+    "                      the first RDMA device's netdev)\n"
+    "  --json FILE|-       also write the results as JSON (- : stdout instead of the table)\n"
+    "  --csv FILE|-        also write the results as CSV (- : stdout instead of the table)\n"
+    "  --ref-send-lat US   perftest ib_send_lat -s 64 t_typical, for the verbs latency target\n"
+    "  --ref-write-bw MIBS perftest ib_write_bw -s 1048576 BW average, for the verbs bandwidth "
+    "target\n"
+    "  --pin S,C           local mode: pin the server process to CPU S and the client to CPU C\n"
+    "  --no-progress       no progress lines on stderr\n"
+    "Sizes take K and M suffixes (KiB, MiB).  Latencies are round trips; see docs/performance.md.\n";
+
+static void usage(FILE *f)
+{
+    fputs(usage_text, f);
+}
+
+/* ---- small parsers ------------------------------------------------------------- */
+
+static bool parse_size(const char *s, size_t *ret)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    if (*end == 'K' || *end == 'k') {
+        v <<= 10;
+        end++;
+    } else if (*end == 'M' || *end == 'm') {
+        v <<= 20;
+        end++;
+    }
+    if (strcmp(end, "") && strcmp(end, "B") && strcmp(end, "iB"))
+        return false;
+    *ret = (size_t)v;
+    return true;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *ret)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *ret = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *ret)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *ret = v;
+    return true;
+}
+
+static bool parse_tests(const char *s, unsigned *ret)
+{
+    static const struct {
+        const char *n;
+        unsigned bit;
+    } names[] = {{"rtt", T_RTT},     {"rate", T_RATE},   {"large", T_LARGE}, {"write", T_WRITE},
+                 {"read", T_READ},   {"sweep", T_SWEEP}, {"qos", T_QOS},     {"all", T_ALL}};
+    unsigned bits = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        bool found = false;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strcmp(tok, names[i].n) == 0) {
+                bits |= names[i].bit;
+                found = true;
+            }
+        if (!found)
+            return false;
+    }
+    *ret = bits;
+    return bits != 0;
+}
+
+enum { TR_TCP = 1, TR_VERBS = 2, TR_RAW = 4 };
+
+static bool have_rdma_device(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    if (!d)
+        return false;
+    struct dirent *e;
+    bool any = false;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            any = true;
+    closedir(d);
+    return any;
+}
+
+static bool parse_transports(const char *s, unsigned *ret)
+{
+    unsigned bits = 0;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "tcp") == 0)
+            bits |= TR_TCP;
+        else if (strcmp(tok, "verbs") == 0 || strcmp(tok, "rdma") == 0)
+            bits |= TR_VERBS;
+        else if (strcmp(tok, "raw-tcp") == 0 || strcmp(tok, "raw") == 0)
+            bits |= TR_RAW;
+        else if (strcmp(tok, "all") == 0)
+            bits |= TR_TCP | TR_VERBS | TR_RAW;
+        else if (strcmp(tok, "auto") == 0)
+            bits |= TR_TCP | TR_RAW | (have_rdma_device() ? TR_VERBS : 0);
+        else
+            return false;
+    }
+    *ret = bits;
+    return bits != 0;
+}
+
+/* The IPv4 address of the netdev under the first RDMA device (Soft-RoCE: the
+ * interface rxe0 was added on). */
+static int rdma_netdev_addr(char *out, size_t len, char *why, size_t wlen)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    if (!d) {
+        snprintf(why, wlen, "no RDMA device on this host (/sys/class/infiniband is missing)");
+        return -1;
+    }
+    char ndev[64] = "", dev[256] = "";
+    struct dirent *e;
+    while (!ndev[0] && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512];
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/gid_attrs/ndevs/0",
+                 e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fgets(ndev, sizeof(ndev), f))
+                ndev[strcspn(ndev, "\n")] = 0;
+            fclose(f);
+            snprintf(dev, sizeof(dev), "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (!ndev[0]) {
+        snprintf(why, wlen, "no RDMA device with a network interface found");
+        return -1;
+    }
+    struct ifaddrs *ifa = NULL, *i;
+    int rc = -1;
+    if (getifaddrs(&ifa) == 0) {
+        for (i = ifa; i; i = i->ifa_next) {
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, ndev) == 0) {
+                inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, out,
+                          (socklen_t)len);
+                rc = 0;
+                break;
+            }
+        }
+        freeifaddrs(ifa);
+    }
+    if (rc)
+        snprintf(why, wlen, "RDMA device %s sits on %s, which has no IPv4 address", dev, ndev);
+    return rc;
+}
+
+static void make_uri(char *buf, size_t len, const char *scheme, const char *host, int port,
+                     const char *src)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(buf, len, "%s://%s%s%s:%d%s%s", scheme, v6 ? "[" : "", host, v6 ? "]" : "", port,
+             src ? "?src=" : "", src ? src : "");
+}
+
+/* ---- the tests ---------------------------------------------------------------- */
+
+static struct driver drivers[3];
+static int ndrivers;
+
+static struct phase mk_phase(double dur)
+{
+    double w = g_opts.warmup_max_s;
+    if (w > dur)
+        w = dur;
+    return (struct phase){.warm_max_s = w, .warm_ops = g_opts.warmup_ops, .dur_s = dur};
+}
+
+static const char *cls_name(int cls)
+{
+    const char *n = rrpc_class_name(cls);
+    return n ? n : "?";
+}
+
+static void run_single(struct driver *d, const char *test, struct spec sp, double dur)
+{
+    char sz[16], variant[96];
+    fmt_size(sz, sizeof(sz), sp.size);
+    const char *what = sp.kind == OP_ECHO ? "echo" : sp.kind == OP_SINK ? "sink" :
+                       sp.kind == OP_WRITE ? "WRITE" : "READ";
+    if (d->qos)
+        snprintf(variant, sizeof(variant), "%s, class %s", what, cls_name(sp.cls));
+    else
+        snprintf(variant, sizeof(variant), "%s, plain socket", what);
+    if (g_opts.client_thread_mode && d->qos && sp.depth == 1)
+        snprintf(variant + strlen(variant), sizeof(variant) - strlen(variant), ", *_sync");
+    progress_begin("%-7s %-14s %7s depth %d", d->name, test, sz, sp.depth);
+    struct outcome o;
+    memset(&o, 0, sizeof(o));
+    struct phase ph = mk_phase(dur);
+    d->run(d, &sp, 1, &ph, &o);
+    struct result *r = result_add(d->name, test, sp.size, sp.depth, variant);
+    result_fill(r, &o, sp.lat);
+    samples_free(&o.lat);
+    progress_end(o.status ? "FAILED" : "done");
+    if (o.status)
+        note("%s %s: %s", d->name, test, r->error);
+}
+
+/* A 64 B probe (one in flight) while a 1 MiB bulk load saturates the link. */
+static void run_qos(struct driver *d, bool separated)
+{
+    const char *test = separated ? "qos_separated" : "qos_one_class";
+    struct spec sp[2] = {
+        {.kind = OP_ECHO, .size = g_opts.size, .depth = 1,
+         .cls = separated ? RRPC_CLASS_LOW_LATENCY : RRPC_CLASS_BULK, .lat = true},
+        {.kind = OP_SINK, .size = g_opts.large_size, .depth = g_opts.bw_depth,
+         .cls = RRPC_CLASS_BULK, .lat = false},
+    };
+    char variant[96];
+    char lsz[16];
+    fmt_size(lsz, sizeof(lsz), g_opts.large_size);
+    snprintf(variant, sizeof(variant), "probe echo in %s; load %s sink x%d in %s", cls_name(sp[0].cls),
+             lsz, g_opts.bw_depth, cls_name(sp[1].cls));
+    progress_begin("%-7s %-14s probe %zu B + %s load", d->name, test, g_opts.size, lsz);
+    struct outcome o[2];
+    memset(o, 0, sizeof(o));
+    struct phase ph = mk_phase(g_opts.duration);
+    d->run(d, sp, 2, &ph, o);
+    struct result *r = result_add(d->name, test, g_opts.size, 1, variant);
+    result_fill(r, &o[0], true);
+    if (!r->error[0] && o[1].status)
+        snprintf(r->error, sizeof(r->error), "bulk load: %s", o[1].err);
+    if (o[1].seconds > 0)
+        r->load_mib_per_s = (double)o[1].bytes / o[1].seconds / BENCH_MIB;
+    samples_free(&o[0].lat);
+    samples_free(&o[1].lat);
+    progress_end(r->error[0] ? "FAILED" : "done");
+    if (r->error[0])
+        note("%s %s: %s", d->name, test, r->error);
+}
+
+static void run_tests(void)
+{
+    const int ll = RRPC_CLASS_LOW_LATENCY, bulk = g_opts.large_class;
+    const double dur = g_opts.duration;
+    if (g_opts.tests & T_RTT)
+        for (int i = 0; i < ndrivers; i++)
+            run_single(&drivers[i], "rpc_rtt",
+                       (struct spec){OP_ECHO, g_opts.size, 1, ll, true}, dur);
+    if (g_opts.tests & T_RATE)
+        for (int i = 0; i < ndrivers; i++)
+            run_single(&drivers[i], "rpc_rate",
+                       (struct spec){OP_ECHO, g_opts.size, g_opts.depth, ll, true}, dur);
+    if (g_opts.tests & T_LARGE) {
+        for (int i = 0; i < ndrivers; i++)
+            run_single(&drivers[i], "rpc_large_rtt",
+                       (struct spec){OP_ECHO, g_opts.large_size, 1, bulk, true}, dur);
+        for (int i = 0; i < ndrivers; i++)
+            run_single(&drivers[i], "rpc_large_bw",
+                       (struct spec){OP_SINK, g_opts.large_size, g_opts.bw_depth, bulk, true},
+                       dur);
+    }
+    for (int w = 0; w < 2; w++) {
+        unsigned bit = w == 0 ? T_WRITE : T_READ;
+        enum op_kind k = w == 0 ? OP_WRITE : OP_READ;
+        if (!(g_opts.tests & bit))
+            continue;
+        for (int i = 0; i < ndrivers; i++)
+            if (drivers[i].onesided)
+                run_single(&drivers[i], w == 0 ? "write_lat" : "read_lat",
+                           (struct spec){k, g_opts.size, 1, ll, true}, dur);
+        for (int i = 0; i < ndrivers; i++)
+            if (drivers[i].onesided)
+                run_single(&drivers[i], w == 0 ? "write_bw" : "read_bw",
+                           (struct spec){k, g_opts.large_size, g_opts.bw_depth, bulk, true}, dur);
+    }
+    if (g_opts.tests & T_QOS)
+        for (int sep = 1; sep >= 0; sep--)
+            for (int i = 0; i < ndrivers; i++)
+                if (drivers[i].qos)
+                    run_qos(&drivers[i], sep);
+    if (g_opts.tests & T_SWEEP) {
+        static const size_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1u << 20, 4u << 20};
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+            for (int i = 0; i < ndrivers; i++)
+                run_single(&drivers[i], "sweep_rtt", (struct spec){OP_ECHO, sizes[s], 1, ll, true},
+                           g_opts.sweep_duration);
+            for (int i = 0; i < ndrivers; i++)
+                run_single(&drivers[i], "sweep_bw",
+                           (struct spec){OP_SINK, sizes[s], g_opts.bw_depth, bulk, false},
+                           g_opts.sweep_duration);
+            for (int i = 0; i < ndrivers; i++)
+                if (drivers[i].onesided)
+                    run_single(&drivers[i], "sweep_write_bw",
+                               (struct spec){OP_WRITE, sizes[s], g_opts.bw_depth, bulk, false},
+                               g_opts.sweep_duration);
+        }
+    }
+}
+
+/* ---- client side: connect, run, report ------------------------------------------ */
+
+struct endpoints {
+    const char *host;      /* tcp and raw-tcp */
+    const char *rdma_host; /* NULL: verbs unavailable, see rdma_why */
+    int tcp_port, rdma_port, raw_port;
+    const char *src;
+    char rdma_why[512];
+};
+
+static const char *json_path, *csv_path;
+
+static int write_machine(const char *path, void (*fn)(FILE *))
+{
+    if (!path)
+        return 0;
+    if (strcmp(path, "-") == 0) {
+        fn(stdout);
+        return 0;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        note("cannot write %s: %s", path, strerror(errno));
+        return 1;
+    }
+    fn(f);
+    fclose(f);
+    note("wrote %s", path);
+    return 0;
+}
+
+static int run_client(unsigned transports, struct endpoints *ep)
+{
+    char err[400], uri[300];
+    int skipped = 0, wanted = 0, failed = 0;
+    char tl[64] = "";
+    for (int t = 0; t < 3; t++) {
+        unsigned bit = t == 0 ? TR_TCP : t == 1 ? TR_VERBS : TR_RAW;
+        const char *name = t == 0 ? "tcp" : t == 1 ? "verbs" : "raw-tcp";
+        if (!(transports & bit))
+            continue;
+        wanted++;
+        snprintf(tl + strlen(tl), sizeof(tl) - strlen(tl), "%s%s", tl[0] ? "," : "", name);
+        struct driver *d = &drivers[ndrivers];
+        memset(d, 0, sizeof(*d));
+        int r;
+        err[0] = 0;
+        progress_begin("connecting %s", name);
+        if (t == 0) {
+            make_uri(uri, sizeof(uri), "tcp", ep->host, ep->tcp_port, ep->src);
+            r = lib_driver_open(d, "tcp", uri, g_opts.client_thread_mode, err, sizeof(err));
+        } else if (t == 1) {
+            if (!ep->rdma_host) {
+                progress_end("skipped");
+                note("verbs skipped: %s", ep->rdma_why);
+                struct result *res = result_add("verbs", "connect", 0, 0, NULL);
+                res->skipped = true;
+                snprintf(res->error, sizeof(res->error), "%s", ep->rdma_why);
+                skipped++;
+                continue;
+            }
+            make_uri(uri, sizeof(uri), "rdma", ep->rdma_host, ep->rdma_port, ep->src);
+            r = lib_driver_open(d, "verbs", uri, g_opts.client_thread_mode, err, sizeof(err));
+        } else {
+            r = raw_driver_open(d, ep->host, ep->raw_port, ep->src, err, sizeof(err));
+        }
+        progress_end(r ? "FAILED" : "up");
+        if (r) {
+            note("%s: %s", name, err);
+            struct result *res = result_add(name, "connect", 0, 0, NULL);
+            snprintf(res->error, sizeof(res->error), "%s", err);
+            failed++;
+            continue;
+        }
+        ndrivers++;
+    }
+    snprintf(g_meta.transports, sizeof(g_meta.transports), "%s", tl);
+    if (ndrivers)
+        run_tests();
+    for (int i = 0; i < ndrivers; i++)
+        drivers[i].close(&drivers[i]);
+
+    bool table = !(json_path && strcmp(json_path, "-") == 0) &&
+                 !(csv_path && strcmp(csv_path, "-") == 0);
+    if (table) {
+        report_table(stdout);
+        report_targets(stdout);
+    } else {
+        report_targets(stderr);
+    }
+    fflush(stdout);
+    int rc = write_machine(json_path, report_json) | write_machine(csv_path, report_csv);
+    if (wanted && skipped == wanted)
+        return 77; /* everything asked for is unavailable here: a skip for meson */
+    return rc || failed ? 1 : 0;
+}
+
+/* ---- server side ----------------------------------------------------------------- */
+
+static void block_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
+}
+
+static int cmd_server(const char *host, int port)
+{
+    sigset_t set;
+    block_signals(&set);
+    signal(SIGPIPE, SIG_IGN);
+    char tcp_uri[300], rdma_uri[300], rdma_err[512] = "", err[400] = "";
+    make_uri(tcp_uri, sizeof(tcp_uri), "tcp", host, port, NULL);
+    make_uri(rdma_uri, sizeof(rdma_uri), "rdma", host, port + 1, NULL);
+    int tp, rp, xp;
+    if (lib_server_start(tcp_uri, rdma_uri, &tp, &rp, rdma_err, sizeof(rdma_err), err,
+                         sizeof(err))) {
+        fprintf(stderr, "rrpc-bench server: %s\n", err);
+        return 1;
+    }
+    if (raw_server_start(host, port + 2, &xp, err, sizeof(err))) {
+        fprintf(stderr, "rrpc-bench server: %s\n", err);
+        return 1;
+    }
+    printf("rrpc-bench server: tcp://%s:%d\n", host, tp);
+    if (rp > 0)
+        printf("rrpc-bench server: rdma://%s:%d\n", host, rp);
+    else
+        printf("rrpc-bench server: no rdma:// (%s)\n", rdma_err);
+    printf("rrpc-bench server: raw-tcp %s:%d\nrrpc-bench server: running; Ctrl-C stops\n", host, xp);
+    fflush(stdout);
+    int sig;
+    sigwait(&set, &sig);
+    lib_server_stop();
+    return 0;
+}
+
+static int pin_cpus[2] = {-1, -1};
+
+static void pin_to(int cpu)
+{
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) < 0)
+        note("cannot pin to CPU %d: %s", cpu, strerror(errno));
+}
+
+/* Local mode: a server in a child process on the loopback (and on the RDMA
+ * device's address for verbs), the client here. */
+static int cmd_local(unsigned transports, const char *rdma_host_opt, const char *src)
+{
+    struct endpoints ep = {.host = "127.0.0.1", .src = src};
+    char rdma_host[64] = "";
+    if (transports & TR_VERBS) {
+        if (rdma_host_opt)
+            snprintf(rdma_host, sizeof(rdma_host), "%s", rdma_host_opt);
+        else
+            rdma_netdev_addr(rdma_host, sizeof(rdma_host), ep.rdma_why, sizeof(ep.rdma_why));
+    }
+    int p[2];
+    if (pipe(p) < 0) {
+        perror("rrpc-bench: pipe");
+        return 1;
+    }
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("rrpc-bench: fork");
+        return 1;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        sigset_t set;
+        block_signals(&set);
+        signal(SIGPIPE, SIG_IGN);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        pin_to(pin_cpus[0]);
+        char rdma_uri[300], rdma_err[512] = "", err[400] = "";
+        if (rdma_host[0])
+            make_uri(rdma_uri, sizeof(rdma_uri), "rdma", rdma_host, 0, NULL);
+        int tp = -1, rp = -1, xp = -1;
+        FILE *w = fdopen(p[1], "w");
+        if (lib_server_start((transports & TR_TCP) ? "tcp://127.0.0.1:0" : NULL,
+                             rdma_host[0] ? rdma_uri : NULL, &tp, &rp, rdma_err, sizeof(rdma_err),
+                             err, sizeof(err)) ||
+            raw_server_start("127.0.0.1", 0, &xp, err, sizeof(err))) {
+            fprintf(w, "ERR %s\n", err);
+            fclose(w);
+            _exit(1);
+        }
+        fprintf(w, "OK %d %d %d\n%s\n", tp, rp, xp, rdma_err);
+        fclose(w);
+        int sig;
+        sigwait(&set, &sig);
+        lib_server_stop();
+        _exit(0);
+    }
+    close(p[1]);
+    pin_to(pin_cpus[1]);
+    char line[1024] = "", why[512] = "";
+    FILE *rd = fdopen(p[0], "r");
+    struct pollfd pf = {.fd = p[0], .events = POLLIN};
+    int ok = poll(&pf, 1, 30000) > 0 && fgets(line, sizeof(line), rd);
+    if (ok && fgets(why, sizeof(why), rd))
+        why[strcspn(why, "\n")] = 0;
+    fclose(rd);
+    int rc;
+    if (!ok || sscanf(line, "OK %d %d %d", &ep.tcp_port, &ep.rdma_port, &ep.raw_port) != 3) {
+        line[strcspn(line, "\n")] = 0;
+        note("the local server did not start: %s", line[0] ? line : "no answer");
+        rc = 1;
+    } else {
+        if (ep.rdma_port > 0) {
+            ep.rdma_host = rdma_host;
+        } else if (rdma_host[0]) {
+            snprintf(ep.rdma_why, sizeof(ep.rdma_why), "%s", why);
+        }
+        rc = run_client(transports, &ep);
+    }
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    return rc;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "local") && strcmp(cmd, "server") && strcmp(cmd, "client")) {
+        fprintf(stderr, "rrpc-bench: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    g_opts = (struct bench_opts){.size = 64, .large_size = 1u << 20, .depth = 16, .bw_depth = 8,
+                                 .large_class = RRPC_CLASS_BULK, .tests = T_ALL, .progress = true};
+    double duration = -1;
+    long warmup = -1;
+    unsigned transports = 0;
+    const char *host = NULL, *src = NULL, *rdma_host = NULL;
+    long port = DEFAULT_PORT;
+    static const char valued[] =
+        " --transport --tests --duration --warmup --size --large --depth --bw-depth --large-class"
+        " --client-mode --host --port --src --rdma-host --pin --json --csv --ref-send-lat --ref-write-bw ";
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        long n = 0;
+        size_t z = 0;
+        if (strcmp(a, "--quick") == 0) {
+            g_opts.quick = true;
+            takes = false;
+        } else if (strcmp(a, "--no-progress") == 0) {
+            g_opts.progress = false;
+            takes = false;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (!v) {
+            char key[64];
+            snprintf(key, sizeof(key), " %s ", a);
+            if (strstr(valued, key)) {
+                fprintf(stderr, "rrpc-bench: %s needs a value\n", a);
+                return 2;
+            }
+            fprintf(stderr, "rrpc-bench: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        } else if (strcmp(a, "--transport") == 0) {
+            ok = parse_transports(v, &transports);
+        } else if (strcmp(a, "--tests") == 0) {
+            ok = parse_tests(v, &g_opts.tests);
+        } else if (strcmp(a, "--duration") == 0) {
+            ok = parse_double(v, 0.01, 3600, &duration);
+        } else if (strcmp(a, "--warmup") == 0) {
+            ok = parse_int(v, 0, 100000000, &warmup);
+        } else if (strcmp(a, "--size") == 0) {
+            ok = parse_size(v, &z) && z >= 1 && z <= BENCH_MAX_SIZE;
+            g_opts.size = z;
+        } else if (strcmp(a, "--large") == 0) {
+            ok = parse_size(v, &z) && z >= 1 && z <= BENCH_MAX_SIZE;
+            g_opts.large_size = z;
+        } else if (strcmp(a, "--depth") == 0) {
+            ok = parse_int(v, 1, 4096, &n);
+            g_opts.depth = (int)n;
+        } else if (strcmp(a, "--bw-depth") == 0) {
+            ok = parse_int(v, 1, 4096, &n);
+            g_opts.bw_depth = (int)n;
+        } else if (strcmp(a, "--large-class") == 0) {
+            int c = rrpc_class_from_name(v);
+            ok = c >= 0;
+            g_opts.large_class = c;
+        } else if (strcmp(a, "--client-mode") == 0) {
+            ok = strcmp(v, "thread") == 0 || strcmp(v, "driven") == 0;
+            g_opts.client_thread_mode = strcmp(v, "thread") == 0;
+        } else if (strcmp(a, "--host") == 0) {
+            host = v;
+        } else if (strcmp(a, "--port") == 0) {
+            ok = parse_int(v, 1, 65533, &port);
+        } else if (strcmp(a, "--src") == 0) {
+            src = v;
+        } else if (strcmp(a, "--rdma-host") == 0) {
+            rdma_host = v;
+        } else if (strcmp(a, "--pin") == 0) {
+            ok = sscanf(v, "%d,%d", &pin_cpus[0], &pin_cpus[1]) == 2 && pin_cpus[0] >= 0 &&
+                 pin_cpus[1] >= 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json_path = v;
+        } else if (strcmp(a, "--csv") == 0) {
+            csv_path = v;
+        } else if (strcmp(a, "--ref-send-lat") == 0) {
+            ok = parse_double(v, 0.001, 1e6, &g_opts.ref_send_lat_us);
+        } else if (strcmp(a, "--ref-write-bw") == 0) {
+            ok = parse_double(v, 0.001, 1e9, &g_opts.ref_write_bw_mibs);
+        } else {
+            fprintf(stderr, "rrpc-bench: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "rrpc-bench: bad or missing value for %s%s%s\n", a, v ? ": " : "",
+                    v ? v : "");
+            return 2;
+        }
+        if (takes)
+            i++;
+    }
+    if (g_opts.quick) {
+        g_opts.duration = duration > 0 ? duration : 0.2;
+        g_opts.sweep_duration = duration > 0 ? duration / 4 : 0.05;
+        g_opts.warmup_ops = warmup >= 0 ? warmup : 20;
+        g_opts.warmup_max_s = 0.05;
+    } else {
+        g_opts.duration = duration > 0 ? duration : 2.0;
+        g_opts.sweep_duration = g_opts.duration / 4;
+        g_opts.warmup_ops = warmup >= 0 ? warmup : 200;
+        double w = g_opts.duration * 0.2;
+        g_opts.warmup_max_s = w < 0.05 ? 0.05 : w > 1.0 ? 1.0 : w;
+    }
+    if (!transports)
+        parse_transports("auto", &transports);
+    meta_collect(argc, argv);
+    snprintf(g_meta.mode, sizeof(g_meta.mode), "%s", cmd);
+
+    if (strcmp(cmd, "server") == 0)
+        return cmd_server(host ? host : "0.0.0.0", (int)port);
+    signal(SIGPIPE, SIG_IGN);
+    if (strcmp(cmd, "local") == 0)
+        return cmd_local(transports, rdma_host, src);
+    if (!host) {
+        fprintf(stderr, "rrpc-bench client: --host SERVER is required\n");
+        return 2;
+    }
+    struct endpoints ep = {.host = host, .rdma_host = rdma_host ? rdma_host : host,
+                           .tcp_port = (int)port, .rdma_port = (int)port + 1,
+                           .raw_port = (int)port + 2, .src = src};
+    return run_client(transports, &ep);
+}

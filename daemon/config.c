@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/* rrpcd's settings: one table (name, default, meaning), a "key = value" file. */
+#include <ctype.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <sys/stat.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include "rrpcd.h"
+
+struct setting {
+    const char *name;
+    const char *def;
+    const char *doc;
+};
+
+/* The one table of settings; docs/broker.md repeats it. */
+static const struct setting settings[] = {
+    { "listen", "127.0.0.1:7700",
+      "HOST:PORT (or [IPv6]:PORT) of the TLS control port; port 0 picks a free one" },
+    { "cert", "", "PEM certificate (chain) of rrpcd; required" },
+    { "key", "", "PEM private key of that certificate; default: the cert file" },
+    { "ca", "", "PEM CA bundle client certificates must chain to (mutual TLS); "
+                "empty: no client certificates, tokens only" },
+    { "require_client_cert", "no",
+      "yes: refuse a TLS client without a certificate at the handshake (no tokens)" },
+    { "token_file", "", "file of \"PRINCIPAL TOKEN\" lines (pre-shared tokens); "
+                        "empty: no tokens; must not be readable by others" },
+    { "allow", "", "an ACL rule, repeatable: \"ACTION SERVICE PRINCIPAL\", ACTION register, "
+                   "lookup or *, SERVICE and PRINCIPAL fnmatch patterns; no rule: deny" },
+    { "ticket_lifetime_ms", "30000", "how long a connection ticket from a lookup is valid" },
+    { "lease_ms", "10000", "longest lease of a registration; servers renew at a third of it" },
+    { "idle_timeout_ms", "120000", "a client connection silent this long is closed" },
+    { "max_connections", "4096", "client connections at once; more are closed at accept" },
+    { "max_registrations", "65536", "registrations at once, all services together" },
+    { "log", "stderr", "where logs go: stderr or syslog (facility daemon)" },
+    { "log_level", "info", "err, warning, notice, info or debug" },
+    { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
+};
+
+void config_print_table(void *fpv)
+{
+    FILE *fp = fpv;
+    fprintf(fp, "Settings (config file lines \"name = value\", or -s name=value):\n");
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+        fprintf(fp, "  %-20s default \"%s\"\n      %s\n", settings[i].name, settings[i].def,
+                settings[i].doc);
+}
+
+static int parse_ms(const char *v, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < min || x > max)
+        return -EINVAL;
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1"))
+        *out = true;
+    else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0"))
+        *out = false;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+static int set_path(char *dst, size_t len, const char *v)
+{
+    if (strlen(v) >= len)
+        return -ENAMETOOLONG;
+    strcpy(dst, v);
+    return 0;
+}
+
+static int add_rule(struct config *c, const char *v)
+{
+    struct acl_rule r;
+    char extra[2];
+    memset(&r, 0, sizeof(r));
+    if (sscanf(v, "%15s %255s %255s %1s", r.action, r.service, r.principal, extra) != 3)
+        return -EINVAL;
+    if (strcmp(r.action, "register") && strcmp(r.action, "lookup") && strcmp(r.action, "*"))
+        return -EINVAL;
+    struct acl_rule *n = realloc(c->acl, (c->n_acl + 1) * sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    c->acl = n;
+    c->acl[c->n_acl++] = r;
+    return 0;
+}
+
+void config_init(struct config *c)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+        if (settings[i].def[0])
+            config_set(c, settings[i].name, settings[i].def, "default");
+}
+
+int config_set(struct config *c, const char *k, const char *v, const char *where)
+{
+    int r = -ENOENT;
+    if (!strcmp(k, "listen"))
+        r = set_path(c->listen, sizeof(c->listen), v);
+    else if (!strcmp(k, "cert"))
+        r = set_path(c->cert, sizeof(c->cert), v);
+    else if (!strcmp(k, "key"))
+        r = set_path(c->key, sizeof(c->key), v);
+    else if (!strcmp(k, "ca"))
+        r = set_path(c->ca, sizeof(c->ca), v);
+    else if (!strcmp(k, "token_file"))
+        r = set_path(c->token_file, sizeof(c->token_file), v);
+    else if (!strcmp(k, "port_file"))
+        r = set_path(c->port_file, sizeof(c->port_file), v);
+    else if (!strcmp(k, "require_client_cert"))
+        r = parse_bool(v, &c->require_client_cert);
+    else if (!strcmp(k, "allow"))
+        r = add_rule(c, v);
+    else if (!strcmp(k, "ticket_lifetime_ms"))
+        r = parse_ms(v, 1000, 3600000, &c->ticket_lifetime_ms);
+    else if (!strcmp(k, "lease_ms"))
+        r = parse_ms(v, 300, 3600000, &c->lease_ms);
+    else if (!strcmp(k, "idle_timeout_ms"))
+        r = parse_ms(v, 1000, 86400000, &c->idle_timeout_ms);
+    else if (!strcmp(k, "max_connections") || !strcmp(k, "max_registrations")) {
+        int64_t x;
+        r = parse_ms(v, 1, 1000000, &x);
+        if (!r)
+            *(k[4] == 'c' ? &c->max_connections : &c->max_registrations) = (int)x;
+    } else if (!strcmp(k, "log")) {
+        r = !strcmp(v, "syslog") ? (c->syslog = true, 0)
+            : !strcmp(v, "stderr") ? (c->syslog = false, 0)
+                                   : -EINVAL;
+    } else if (!strcmp(k, "log_level")) {
+        static const char *const lv[] = { "err", "warning", "notice", "info", "debug" };
+        static const int val[] = { LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_INFO, LOG_DEBUG };
+        r = -EINVAL;
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(v, lv[i])) {
+                c->log_level = val[i];
+                r = 0;
+            }
+    }
+    if (r == -ENOENT)
+        fprintf(stderr, "rrpcd: %s: unknown setting '%s' (rrpcd --help lists them)\n", where, k);
+    else if (r)
+        fprintf(stderr, "rrpcd: %s: bad value '%s' for %s\n", where, v, k);
+    return r;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+int config_load_file(struct config *c, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int r = -errno;
+        fprintf(stderr, "rrpcd: cannot open the config file %s: %s\n", path, strerror(-r));
+        return r;
+    }
+    char line[4096];
+    int lineno = 0, r = 0;
+    while (!r && fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        char where[1100];
+        snprintf(where, sizeof(where), "%s:%d", path, lineno);
+        if (!eq) {
+            fprintf(stderr, "rrpcd: %s: expected \"name = value\"\n", where);
+            r = -EINVAL;
+            break;
+        }
+        *eq = 0;
+        r = config_set(c, trim(s), trim(eq + 1), where);
+    }
+    fclose(f);
+    return r;
+}
+
+static int load_tokens(struct config *c)
+{
+    FILE *f = fopen(c->token_file, "r");
+    if (!f) {
+        int r = -errno;
+        fprintf(stderr, "rrpcd: cannot open the token file %s: %s\n", c->token_file,
+                strerror(-r));
+        return r;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 007))
+        fprintf(stderr, "rrpcd: warning: the token file %s is readable by others "
+                "(chmod 600 it)\n", c->token_file);
+    char line[1024];
+    int lineno = 0, r = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char principal[256], tok[512], extra[2];
+        if (sscanf(s, "%255s %511s %1s", principal, tok, extra) != 2 || strlen(tok) < 8) {
+            fprintf(stderr, "rrpcd: %s:%d: expected \"PRINCIPAL TOKEN\" (token >= 8 chars)\n",
+                    c->token_file, lineno);
+            r = -EINVAL;
+            break;
+        }
+        struct token *n = realloc(c->tokens, (c->n_tokens + 1) * sizeof(*n));
+        if (!n) {
+            r = -ENOMEM;
+            break;
+        }
+        c->tokens = n;
+        snprintf(n[c->n_tokens].principal, sizeof(n->principal), "%s", principal);
+        SHA256((const unsigned char *)tok, strlen(tok), n[c->n_tokens].digest);
+        OPENSSL_cleanse(tok, sizeof(tok));
+        c->n_tokens++;
+    }
+    OPENSSL_cleanse(line, sizeof(line));
+    fclose(f);
+    return r;
+}
+
+int config_finish(struct config *c)
+{
+    if (!c->cert[0]) {
+        fprintf(stderr, "rrpcd: 'cert' is not set (the broker's TLS certificate)\n");
+        return -EINVAL;
+    }
+    if (!c->key[0])
+        strcpy(c->key, c->cert);
+    if (c->require_client_cert && !c->ca[0]) {
+        fprintf(stderr, "rrpcd: require_client_cert = yes needs 'ca'\n");
+        return -EINVAL;
+    }
+    if (c->token_file[0])
+        return load_tokens(c);
+    if (!c->ca[0])
+        fprintf(stderr, "rrpcd: warning: neither 'ca' nor 'token_file' is set: no client "
+                "can authenticate\n");
+    return 0;
+}
+
+void config_free(struct config *c)
+{
+    free(c->acl);
+    if (c->tokens)
+        OPENSSL_cleanse(c->tokens, c->n_tokens * sizeof(*c->tokens));
+    free(c->tokens);
+    c->acl = NULL;
+    c->tokens = NULL;
+}
+
+bool acl_allows(const struct config *c, const char *action, const char *service,
+                const char *principal)
+{
+    for (size_t i = 0; i < c->n_acl; i++) {
+        const struct acl_rule *r = &c->acl[i];
+        if ((!strcmp(r->action, "*") || !strcmp(r->action, action)) &&
+            fnmatch(r->service, service, 0) == 0 && fnmatch(r->principal, principal, 0) == 0)
+            return true;
+    }
+    return false;
+}
+
+const char *token_principal(const struct config *c, const char *token, size_t len)
+{
+    uint8_t d[32];
+    const char *found = NULL;
+    SHA256((const unsigned char *)token, len, d);
+    /* Every entry is compared, so the time taken does not say which matched. */
+    for (size_t i = 0; i < c->n_tokens; i++)
+        if (CRYPTO_memcmp(d, c->tokens[i].digest, sizeof(d)) == 0)
+            found = c->tokens[i].principal;
+    return found;
+}

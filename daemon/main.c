@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rrpcd, the roce-rpc broker: a TLS 1.3 control plane where servers register
+ * services under leases and clients look them up and get connection tickets.
+ * See docs/broker.md.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <sys/resource.h>
+
+#include <ev.h>
+
+#include "rrpcd.h"
+
+int log_level = LOG_INFO;
+static bool use_syslog;
+
+void log_open(bool sys, int level)
+{
+    use_syslog = sys;
+    log_level = level;
+    if (sys)
+        openlog("rrpcd", LOG_PID, LOG_DAEMON);
+}
+
+void log_msg(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (use_syslog) {
+        vsyslog(level, fmt, ap);
+    } else {
+        static const char *const names[] = { "emerg", "alert", "crit", "error",
+                                              "warning", "notice", "info", "debug" };
+        struct timespec ts;
+        struct tm tm;
+        char t[32];
+        clock_gettime(CLOCK_REALTIME, &ts);
+        localtime_r(&ts.tv_sec, &tm);
+        strftime(t, sizeof(t), "%Y-%m-%d %H:%M:%S", &tm);
+        fprintf(stderr, "%s.%03ld rrpcd %s: ", t, ts.tv_nsec / 1000000,
+                names[level & 7]);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+}
+
+static void usage(FILE *fp)
+{
+    fprintf(fp,
+            "usage: rrpcd [-c FILE] [-s NAME=VALUE]... [--check]\n"
+            "  rrpcd, the roce-rpc broker: a TLS 1.3 control plane where servers register\n"
+            "  services and clients look them up and receive connection tickets.\n\n"
+            "  -c, --config FILE     read settings from FILE (\"name = value\" lines, # comments)\n"
+            "  -s, --set NAME=VALUE  set one setting (after the file; repeatable)\n"
+            "      --check           check the configuration and exit\n"
+            "  -h, --help            this text\n"
+            "  -V, --version         the version\n\n"
+            "Signals: SIGTERM/SIGINT shut down cleanly.  Registrations live in memory:\n"
+            "after a restart, servers register again by themselves.\n\n");
+    config_print_table(fp);
+}
+
+static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    LOG(LOG_NOTICE, "signal %d: shutting down", w->signum);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "config", required_argument, NULL, 'c' }, { "set", required_argument, NULL, 's' },
+        { "check", no_argument, NULL, 'k' },        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },      { NULL, 0, NULL, 0 },
+    };
+    struct config cfg;
+    config_init(&cfg);
+    const char *file = NULL;
+    char **sets = calloc((size_t)argc, sizeof(char *));
+    int nsets = 0, opt, rc = 1;
+    bool check = false;
+    if (!sets)
+        return 1;
+    while ((opt = getopt_long(argc, argv, "c:s:hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': file = optarg; break;
+        case 's': sets[nsets++] = optarg; break;
+        case 'k': check = true; break;
+        case 'h': usage(stdout); rc = 0; goto out;
+        case 'V': printf("rrpcd %s (control protocol 1)\n", RRPC_VERSION_STRING); rc = 0; goto out;
+        default: usage(stderr); rc = 2; goto out;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        rc = 2;
+        goto out;
+    }
+    if (file && config_load_file(&cfg, file))
+        goto out;
+    for (int i = 0; i < nsets; i++) {
+        char *eq = strchr(sets[i], '=');
+        if (!eq) {
+            fprintf(stderr, "rrpcd: -s wants NAME=VALUE, not '%s'\n", sets[i]);
+            goto out;
+        }
+        *eq = 0;
+        int r = config_set(&cfg, sets[i], eq + 1, "command line");
+        *eq = '=';
+        if (r)
+            goto out;
+    }
+    if (config_finish(&cfg))
+        goto out;
+    if (check) {
+        printf("rrpcd: configuration OK\n");
+        rc = 0;
+        goto out;
+    }
+    log_open(cfg.syslog, cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    /* Many clients at once: use the hard limit of open files. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    if (!loop) {
+        LOG(LOG_ERR, "cannot make an event loop");
+        goto out;
+    }
+    ev_signal sterm, sint;
+    ev_signal_init(&sterm, on_stop, SIGTERM);
+    ev_signal_init(&sint, on_stop, SIGINT);
+    ev_signal_start(loop, &sterm);
+    ev_signal_start(loop, &sint);
+    if (server_start(loop, &cfg) == 0) {
+        ev_run(loop, 0);
+        rc = 0;
+    }
+    server_stop();
+    registry_free();
+    ev_signal_stop(loop, &sterm);
+    ev_signal_stop(loop, &sint);
+    ev_loop_destroy(loop);
+    LOG(LOG_NOTICE, "stopped");
+    if (use_syslog)
+        closelog();
+out:
+    config_free(&cfg);
+    free(sets);
+    return rc;
+}

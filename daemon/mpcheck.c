@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+#include <stdint.h>
+
+#include "rrpcd.h"
+
+static uint64_t be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int skip(const uint8_t *p, size_t len, size_t *off, int depth, int max_depth)
+{
+    if (*off >= len)
+        return -1;
+    uint8_t t = p[(*off)++];
+    uint64_t n = 0, need = 0;
+    int lenbytes = 0;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
+        return 0;
+    if ((t & 0xf0) == 0x80) {
+        n = (uint64_t)(t & 0x0f) * 2;
+        goto container;
+    }
+    if ((t & 0xf0) == 0x90) {
+        n = t & 0x0f;
+        goto container;
+    }
+    if ((t & 0xe0) == 0xa0) {
+        need = t & 0x1f;
+        goto bytes;
+    }
+    switch (t) {
+    case 0xc4: case 0xd9: lenbytes = 1; break;          /* bin8, str8 */
+    case 0xc5: case 0xda: lenbytes = 2; break;          /* bin16, str16 */
+    case 0xc6: case 0xdb: lenbytes = 4; break;          /* bin32, str32 */
+    case 0xc7: lenbytes = 1; need = 1; break;           /* ext8: + type byte */
+    case 0xc8: lenbytes = 2; need = 1; break;
+    case 0xc9: lenbytes = 4; need = 1; break;
+    case 0xca: need = 4; goto bytes;
+    case 0xcb: need = 8; goto bytes;
+    case 0xcc: case 0xd0: need = 1; goto bytes;
+    case 0xcd: case 0xd1: need = 2; goto bytes;
+    case 0xce: case 0xd2: need = 4; goto bytes;
+    case 0xcf: case 0xd3: need = 8; goto bytes;
+    case 0xd4: need = 2; goto bytes;                    /* fixext 1..16: type + data */
+    case 0xd5: need = 3; goto bytes;
+    case 0xd6: need = 5; goto bytes;
+    case 0xd7: need = 9; goto bytes;
+    case 0xd8: need = 17; goto bytes;
+    case 0xdc: case 0xdd:                               /* array16/32 */
+    case 0xde: case 0xdf: {                             /* map16/32 */
+        int k = (t == 0xdc || t == 0xde) ? 2 : 4;
+        if (len - *off < (size_t)k)
+            return -1;
+        n = be(p + *off, k) * (t >= 0xde ? 2 : 1);
+        *off += (size_t)k;
+        goto container;
+    }
+    default:
+        return -1; /* 0xc1 */
+    }
+    if (len - *off < (size_t)lenbytes)
+        return -1;
+    need += be(p + *off, lenbytes);
+    *off += (size_t)lenbytes;
+bytes:
+    if (len - *off < need)
+        return -1;
+    *off += (size_t)need;
+    return 0;
+container:
+    if (depth >= max_depth || n > len - *off)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        if (skip(p, len, off, depth + 1, max_depth))
+            return -1;
+    return 0;
+}
+
+int rrpcd_mp_check(const void *buf, size_t len, int max_depth)
+{
+    size_t off = 0;
+    if (!buf || skip(buf, len, &off, 0, max_depth))
+        return -1;
+    return off == len ? 0 : -1;
+}

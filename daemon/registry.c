@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/* The service registry: services, their registrations and leases. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "rrpcd.h"
+
+static struct service *services;
+static size_t n_regs;
+
+int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void reg_free(struct registration *r)
+{
+    free(r->eps);
+    free(r);
+    n_regs--;
+}
+
+static void service_free(struct service *s)
+{
+    OPENSSL_cleanse(s->secret, sizeof(s->secret));
+    free(s);
+}
+
+/* Unlinks and frees services without registrations. */
+static void drop_empty(void)
+{
+    for (struct service **pp = &services; *pp;) {
+        struct service *s = *pp;
+        if (!s->regs) {
+            LOG(LOG_INFO, "service '%s' has no live registration left; forgotten", s->name);
+            *pp = s->next;
+            service_free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
+void registry_sweep(int64_t now)
+{
+    bool dropped = false;
+    for (struct service *s = services; s; s = s->next) {
+        for (struct registration **pp = &s->regs; *pp;) {
+            struct registration *r = *pp;
+            if (r->expires_ms <= now) {
+                LOG(LOG_NOTICE, "lease of '%s' registration %016llx (%s) expired", s->name,
+                    (unsigned long long)r->id, r->principal);
+                *pp = r->next;
+                reg_free(r);
+                dropped = true;
+            } else {
+                pp = &r->next;
+            }
+        }
+    }
+    if (dropped)
+        drop_empty();
+}
+
+size_t registry_count(void)
+{
+    return n_regs;
+}
+
+struct service *registry_service(const char *name)
+{
+    for (struct service *s = services; s; s = s->next)
+        if (!strcmp(s->name, name))
+            return s;
+    return NULL;
+}
+
+int registry_add(const char *name, const char *principal, struct endpoint *eps, size_t n_eps,
+                 uint32_t classes, uint32_t lease_ms, struct registration **ret)
+{
+    uint64_t id;
+    do
+        if (RAND_bytes((unsigned char *)&id, sizeof(id)) != 1)
+            return -EIO;
+    while (id == 0 || registry_find(id));
+    struct service *s = registry_service(name);
+    bool new_service = !s;
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        if (RAND_bytes(s->secret, sizeof(s->secret)) != 1) {
+            free(s);
+            return -EIO;
+        }
+    }
+    struct registration *r = calloc(1, sizeof(*r));
+    if (!r) {
+        if (new_service)
+            service_free(s);
+        return -ENOMEM;
+    }
+    r->id = id; /* random: renewals are checked against the principal too */
+    r->svc = s;
+    snprintf(r->principal, sizeof(r->principal), "%s", principal);
+    r->eps = eps;
+    r->n_eps = n_eps;
+    r->classes = classes;
+    r->lease_ms = lease_ms;
+    r->expires_ms = mono_ms() + lease_ms;
+    r->next = s->regs;
+    s->regs = r;
+    if (new_service) {
+        s->next = services;
+        services = s;
+    }
+    n_regs++;
+    *ret = r;
+    return 0;
+}
+
+struct registration *registry_find(uint64_t id)
+{
+    for (struct service *s = services; s; s = s->next)
+        for (struct registration *r = s->regs; r; r = r->next)
+            if (r->id == id)
+                return r;
+    return NULL;
+}
+
+void registry_remove(struct registration *r)
+{
+    struct service *s = r->svc;
+    for (struct registration **pp = &s->regs; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    reg_free(r);
+    drop_empty();
+}
+
+void registry_free(void)
+{
+    while (services) {
+        struct service *s = services;
+        services = s->next;
+        while (s->regs) {
+            struct registration *r = s->regs;
+            s->regs = r->next;
+            reg_free(r);
+        }
+        service_free(s);
+    }
+}

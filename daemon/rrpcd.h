@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/* rrpcd, the broker: what its files share. */
+#ifndef RRPCD_H
+#define RRPCD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <roce_rpc/broker.h>
+#include <roce_rpc/rrpc.h>
+
+/* ---- configuration (config.c) ----------------------------------------- */
+
+struct acl_rule {
+    char action[16];    /* "register", "lookup" or "*" */
+    char service[256];  /* fnmatch(3) pattern */
+    char principal[256];
+};
+
+struct token {
+    char principal[256];
+    uint8_t digest[32]; /* SHA-256 of the token; compared in constant time */
+};
+
+struct config {
+    char listen[300];
+    char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
+    bool require_client_cert;
+    int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms;
+    int max_connections, max_registrations;
+    bool syslog;
+    int log_level;
+    struct acl_rule *acl;
+    size_t n_acl;
+    struct token *tokens;
+    size_t n_tokens;
+};
+
+/* Prints the settings table (name, default, meaning). */
+void config_print_table(void *fp);
+/* Sets defaults; then each call applies a file or one "key = value". */
+void config_init(struct config *c);
+int config_load_file(struct config *c, const char *path);
+int config_set(struct config *c, const char *key, const char *value, const char *where);
+/* Checks what must be set and loads the token file. */
+int config_finish(struct config *c);
+void config_free(struct config *c);
+
+bool acl_allows(const struct config *c, const char *action, const char *service,
+                const char *principal);
+/* The principal of @token, or NULL. */
+const char *token_principal(const struct config *c, const char *token, size_t len);
+
+/* ---- logging (main.c) -------------------------------------------------- */
+
+void log_open(bool use_syslog, int level);
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+extern int log_level;
+#define LOG(level, ...)                                                                       \
+    do {                                                                                      \
+        if ((level) <= log_level)                                                             \
+            log_msg(level, __VA_ARGS__);                                                      \
+    } while (0)
+
+/* ---- the registry (registry.c) ------------------------------------------ */
+
+struct endpoint {
+    char transport[8];
+    char host[256];
+    uint16_t port;
+};
+
+struct registration {
+    struct registration *next;
+    struct service *svc;
+    uint64_t id;
+    char principal[256];
+    struct endpoint *eps;
+    size_t n_eps;
+    uint32_t classes; /* bit per QoS class */
+    uint32_t lease_ms;
+    int64_t expires_ms; /* monotonic */
+};
+
+struct service {
+    struct service *next;
+    char name[256];
+    uint8_t secret[RRPC_TICKET_SECRET_LEN];
+    struct registration *regs;
+};
+
+int64_t mono_ms(void);
+int64_t wall_ms(void);
+/* Drops expired registrations (and services left without any). */
+void registry_sweep(int64_t now);
+size_t registry_count(void);
+/* Takes ownership of @eps on success. -ENOMEM, -EIO (no randomness). */
+int registry_add(const char *service, const char *principal, struct endpoint *eps,
+                 size_t n_eps, uint32_t classes, uint32_t lease_ms, struct registration **ret);
+struct registration *registry_find(uint64_t id);
+void registry_remove(struct registration *r);
+struct service *registry_service(const char *name);
+void registry_free(void);
+
+/* ---- the server (server.c) ----------------------------------------------- */
+
+struct ev_loop;
+int server_start(struct ev_loop *loop, struct config *cfg);
+void server_stop(void);
+
+int rrpcd_mp_check(const void *buf, size_t len, int max_depth);
+
+#endif

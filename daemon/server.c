@@ -1,0 +1,880 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The TLS control port: libev + non-blocking OpenSSL, TLS 1.3 only.
+ * Frames are a u32 little-endian length (1..MAX_FRAME) and one msgpack map
+ * (docs/broker.md).  Nothing a client sends is trusted: a bad length, bad
+ * msgpack or a wrong version gets an error answer and the connection closes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <ev.h>
+#include <msgpack.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "rrpcd.h"
+
+#define CTL_VERSION 1
+#define MAX_FRAME (1u << 20)
+#define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
+#define HANDSHAKE_TIMEOUT 10.0
+#define MAX_EPS 64
+
+struct conn {
+    struct conn *prev, *next;
+    ev_io io;
+    ev_timer timer;
+    int fd;
+    SSL *ssl;
+    bool handshaken, closing, draining;
+    bool authed;
+    char peer[64];
+    char cert_cn[256]; /* "" without a verified client certificate */
+    char principal[256];
+    uint8_t hdr[4];
+    size_t hdr_got;
+    uint8_t *frame;    /* the body being read, frame_len bytes */
+    size_t frame_len, frame_got;
+    uint8_t *wbuf;
+    size_t wlen, woff, wcap;
+};
+
+static struct ev_loop *loop;
+static struct config *cfg;
+static SSL_CTX *sslctx;
+static int lfd = -1;
+static ev_io accept_w;
+static ev_timer sweep_w, accept_pause_w;
+static struct conn *conns;
+static int n_conns;
+
+static void conn_drive(struct conn *c);
+
+/* ---- connections ------------------------------------------------------------ */
+
+static void conn_close(struct conn *c, const char *why)
+{
+    if (why)
+        LOG(LOG_INFO, "%s: closed: %s", c->peer, why);
+    ev_io_stop(loop, &c->io);
+    ev_timer_stop(loop, &c->timer);
+    if (c->ssl) {
+        if (c->handshaken && !c->closing)
+            SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+    }
+    close(c->fd);
+    free(c->frame);
+    free(c->wbuf);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    n_conns--;
+    free(c);
+}
+
+static void set_events(struct conn *c, int events)
+{
+    if ((c->io.events & (EV_READ | EV_WRITE)) == events)
+        return;
+    ev_io_stop(loop, &c->io);
+    ev_io_set(&c->io, c->fd, events);
+    ev_io_start(loop, &c->io);
+}
+
+static void conn_timeout_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    struct conn *c = w->data;
+    conn_close(c, c->draining ? NULL : c->handshaken ? "idle timeout" : "TLS handshake timeout");
+}
+
+/*
+ * After a failed handshake OpenSSL has queued its alert; closing with the
+ * client's bytes unread would make the kernel send a reset, which can destroy
+ * the alert before the client reads it ("unknown ca" becomes "connection
+ * reset").  So: shut down our side, discard what comes for at most a second.
+ */
+static void conn_linger(struct conn *c, const char *why)
+{
+    LOG(LOG_INFO, "%s: closed: %s", c->peer, why);
+    shutdown(c->fd, SHUT_WR);
+    c->draining = true;
+    set_events(c, EV_READ);
+    ev_timer_stop(loop, &c->timer);
+    ev_timer_set(&c->timer, 1.0, 0);
+    ev_timer_start(loop, &c->timer);
+}
+
+static void conn_io_cb(struct ev_loop *l, ev_io *w, int revents)
+{
+    struct conn *c = w->data;
+    if (c->draining) {
+        char buf[4096];
+        ssize_t n;
+        while ((n = recv(c->fd, buf, sizeof(buf), 0)) > 0)
+            ;
+        if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            conn_close(c, NULL);
+        return;
+    }
+    conn_drive(c);
+}
+
+static const char *ssl_reason(void)
+{
+    static char buf[256];
+    unsigned long e = ERR_get_error();
+    if (!e)
+        return "connection closed";
+    ERR_error_string_n(e, buf, sizeof(buf));
+    ERR_clear_error();
+    return buf;
+}
+
+/* ---- answers ---------------------------------------------------------------- */
+
+static int wbuf_write(void *data, const char *buf, size_t len)
+{
+    struct conn *c = data;
+    if (c->wcap - c->wlen < len) {
+        size_t cap = c->wcap ? c->wcap : 4096;
+        while (cap - c->wlen < len)
+            cap *= 2;
+        uint8_t *n = realloc(c->wbuf, cap);
+        if (!n)
+            return -1;
+        c->wbuf = n;
+        c->wcap = cap;
+    }
+    memcpy(c->wbuf + c->wlen, buf, len);
+    c->wlen += len;
+    return 0;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+/* An answer: begin with @n extra map entries, pack them, then answer_end. */
+struct answer {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+};
+
+static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
+{
+    msgpack_sbuffer_init(&a->sb);
+    msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&a->pk, 3 + n);
+    pk_str(&a->pk, "v");
+    msgpack_pack_uint32(&a->pk, CTL_VERSION);
+    pk_str(&a->pk, "id");
+    msgpack_pack_uint64(&a->pk, id);
+    pk_str(&a->pk, "ok");
+    if (ok)
+        msgpack_pack_true(&a->pk);
+    else
+        msgpack_pack_false(&a->pk);
+}
+
+static void answer_end(struct conn *c, struct answer *a)
+{
+    uint32_t n = (uint32_t)a->sb.size;
+    uint8_t hdr[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
+    if (wbuf_write(c, (const char *)hdr, 4) || wbuf_write(c, a->sb.data, a->sb.size))
+        c->closing = true; /* out of memory: drop the client, not the daemon */
+    msgpack_sbuffer_destroy(&a->sb);
+}
+
+static void answer_error(struct conn *c, uint64_t id, const char *code, const char *msg)
+{
+    struct answer a;
+    answer_begin(&a, id, false, 2);
+    pk_str(&a.pk, "err");
+    pk_str(&a.pk, code);
+    pk_str(&a.pk, "msg");
+    pk_str(&a.pk, msg);
+    answer_end(c, &a);
+}
+
+/* Answers with an error and closes the connection once it has gone out. */
+static void answer_fatal(struct conn *c, uint64_t id, const char *code, const char *msg)
+{
+    LOG(LOG_NOTICE, "%s: %s: %s", c->peer, code, msg);
+    answer_error(c, id, code, msg);
+    c->closing = true;
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+static const msgpack_object *mget(const msgpack_object *map, const char *key)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &map->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* A string of 1..outlen-1 bytes, no NUL, no control characters. */
+static bool mstr(const msgpack_object *o, char *out, size_t outlen)
+{
+    if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
+        o->via.str.size >= outlen)
+        return false;
+    for (uint32_t i = 0; i < o->via.str.size; i++)
+        if ((unsigned char)o->via.str.ptr[i] < 0x20 || o->via.str.ptr[i] == 0x7f)
+            return false;
+    memcpy(out, o->via.str.ptr, o->via.str.size);
+    out[o->via.str.size] = 0;
+    return true;
+}
+
+static bool muint(const msgpack_object *o, uint64_t *out)
+{
+    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return false;
+    *out = o->via.u64;
+    return true;
+}
+
+static const char *const class_names[] = { "control", "low_latency", "bulk", "background" };
+
+static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
+{
+    const msgpack_object *tok = mget(m, "token");
+    if (tok) {
+        const char *p = NULL;
+        if (tok->type == MSGPACK_OBJECT_STR && tok->via.str.size > 0 &&
+            tok->via.str.size <= 512)
+            p = token_principal(cfg, tok->via.str.ptr, tok->via.str.size);
+        if (!p) {
+            answer_fatal(c, id, "auth_failed", "the token is not valid");
+            return;
+        }
+        snprintf(c->principal, sizeof(c->principal), "%s", p);
+        c->authed = true;
+    } else if (c->cert_cn[0]) {
+        snprintf(c->principal, sizeof(c->principal), "%s", c->cert_cn);
+        c->authed = true;
+    } else {
+        answer_fatal(c, id, "unauthenticated",
+                     "present a client certificate signed by the broker's CA, or a token");
+        return;
+    }
+    LOG(LOG_INFO, "%s: authenticated as '%s' (%s)", c->peer, c->principal,
+        tok ? "token" : "certificate");
+    struct answer a;
+    answer_begin(&a, id, true, 2);
+    pk_str(&a.pk, "principal");
+    pk_str(&a.pk, c->principal);
+    pk_str(&a.pk, "lease_ms");
+    msgpack_pack_uint64(&a.pk, (uint64_t)cfg->lease_ms);
+    answer_end(c, &a);
+}
+
+static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
+{
+    char service[256];
+    const msgpack_object *eps = mget(m, "endpoints"), *cls = mget(m, "classes");
+    if (!mstr(mget(m, "service"), service, sizeof(service)) || !eps ||
+        eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
+        eps->via.array.size > MAX_EPS || !cls || cls->type != MSGPACK_OBJECT_ARRAY ||
+        cls->via.array.size > 4) {
+        answer_error(c, id, "bad_request", "register needs service, endpoints (1..64) and "
+                     "classes");
+        return;
+    }
+    if (!acl_allows(cfg, "register", service, c->principal)) {
+        LOG(LOG_NOTICE, "%s: '%s' may not register '%s'", c->peer, c->principal, service);
+        answer_error(c, id, "denied", "the ACL does not let this principal register it");
+        return;
+    }
+    uint32_t classes = 0;
+    for (uint32_t i = 0; i < cls->via.array.size; i++) {
+        char name[32];
+        int k = -1;
+        if (mstr(&cls->via.array.ptr[i], name, sizeof(name)))
+            for (int j = 0; j < 4; j++)
+                if (!strcmp(name, class_names[j]))
+                    k = j;
+        if (k < 0) {
+            answer_error(c, id, "bad_request", "unknown QoS class");
+            return;
+        }
+        classes |= 1u << k;
+    }
+    if (!classes)
+        classes = 0xf;
+    uint64_t lease = (uint64_t)cfg->lease_ms;
+    const msgpack_object *lo = mget(m, "lease_ms");
+    if (lo) {
+        if (!muint(lo, &lease) || lease < 100) {
+            answer_error(c, id, "bad_request", "lease_ms must be >= 100");
+            return;
+        }
+        if (lease > (uint64_t)cfg->lease_ms)
+            lease = (uint64_t)cfg->lease_ms;
+    }
+    if (registry_count() >= (size_t)cfg->max_registrations) {
+        answer_error(c, id, "busy", "too many registrations; try later");
+        return;
+    }
+    struct endpoint *ep = calloc(eps->via.array.size, sizeof(*ep));
+    if (!ep) {
+        answer_error(c, id, "internal", "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < eps->via.array.size; i++) {
+        const msgpack_object *e = &eps->via.array.ptr[i];
+        uint64_t port;
+        if (!mstr(mget(e, "transport"), ep[i].transport, sizeof(ep[i].transport)) ||
+            (strcmp(ep[i].transport, "tcp") && strcmp(ep[i].transport, "rdma")) ||
+            !mstr(mget(e, "host"), ep[i].host, sizeof(ep[i].host)) ||
+            !muint(mget(e, "port"), &port) || port == 0 || port > 65535) {
+            free(ep);
+            answer_error(c, id, "bad_request", "an endpoint needs transport (tcp|rdma), host "
+                         "and port");
+            return;
+        }
+        ep[i].port = (uint16_t)port;
+    }
+    struct registration *r;
+    int e = registry_add(service, c->principal, ep, eps->via.array.size, classes,
+                         (uint32_t)lease, &r);
+    if (e) {
+        free(ep);
+        answer_error(c, id, "internal", strerror(-e));
+        return;
+    }
+    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms)",
+        c->peer, c->principal, service, r->n_eps, ep[0].transport, ep[0].host, ep[0].port,
+        r->lease_ms);
+    struct answer a;
+    answer_begin(&a, id, true, 3);
+    pk_str(&a.pk, "reg");
+    msgpack_pack_uint64(&a.pk, r->id);
+    pk_str(&a.pk, "lease_ms");
+    msgpack_pack_uint32(&a.pk, r->lease_ms);
+    pk_str(&a.pk, "secret");
+    msgpack_pack_bin(&a.pk, sizeof(r->svc->secret));
+    msgpack_pack_bin_body(&a.pk, r->svc->secret, sizeof(r->svc->secret));
+    answer_end(c, &a);
+}
+
+static struct registration *own_reg(struct conn *c, uint64_t id, const msgpack_object *m)
+{
+    uint64_t reg;
+    if (!muint(mget(m, "reg"), &reg)) {
+        answer_error(c, id, "bad_request", "missing reg");
+        return NULL;
+    }
+    struct registration *r = registry_find(reg);
+    if (!r || strcmp(r->principal, c->principal)) {
+        answer_error(c, id, "not_found", "no such registration (expired, or rrpcd restarted)");
+        return NULL;
+    }
+    return r;
+}
+
+static void op_renew(struct conn *c, uint64_t id, const msgpack_object *m)
+{
+    struct registration *r = own_reg(c, id, m);
+    if (!r)
+        return;
+    r->expires_ms = mono_ms() + r->lease_ms;
+    LOG(LOG_DEBUG, "%s: renewed '%s' %016llx", c->peer, r->svc->name,
+        (unsigned long long)r->id);
+    struct answer a;
+    answer_begin(&a, id, true, 1);
+    pk_str(&a.pk, "lease_ms");
+    msgpack_pack_uint32(&a.pk, r->lease_ms);
+    answer_end(c, &a);
+}
+
+static void op_unregister(struct conn *c, uint64_t id, const msgpack_object *m)
+{
+    struct registration *r = own_reg(c, id, m);
+    if (!r)
+        return;
+    LOG(LOG_INFO, "%s: '%s' unregistered '%s'", c->peer, c->principal, r->svc->name);
+    registry_remove(r);
+    struct answer a;
+    answer_begin(&a, id, true, 0);
+    answer_end(c, &a);
+}
+
+static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
+{
+    char service[256];
+    if (!mstr(mget(m, "service"), service, sizeof(service))) {
+        answer_error(c, id, "bad_request", "lookup needs service");
+        return;
+    }
+    if (!acl_allows(cfg, "lookup", service, c->principal)) {
+        LOG(LOG_NOTICE, "%s: '%s' may not look up '%s'", c->peer, c->principal, service);
+        answer_error(c, id, "denied", "the ACL does not let this principal look it up");
+        return;
+    }
+    struct service *s = registry_service(service);
+    size_t n = 0;
+    if (s)
+        for (struct registration *r = s->regs; r; r = r->next)
+            n += r->n_eps;
+    if (!n) {
+        answer_error(c, id, "not_found", "no live registration of this service");
+        return;
+    }
+    uint8_t ticket[RRPC_TICKET_MAX_LEN];
+    size_t tlen;
+    int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
+    int e = rrpc_ticket_issue(s->secret, c->principal, service, expiry, NULL, ticket,
+                              sizeof(ticket), &tlen);
+    if (e) {
+        answer_error(c, id, "internal", "cannot make a ticket");
+        return;
+    }
+    struct answer a;
+    answer_begin(&a, id, true, 3);
+    pk_str(&a.pk, "endpoints");
+    msgpack_pack_array(&a.pk, (uint32_t)n);
+    for (struct registration *r = s->regs; r; r = r->next) {
+        for (size_t i = 0; i < r->n_eps; i++) {
+            msgpack_pack_map(&a.pk, 4);
+            pk_str(&a.pk, "transport");
+            pk_str(&a.pk, r->eps[i].transport);
+            pk_str(&a.pk, "host");
+            pk_str(&a.pk, r->eps[i].host);
+            pk_str(&a.pk, "port");
+            msgpack_pack_uint32(&a.pk, r->eps[i].port);
+            pk_str(&a.pk, "classes");
+            msgpack_pack_array(&a.pk, (uint32_t)__builtin_popcount(r->classes));
+            for (int k = 0; k < 4; k++)
+                if (r->classes & (1u << k))
+                    pk_str(&a.pk, class_names[k]);
+        }
+    }
+    pk_str(&a.pk, "ticket");
+    msgpack_pack_bin(&a.pk, tlen);
+    msgpack_pack_bin_body(&a.pk, ticket, tlen);
+    pk_str(&a.pk, "expiry_ms");
+    msgpack_pack_uint64(&a.pk, (uint64_t)expiry);
+    answer_end(c, &a);
+    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu endpoints)", c->peer, c->principal, service,
+        n);
+}
+
+static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
+{
+    if (rrpcd_mp_check(buf, len, 8)) {
+        answer_fatal(c, 0, "bad_request", "the frame is not one well-formed msgpack object");
+        return;
+    }
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, (const char *)buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_MAP) {
+        answer_fatal(c, 0, "bad_request", "a request is a msgpack map");
+        goto out;
+    }
+    const msgpack_object *m = &u.data;
+    uint64_t v = 0, id = 0;
+    char op[32];
+    if (!muint(mget(m, "v"), &v) || v != CTL_VERSION) {
+        answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 1");
+        goto out;
+    }
+    if (!muint(mget(m, "id"), &id) || !mstr(mget(m, "op"), op, sizeof(op))) {
+        answer_fatal(c, id, "bad_request", "a request needs id and op");
+        goto out;
+    }
+    if (!strcmp(op, "hello"))
+        op_hello(c, id, m);
+    else if (!c->authed)
+        answer_fatal(c, id, "unauthenticated", "say hello first");
+    else if (!strcmp(op, "register"))
+        op_register(c, id, m);
+    else if (!strcmp(op, "renew"))
+        op_renew(c, id, m);
+    else if (!strcmp(op, "unregister"))
+        op_unregister(c, id, m);
+    else if (!strcmp(op, "lookup"))
+        op_lookup(c, id, m);
+    else
+        answer_error(c, id, "bad_request", "unknown op");
+out:
+    msgpack_unpacked_destroy(&u);
+}
+
+/* Feeds received bytes to the frame reader. */
+static void feed(struct conn *c, const uint8_t *p, size_t n)
+{
+    while (n && !c->closing) {
+        if (c->hdr_got < 4) {
+            size_t k = 4 - c->hdr_got < n ? 4 - c->hdr_got : n;
+            memcpy(c->hdr + c->hdr_got, p, k);
+            c->hdr_got += k;
+            p += k;
+            n -= k;
+            if (c->hdr_got < 4)
+                return;
+            uint32_t len = (uint32_t)c->hdr[0] | (uint32_t)c->hdr[1] << 8 |
+                           (uint32_t)c->hdr[2] << 16 | (uint32_t)c->hdr[3] << 24;
+            if (len == 0 || len > MAX_FRAME) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "frame length %u is outside 1..%u", len, MAX_FRAME);
+                answer_fatal(c, 0, "bad_request", msg);
+                return;
+            }
+            c->frame = malloc(len);
+            if (!c->frame) {
+                c->closing = true;
+                return;
+            }
+            c->frame_len = len;
+            c->frame_got = 0;
+            continue;
+        }
+        size_t k = c->frame_len - c->frame_got < n ? c->frame_len - c->frame_got : n;
+        memcpy(c->frame + c->frame_got, p, k);
+        c->frame_got += k;
+        p += k;
+        n -= k;
+        if (c->frame_got == c->frame_len) {
+            handle_frame(c, c->frame, c->frame_len);
+            free(c->frame);
+            c->frame = NULL;
+            c->hdr_got = 0;
+        }
+    }
+}
+
+static void take_peer_cert(struct conn *c)
+{
+    X509 *x = SSL_get1_peer_certificate(c->ssl);
+    if (!x)
+        return;
+    if (SSL_get_verify_result(c->ssl) == X509_V_OK) {
+        X509_NAME *nm = X509_get_subject_name(x);
+        int n = X509_NAME_get_text_by_NID(nm, NID_commonName, c->cert_cn, sizeof(c->cert_cn));
+        if (n <= 0 || (size_t)n != strlen(c->cert_cn))
+            c->cert_cn[0] = 0; /* no CN, or one with a NUL in it */
+    }
+    X509_free(x);
+}
+
+/* Progress on a connection: handshake, then flush answers, then read. */
+static void conn_drive(struct conn *c)
+{
+    if (!c->handshaken) {
+        ERR_clear_error();
+        int r = SSL_accept(c->ssl);
+        if (r != 1) {
+            int e = SSL_get_error(c->ssl, r);
+            if (e == SSL_ERROR_WANT_READ) {
+                set_events(c, EV_READ);
+                return;
+            }
+            if (e == SSL_ERROR_WANT_WRITE) {
+                set_events(c, EV_READ | EV_WRITE);
+                return;
+            }
+            char why[300];
+            snprintf(why, sizeof(why), "TLS handshake failed: %s", ssl_reason());
+            c->closing = true; /* no close_notify on a failed handshake */
+            conn_linger(c, why);
+            return;
+        }
+        c->handshaken = true;
+        take_peer_cert(c);
+        LOG(LOG_DEBUG, "%s: TLS up (%s, client certificate CN '%s')", c->peer,
+            SSL_get_version(c->ssl), c->cert_cn);
+        ev_timer_stop(loop, &c->timer);
+        c->timer.repeat = (double)cfg->idle_timeout_ms / 1000.0;
+        ev_timer_again(loop, &c->timer);
+    }
+    for (;;) {
+        /* Flush. */
+        while (c->woff < c->wlen) {
+            size_t n = 0;
+            ERR_clear_error();
+            if (!SSL_write_ex(c->ssl, c->wbuf + c->woff, c->wlen - c->woff, &n)) {
+                int e = SSL_get_error(c->ssl, 0);
+                if (e == SSL_ERROR_WANT_WRITE) {
+                    set_events(c, EV_READ | EV_WRITE);
+                    return;
+                }
+                if (e == SSL_ERROR_WANT_READ) {
+                    set_events(c, EV_READ);
+                    return;
+                }
+                c->closing = true;
+                conn_close(c, e == SSL_ERROR_SSL ? ssl_reason() : "peer went away");
+                return;
+            }
+            c->woff += n;
+        }
+        c->woff = c->wlen = 0;
+        if (c->closing) {
+            conn_close(c, NULL);
+            return;
+        }
+        /* Read until OpenSSL wants more from the socket. */
+        uint8_t buf[16384];
+        size_t n = 0;
+        ERR_clear_error();
+        if (!SSL_read_ex(c->ssl, buf, sizeof(buf), &n)) {
+            int e = SSL_get_error(c->ssl, 0);
+            if (e == SSL_ERROR_WANT_READ) {
+                set_events(c, EV_READ);
+                return;
+            }
+            if (e == SSL_ERROR_WANT_WRITE) {
+                set_events(c, EV_READ | EV_WRITE);
+                return;
+            }
+            if (e == SSL_ERROR_ZERO_RETURN) {
+                conn_close(c, NULL);
+                return;
+            }
+            c->closing = true;
+            conn_close(c, e == SSL_ERROR_SSL ? ssl_reason() : NULL);
+            return;
+        }
+        ev_timer_again(loop, &c->timer);
+        feed(c, buf, n);
+        if (c->wlen > MAX_WBUF)
+            c->closing = true; /* a client that never reads its answers */
+    }
+}
+
+/* ---- accepting ----------------------------------------------------------------- */
+
+static void accept_resume_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    ev_io_start(loop, &accept_w);
+}
+
+static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                LOG(LOG_WARNING, "accept: %s; pausing for 100 ms", strerror(errno));
+                ev_io_stop(loop, &accept_w);
+                ev_timer_start(loop, &accept_pause_w);
+            }
+            return;
+        }
+        char host[INET6_ADDRSTRLEN] = "?", peer[64];
+        int port = 0;
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+            port = ntohs(a->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+            port = ntohs(a->sin6_port);
+        }
+        snprintf(peer, sizeof(peer), "%s:%d", host, port);
+        if (n_conns >= cfg->max_connections) {
+            LOG(LOG_WARNING, "%s: refused: max_connections (%d) reached", peer,
+                cfg->max_connections);
+            close(fd);
+            continue;
+        }
+        struct conn *c = calloc(1, sizeof(*c));
+        SSL *ssl = c ? SSL_new(sslctx) : NULL;
+        if (!ssl || !SSL_set_fd(ssl, fd)) {
+            LOG(LOG_WARNING, "%s: refused: out of memory", peer);
+            SSL_free(ssl);
+            free(c);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->fd = fd;
+        c->ssl = ssl;
+        SSL_set_accept_state(ssl);
+        snprintf(c->peer, sizeof(c->peer), "%s", peer);
+        c->next = conns;
+        if (conns)
+            conns->prev = c;
+        conns = c;
+        n_conns++;
+        ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
+        c->io.data = c;
+        ev_io_start(loop, &c->io);
+        ev_timer_init(&c->timer, conn_timeout_cb, HANDSHAKE_TIMEOUT, 0);
+        c->timer.data = c;
+        ev_timer_start(loop, &c->timer);
+        LOG(LOG_DEBUG, "%s: accepted", peer);
+    }
+}
+
+static void sweep_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    registry_sweep(mono_ms());
+}
+
+/* ---- start / stop --------------------------------------------------------------- */
+
+static int tls_setup(void)
+{
+    sslctx = SSL_CTX_new(TLS_server_method());
+    if (!sslctx)
+        return -ENOMEM;
+    SSL_CTX_set_min_proto_version(sslctx, TLS1_3_VERSION);
+    SSL_CTX_set_max_proto_version(sslctx, TLS1_3_VERSION);
+    SSL_CTX_set_num_tickets(sslctx, 0); /* no resumption: every session authenticates */
+    SSL_CTX_set_mode(sslctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (SSL_CTX_use_certificate_chain_file(sslctx, cfg->cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(sslctx, cfg->key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(sslctx) != 1) {
+        LOG(LOG_ERR, "cannot load the certificate %s / key %s: %s", cfg->cert, cfg->key,
+            ssl_reason());
+        return -EINVAL;
+    }
+    if (cfg->ca[0]) {
+        if (SSL_CTX_load_verify_locations(sslctx, cfg->ca, NULL) != 1) {
+            LOG(LOG_ERR, "cannot load the CA %s: %s", cfg->ca, ssl_reason());
+            return -EINVAL;
+        }
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(cfg->ca);
+        if (names)
+            SSL_CTX_set_client_CA_list(sslctx, names);
+        /* A certificate that does not chain to the CA fails the handshake;
+         * none at all is allowed unless require_client_cert (then a token). */
+        SSL_CTX_set_verify(sslctx,
+                           SSL_VERIFY_PEER |
+                               (cfg->require_client_cert ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
+                           NULL);
+    } else {
+        SSL_CTX_set_verify(sslctx, SSL_VERIFY_NONE, NULL);
+    }
+    return 0;
+}
+
+static int listen_on(const char *addr, int *ret_port)
+{
+    char host[256], port[16];
+    const char *colon;
+    if (addr[0] == '[') {
+        const char *rb = strchr(addr, ']');
+        if (!rb || rb[1] != ':' || (size_t)(rb - addr - 1) >= sizeof(host))
+            return -EINVAL;
+        memcpy(host, addr + 1, (size_t)(rb - addr - 1));
+        host[rb - addr - 1] = 0;
+        colon = rb + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon || (size_t)(colon - addr) >= sizeof(host))
+            return -EINVAL;
+        memcpy(host, addr, (size_t)(colon - addr));
+        host[colon - addr] = 0;
+    }
+    snprintf(port, sizeof(port), "%s", colon + 1);
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+    struct addrinfo *res;
+    int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (g) {
+        LOG(LOG_ERR, "listen %s: %s", addr, gai_strerror(g));
+        return -EINVAL;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1, r = 0;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+        bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 1024))
+        r = -errno;
+    freeaddrinfo(res);
+    if (r) {
+        LOG(LOG_ERR, "listen %s: %s", addr, strerror(-r));
+        if (fd >= 0)
+            close(fd);
+        return r;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *ret_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                              : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    lfd = fd;
+    return 0;
+}
+
+int server_start(struct ev_loop *l, struct config *c)
+{
+    loop = l;
+    cfg = c;
+    int r = tls_setup();
+    int port = 0;
+    if (!r)
+        r = listen_on(cfg->listen, &port);
+    if (r)
+        return r;
+    ev_io_init(&accept_w, accept_cb, lfd, EV_READ);
+    ev_io_start(loop, &accept_w);
+    ev_timer_init(&accept_pause_w, accept_resume_cb, 0.1, 0);
+    ev_timer_init(&sweep_w, sweep_cb, 0.1, 0.1);
+    ev_timer_start(loop, &sweep_w);
+    LOG(LOG_NOTICE, "listening on %s (port %d), TLS 1.3, %s, %zu tokens, %zu ACL rules", cfg->listen,
+        port, cfg->ca[0] ? (cfg->require_client_cert ? "client certificate required"
+                                                     : "client certificates verified")
+                         : "no client certificates",
+        cfg->n_tokens, cfg->n_acl);
+    if (cfg->port_file[0]) {
+        char tmp[1100];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", cfg->port_file);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) || rename(tmp, cfg->port_file)) {
+            LOG(LOG_ERR, "cannot write the port file %s: %s", cfg->port_file, strerror(errno));
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+void server_stop(void)
+{
+    while (conns)
+        conn_close(conns, NULL);
+    if (lfd >= 0) {
+        ev_io_stop(loop, &accept_w);
+        close(lfd);
+        lfd = -1;
+    }
+    ev_timer_stop(loop, &accept_pause_w);
+    ev_timer_stop(loop, &sweep_w);
+    SSL_CTX_free(sslctx);
+    sslctx = NULL;
+}

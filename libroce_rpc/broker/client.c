@@ -1,0 +1,1090 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The broker client: blocking TLS 1.3 round trips to rrpcd (docs/broker.md),
+ * and a lease thread per handle that renews registrations and registers
+ * again when rrpcd forgot them (restart, expiry).
+ *
+ * Locks: @io serialises round trips and guards the connection and the
+ * registrations; @lock guards the thread's stop flag, its condition and the
+ * error text.  @io is never taken while @lock is held.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <msgpack.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <roce_rpc/broker.h>
+#include <roce_rpc/rrpc.h>
+
+#include "broker/mpcheck.h"
+
+#define CTL_VERSION 1
+#define CTL_MAX_FRAME (1u << 20)
+#define ERR_MAX 512
+#define HOST_MAX 256
+
+struct endpoint {
+    char transport[8]; /* "tcp", "rdma" */
+    char host[HOST_MAX];
+    int port;
+};
+
+struct reg {
+    struct reg *next;
+    char service[256];
+    rrpc_ctx *ctx;
+    struct endpoint *eps;
+    size_t n_eps;
+    unsigned class_mask;
+    uint64_t id;       /* rrpcd's registration id; 0 while not registered */
+    uint32_t lease_ms;
+    int64_t due_ms;    /* monotonic: next renew (or retry) */
+    int backoff_ms;
+    rrpc_ticket_verifier *v;
+};
+
+struct rrpc_broker {
+    pthread_mutex_t io;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    bool thread_started, stop;
+
+    char host[HOST_MAX];
+    char port[8];
+    char server_name[HOST_MAX];
+    char *token;
+    int timeout_ms, skew_ms;
+    rrpc_log_fn log;
+    void *log_user;
+    int log_level;
+
+    SSL_CTX *sslctx;
+    SSL *ssl;
+    int fd;
+    uint64_t next_id;
+    char principal[256];
+    struct reg *regs;
+    char err[ERR_MAX];
+};
+
+static _Thread_local char open_err[ERR_MAX];
+static _Thread_local char err_copy[ERR_MAX];
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void blog(struct rrpc_broker *b, int level, const char *fmt, ...)
+{
+    if (level > b->log_level)
+        return;
+    char msg[ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (b->log)
+        b->log(level, msg, b->log_user);
+    else
+        fprintf(stderr, "rrpc broker: %s\n", msg);
+}
+
+/* Records the detail of a failure and returns @code. */
+static int fail(struct rrpc_broker *b, int code, const char *fmt, ...)
+{
+    char msg[ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&b->lock);
+    memcpy(b->err, msg, sizeof(msg));
+    pthread_mutex_unlock(&b->lock);
+    return code;
+}
+
+RRPC_API const char *rrpc_broker_last_error(rrpc_broker *b)
+{
+    if (!b)
+        return open_err;
+    pthread_mutex_lock(&b->lock);
+    memcpy(err_copy, b->err, sizeof(err_copy));
+    pthread_mutex_unlock(&b->lock);
+    return err_copy;
+}
+
+RRPC_API const char *rrpc_broker_principal(rrpc_broker *b)
+{
+    return b ? b->principal : "";
+}
+
+static void ssl_errstr(char *buf, size_t len)
+{
+    unsigned long e = ERR_get_error();
+    if (e)
+        ERR_error_string_n(e, buf, len);
+    else
+        snprintf(buf, len, "%s", "connection closed during the TLS exchange");
+    ERR_clear_error();
+}
+
+/* ---- the TLS connection ---------------------------------------------------- */
+
+static void disconnect(struct rrpc_broker *b)
+{
+    if (b->ssl) {
+        SSL_shutdown(b->ssl);
+        SSL_free(b->ssl);
+        b->ssl = NULL;
+    }
+    if (b->fd >= 0)
+        close(b->fd);
+    b->fd = -1;
+}
+
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd p = { .fd = fd, .events = events };
+        int r = poll(&p, 1, (int)left);
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Runs one SSL call to completion (handshake, a full write or a full read). */
+enum tls_op { OP_HANDSHAKE, OP_WRITE, OP_READ };
+static int tls_do(struct rrpc_broker *b, enum tls_op op, void *buf, size_t len, int64_t deadline)
+{
+    size_t done = 0;
+    for (;;) {
+        size_t n = 0;
+        int ok;
+        ERR_clear_error();
+        if (op == OP_HANDSHAKE) {
+            ok = SSL_connect(b->ssl) == 1;
+        } else if (op == OP_WRITE) {
+            /* OpenSSL writes with write(2): keep a vanished peer's SIGPIPE
+             * from the application, without touching its signal handlers. */
+            sigset_t pipe, old;
+            sigemptyset(&pipe);
+            sigaddset(&pipe, SIGPIPE);
+            pthread_sigmask(SIG_BLOCK, &pipe, &old);
+            ok = SSL_write_ex(b->ssl, (char *)buf + done, len - done, &n);
+            int saved = errno;
+            struct timespec zero = { 0, 0 };
+            while (sigtimedwait(&pipe, NULL, &zero) == SIGPIPE)
+                ;
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            errno = saved;
+        } else {
+            ok = SSL_read_ex(b->ssl, (char *)buf + done, len - done, &n);
+        }
+        if (ok) {
+            done += n;
+            if (op == OP_HANDSHAKE || done == len)
+                return 0;
+            continue;
+        }
+        int e = SSL_get_error(b->ssl, 0);
+        int r;
+        if (e == SSL_ERROR_WANT_READ)
+            r = wait_fd(b->fd, POLLIN, deadline);
+        else if (e == SSL_ERROR_WANT_WRITE)
+            r = wait_fd(b->fd, POLLOUT, deadline);
+        else if (e == SSL_ERROR_SSL) {
+            char s[256];
+            long vr = SSL_get_verify_result(b->ssl);
+            if (op == OP_HANDSHAKE && vr != X509_V_OK)
+                return fail(b, -EPROTO,
+                            "rrpcd %s:%s: its certificate did not verify against the CA: %s",
+                            b->host, b->port, X509_verify_cert_error_string(vr));
+            ssl_errstr(s, sizeof(s));
+            return fail(b, -EPROTO, "rrpcd %s:%s: TLS failed: %s (is our client certificate "
+                        "signed by the CA rrpcd trusts?)", b->host, b->port, s);
+        } else {
+            ERR_clear_error();
+            return fail(b, -ECONNRESET, "rrpcd %s:%s closed the connection", b->host, b->port);
+        }
+        if (r)
+            return fail(b, r, "rrpcd %s:%s: %s", b->host, b->port,
+                        r == -ETIMEDOUT ? "timed out" : strerror(-r));
+    }
+}
+
+static int tcp_connect(struct rrpc_broker *b, int64_t deadline)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(b->host, b->port, &hints, &res);
+    if (g)
+        return fail(b, -EHOSTUNREACH, "rrpcd %s:%s: cannot resolve: %s", b->host, b->port,
+                    gai_strerror(g));
+    int r = -ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            r = -errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+            r = -errno;
+            close(fd);
+            continue;
+        }
+        r = wait_fd(fd, POLLOUT, deadline);
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (!r && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
+            r = -soerr;
+        if (r) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        b->fd = fd;
+        break;
+    }
+    freeaddrinfo(res);
+    if (r)
+        return fail(b, r, "rrpcd %s:%s: %s (is rrpcd running there?)", b->host, b->port,
+                    strerror(-r));
+    return 0;
+}
+
+static int is_ip(const char *s)
+{
+    unsigned char a[16];
+    return inet_pton(AF_INET, s, a) == 1 || inet_pton(AF_INET6, s, a) == 1;
+}
+
+/* ---- msgpack helpers ----------------------------------------------------- */
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+static const msgpack_object *mget(const msgpack_object *map, const char *key)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &map->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+static bool mstr(const msgpack_object *o, char *out, size_t outlen)
+{
+    if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= outlen ||
+        memchr(o->via.str.ptr, 0, o->via.str.size))
+        return false;
+    memcpy(out, o->via.str.ptr, o->via.str.size);
+    out[o->via.str.size] = 0;
+    return true;
+}
+
+static bool muint(const msgpack_object *o, uint64_t *out)
+{
+    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return false;
+    *out = o->via.u64;
+    return true;
+}
+
+/* An answer: msgpack-c's objects point into the buffer they came from. */
+struct reply {
+    msgpack_unpacked u;
+    char *buf;
+};
+
+static void reply_init(struct reply *rp)
+{
+    msgpack_unpacked_init(&rp->u);
+    rp->buf = NULL;
+}
+
+static void reply_destroy(struct reply *rp)
+{
+    msgpack_unpacked_destroy(&rp->u);
+    free(rp->buf);
+    rp->buf = NULL;
+}
+
+/* Starts a request map of @n entries besides "v", "op" and "id". */
+static uint64_t req_begin(struct rrpc_broker *b, msgpack_packer *pk, const char *op, uint32_t n)
+{
+    msgpack_pack_map(pk, 3 + n);
+    pk_str(pk, "v");
+    msgpack_pack_uint32(pk, CTL_VERSION);
+    pk_str(pk, "op");
+    pk_str(pk, op);
+    pk_str(pk, "id");
+    msgpack_pack_uint64(pk, ++b->next_id);
+    return b->next_id;
+}
+
+static int map_err(const char *code)
+{
+    if (!strcmp(code, "version"))
+        return RRPC_E_VERSION;
+    if (!strcmp(code, "unauthenticated") || !strcmp(code, "auth_failed"))
+        return -EACCES;
+    if (!strcmp(code, "denied"))
+        return -EPERM;
+    if (!strcmp(code, "not_found"))
+        return -ENOENT;
+    if (!strcmp(code, "busy"))
+        return -EAGAIN;
+    return -EPROTO;
+}
+
+/*
+ * Sends the request in @sb on the current connection and reads the answer
+ * into @u; checks the envelope.  Returns 0 (u->data is the answer map), a
+ * connection error (-ECONN*, -ETIMEDOUT, -EPROTO: the caller may reconnect),
+ * or rrpcd's refusal mapped by map_err with @refused set.
+ */
+static int exchange(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t want_id,
+                    struct reply *rp, bool *refused)
+{
+    msgpack_unpacked *u = &rp->u;
+    int64_t deadline = mono_ms() + b->timeout_ms;
+    uint8_t hdr[4] = { (uint8_t)sb->size, (uint8_t)(sb->size >> 8), (uint8_t)(sb->size >> 16),
+                       (uint8_t)(sb->size >> 24) };
+    *refused = false;
+    int r = tls_do(b, OP_WRITE, hdr, 4, deadline);
+    if (!r)
+        r = tls_do(b, OP_WRITE, sb->data, sb->size, deadline);
+    if (!r)
+        r = tls_do(b, OP_READ, hdr, 4, deadline);
+    if (r)
+        return r;
+    uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                   (uint32_t)hdr[3] << 24;
+    if (len == 0 || len > CTL_MAX_FRAME)
+        return fail(b, -EPROTO, "rrpcd %s:%s sent a frame of %u bytes", b->host, b->port, len);
+    char *buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    r = tls_do(b, OP_READ, buf, len, deadline);
+    size_t off = 0;
+    if (!r && (rrpci_mp_check(buf, len, 8) ||
+               msgpack_unpack_next(u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+               u->data.type != MSGPACK_OBJECT_MAP))
+        r = fail(b, -EPROTO, "rrpcd %s:%s sent malformed msgpack", b->host, b->port);
+    if (r) {
+        free(buf);
+        return r;
+    }
+    free(rp->buf);
+    rp->buf = buf;
+    uint64_t v = 0, id = 0;
+    const msgpack_object *ok = mget(&u->data, "ok");
+    if (!muint(mget(&u->data, "v"), &v) || v != CTL_VERSION)
+        return fail(b, RRPC_E_VERSION, "rrpcd %s:%s speaks control protocol version %llu, "
+                    "we speak %d", b->host, b->port, (unsigned long long)v, CTL_VERSION);
+    if (!muint(mget(&u->data, "id"), &id) || id != want_id || !ok ||
+        ok->type != MSGPACK_OBJECT_BOOLEAN)
+        return fail(b, -EPROTO, "rrpcd %s:%s: answer does not match the request", b->host,
+                    b->port);
+    if (!ok->via.boolean) {
+        char code[64] = "?", msg[256] = "";
+        mstr(mget(&u->data, "err"), code, sizeof(code));
+        mstr(mget(&u->data, "msg"), msg, sizeof(msg));
+        *refused = true;
+        return fail(b, map_err(code), "rrpcd refused: %s: %s", code, msg);
+    }
+    return 0;
+}
+
+/* Connects, handshakes and authenticates ("hello"). */
+static int do_connect(struct rrpc_broker *b)
+{
+    int64_t deadline = mono_ms() + b->timeout_ms;
+    int r = tcp_connect(b, deadline);
+    if (r)
+        return r;
+    b->ssl = SSL_new(b->sslctx);
+    if (!b->ssl || !SSL_set_fd(b->ssl, b->fd)) {
+        disconnect(b);
+        return fail(b, -ENOMEM, "SSL_new failed");
+    }
+    if (is_ip(b->server_name)) {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(b->ssl), b->server_name);
+    } else {
+        SSL_set_tlsext_host_name(b->ssl, b->server_name);
+        SSL_set1_host(b->ssl, b->server_name);
+    }
+    r = tls_do(b, OP_HANDSHAKE, NULL, 0, deadline);
+    if (r) {
+        disconnect(b);
+        return r;
+    }
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    uint64_t id = req_begin(b, &pk, "hello", b->token ? 1 : 0);
+    if (b->token) {
+        pk_str(&pk, "token");
+        pk_str(&pk, b->token);
+    }
+    struct reply u;
+    reply_init(&u);
+    bool refused;
+    r = exchange(b, &sb, id, &u, &refused);
+    msgpack_sbuffer_destroy(&sb);
+    if (!r && !mstr(mget(&u.u.data, "principal"), b->principal, sizeof(b->principal)))
+        r = fail(b, -EPROTO, "rrpcd did not say who we are");
+    /* In TLS 1.3 the server checks our certificate after our handshake is
+     * done; a refusal then shows up as a reset on the first exchange. */
+    if (r == -ECONNRESET)
+        r = fail(b, -EPROTO, "rrpcd %s:%s ended the TLS session at once: it refused our client "
+                 "certificate (not signed by the CA it trusts?)", b->host, b->port);
+    reply_destroy(&u);
+    if (r)
+        disconnect(b);
+    return r;
+}
+
+/*
+ * One round trip with @io held: (re)connects when needed; a request that
+ * failed on a connection made earlier is sent once more on a new one.
+ */
+static int roundtrip(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t id,
+                     struct reply *u)
+{
+    for (int attempt = 0;; attempt++) {
+        bool fresh = false;
+        if (!b->ssl) {
+            int r = do_connect(b);
+            if (r)
+                return r;
+            fresh = true;
+        }
+        bool refused;
+        reply_destroy(u);
+        reply_init(u);
+        int r = exchange(b, sb, id, u, &refused);
+        if (!r || refused)
+            return r;
+        disconnect(b);
+        if (fresh || attempt > 0)
+            return r;
+    }
+}
+
+/* ---- open / close ---------------------------------------------------------- */
+
+static int split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
+{
+    if (!strncmp(addr, "tls://", 6))
+        addr += 6;
+    const char *colon;
+    if (addr[0] == '[') {
+        const char *rb = strchr(addr, ']');
+        if (!rb || rb[1] != ':')
+            return -EINVAL;
+        if ((size_t)(rb - addr - 1) >= hostlen)
+            return -EINVAL;
+        memcpy(host, addr + 1, (size_t)(rb - addr - 1));
+        host[rb - addr - 1] = 0;
+        colon = rb + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon || colon == addr || (size_t)(colon - addr) >= hostlen)
+            return -EINVAL;
+        memcpy(host, addr, (size_t)(colon - addr));
+        host[colon - addr] = 0;
+    }
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p <= 0 || p > 65535)
+        return -EINVAL;
+    snprintf(port, portlen, "%ld", p);
+    return 0;
+}
+
+static int open_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(open_err, sizeof(open_err), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
+                              rrpc_broker **ret_b)
+{
+    open_err[0] = 0;
+    if (!addr || !opts || !ret_b || !opts->ca_file)
+        return open_fail(-EINVAL, "rrpc_broker_open: address, opts and opts->ca_file are required");
+    struct rrpc_broker *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    b->fd = -1;
+    pthread_mutex_init(&b->io, NULL);
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    b->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
+    b->skew_ms = opts->skew_ms > 0 ? opts->skew_ms : 5000;
+    b->log = opts->log;
+    b->log_user = opts->log_user;
+    if (opts->log) {
+        b->log_level = opts->log_level > 0 ? opts->log_level : LOG_INFO;
+    } else {
+        const char *e = getenv("RRPC_LOG_LEVEL");
+        b->log_level = e && *e ? atoi(e) : -1;
+    }
+    int r;
+    if (split_addr(addr, b->host, sizeof(b->host), b->port, sizeof(b->port))) {
+        r = open_fail(-EINVAL, "broker address '%s' is not HOST:PORT", addr);
+        goto err;
+    }
+    snprintf(b->server_name, sizeof(b->server_name), "%s",
+             opts->server_name ? opts->server_name : b->host);
+    if (opts->token && !(b->token = strdup(opts->token))) {
+        r = -ENOMEM;
+        goto err;
+    }
+
+    b->sslctx = SSL_CTX_new(TLS_client_method());
+    if (!b->sslctx) {
+        r = open_fail(-ENOMEM, "SSL_CTX_new failed");
+        goto err;
+    }
+    SSL_CTX_set_min_proto_version(b->sslctx, TLS1_3_VERSION);
+    SSL_CTX_set_max_proto_version(b->sslctx, TLS1_3_VERSION);
+    SSL_CTX_set_verify(b->sslctx, SSL_VERIFY_PEER, NULL);
+    char s[256];
+    if (SSL_CTX_load_verify_locations(b->sslctx, opts->ca_file, NULL) != 1) {
+        ssl_errstr(s, sizeof(s));
+        r = open_fail(access(opts->ca_file, R_OK) ? -errno : -EINVAL,
+                      "cannot load the CA file '%s': %s", opts->ca_file, s);
+        goto err;
+    }
+    if (opts->cert_file) {
+        const char *key = opts->key_file ? opts->key_file : opts->cert_file;
+        if (SSL_CTX_use_certificate_chain_file(b->sslctx, opts->cert_file) != 1 ||
+            SSL_CTX_use_PrivateKey_file(b->sslctx, key, SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(b->sslctx) != 1) {
+            ssl_errstr(s, sizeof(s));
+            r = open_fail(access(opts->cert_file, R_OK) ? -errno
+                          : access(key, R_OK)           ? -errno
+                                                        : -EINVAL,
+                          "cannot load the client certificate '%s' / key '%s': %s",
+                          opts->cert_file, key, s);
+            goto err;
+        }
+    }
+    pthread_mutex_lock(&b->io);
+    r = do_connect(b);
+    pthread_mutex_unlock(&b->io);
+    if (r) {
+        open_fail(r, "%s", b->err);
+        goto err;
+    }
+    blog(b, LOG_DEBUG, "connected to rrpcd %s:%s as '%s'", b->host, b->port, b->principal);
+    *ret_b = b;
+    return 0;
+err:
+    rrpc_broker_close(b);
+    return r;
+}
+
+static void reg_free(struct reg *g)
+{
+    free(g->eps);
+    rrpc_ticket_verifier_destroy(g->v);
+    free(g);
+}
+
+static int send_unregister(struct rrpc_broker *b, uint64_t id)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    uint64_t id0 = req_begin(b, &pk, "unregister", 1);
+    pk_str(&pk, "reg");
+    msgpack_pack_uint64(&pk, id);
+    struct reply u;
+    reply_init(&u);
+    int r = roundtrip(b, &sb, id0, &u);
+    reply_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+RRPC_API void rrpc_broker_close(rrpc_broker *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->lock);
+    b->stop = true;
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+    if (b->thread_started)
+        pthread_join(b->thread, NULL);
+    pthread_mutex_lock(&b->io);
+    while (b->regs) {
+        struct reg *g = b->regs;
+        b->regs = g->next;
+        if (g->id && b->ssl)
+            send_unregister(b, g->id);
+        reg_free(g);
+    }
+    disconnect(b);
+    pthread_mutex_unlock(&b->io);
+    SSL_CTX_free(b->sslctx);
+    if (b->token)
+        OPENSSL_cleanse(b->token, strlen(b->token));
+    free(b->token);
+    pthread_cond_destroy(&b->cond);
+    pthread_mutex_destroy(&b->lock);
+    pthread_mutex_destroy(&b->io);
+    free(b);
+}
+
+/* ---- registration and leases ---------------------------------------------- */
+
+/* Sends "register" for @g; on success @g has an id, a lease and a secret. */
+static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    uint64_t id0 = req_begin(b, &pk, "register", 3);
+    pk_str(&pk, "service");
+    pk_str(&pk, g->service);
+    pk_str(&pk, "endpoints");
+    msgpack_pack_array(&pk, (uint32_t)g->n_eps);
+    for (size_t i = 0; i < g->n_eps; i++) {
+        msgpack_pack_map(&pk, 3);
+        pk_str(&pk, "transport");
+        pk_str(&pk, g->eps[i].transport);
+        pk_str(&pk, "host");
+        pk_str(&pk, g->eps[i].host);
+        pk_str(&pk, "port");
+        msgpack_pack_uint32(&pk, (uint32_t)g->eps[i].port);
+    }
+    pk_str(&pk, "classes");
+    int nc = 0;
+    for (int c = 0; c < RRPC_CLASS_COUNT; c++)
+        nc += !!(g->class_mask & (1u << c));
+    msgpack_pack_array(&pk, (uint32_t)nc);
+    for (int c = 0; c < RRPC_CLASS_COUNT; c++)
+        if (g->class_mask & (1u << c))
+            pk_str(&pk, rrpc_class_name(c));
+
+    struct reply u;
+    reply_init(&u);
+    int r = roundtrip(b, &sb, id0, &u);
+    msgpack_sbuffer_destroy(&sb);
+    if (!r) {
+        uint64_t id = 0, lease = 0;
+        const msgpack_object *sec = mget(&u.u.data, "secret");
+        if (!muint(mget(&u.u.data, "reg"), &id) || id == 0 ||
+            !muint(mget(&u.u.data, "lease_ms"), &lease) || lease < 100 || lease > 86400000 ||
+            !sec || sec->type != MSGPACK_OBJECT_BIN || sec->via.bin.size != 32) {
+            r = fail(b, -EPROTO, "rrpcd's answer to register is malformed");
+        } else {
+            g->id = id;
+            g->lease_ms = (uint32_t)lease;
+            memcpy(secret, sec->via.bin.ptr, 32);
+        }
+    }
+    reply_destroy(&u);
+    return r;
+}
+
+static int do_renew(struct rrpc_broker *b, struct reg *g)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    uint64_t id0 = req_begin(b, &pk, "renew", 1);
+    pk_str(&pk, "reg");
+    msgpack_pack_uint64(&pk, g->id);
+    struct reply u;
+    reply_init(&u);
+    int r = roundtrip(b, &sb, id0, &u);
+    msgpack_sbuffer_destroy(&sb);
+    uint64_t lease;
+    if (!r && muint(mget(&u.u.data, "lease_ms"), &lease) && lease >= 100 && lease <= 86400000)
+        g->lease_ms = (uint32_t)lease;
+    reply_destroy(&u);
+    return r;
+}
+
+/* Renews (or registers again) every registration that is due; @io held. */
+static int64_t lease_work(struct rrpc_broker *b)
+{
+    int64_t now = mono_ms(), next = now + 60000;
+    for (struct reg *g = b->regs; g; g = g->next) {
+        if (g->n_eps && g->due_ms <= now) {
+            int r = g->id ? do_renew(b, g) : -ENOENT;
+            if (r == -ENOENT) {
+                if (g->id)
+                    blog(b, LOG_NOTICE, "rrpcd forgot service '%s' (restart or expired "
+                         "lease); registering again", g->service);
+                g->id = 0;
+                uint8_t secret[32];
+                r = do_register(b, g, secret);
+                if (!r) {
+                    rrpc_ticket_verifier_set_secret(g->v, secret);
+                    OPENSSL_cleanse(secret, sizeof(secret));
+                    blog(b, LOG_NOTICE, "service '%s' registered again with rrpcd %s:%s",
+                         g->service, b->host, b->port);
+                }
+            }
+            now = mono_ms();
+            if (r) {
+                blog(b, g->backoff_ms ? LOG_DEBUG : LOG_WARNING,
+                     "keeping service '%s' registered: %s", g->service,
+                     rrpc_broker_last_error(b));
+                g->backoff_ms = g->backoff_ms ? g->backoff_ms * 2 : 100;
+                int cap = (int)(g->lease_ms / 3 > 0 ? g->lease_ms / 3 : 1000);
+                if (g->backoff_ms > cap)
+                    g->backoff_ms = cap;
+                g->due_ms = now + g->backoff_ms;
+            } else {
+                g->backoff_ms = 0;
+                g->due_ms = now + g->lease_ms / 3;
+            }
+        }
+        if (g->due_ms < next)
+            next = g->due_ms;
+    }
+    return next;
+}
+
+static void *lease_thread(void *arg)
+{
+    struct rrpc_broker *b = arg;
+    for (;;) {
+        pthread_mutex_lock(&b->io);
+        int64_t next = lease_work(b);
+        pthread_mutex_unlock(&b->io);
+        pthread_mutex_lock(&b->lock);
+        struct timespec ts = { .tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000 };
+        if (!b->stop)
+            pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+        bool stop = b->stop;
+        pthread_mutex_unlock(&b->lock);
+        if (stop)
+            return NULL;
+    }
+}
+
+/* Finds or makes the gate of @ctx for @service; @io held. */
+static int gate_locked(struct rrpc_broker *b, rrpc_ctx *ctx, const char *service,
+                       struct reg **ret_g)
+{
+    for (struct reg *o = b->regs; o; o = o->next) {
+        if (o->ctx != ctx)
+            continue;
+        if (strcmp(o->service, service))
+            return fail(b, -EEXIST, "this context already serves '%s'", o->service);
+        *ret_g = o;
+        return 0;
+    }
+    struct reg *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    snprintf(g->service, sizeof(g->service), "%s", service);
+    g->ctx = ctx;
+    g->due_ms = INT64_MAX;
+    int r = rrpc_ticket_verifier_create(service, NULL, b->skew_ms, &g->v);
+    if (!r) {
+        r = rrpc_ctx_require_ticket(ctx, rrpc_ticket_verify_cb, g->v);
+        if (r)
+            fail(b, r, "cannot put a ticket gate on the context: %s (call rrpc_broker_gate "
+                 "or rrpc_broker_register before rrpc_listen)", rrpc_ctx_last_error(ctx));
+    }
+    if (r) {
+        reg_free(g);
+        return r;
+    }
+    g->next = b->regs;
+    b->regs = g;
+    *ret_g = g;
+    return 0;
+}
+
+RRPC_API int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service)
+{
+    if (!b || !ctx || !service || !*service || strlen(service) > 255)
+        return -EINVAL;
+    struct reg *g;
+    pthread_mutex_lock(&b->io);
+    int r = gate_locked(b, ctx, service, &g);
+    pthread_mutex_unlock(&b->io);
+    return r;
+}
+
+RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *service,
+                                  const char *const *uris, size_t n, unsigned class_mask)
+{
+    if (!b)
+        return -EINVAL;
+    if (!ctx || !service || !*service || strlen(service) > 255 || !uris || n == 0 || n > 64 ||
+        (class_mask & ~((1u << RRPC_CLASS_COUNT) - 1)))
+        return fail(b, -EINVAL, "rrpc_broker_register: bad arguments");
+    struct endpoint *eps = calloc(n, sizeof(*eps));
+    if (!eps)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        char port[8], rest[300];
+        const char *sep = uris[i] ? strstr(uris[i], "://") : NULL;
+        size_t sl = sep ? (size_t)(sep - uris[i]) : 0;
+        int bad = 0;
+        if (!sep || !((sl == 3 && !strncmp(uris[i], "tcp", 3)) ||
+                      (sl == 4 && !strncmp(uris[i], "rdma", 4))))
+            bad = fail(b, RRPC_E_URI, "endpoint '%s': not tcp://HOST:PORT or rdma://HOST:PORT",
+                       uris[i] ? uris[i] : "(null)");
+        else if (snprintf(rest, sizeof(rest), "%s", sep + 3) >= (int)sizeof(rest) ||
+                 (rest[strcspn(rest, "?/")] = 0,
+                  split_addr(rest, eps[i].host, sizeof(eps[i].host), port, sizeof(port))))
+            bad = fail(b, RRPC_E_URI, "endpoint '%s': not tcp://HOST:PORT or rdma://HOST:PORT",
+                       uris[i]);
+        else if (!strcmp(eps[i].host, "0.0.0.0") || !strcmp(eps[i].host, "::") ||
+                 !eps[i].host[0])
+            bad = fail(b, -EINVAL, "endpoint '%s': give the address clients dial", uris[i]);
+        if (bad) {
+            free(eps);
+            return bad;
+        }
+        strcpy(eps[i].transport, sl == 3 ? "tcp" : "rdma");
+        eps[i].port = atoi(port);
+    }
+
+    pthread_mutex_lock(&b->io);
+    struct reg *g;
+    int r = gate_locked(b, ctx, service, &g);
+    if (!r && g->n_eps)
+        r = fail(b, -EEXIST, "service '%s' is already registered through this handle", service);
+    if (r) {
+        pthread_mutex_unlock(&b->io);
+        free(eps);
+        return r;
+    }
+    g->eps = eps;
+    g->n_eps = n;
+    g->class_mask = class_mask ? class_mask : (1u << RRPC_CLASS_COUNT) - 1;
+    uint8_t secret[32];
+    r = do_register(b, g, secret);
+    if (r) {
+        free(g->eps);
+        g->eps = NULL;
+        g->n_eps = 0;
+        pthread_mutex_unlock(&b->io);
+        return r;
+    }
+    rrpc_ticket_verifier_set_secret(g->v, secret);
+    OPENSSL_cleanse(secret, sizeof(secret));
+    g->due_ms = mono_ms() + g->lease_ms / 3;
+    uint32_t lease = g->lease_ms;
+    pthread_mutex_unlock(&b->io);
+
+    pthread_mutex_lock(&b->lock);
+    if (!b->thread_started) {
+        r = pthread_create(&b->thread, NULL, lease_thread, b);
+        if (r == 0)
+            b->thread_started = true;
+    }
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+    if (r)
+        blog(b, LOG_ERR, "cannot start the lease thread: %s", strerror(r));
+    blog(b, LOG_INFO, "service '%s' registered with rrpcd %s:%s (lease %u ms); new "
+         "connections need a ticket", service, b->host, b->port, lease);
+    return 0;
+}
+
+RRPC_API int rrpc_broker_unregister(rrpc_broker *b, const char *service)
+{
+    if (!b || !service)
+        return -EINVAL;
+    pthread_mutex_lock(&b->io);
+    struct reg *g = NULL;
+    for (g = b->regs; g && strcmp(g->service, service); g = g->next)
+        ;
+    int r = g ? 0 : fail(b, -ENOENT, "service '%s' is not registered through this handle",
+                         service);
+    if (g && g->id) {
+        r = send_unregister(b, g->id);
+        if (r == -ENOENT)
+            r = 0;
+        if (!r)
+            g->id = 0;
+    }
+    /* Keep the entry (and its verifier: the context's gate uses it) but stop renewing. */
+    if (g && !r) {
+        g->due_ms = INT64_MAX;
+        free(g->eps);
+        g->eps = NULL;
+        g->n_eps = 0;
+    }
+    pthread_mutex_unlock(&b->io);
+    return r;
+}
+
+/* ---- lookup and connect ---------------------------------------------------- */
+
+RRPC_API void rrpc_service_info_free(rrpc_service_info *info)
+{
+    if (!info)
+        return;
+    free(info->endpoints);
+    free(info);
+}
+
+RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
+                                rrpc_service_info **ret_info)
+{
+    if (!b || !service || !*service || strlen(service) > 255 || !ret_info)
+        return -EINVAL;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    struct reply u;
+    reply_init(&u);
+    pthread_mutex_lock(&b->io);
+    uint64_t id0 = req_begin(b, &pk, "lookup", 1);
+    pk_str(&pk, "service");
+    pk_str(&pk, service);
+    int r = roundtrip(b, &sb, id0, &u);
+    pthread_mutex_unlock(&b->io);
+    msgpack_sbuffer_destroy(&sb);
+    rrpc_service_info *info = NULL;
+    if (r)
+        goto out;
+    const msgpack_object *eps = mget(&u.u.data, "endpoints");
+    const msgpack_object *t = mget(&u.u.data, "ticket");
+    const msgpack_object *exp = mget(&u.u.data, "expiry_ms");
+    if (!eps || eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
+        eps->via.array.size > 4096 || !t || t->type != MSGPACK_OBJECT_BIN ||
+        t->via.bin.size == 0 || t->via.bin.size > RRPC_TICKET_MAX_LEN || !exp ||
+        (exp->type != MSGPACK_OBJECT_POSITIVE_INTEGER)) {
+        r = fail(b, -EPROTO, "rrpcd's answer to lookup '%s' is malformed", service);
+        goto out;
+    }
+    info = calloc(1, sizeof(*info));
+    if (!info || !(info->endpoints = calloc(eps->via.array.size, sizeof(*info->endpoints)))) {
+        r = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < eps->via.array.size; i++) {
+        const msgpack_object *e = &eps->via.array.ptr[i];
+        char tr[8], host[HOST_MAX];
+        uint64_t port;
+        const msgpack_object *cl = mget(e, "classes");
+        if (!mstr(mget(e, "transport"), tr, sizeof(tr)) ||
+            !mstr(mget(e, "host"), host, sizeof(host)) || !muint(mget(e, "port"), &port) ||
+            port == 0 || port > 65535 || !cl || cl->type != MSGPACK_OBJECT_ARRAY) {
+            r = fail(b, -EPROTO, "rrpcd's answer to lookup '%s': endpoint %u is malformed",
+                     service, i);
+            goto out;
+        }
+        rrpc_service_endpoint *out = &info->endpoints[info->n_endpoints++];
+        snprintf(out->uri, sizeof(out->uri), strchr(host, ':') ? "%s://[%s]:%u" : "%s://%s:%u",
+                 tr, host, (unsigned)port);
+        for (uint32_t k = 0; k < cl->via.array.size; k++) {
+            char name[32];
+            int c;
+            if (mstr(&cl->via.array.ptr[k], name, sizeof(name)) &&
+                (c = rrpc_class_from_name(name)) >= 0)
+                out->class_mask |= 1u << c;
+        }
+    }
+    memcpy(info->ticket, t->via.bin.ptr, t->via.bin.size);
+    info->ticket_len = t->via.bin.size;
+    info->ticket_expiry_ms = (int64_t)exp->via.u64;
+out:
+    reply_destroy(&u);
+    if (r) {
+        rrpc_service_info_free(info);
+        return r;
+    }
+    *ret_info = info;
+    return 0;
+}
+
+RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *service,
+                                  int timeout_ms, rrpc_conn_event_fn fn, void *user,
+                                  rrpc_conn **ret_conn)
+{
+    if (!ctx || !b || !ret_conn || timeout_ms <= 0)
+        return -EINVAL;
+    rrpc_service_info *info = NULL;
+    int r = rrpc_broker_lookup(b, service, &info);
+    if (r)
+        return r;
+    for (size_t i = 0; i < info->n_endpoints; i++) {
+        if (i > 0) {
+            /* Every attempt presents a fresh ticket: a server that saw the
+             * previous one would refuse it as replayed. */
+            rrpc_service_info *again = NULL;
+            r = rrpc_broker_lookup(b, service, &again);
+            if (r)
+                break;
+            memcpy(info->ticket, again->ticket, again->ticket_len);
+            info->ticket_len = again->ticket_len;
+            rrpc_service_info_free(again);
+        }
+        r = rrpc_connect_ticket(ctx, info->endpoints[i].uri, info->ticket, info->ticket_len,
+                                timeout_ms, fn, user, ret_conn);
+        if (!r)
+            break;
+        fail(b, r, "connecting to '%s' at %s: %s (%s)", service, info->endpoints[i].uri,
+             rrpc_strerror(r), rrpc_ctx_last_error(ctx));
+    }
+    rrpc_service_info_free(info);
+    return r;
+}

@@ -1,0 +1,53 @@
+#!/bin/bash
+# scripts/make-dev-certs.sh DIR [PRINCIPAL...]
+#   Makes a DEVELOPMENT certificate authority and certificates for rrpcd with
+#   the openssl command line (ECDSA P-256, valid 825 days):
+#     DIR/ca.crt  DIR/ca.key          the CA (keep ca.key private)
+#     DIR/rrpcd.crt  DIR/rrpcd.key    the broker: CN=rrpcd, SAN localhost,
+#                                     127.0.0.1, ::1 and $RRPCD_SANS
+#                                     (e.g. RRPCD_SANS="DNS:broker.lan,IP:10.0.0.5")
+#     DIR/P.crt  DIR/P.key            a client certificate with CN=P for each
+#                                     PRINCIPAL (default: kv-server kv-client)
+#   The CN of a client certificate is the principal rrpcd's ACL names.
+#   An existing CA in DIR is reused, so more principals can be added later.
+#   Not for production: see docs/broker.md, "Deployment".
+set -euo pipefail
+if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+DIR=$1
+shift
+[ $# -gt 0 ] || set -- kv-server kv-client
+command -v openssl >/dev/null || { echo "make-dev-certs: the openssl command is missing (apt-get install openssl)" >&2; exit 1; }
+mkdir -p "$DIR"
+umask 077
+cd "$DIR"
+DAYS=825
+
+if [ ! -f ca.key ] || [ ! -f ca.crt ]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out ca.key
+  openssl req -x509 -new -key ca.key -sha256 -days $DAYS -subj "/CN=roce-rpc development CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out ca.crt 2>/dev/null
+fi
+
+# issue NAME CN EXTENSIONS
+issue() {
+  local name=$1 cn=$2 ext=$3
+  openssl ecparam -name prime256v1 -genkey -noout -out "$name.key"
+  openssl req -new -key "$name.key" -subj "/CN=$cn" -out "$name.csr" 2>/dev/null
+  printf '%b' "$ext" > "$name.ext"
+  openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 \
+    -days $DAYS -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+  rm -f "$name.csr" "$name.ext"
+}
+
+SANS="DNS:localhost,IP:127.0.0.1,IP:::1${RRPCD_SANS:+,$RRPCD_SANS}"
+issue rrpcd rrpcd "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=$SANS\n"
+for p in "$@"; do
+  case "$p" in *[!A-Za-z0-9._-]*|'') echo "make-dev-certs: bad principal name '$p'" >&2; exit 2 ;; esac
+  issue "$p" "$p" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+done
+chmod 644 ca.crt rrpcd.crt ./*.crt
+echo "make-dev-certs: CA, rrpcd and client certificates ($*) are in $PWD"

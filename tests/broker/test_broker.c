@@ -1,0 +1,898 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The broker end to end: the real rrpcd process on 127.0.0.1, certificates
+ * from scripts/make-dev-certs.sh, real TLS sockets, and servers and clients
+ * of the library on the tcp transport.
+ *
+ * Environment (set by meson): RRPCD = the daemon, MAKE_CERTS = the script.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <msgpack.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <roce_rpc/broker.h>
+#include <roce_rpc/rrpc.h>
+
+static char dir[256];
+static pid_t daemon_pid = -1;
+static int daemon_port;
+static char addr[64];
+
+/* ---- the daemon ------------------------------------------------------------ */
+
+static void sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int r = system(cmd);
+    if (r != 0) {
+        fprintf(stderr, "command failed (%d): %s\n", r, cmd);
+        abort();
+    }
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Starts rrpcd on @port (0: any) and waits until it listens. */
+static void start_daemon(int port)
+{
+    char portfile[300], listen[64], log[300];
+    snprintf(portfile, sizeof(portfile), "%s/port", dir);
+    snprintf(listen, sizeof(listen), "listen=127.0.0.1:%d", port);
+    snprintf(log, sizeof(log), "%s/rrpcd.log", dir);
+    unlink(portfile);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char conf[300];
+        snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", listen, (char *)NULL);
+        _exit(127);
+    }
+    daemon_pid = pid;
+    for (int i = 0; i < 1000; i++) {
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            int ok = fscanf(f, "%d", &daemon_port) == 1;
+            fclose(f);
+            if (ok) {
+                snprintf(addr, sizeof(addr), "127.0.0.1:%d", daemon_port);
+                return;
+            }
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("rrpcd exited at start (status %d); see %s", st, log);
+        sleep_ms(10);
+    }
+    fail_msg("rrpcd did not start listening; see %s", log);
+}
+
+static void assert_daemon_alive(void)
+{
+    int st;
+    assert_int_equal(waitpid(daemon_pid, &st, WNOHANG), 0);
+}
+
+/* Stops rrpcd with @sig; with SIGTERM it must exit 0 (no leak under ASan). */
+static void stop_daemon(int sig)
+{
+    int st = 0;
+    kill(daemon_pid, sig);
+    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
+    daemon_pid = -1;
+    if (sig == SIGTERM) {
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("rrpcd did not exit cleanly on SIGTERM (status 0x%x); see %s/rrpcd.log",
+                     st, dir);
+    }
+}
+
+static int group_setup(void **state)
+{
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(dir, sizeof(dir), "/tmp/rrpc-broker-test-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    const char *mk = getenv("MAKE_CERTS");
+    if (!mk || !getenv("RRPCD"))
+        return -1;
+    sh("%s %s kv-server kv-client nobody >/dev/null", mk, dir);
+    sh("%s %s/other kv-client >/dev/null", mk, dir); /* another CA, same CN */
+    char p[300];
+    snprintf(p, sizeof(p), "%s/tokens", dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "# principal token\ntok-client token-for-client-123\n");
+    fclose(f);
+    chmod(p, 0600);
+    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
+    f = fopen(p, "w");
+    fprintf(f,
+            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "token_file = %s/tokens\nport_file = %s/port\n"
+            "lease_ms = 1500\nticket_lifetime_ms = 1000\nlog_level = info\n"
+            "allow = register * kv-server\n"
+            "allow = lookup * kv-client\n"
+            "allow = lookup kv-store tok-client\n",
+            dir, dir, dir, dir, dir);
+    fclose(f);
+    start_daemon(0);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    if (daemon_pid > 0)
+        stop_daemon(SIGTERM);
+    if (getenv("RRPC_TEST_KEEP"))
+        fprintf(stderr, "kept %s\n", dir);
+    else
+        sh("rm -rf %s", dir);
+    return 0;
+}
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static int open_as(const char *who, const char *token, rrpc_broker **ret)
+{
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/%s.crt", dir, who ? who : "");
+    snprintf(key, sizeof(key), "%s/%s.key", dir, who ? who : "");
+    rrpc_broker_opts o = {
+        .ca_file = ca,
+        .cert_file = who ? cert : NULL,
+        .key_file = who ? key : NULL,
+        .token = token,
+        .timeout_ms = 3000,
+        .skew_ms = 1, /* so the expiry test need not wait out a long allowance */
+    };
+    return rrpc_broker_open(addr, &o, ret);
+}
+
+struct server {
+    rrpc_ctx *ctx;
+    rrpc_listener *l;
+    rrpc_broker *b;
+    int port;
+    int calls; /* handler runs */
+};
+
+static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    struct server *s = user;
+    __atomic_add_fetch(&s->calls, 1, __ATOMIC_SEQ_CST);
+    rrpc_respond(req, p, len);
+}
+
+static void server_start(struct server *s, const char *service)
+{
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(open_as("kv-server", NULL, &s->b), 0);
+    assert_string_equal(rrpc_broker_principal(s->b), "kv-server");
+    assert_int_equal(rrpc_ctx_create(&s->ctx), 0);
+    assert_int_equal(rrpc_register(s->ctx, "echo", h_echo, s), 0);
+    assert_int_equal(rrpc_broker_gate(s->b, s->ctx, service), 0);
+    assert_int_equal(rrpc_ctx_start_thread(s->ctx), 0);
+    assert_int_equal(rrpc_listen(s->ctx, "tcp://127.0.0.1:0", NULL, NULL, &s->l), 0);
+    s->port = rrpc_listener_port(s->l);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", s->port);
+    const char *uris[] = { uri };
+    int r = rrpc_broker_register(s->b, s->ctx, service, uris, 1,
+                                 1u << RRPC_CLASS_CONTROL | 1u << RRPC_CLASS_LOW_LATENCY);
+    if (r)
+        fail_msg("register: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(s->b));
+}
+
+static void server_stop(struct server *s)
+{
+    rrpc_listener_close(s->l);
+    rrpc_ctx_destroy(s->ctx); /* before the broker: its gate points into it */
+    rrpc_broker_close(s->b);
+}
+
+static void call_echo(rrpc_conn *c, int want)
+{
+    void *resp = NULL;
+    size_t len = 0;
+    rrpc_call_opts o = { .qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 3000 };
+    int r = rrpc_call_sync(c, "echo", "ping", 4, &o, &resp, &len);
+    if (want == 0) {
+        assert_int_equal(r, 0);
+        assert_int_equal(len, 4);
+        assert_memory_equal(resp, "ping", 4);
+    } else {
+        assert_int_not_equal(r, 0);
+    }
+    free(resp);
+}
+
+/* ---- registration, lookup, connect by name --------------------------------- */
+
+static void test_server_registers_and_client_connects_by_name_on_tcp(void **state)
+{
+    struct server s;
+    server_start(&s, "kv-store");
+    rrpc_broker *b;
+    assert_int_equal(open_as("kv-client", NULL, &b), 0);
+    assert_string_equal(rrpc_broker_principal(b), "kv-client");
+
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "kv-store", &info), 0);
+    assert_int_equal(info->n_endpoints, 1);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", s.port);
+    assert_string_equal(info->endpoints[0].uri, uri);
+    assert_int_equal(info->endpoints[0].class_mask,
+                     1u << RRPC_CLASS_CONTROL | 1u << RRPC_CLASS_LOW_LATENCY);
+    char principal[256], service[256];
+    assert_int_equal(rrpc_ticket_peek(info->ticket, info->ticket_len, principal, service, NULL),
+                     0);
+    assert_string_equal(principal, "kv-client");
+    assert_string_equal(service, "kv-store");
+    rrpc_service_info_free(info);
+
+    rrpc_ctx *ctx;
+    rrpc_conn *c;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    int r = rrpc_connect_service(ctx, b, "kv-store", 3000, NULL, NULL, &c);
+    if (r)
+        fail_msg("connect_service: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(b));
+    assert_string_equal(rrpc_conn_transport(c), "tcp");
+    call_echo(c, 0);
+    assert_int_equal(s.calls, 1);
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+    server_stop(&s);
+}
+
+static void test_lookup_of_an_unregistered_service_is_not_found(void **state)
+{
+    rrpc_broker *b;
+    assert_int_equal(open_as("kv-client", NULL, &b), 0);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "no-such-service", &info), -ENOENT);
+    rrpc_broker_close(b);
+}
+
+static void test_unregistered_service_disappears_at_once(void **state)
+{
+    struct server s;
+    server_start(&s, "short-lived");
+    rrpc_broker *b;
+    assert_int_equal(open_as("kv-client", NULL, &b), 0);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "short-lived", &info), 0);
+    rrpc_service_info_free(info);
+    assert_int_equal(rrpc_broker_unregister(s.b, "short-lived"), 0);
+    assert_int_equal(rrpc_broker_lookup(b, "short-lived", &info), -ENOENT);
+    rrpc_broker_close(b);
+    server_stop(&s);
+}
+
+/* ---- authentication and the ACL -------------------------------------------- */
+
+static void test_client_without_certificate_or_token_is_refused(void **state)
+{
+    rrpc_broker *b = NULL;
+    assert_int_equal(open_as(NULL, NULL, &b), -EACCES);
+    assert_null(b);
+    assert_non_null(strstr(rrpc_broker_last_error(NULL), "unauthenticated"));
+    assert_daemon_alive();
+}
+
+static void test_client_with_certificate_from_another_ca_is_refused(void **state)
+{
+    rrpc_broker *b = NULL;
+    assert_int_equal(open_as("other/kv-client", NULL, &b), -EPROTO);
+    assert_null(b);
+    assert_daemon_alive();
+}
+
+static void test_client_with_wrong_token_is_refused(void **state)
+{
+    rrpc_broker *b = NULL;
+    assert_int_equal(open_as(NULL, "token-for-client-124", &b), -EACCES);
+    assert_non_null(strstr(rrpc_broker_last_error(NULL), "auth_failed"));
+}
+
+static void test_client_with_token_is_its_principal_and_may_look_up(void **state)
+{
+    struct server s;
+    server_start(&s, "kv-store");
+    rrpc_broker *b = NULL;
+    assert_int_equal(open_as(NULL, "token-for-client-123", &b), 0);
+    assert_string_equal(rrpc_broker_principal(b), "tok-client");
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "kv-store", &info), 0);
+    rrpc_service_info_free(info);
+    /* The ACL lets tok-client look up kv-store only. */
+    assert_int_equal(rrpc_broker_lookup(b, "other", &info), -EPERM);
+    rrpc_broker_close(b);
+    server_stop(&s);
+}
+
+static void test_acl_refuses_lookup_and_register_to_others(void **state)
+{
+    rrpc_broker *b = NULL;
+    assert_int_equal(open_as("nobody", NULL, &b), 0);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "kv-store", &info), -EPERM);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    const char *uris[] = { "tcp://127.0.0.1:9" };
+    assert_int_equal(rrpc_broker_register(b, ctx, "kv-store", uris, 1, 0), -EPERM);
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+}
+
+/* ---- tickets at the server ----------------------------------------------------- */
+
+struct client {
+    rrpc_broker *b;
+    rrpc_ctx *ctx;
+};
+
+static void client_start(struct client *c)
+{
+    assert_int_equal(open_as("kv-client", NULL, &c->b), 0);
+    assert_int_equal(rrpc_ctx_create(&c->ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(c->ctx), 0);
+}
+
+static void client_stop(struct client *c)
+{
+    rrpc_ctx_destroy(c->ctx);
+    rrpc_broker_close(c->b);
+}
+
+static int connect_with(struct client *c, int port, const void *t, size_t len, rrpc_conn **ret)
+{
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", port);
+    return rrpc_connect_ticket(c->ctx, uri, t, len, 3000, NULL, NULL, ret);
+}
+
+static void test_forged_ticket_is_refused_before_any_handler(void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    info->ticket[info->ticket_len - 1] ^= 0x80; /* the HMAC */
+    rrpc_conn *conn;
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
+                     RRPC_E_TICKET);
+    info->ticket[info->ticket_len - 1] ^= 0x80;
+    info->ticket[33] ^= 0x01; /* the principal */
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
+                     RRPC_E_TICKET);
+    assert_int_equal(s.calls, 0);
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+static void test_replayed_ticket_is_refused(void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    rrpc_conn *conn;
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn), 0);
+    call_echo(conn, 0);
+    rrpc_conn *again;
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &again),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "replayed"));
+    call_echo(conn, 0); /* the first connection is unaffected */
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+static void test_expired_ticket_is_refused(void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    sleep_ms(1100); /* ticket_lifetime_ms = 1000, the server's skew 1 ms */
+    rrpc_conn *conn;
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "expired"));
+    assert_int_equal(s.calls, 0);
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+static void test_ticket_for_another_service_is_refused(void **state)
+{
+    struct server s, other;
+    struct client c;
+    server_start(&s, "kv-store");
+    server_start(&other, "other");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "other", &info), 0);
+    rrpc_conn *conn;
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
+                     RRPC_E_TICKET);
+    assert_int_equal(s.calls, 0);
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&other);
+    server_stop(&s);
+}
+
+static void test_connection_without_ticket_never_reaches_a_handler(void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", s.port);
+    rrpc_conn *conn = NULL;
+    int r = rrpc_connect_sync(c.ctx, uri, 3000, NULL, NULL, &conn);
+    if (r == 0)
+        call_echo(conn, -1); /* refused by the server's gate */
+    assert_int_equal(s.calls, 0);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+/* ---- hostile bytes at the TLS port ------------------------------------------ */
+
+static int raw_connect(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)daemon_port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = { 3, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* True when the peer closes @fd within the receive timeout. */
+static int closed_by_peer(int fd)
+{
+    char buf[4096];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            return 1;
+        if (n < 0)
+            return 0; /* timeout */
+    }
+}
+
+static void test_plaintext_and_garbage_at_the_tls_port_are_dropped(void **state)
+{
+    int fd = raw_connect();
+    const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    send(fd, http, strlen(http), MSG_NOSIGNAL);
+    assert_true(closed_by_peer(fd));
+    close(fd);
+
+    fd = raw_connect();
+    uint8_t junk[8192];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(rand() & 0xff);
+    send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+    assert_true(closed_by_peer(fd));
+    close(fd);
+
+    fd = raw_connect(); /* a TLS record header announcing a huge record */
+    static const uint8_t rec[] = { 0x16, 0x03, 0x01, 0xff, 0xff, 0x01, 0x00 };
+    send(fd, rec, sizeof(rec), MSG_NOSIGNAL);
+    send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+    assert_true(closed_by_peer(fd));
+    close(fd);
+    assert_daemon_alive();
+}
+
+/* A raw TLS client, for what the library would never send. */
+struct raw_tls {
+    char *last; /* the last answer's bytes: msgpack-c's objects point into them */
+    SSL_CTX *sctx;
+    SSL *ssl;
+    int fd;
+};
+
+static void raw_tls_open(struct raw_tls *t, const char *who)
+{
+    char p[300];
+    t->sctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(t->sctx, TLS1_3_VERSION);
+    snprintf(p, sizeof(p), "%s/ca.crt", dir);
+    assert_int_equal(SSL_CTX_load_verify_locations(t->sctx, p, NULL), 1);
+    SSL_CTX_set_verify(t->sctx, SSL_VERIFY_PEER, NULL);
+    snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
+    assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
+    snprintf(p, sizeof(p), "%s/%s.key", dir, who);
+    assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
+    t->last = NULL;
+    t->fd = raw_connect();
+    t->ssl = SSL_new(t->sctx);
+    SSL_set_fd(t->ssl, t->fd);
+    assert_int_equal(SSL_connect(t->ssl), 1);
+}
+
+static void raw_tls_close(struct raw_tls *t)
+{
+    free(t->last);
+    SSL_free(t->ssl);
+    close(t->fd);
+    SSL_CTX_free(t->sctx);
+}
+
+static void raw_send(struct raw_tls *t, const void *p, size_t len)
+{
+    uint8_t hdr[4] = { (uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                       (uint8_t)(len >> 24) };
+    assert_int_equal(SSL_write(t->ssl, hdr, 4), 4);
+    if (len)
+        assert_int_equal(SSL_write(t->ssl, p, (int)len), (int)len);
+}
+
+/* Reads one answer into @u; returns 0, or -1 when the connection closed. */
+static int raw_recv(struct raw_tls *t, msgpack_unpacked *u)
+{
+    uint8_t hdr[4];
+    size_t got = 0;
+    while (got < 4) {
+        int n = SSL_read(t->ssl, hdr + got, (int)(4 - got));
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    assert_true(len > 0 && len <= (1u << 20));
+    char *buf = malloc(len);
+    for (got = 0; got < len;) {
+        int n = SSL_read(t->ssl, buf + got, (int)(len - got));
+        if (n <= 0) {
+            free(buf);
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+    free(t->last);
+    t->last = buf;
+    return 0;
+}
+
+static const msgpack_object *mget(const msgpack_object *m, const char *key)
+{
+    for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
+            !memcmp(k->via.str.ptr, key, k->via.str.size))
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+static void assert_err(msgpack_unpacked *u, const char *code)
+{
+    const msgpack_object *ok = mget(&u->data, "ok"), *err = mget(&u->data, "err");
+    assert_non_null(ok);
+    assert_false(ok->via.boolean);
+    assert_non_null(err);
+    assert_int_equal(err->via.str.size, strlen(code));
+    assert_memory_equal(err->via.str.ptr, code, strlen(code));
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void test_giant_length_prefix_is_refused_and_the_connection_closed(void **state)
+{
+    struct raw_tls t;
+    raw_tls_open(&t, "kv-client");
+    uint8_t hdr[4] = { 0, 0, 0, 0x40 }; /* 1 GiB */
+    assert_int_equal(SSL_write(t.ssl, hdr, 4), 4);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(raw_recv(&t, &u), 0);
+    assert_err(&u, "bad_request");
+    assert_int_equal(raw_recv(&t, &u), -1); /* then closed */
+    msgpack_unpacked_destroy(&u);
+    raw_tls_close(&t);
+    assert_daemon_alive();
+}
+
+static void test_hostile_msgpack_and_other_versions_are_refused(void **state)
+{
+    static const struct {
+        const char *what;
+        uint8_t bytes[8];
+        size_t len;
+        const char *err;
+    } cases[] = {
+        { "array32 claiming 4G elements", { 0xdd, 0xff, 0xff, 0xff, 0xff, 0 }, 6, "bad_request" },
+        { "map16 claiming 65535 pairs", { 0xde, 0xff, 0xff, 0x01 }, 4, "bad_request" },
+        { "a bare integer", { 0x05 }, 1, "bad_request" },
+        { "reserved byte", { 0xc1 }, 1, "bad_request" },
+        { "{v: 2}", { 0x81, 0xa1, 'v', 0x02 }, 4, "version" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct raw_tls t;
+        raw_tls_open(&t, "kv-client");
+        raw_send(&t, cases[i].bytes, cases[i].len);
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        assert_int_equal(raw_recv(&t, &u), 0);
+        assert_err(&u, cases[i].err);
+        assert_int_equal(raw_recv(&t, &u), -1);
+        msgpack_unpacked_destroy(&u);
+        raw_tls_close(&t);
+    }
+    /* A request before hello is refused too. */
+    struct raw_tls t;
+    raw_tls_open(&t, "kv-client");
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    pk_str(&pk, "v");
+    msgpack_pack_uint8(&pk, 1);
+    pk_str(&pk, "id");
+    msgpack_pack_uint8(&pk, 7);
+    pk_str(&pk, "op");
+    pk_str(&pk, "lookup");
+    pk_str(&pk, "service");
+    pk_str(&pk, "kv-store");
+    raw_send(&t, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(raw_recv(&t, &u), 0);
+    assert_err(&u, "unauthenticated");
+    msgpack_unpacked_destroy(&u);
+    raw_tls_close(&t);
+    assert_daemon_alive();
+}
+
+/* hello then register @service with a @lease_ms lease, never renewed. */
+static void raw_register(struct raw_tls *t, const char *service, unsigned lease_ms)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    pk_str(&pk, "v");
+    msgpack_pack_uint8(&pk, 1);
+    pk_str(&pk, "id");
+    msgpack_pack_uint8(&pk, 1);
+    pk_str(&pk, "op");
+    pk_str(&pk, "hello");
+    raw_send(t, sb.data, sb.size);
+    assert_int_equal(raw_recv(t, &u), 0);
+    assert_true(mget(&u.data, "ok")->via.boolean);
+    msgpack_sbuffer_clear(&sb);
+    msgpack_pack_map(&pk, 7);
+    pk_str(&pk, "v");
+    msgpack_pack_uint8(&pk, 1);
+    pk_str(&pk, "id");
+    msgpack_pack_uint8(&pk, 2);
+    pk_str(&pk, "op");
+    pk_str(&pk, "register");
+    pk_str(&pk, "service");
+    pk_str(&pk, service);
+    pk_str(&pk, "endpoints");
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_map(&pk, 3);
+    pk_str(&pk, "transport");
+    pk_str(&pk, "tcp");
+    pk_str(&pk, "host");
+    pk_str(&pk, "127.0.0.1");
+    pk_str(&pk, "port");
+    msgpack_pack_uint16(&pk, 9);
+    pk_str(&pk, "classes");
+    msgpack_pack_array(&pk, 0);
+    pk_str(&pk, "lease_ms");
+    msgpack_pack_uint32(&pk, lease_ms);
+    raw_send(t, sb.data, sb.size);
+    assert_int_equal(raw_recv(t, &u), 0);
+    assert_true(mget(&u.data, "ok")->via.boolean);
+    assert_int_equal(mget(&u.data, "lease_ms")->via.u64, lease_ms);
+    assert_int_equal(mget(&u.data, "secret")->via.bin.size, 32);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_expired_lease_disappears_from_lookups(void **state)
+{
+    struct raw_tls t;
+    raw_tls_open(&t, "kv-server");
+    raw_register(&t, "leased", 300);
+    rrpc_broker *b;
+    assert_int_equal(open_as("kv-client", NULL, &b), 0);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "leased", &info), 0);
+    rrpc_service_info_free(info);
+    sleep_ms(600);
+    assert_int_equal(rrpc_broker_lookup(b, "leased", &info), -ENOENT);
+    rrpc_broker_close(b);
+    raw_tls_close(&t);
+}
+
+/* ---- load ------------------------------------------------------------------------- */
+
+#define LOOKUP_THREADS 10
+#define LOOKUPS_PER_THREAD 50
+
+static pthread_barrier_t barrier;
+static int lookups_ok;
+
+static void *lookup_thread(void *arg)
+{
+    rrpc_broker *b[LOOKUPS_PER_THREAD];
+    int opened = 0;
+    for (int i = 0; i < LOOKUPS_PER_THREAD; i++)
+        if (open_as("kv-client", NULL, &b[i]) == 0)
+            opened++;
+        else
+            b[i] = NULL;
+    /* All 500 sessions are open at once; then every one looks up. */
+    pthread_barrier_wait(&barrier);
+    for (int i = 0; i < LOOKUPS_PER_THREAD; i++) {
+        rrpc_service_info *info;
+        if (b[i] && rrpc_broker_lookup(b[i], "kv-store", &info) == 0) {
+            __atomic_add_fetch(&lookups_ok, 1, __ATOMIC_SEQ_CST);
+            rrpc_service_info_free(info);
+        }
+    }
+    pthread_barrier_wait(&barrier);
+    for (int i = 0; i < LOOKUPS_PER_THREAD; i++)
+        rrpc_broker_close(b[i]);
+    return NULL;
+}
+
+static void test_500_concurrent_lookups_all_succeed(void **state)
+{
+    struct server s;
+    server_start(&s, "kv-store");
+    pthread_t th[LOOKUP_THREADS];
+    lookups_ok = 0;
+    pthread_barrier_init(&barrier, NULL, LOOKUP_THREADS);
+    for (int i = 0; i < LOOKUP_THREADS; i++)
+        pthread_create(&th[i], NULL, lookup_thread, NULL);
+    for (int i = 0; i < LOOKUP_THREADS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    assert_int_equal(lookups_ok, LOOKUP_THREADS * LOOKUPS_PER_THREAD);
+    assert_daemon_alive();
+    server_stop(&s);
+}
+
+/* ---- restart ------------------------------------------------------------------------ */
+
+static void test_broker_exits_cleanly_on_sigterm_after_all_that(void **state)
+{
+    int port = daemon_port;
+    stop_daemon(SIGTERM); /* exit 0: under ASan, no leak and no error either */
+    start_daemon(port);
+}
+
+static void test_broker_restart_keeps_connections_and_server_registers_again(void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_conn *conn;
+    assert_int_equal(rrpc_connect_service(c.ctx, c.b, "kv-store", 3000, NULL, NULL, &conn), 0);
+    call_echo(conn, 0);
+
+    stop_daemon(SIGKILL);
+    call_echo(conn, 0); /* the data path does not need the broker */
+    rrpc_service_info *info;
+    assert_int_not_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    start_daemon(daemon_port);
+    call_echo(conn, 0);
+
+    /* The server's lease thread notices and registers again by itself. */
+    int64_t deadline = now_ms() + 5000;
+    int r;
+    while ((r = rrpc_broker_lookup(c.b, "kv-store", &info)) != 0 && now_ms() < deadline)
+        sleep_ms(50);
+    assert_int_equal(r, 0);
+    rrpc_service_info_free(info);
+    rrpc_conn *conn2;
+    r = rrpc_connect_service(c.ctx, c.b, "kv-store", 3000, NULL, NULL, &conn2);
+    if (r)
+        fail_msg("connect after restart: %s: %s", rrpc_strerror(r),
+                 rrpc_broker_last_error(c.b));
+    call_echo(conn2, 0);
+    call_echo(conn, 0);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_server_registers_and_client_connects_by_name_on_tcp),
+        cmocka_unit_test(test_lookup_of_an_unregistered_service_is_not_found),
+        cmocka_unit_test(test_unregistered_service_disappears_at_once),
+        cmocka_unit_test(test_client_without_certificate_or_token_is_refused),
+        cmocka_unit_test(test_client_with_certificate_from_another_ca_is_refused),
+        cmocka_unit_test(test_client_with_wrong_token_is_refused),
+        cmocka_unit_test(test_client_with_token_is_its_principal_and_may_look_up),
+        cmocka_unit_test(test_acl_refuses_lookup_and_register_to_others),
+        cmocka_unit_test(test_forged_ticket_is_refused_before_any_handler),
+        cmocka_unit_test(test_replayed_ticket_is_refused),
+        cmocka_unit_test(test_expired_ticket_is_refused),
+        cmocka_unit_test(test_ticket_for_another_service_is_refused),
+        cmocka_unit_test(test_connection_without_ticket_never_reaches_a_handler),
+        cmocka_unit_test(test_plaintext_and_garbage_at_the_tls_port_are_dropped),
+        cmocka_unit_test(test_giant_length_prefix_is_refused_and_the_connection_closed),
+        cmocka_unit_test(test_hostile_msgpack_and_other_versions_are_refused),
+        cmocka_unit_test(test_expired_lease_disappears_from_lookups),
+        cmocka_unit_test(test_500_concurrent_lookups_all_succeed),
+        cmocka_unit_test(test_broker_exits_cleanly_on_sigterm_after_all_that),
+        cmocka_unit_test(test_broker_restart_keeps_connections_and_server_registers_again),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
