@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHAT=${1:-}
 case "$WHAT" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
-PKGS="meson ninja-build pkg-config gcc libev-dev libmsgpack-dev libssl-dev libcmocka-dev
+PKGS="meson ninja-build pkg-config gcc libev-dev libmsgpack-dev libssl-dev openssl libcmocka-dev
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then

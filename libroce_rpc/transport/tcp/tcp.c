@@ -29,6 +29,7 @@
 #define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
 #define RX_BUDGET_UNIT (16 * 1024) /* x class weight: bytes read per wakeup */
+#define SPARE_MAX (8u << 20)       /* largest receive buffer kept for reuse */
 #define NCLS RRPCI_MAX_CLASSES
 
 struct tcp_chan {
@@ -44,7 +45,9 @@ struct tcp_chan {
     bool have_hdr;
     struct rrpci_hdr h;
     uint8_t *big; /* payload larger than what rbuf holds */
-    size_t big_got;
+    size_t big_got, big_cap;
+    uint8_t *spare; /* the last large buffer, kept for the next large payload */
+    size_t spare_cap;
     /* transmit */
     struct rrpci_msg *txh, *txt;
     size_t tx_off;
@@ -316,7 +319,14 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
         }
         if (ch->h.len > RBUF_SIZE / 2) {
             /* Large: read the rest straight into its own buffer. */
-            ch->big = malloc(ch->h.len);
+            if (ch->spare && ch->spare_cap >= ch->h.len) {
+                ch->big = ch->spare;
+                ch->big_cap = ch->spare_cap;
+                ch->spare = NULL;
+            } else {
+                ch->big = malloc(ch->h.len);
+                ch->big_cap = ch->h.len;
+            }
             if (!ch->big) {
                 rrpci_conn_down(c, -ENOMEM, "out of memory for a large message");
                 alive = false;
@@ -346,8 +356,10 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
         budget = 0;
     for (size_t taken = 0; taken < budget && !ch->paused;) {
         ssize_t n;
+        size_t want;
         if (ch->big) {
-            n = read(ch->fd, ch->big + ch->big_got, ch->h.len - ch->big_got);
+            want = ch->h.len - ch->big_got;
+            n = read(ch->fd, ch->big + ch->big_got, want);
         } else {
             if (ch->roff == ch->rlen)
                 ch->roff = ch->rlen = 0;
@@ -356,7 +368,8 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
                 ch->rlen -= ch->roff;
                 ch->roff = 0;
             }
-            n = read(ch->fd, ch->rbuf + ch->rlen, RBUF_SIZE - ch->rlen);
+            want = RBUF_SIZE - ch->rlen;
+            n = read(ch->fd, ch->rbuf + ch->rlen, want);
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
@@ -375,21 +388,34 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             rrpci_conn_down(c, RRPC_E_CONN_LOST, why);
             break;
         }
+        /* A short read emptied the socket: the (level-triggered) watcher
+         * calls again when more comes, which saves a read that would only
+         * say EAGAIN. */
+        bool drained = (size_t)n < want;
         if (ch->big) {
             ch->big_got += (size_t)n;
-            if (ch->big_got < ch->h.len)
+            if (ch->big_got < ch->h.len) {
+                if (drained)
+                    break;
                 continue;
+            }
             uint8_t *big = ch->big;
+            size_t cap = ch->big_cap;
             ch->big = NULL;
             bool alive = deliver(c, ch, big);
-            free(big);
-            if (!alive)
+            if (alive && !ch->spare && cap <= SPARE_MAX) {
+                ch->spare = big; /* reused: no allocation, no page faults */
+                ch->spare_cap = cap;
+            } else {
+                free(big);
+            }
+            if (!alive || drained)
                 break;
             continue;
         }
         ch->rlen += (size_t)n;
         bool alive = parse_buffer(c, ch, loop);
-        if (!alive)
+        if (!alive || drained)
             break;
     }
     rrpci_conn_unref(c);
@@ -425,6 +451,8 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
     ch->rbuf = NULL;
     free(ch->big);
     ch->big = NULL;
+    free(ch->spare);
+    ch->spare = NULL;
     while (ch->txh) {
         struct rrpci_msg *m = ch->txh;
         ch->txh = m->next;
