@@ -1,0 +1,26 @@
+"""roce_rpc: Python bindings of libroce_rpc (RPC and one-sided RDMA over
+RoCEv2, and TCP).  See docs/python.md.
+
+    import roce_rpc
+    with roce_rpc.Context() as server, roce_rpc.Context() as client:
+        lis = server.listen("tcp://127.0.0.1:0")
+
+        @server.handler("echo")
+        def echo(data):
+            return data
+
+        conn = client.connect(lis.uri)
+        assert conn.call("echo", b"hi") == b"hi"
+"""
+from ._rrpc import ffi, lib  # noqa: F401  (the cffi module, for experts)
+from ._core import *  # noqa: F401,F403  (E_* codes)
+from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, RpcError,
+                    strerror, err_name, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ, REMOTE_WRITE,
+                    CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND)
+
+HAVE_TENSOR = hasattr(lib, "rrpc_tensor_send")
+if HAVE_TENSOR:
+    from .tensor import (KvPool, KvToken, TensorServer, dtype_to_rrpc,  # noqa: F401
+                         dtype_from_rrpc)
+
+__version__ = "0.1.0"

@@ -1,0 +1,1282 @@
+"""The Python face of libroce_rpc: contexts, connections, RPC, regions.
+
+Threading model: every Context runs its loop on the library's own thread
+(rrpc_ctx_start_thread).  Handlers and completion callbacks run on that
+thread and take the GIL; every C call releases it (cffi does that in API
+mode).  Blocking calls wait on a concurrent.futures.Future, so they can be
+interrupted and never hold a library lock.
+
+Lifetimes: a child (Conn, Listener, Region, KvPool, TensorServer) holds a
+strong reference to its Context; the Context only knows its children weakly,
+so dropping them in any order is safe.  Every use of a C handle is counted
+(_Core.use); closing a handle that another thread is using at that moment is
+deferred until that use ends, and Context.close() waits for every use to end
+before it destroys the C context (which frees what is still open).
+"""
+import asyncio
+import collections
+import concurrent.futures
+import itertools
+import logging
+import math
+import threading
+import traceback
+import weakref
+
+from ._rrpc import ffi, lib
+
+log = logging.getLogger("roce_rpc")
+
+# ---- constants --------------------------------------------------------------
+
+_ERR_NAMES = ("PROTO", "VERSION", "NO_METHOD", "BAD_CLASS", "TOO_BIG", "ACCESS",
+              "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED", "DROPPED",
+              "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET")
+for _n in _ERR_NAMES:
+    globals()["E_" + _n] = getattr(lib, "RRPC_E_" + _n)
+
+CLASS_CONTROL = lib.RRPC_CLASS_CONTROL
+CLASS_LOW_LATENCY = lib.RRPC_CLASS_LOW_LATENCY
+CLASS_BULK = lib.RRPC_CLASS_BULK
+CLASS_BACKGROUND = lib.RRPC_CLASS_BACKGROUND
+
+REMOTE_READ = lib.RRPC_ACCESS_REMOTE_READ
+REMOTE_WRITE = lib.RRPC_ACCESS_REMOTE_WRITE
+TOKEN_SIZE = lib.RRPC_TOKEN_SIZE
+
+NO_DEADLINE = math.inf
+
+
+def _s(p):
+    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+
+
+def strerror(code):
+    """A one-line description of any code (rrpc_strerror)."""
+    return _s(lib.rrpc_strerror(int(code)))
+
+
+def err_name(code):
+    """The symbolic name of a code, e.g. 'RRPC_E_DEADLINE' or 'ENOMEM'."""
+    return _s(lib.rrpc_err_name(int(code)))
+
+
+# ---- errors -----------------------------------------------------------------
+
+class RrpcError(Exception):
+    """An error from the library or from a remote handler.
+
+    code     0 < code: the handler's application code; code < 0: a library
+             code (E_DEADLINE, E_NO_METHOD, ...) or a negated errno
+    name     rrpc_err_name(code)
+    message  the handler's message, or rrpc_ctx_last_error's detail
+    """
+
+    def __init__(self, code, message=""):
+        self.code = int(code)
+        self.message = message or ""
+        super().__init__(self.code, self.message)
+
+    @property
+    def name(self):
+        return err_name(self.code)
+
+    def __str__(self):
+        if self.code > 0:
+            return "application error %d: %s" % (self.code, self.message)
+        desc = strerror(self.code)
+        if self.message and self.message != desc:
+            return "%s (%d): %s" % (self.name, self.code, self.message)
+        return "%s (%d): %s" % (self.name, self.code, desc)
+
+
+RpcError = RrpcError  # the name a handler may prefer to raise
+
+
+def _error(code, ctxptr=None, what=None):
+    msg = ""
+    if ctxptr is not None and ctxptr != ffi.NULL:
+        msg = _s(lib.rrpc_ctx_last_error(ctxptr))
+    if not msg:
+        msg = strerror(code)
+    if what:
+        msg = "%s: %s" % (what, msg)
+    return RrpcError(code, msg)
+
+
+def _closed_error(what="object"):
+    return RrpcError(lib.RRPC_E_CLOSED, "the %s is closed" % what)
+
+
+def _qos(qos, default):
+    if qos is None:
+        return default
+    if isinstance(qos, str):
+        r = lib.rrpc_class_from_name(qos.encode())
+        if r < 0:
+            raise RrpcError(r, "unknown QoS class %r" % qos)
+        return r
+    return int(qos)
+
+
+def _deadline_ms(timeout):
+    if timeout is None:
+        return 0  # the context default (RRPC_DEADLINE_MS)
+    if timeout == math.inf:
+        return -1
+    if timeout <= 0:
+        raise ValueError("timeout must be > 0 seconds (or None, or math.inf)")
+    return max(1, int(timeout * 1000))
+
+
+def _cbuf(data, writable=False):
+    """(cdata pointer, length) over any buffer-protocol object, zero copy."""
+    if data is None:
+        return ffi.NULL, 0
+    if isinstance(data, str):
+        data = data.encode()
+    b = ffi.from_buffer("char[]", data, require_writable=writable)
+    n = len(b)
+    return (b if n else ffi.NULL), n
+
+
+# ---- the handle registry (user pointers of C callbacks) ---------------------
+
+# C callbacks get an integer key as their user pointer, never a PyObject
+# address: a late or duplicate callback finds nothing instead of crashing.
+_registry = {}
+_keys = itertools.count(1)
+
+
+def _keep(obj):
+    k = next(_keys)
+    _registry[k] = obj
+    return k, ffi.cast("void *", k)
+
+
+def _key(user):
+    return int(ffi.cast("uintptr_t", user))
+
+
+def _ptrint(p):
+    return int(ffi.cast("uintptr_t", p))
+
+
+_tls = threading.local()
+
+
+class _InCallback:
+    """Marks the current thread as inside a callback of @core."""
+    __slots__ = ("core",)
+
+    def __init__(self, core):
+        self.core = core
+
+    def __enter__(self):
+        st = getattr(_tls, "active", None)
+        if st is None:
+            st = _tls.active = []
+        st.append(self.core)
+        return self
+
+    def __exit__(self, *a):
+        _tls.active.pop()
+        return False
+
+
+def _in_callback(core):
+    return any(c is core for c in getattr(_tls, "active", ()))
+
+
+class _Use:
+    __slots__ = ("core",)
+
+    def __init__(self, core):
+        self.core = core
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.core._exit()
+        return False
+
+
+class _Core:
+    """Per-context state shared with the callbacks (no reference to the
+    Context object itself, so the Context can be collected)."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self.lock = threading.Lock()
+        self.cv = threading.Condition(self.lock)
+        self.busy = 0
+        self.deferred = []
+        self.closing = False
+        self.closed = False
+        self.handlers = {}                            # method -> _Handler
+        self.client = weakref.WeakValueDictionary()   # ptr -> Conn (rrpc_connect*)
+        self.accepted = {}                            # ptr -> Conn, until DOWN
+        self.regions = weakref.WeakValueDictionary()  # id -> Region
+        self.pools = weakref.WeakValueDictionary()    # id -> KvPool
+        self.tservers = {}                            # key -> tensor server state
+        self.keys = set()                             # registry keys to drop at close
+        self.pending = {}                             # key -> Future (calls and ops)
+        self.on_connect = None
+        self.on_disconnect = None
+        self.notify_fn = None
+        self.notes = collections.deque(maxlen=1 << 16)
+        self.log_fn = None
+        self.ctx_ref = None
+        self.key, self.user = _keep(self)
+        self.keys.add(self.key)
+
+    # -- counted use of C handles --
+    def use(self, obj=None, what="object"):
+        with self.lock:
+            if self.closing or self.closed:
+                raise _closed_error("context")
+            if obj is not None and obj._closed:
+                raise _closed_error(what)
+            self.busy += 1
+        return _Use(self)
+
+    def _exit(self):
+        while True:
+            with self.lock:
+                if self.busy == 1 and self.deferred:
+                    todo, self.deferred = self.deferred, []
+                else:
+                    self.busy -= 1
+                    if self.busy == 0:
+                        self.cv.notify_all()
+                    return
+            for fn in todo:
+                try:
+                    fn()
+                except Exception:  # pragma: no cover
+                    log.exception("roce_rpc: deferred close failed")
+
+    def retire(self, obj, fn):
+        """Marks @obj closed and runs @fn (which releases its C handle) once
+        no other thread uses a handle of this context."""
+        with self.lock:
+            if obj._closed:
+                return
+            obj._closed = True
+            if self.closing or self.closed:
+                return  # rrpc_ctx_destroy releases it
+            if self.busy:
+                self.deferred.append(fn)
+                return
+            self.busy += 1
+        try:
+            fn()
+        finally:
+            self._exit()
+
+    def forget(self, key):
+        _registry.pop(key, None)
+        self.keys.discard(key)
+
+    def conn_for(self, p):
+        ip = _ptrint(p)
+        c = self.accepted.get(ip) or self.client.get(ip)
+        if c is None:
+            c = Conn._wrap(self, p, owned=False)
+        return c
+
+    def check_blocking(self, what):
+        if _in_callback(self):
+            raise RrpcError(lib.RRPC_E_DEADLOCK,
+                            "%s from a callback of the same context would wait for itself; "
+                            "use the _async form" % what)
+
+
+_live = weakref.WeakSet()
+
+
+# ---- callbacks from the library thread --------------------------------------
+
+def _last_line(e):
+    return traceback.format_exception_only(type(e), e)[-1].strip()
+
+
+class _Handler:
+    __slots__ = ("fn", "with_request", "core", "key", "user")
+
+    def __init__(self, fn, with_request, core):
+        self.fn = fn
+        self.with_request = with_request
+        self.core = core
+
+
+@ffi.def_extern()
+def _rrpc_py_handler(req, payload, length, user):
+    h = _registry.get(_key(user))
+    if h is None:
+        lib.rrpc_respond_error(req, 1, b"the Python handler is gone")
+        return
+    rq = Request(req, h.core)
+    try:
+        with _InCallback(h.core):
+            data = ffi.buffer(payload, length)[:] if length else b""
+            try:
+                result = h.fn(rq, data) if h.with_request else h.fn(data)
+            except RrpcError as e:
+                rq._answer_error(e.code, e.message or strerror(e.code))
+                return
+            except Exception as e:
+                log.debug("roce_rpc: handler raised", exc_info=True)
+                rq._answer_error(1, _last_line(e))
+                return
+            if rq._answered or rq._deferred:
+                return
+            if isinstance(result, concurrent.futures.Future):
+                rq._deferred = True
+                result.add_done_callback(rq._from_future)
+                return
+            rq._answer(result)
+    except BaseException:  # never leave a request unanswered
+        log.exception("roce_rpc: internal error in a handler")
+        if not rq._answered:
+            rq._answered = True
+            lib.rrpc_respond_error(req, 1, b"internal error in the Python binding")
+
+
+@ffi.def_extern()
+def _rrpc_py_call_done(res, user):
+    e = _registry.pop(_key(user), None)
+    if e is None:
+        return
+    fut, core = e[0], e[1]
+    core.pending.pop(_key(user), None)
+    core.keys.discard(_key(user))
+    with _InCallback(core):
+        try:
+            if res.status == 0:
+                fut.set_result(ffi.buffer(res.data, res.len)[:] if res.len else b"")
+            else:
+                fut.set_exception(RrpcError(res.status, _s(res.message)))
+        except concurrent.futures.InvalidStateError:
+            pass
+        except Exception:
+            log.exception("roce_rpc: completion callback failed")
+
+
+@ffi.def_extern()
+def _rrpc_py_op_done(status, user):
+    e = _registry.pop(_key(user), None)
+    if e is None:
+        return
+    fut, core, result = e[0], e[1], e[2]
+    core.pending.pop(_key(user), None)
+    core.keys.discard(_key(user))
+    with _InCallback(core):
+        try:
+            for r in e[3]:
+                r._op_end()
+            if status == 0:
+                fut.set_result(result() if callable(result) else result)
+            else:
+                fut.set_exception(RrpcError(status, strerror(status)))
+        except concurrent.futures.InvalidStateError:
+            pass
+        except Exception:
+            log.exception("roce_rpc: completion callback failed")
+
+
+class _ConnSlot:
+    __slots__ = ("core", "conn", "key", "__weakref__")
+
+    def __init__(self, core):
+        self.core = core
+        self.conn = None  # weakref to the client Conn
+
+
+@ffi.def_extern()
+def _rrpc_py_conn_event(conn, ev, reason, user):
+    obj = _registry.get(_key(user))
+    if obj is None:
+        return
+    try:
+        if isinstance(obj, _ConnSlot):  # a connection of ours (rrpc_connect*)
+            core = obj.core
+            c = obj.conn() if obj.conn is not None else None
+            if ev == lib.RRPC_CONN_DOWN:
+                core.forget(obj.key)
+                for ts in list(core.tservers.values()):
+                    ts.drop_conn(conn)
+                if c is not None:
+                    c._up = False
+                    c.down_reason = reason
+        else:  # an accepted connection
+            core = obj
+            ip = _ptrint(conn)
+            if ev == lib.RRPC_CONN_UP:
+                c = Conn._wrap(core, conn, owned=False)
+                c._up = True
+                core.accepted[ip] = c
+            else:
+                for ts in list(core.tservers.values()):
+                    ts.drop_conn(conn)
+                c = core.accepted.pop(ip, None)
+                if c is not None:
+                    with core.lock:
+                        c._closed = True  # the handle dies when this returns
+                    c._up = False
+                    c.down_reason = reason
+        with _InCallback(core):
+            fn = core.on_connect if ev == lib.RRPC_CONN_UP else core.on_disconnect
+            if fn is not None and c is not None:
+                if ev == lib.RRPC_CONN_UP:
+                    fn(c)
+                else:
+                    fn(c, RrpcError(reason, strerror(reason)))
+    except Exception:
+        log.exception("roce_rpc: connection event callback failed")
+
+
+@ffi.def_extern()
+def _rrpc_py_notify(conn, imm, user):
+    core = _registry.get(_key(user))
+    if core is None:
+        return
+    try:
+        with _InCallback(core):
+            if core.notify_fn is not None:
+                core.notify_fn(core.conn_for(conn), int(imm))
+            else:
+                with core.cv:
+                    core.notes.append(int(imm))
+                    core.cv.notify_all()
+    except Exception:
+        log.exception("roce_rpc: notify callback failed")
+
+
+@ffi.def_extern()
+def _rrpc_py_log(level, msg, user):
+    core = _registry.get(_key(user))
+    if core is None or core.log_fn is None:
+        return
+    try:
+        core.log_fn(int(level), _s(msg))
+    except Exception:
+        pass
+
+
+_PY_LEVEL = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR,
+             4: logging.WARNING, 5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
+
+
+# ---- Context ----------------------------------------------------------------
+
+class Context:
+    """An rrpc_ctx with its loop on a library thread.
+
+        with roce_rpc.Context() as ctx:
+            lis = ctx.listen("tcp://127.0.0.1:0")
+
+            @ctx.handler("echo")
+            def echo(data):
+                return data
+
+    log: a callable (level, message), or True to send the library's log to
+    the "roce_rpc" logger (syslog levels: 3 error .. 7 debug).
+    classes: {class: (dscp, weight, credits)} applied before any endpoint.
+    """
+
+    def __init__(self, *, log=None, log_level=6, classes=None):
+        pp = ffi.new("rrpc_ctx **")
+        r = lib.rrpc_ctx_create(pp)
+        if r:
+            raise _error(r, what="rrpc_ctx_create")
+        self._ptr = pp[0]
+        self._core = core = _Core(self._ptr)
+        core.ctx_ref = weakref.ref(self)
+        lib.rrpc_ctx_set_notify(self._ptr, lib._rrpc_py_notify, core.user)
+        if log is not None:
+            if log is True:
+                core.log_fn = lambda lv, m: logging.getLogger("roce_rpc.lib").log(
+                    _PY_LEVEL.get(lv, logging.DEBUG), m)
+            else:
+                core.log_fn = log
+            lib.rrpc_ctx_set_log(self._ptr, int(log_level), lib._rrpc_py_log, core.user)
+        try:
+            for cls, (dscp, weight, credits) in (classes or {}).items():
+                self.set_class(cls, dscp, weight, credits)
+            r = lib.rrpc_ctx_start_thread(self._ptr)
+            if r:
+                raise _error(r, self._ptr, "rrpc_ctx_start_thread")
+        except BaseException:
+            self.close()
+            raise
+        _live.add(self)
+
+    # -- lifetime --
+    @property
+    def closed(self):
+        return self._core.closing or self._core.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def close(self):
+        """Closes every child (connections, listeners, regions, pools, tensor
+        servers), fails pending calls with E_CLOSED and stops the loop.
+        Idempotent.  From inside one of this context's callbacks, the
+        destruction is finished by a helper thread."""
+        core = getattr(self, "_core", None)
+        if core is None:
+            return
+        with core.lock:
+            if core.closing or core.closed:
+                return
+            core.closing = True
+        if _in_callback(core):
+            threading.Thread(target=_destroy, args=(core,), name="rrpc-close",
+                             daemon=True).start()
+        else:
+            _destroy(core)
+
+    # -- configuration --
+    def set_class(self, cls, dscp, weight, credits):
+        """rrpc_class_set: before the first listen/connect."""
+        with self._core.use():
+            r = lib.rrpc_class_set(self._ptr, _qos(cls, 0), dscp, weight, credits)
+            if r:
+                raise _error(r, self._ptr, "rrpc_class_set")
+
+    def get_class(self, cls):
+        """(dscp, weight, credits) of a QoS class."""
+        v = ffi.new("int[3]")
+        with self._core.use():
+            r = lib.rrpc_class_get(self._ptr, _qos(cls, 0), v, v + 1, v + 2)
+            if r:
+                raise _error(r, self._ptr, "rrpc_class_get")
+        return (v[0], v[1], v[2])
+
+    # -- RPC server side --
+    def handler(self, method, *, request=False):
+        """Decorator: registers fn(data: bytes) -> bytes-like for @method.
+
+        With request=True the function is fn(req: Request, data).  It may
+        raise RrpcError(code > 0, message) to fail the call, return a
+        concurrent.futures.Future to answer later, or call req.defer() and
+        answer with req.respond()/req.fail() from any thread."""
+        def deco(fn):
+            self.add_handler(method, fn, request=request)
+            return fn
+        return deco
+
+    def add_handler(self, method, fn, *, request=False):
+        """Registers @fn for @method (see handler())."""
+        core = self._core
+        h = _Handler(fn, request, core)
+        h.key, h.user = _keep(h)
+        core.keys.add(h.key)
+        with core.use():
+            r = lib.rrpc_register(self._ptr, method.encode(), lib._rrpc_py_handler, h.user)
+            if r:
+                core.forget(h.key)
+                raise _error(r, self._ptr, "register %r" % method)
+        core.handlers[method] = h
+
+    def remove_handler(self, method):
+        core = self._core
+        with core.use():
+            r = lib.rrpc_unregister(self._ptr, method.encode())
+            if r:
+                raise _error(r, self._ptr, "unregister %r" % method)
+        h = core.handlers.pop(method, None)
+        if h is not None:
+            core.forget(h.key)
+
+    def on_connect(self, fn):
+        """Decorator: fn(conn) for every accepted or opened connection
+        (runs on the loop thread)."""
+        self._core.on_connect = fn
+        return fn
+
+    def on_disconnect(self, fn):
+        """Decorator: fn(conn, RrpcError reason)."""
+        self._core.on_disconnect = fn
+        return fn
+
+    def on_notify(self, fn):
+        """Decorator: fn(conn, imm) for every write-with-notify that landed in
+        this context's memory.  Without one, notifications queue up for
+        wait_notify()."""
+        self._core.notify_fn = fn
+        return fn
+
+    def wait_notify(self, timeout=None):
+        """The oldest queued notification value; TimeoutError after @timeout s."""
+        core = self._core
+        with core.cv:
+            if not core.cv.wait_for(lambda: core.notes or core.closed, timeout):
+                raise TimeoutError("no notification within %s s" % timeout)
+            if not core.notes:
+                raise _closed_error("context")
+            return core.notes.popleft()
+
+    # -- endpoints --
+    def listen(self, uri):
+        """Listens on @uri (tcp://HOST:PORT or rdma://HOST:PORT; port 0 picks one)."""
+        return Listener(self, uri)
+
+    def connect(self, uri, *, timeout=10.0, ticket=None):
+        """Connects to @uri and waits until it is up (rrpc_connect_sync, or
+        rrpc_connect_ticket with @ticket bytes).  Returns a Conn."""
+        core = self._core
+        core.check_blocking("connect")
+        slot = _ConnSlot(core)
+        slot.key, user = _keep(slot)
+        core.keys.add(slot.key)
+        pp = ffi.new("rrpc_conn **")
+        tmo = int(timeout * 1000)
+        with core.use():
+            if ticket is None:
+                r = lib.rrpc_connect_sync(self._ptr, uri.encode(), tmo,
+                                          lib._rrpc_py_conn_event, user, pp)
+            else:
+                tb, tn = _cbuf(ticket)
+                r = lib.rrpc_connect_ticket(self._ptr, uri.encode(), tb, tn, tmo,
+                                            lib._rrpc_py_conn_event, user, pp)
+            err = _error(r, self._ptr, "connect %s" % uri) if r else None
+        if r:
+            core.forget(slot.key)
+            raise err
+        c = Conn._wrap(core, pp[0], owned=True, ctx=self, uri=uri)
+        c._up = True
+        slot.conn = weakref.ref(c)
+        core.client[_ptrint(pp[0])] = c
+        return c
+
+    # -- memory --
+    def register(self, obj, access=REMOTE_READ | REMOTE_WRITE):
+        """Registers the memory of @obj (anything with the buffer protocol:
+        bytearray, memoryview, mmap, a C-contiguous numpy array) with zero
+        copy; the Region keeps @obj alive.  @access: REMOTE_READ|REMOTE_WRITE
+        bits, or a string of 'r'/'w'."""
+        return Region(self, obj, access)
+
+    register_memory = register
+
+    def kv_pool(self, array, page_size=None):
+        """A KV-cache page pool over @array (see KvPool)."""
+        from .tensor import KvPool
+        return KvPool(self, array, page_size)
+
+    def serve_tensors(self, alloc=None, on_tensor=None):
+        """Accepts tensors from every connection (see TensorServer)."""
+        from .tensor import TensorServer
+        return TensorServer(self, alloc, on_tensor)
+
+    def __repr__(self):
+        return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
+
+
+def _destroy(core):
+    with core.cv:
+        core.cv.wait_for(lambda: core.busy == 0)
+        core.deferred = []
+    # Children the context does not free itself go first.
+    for ts in list(core.tservers.values()):
+        ts.close_now()
+    for p in list(core.pools.values()):
+        if not p._closed and not p._ops:
+            p._closed = True
+            p._release()
+    lib.rrpc_ctx_destroy(core.ptr)  # runs the last callbacks on this thread
+    with core.cv:
+        core.closed = True
+        core.cv.notify_all()
+    for c in list(core.accepted.values()) + list(core.client.values()):
+        c._closed = True
+        c._up = False
+    core.accepted.clear()
+    for r in list(core.regions.values()) + list(core.pools.values()):
+        r._closed = True
+    for fut in list(core.pending.values()):
+        if not fut.done():
+            try:
+                fut.set_exception(_closed_error("context"))
+            except concurrent.futures.InvalidStateError:
+                pass
+    core.pending.clear()
+    for k in list(core.keys):
+        _registry.pop(k, None)
+    core.keys.clear()
+    core.handlers.clear()
+    core.ptr = ffi.NULL
+
+
+# ---- RPC requests -----------------------------------------------------------
+
+class Request:
+    """A call being served.  Answer it exactly once: the handler's return
+    value does that unless the handler called defer() (or answered itself)."""
+
+    __slots__ = ("_ptr", "_core", "_answered", "_deferred", "_lock", "qos_class", "_conn")
+
+    def __init__(self, ptr, core):
+        self._ptr = ptr
+        self._core = core
+        self._answered = False
+        self._deferred = False
+        self._lock = threading.Lock()
+        self.qos_class = lib.rrpc_request_class(ptr)
+        self._conn = lib.rrpc_request_conn(ptr)
+
+    @property
+    def conn(self):
+        """The Conn the request came on (valid while the request is)."""
+        return self._core.conn_for(self._conn)
+
+    def defer(self):
+        """The handler returns without answering; respond()/fail() later."""
+        self._deferred = True
+        return self
+
+    def _take(self):
+        with self._lock:
+            if self._answered:
+                raise RrpcError(-22, "the request was already answered")
+            self._answered = True
+
+    def respond(self, data=b""):
+        """Answers with @data (any buffer; copied by the library)."""
+        self._take()
+        with self._core.use():
+            b, n = _cbuf(data)
+            r = lib.rrpc_respond(self._ptr, b, n)
+        if r:
+            raise RrpcError(r, strerror(r))
+
+    def fail(self, code, message=""):
+        """Fails the call with the application code @code (> 0)."""
+        self._take()
+        with self._core.use():
+            r = lib.rrpc_respond_error(self._ptr, int(code), str(message).encode()[:1024])
+        if r:
+            raise RrpcError(r, strerror(r))
+
+    def _answer(self, data):
+        try:
+            self.respond(b"" if data is None else data)
+        except RrpcError as e:
+            if e.code not in (lib.RRPC_E_CLOSED,):
+                log.warning("roce_rpc: could not respond: %s", e)
+        except (TypeError, ValueError, BufferError) as e:  # not a buffer
+            if not self._answered:
+                self._answer_error(1, "handler returned %s: %s" % (type(data).__name__, e))
+
+    def _answer_error(self, code, message):
+        if code <= 0:
+            message = "%s: %s" % (err_name(code), message)
+            code = 1
+        try:
+            self.fail(code, message)
+        except RrpcError as e:
+            if e.code != lib.RRPC_E_CLOSED:
+                log.warning("roce_rpc: could not respond: %s", e)
+
+    def _from_future(self, fut):
+        try:
+            data = fut.result()
+        except RrpcError as e:
+            self._answer_error(e.code, e.message)
+        except BaseException as e:
+            self._answer_error(1, _last_line(e))
+        else:
+            self._answer(data)
+
+
+# ---- connections ------------------------------------------------------------
+
+class Conn:
+    """A connection.  From Context.connect (owned: close() it, or let it be
+    collected) or accepted by a Listener (valid until it goes down)."""
+
+    def __init__(self):
+        raise TypeError("use Context.connect()")
+
+    @classmethod
+    def _wrap(cls, core, ptr, owned, ctx=None, uri=None):
+        c = object.__new__(cls)
+        c._core = core
+        c._ptr = ptr
+        c._owned = owned
+        c._closed = False
+        c._up = False
+        c._ctx = ctx  # owned connections keep their Context alive
+        c.uri = uri
+        c.down_reason = 0
+        return c
+
+    @property
+    def context(self):
+        return self._ctx if self._ctx is not None else (
+            self._core.ctx_ref() if self._core.ctx_ref else None)
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def up(self):
+        return self._up and not self._closed
+
+    @property
+    def transport(self):
+        with self._core.use(self, "connection"):
+            return _s(lib.rrpc_conn_transport(self._ptr))
+
+    @property
+    def peer(self):
+        buf = ffi.new("char[]", 128)
+        with self._core.use(self, "connection"):
+            r = lib.rrpc_conn_peer(self._ptr, buf, 128)
+        if r:
+            raise RrpcError(r, strerror(r))
+        return _s(buf)
+
+    def class_dscp(self, qos):
+        v = ffi.new("int *")
+        with self._core.use(self, "connection"):
+            r = lib.rrpc_conn_class_dscp(self._ptr, _qos(qos, 0), v)
+        if r:
+            raise RrpcError(r, strerror(r))
+        return v[0]
+
+    def close(self):
+        """Closes the connection: pending calls fail with E_CLOSED."""
+        if getattr(self, "_core", None) is None:
+            return
+        ptr = self._ptr
+        self._up = False
+        self._core.retire(self, lambda: lib.rrpc_conn_close(ptr))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if self._owned:
+                self.close()
+        except Exception:
+            pass
+
+    # -- RPC --
+    def call_async(self, method, data=b"", *, qos=None, timeout=None, callback=None):
+        """Calls @method; returns a concurrent.futures.Future whose result is
+        the response bytes (or RrpcError).  @callback(future), if given, is
+        added as a done callback; it runs on the loop thread."""
+        core = self._core
+        fut = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        if callback is not None:
+            fut.add_done_callback(callback)
+        opts = ffi.new("rrpc_call_opts *", [_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
+                                            _deadline_ms(timeout)])
+        key, user = _keep((fut, core))
+        core.keys.add(key)
+        core.pending[key] = fut
+        try:
+            with core.use(self, "connection"):
+                b, n = _cbuf(data)
+                r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts,
+                                  lib._rrpc_py_call_done, user)
+                err = _error(r, core.ptr, "call %r" % method) if r else None
+        except BaseException:
+            core.pending.pop(key, None)
+            core.forget(key)
+            raise
+        if r:
+            core.pending.pop(key, None)
+            core.forget(key)
+            raise err
+        return fut
+
+    def call(self, method, data=b"", *, qos=None, timeout=None):
+        """Calls @method and returns the response bytes; raises RrpcError
+        (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
+        self._core.check_blocking("call")
+        return self.call_async(method, data, qos=qos, timeout=timeout).result()
+
+    def acall(self, method, data=b"", *, qos=None, timeout=None):
+        """asyncio: await conn.acall(...)."""
+        return asyncio.wrap_future(self.call_async(method, data, qos=qos, timeout=timeout))
+
+    # -- one-sided --
+    def _op(self, c_fn, what, local, local_offset, remote, remote_offset, length,
+            qos, notify, result=None):
+        core = self._core
+        if not isinstance(local, Region):
+            raise TypeError("local must be a Region")
+        if not isinstance(remote, Token):
+            remote = Token.from_bytes(remote)
+        if length is None:
+            length = min(local.nbytes - local_offset, remote.length - remote_offset)
+        fut = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        opts = ffi.new("rrpc_op_opts *")
+        opts.qos_class = _qos(qos, lib.RRPC_CLASS_BULK)
+        if notify is not None:
+            opts.notify = 1
+            opts.imm = int(notify) & 0xFFFFFFFF
+        tok = remote._c()
+        key, user = _keep((fut, core, result, (local,), self))
+        core.keys.add(key)
+        core.pending[key] = fut
+        local._op_begin()
+        try:
+            with core.use(self, "connection"), local._use():
+                r = c_fn(self._ptr, local._ptr, int(local_offset), tok, int(remote_offset),
+                         int(length), opts, lib._rrpc_py_op_done, user)
+                err = _error(r, core.ptr, what) if r else None
+        except BaseException:
+            core.pending.pop(key, None)
+            core.forget(key)
+            local._op_end()
+            raise
+        if r:
+            core.pending.pop(key, None)
+            core.forget(key)
+            local._op_end()
+            raise err
+        return fut
+
+    def write_async(self, local, local_offset, remote, remote_offset=0, length=None, *,
+                    qos=None, notify=None):
+        """One-sided WRITE of @length bytes of Region @local at @local_offset
+        into the peer memory of Token @remote at @remote_offset.  @notify: a
+        32-bit value the target's notify callback receives once the data
+        landed.  Returns a Future (result None)."""
+        return self._op(lib.rrpc_write, "write", local, local_offset, remote, remote_offset,
+                        length, qos, notify)
+
+    def read_async(self, local, local_offset, remote, remote_offset=0, length=None, *, qos=None):
+        """One-sided READ from the peer into Region @local; returns a Future."""
+        if local._readonly:
+            raise RrpcError(lib.RRPC_E_REGION, "cannot READ into a read-only buffer")
+        return self._op(lib.rrpc_read, "read", local, local_offset, remote, remote_offset,
+                        length, qos, None)
+
+    def write(self, local, local_offset, remote, remote_offset=0, length=None, *,
+              qos=None, notify=None):
+        """Blocking write_async: returns when the data is in the peer's memory."""
+        self._core.check_blocking("write")
+        self.write_async(local, local_offset, remote, remote_offset, length, qos=qos,
+                         notify=notify).result()
+
+    def read(self, local, local_offset, remote, remote_offset=0, length=None, *, qos=None):
+        """Blocking read_async: returns when the data is in @local."""
+        self._core.check_blocking("read")
+        self.read_async(local, local_offset, remote, remote_offset, length, qos=qos).result()
+
+    # -- tensors and KV pages (roce_rpc.tensor) --
+    def send_tensor_async(self, name, array, *, qos=None):
+        from .tensor import send_tensor_async
+        return send_tensor_async(self, name, array, qos=qos)
+
+    def send_tensor(self, name, array, *, qos=None):
+        """Sends numpy @array as tensor @name (dtype, shape and strides
+        travel with it); returns when the receiver has it all."""
+        self._core.check_blocking("send_tensor")
+        self.send_tensor_async(name, array, qos=qos).result()
+
+    def kv_transfer_async(self, src, dst, pairs, *, qos=None, notify=None):
+        from .tensor import kv_transfer_async
+        return kv_transfer_async(self, src, dst, pairs, qos=qos, notify=notify)
+
+    def kv_transfer(self, src, dst, pairs, *, qos=None, notify=None):
+        """Copies pages of KvPool @src into the peer's pool (KvToken @dst):
+        @pairs is [(src_page, dst_page), ...] or an (n, 2) integer array.
+        Returns the number of WRITEs the batch used."""
+        self._core.check_blocking("kv_transfer")
+        return self.kv_transfer_async(src, dst, pairs, qos=qos, notify=notify).result()
+
+    def __repr__(self):
+        state = "closed" if self._closed else ("up" if self._up else "down")
+        return "<roce_rpc.Conn %s %s>" % (self.uri or ("accepted %#x" % _ptrint(self._ptr)),
+                                          state)
+
+
+class Listener:
+    """A listening endpoint (Context.listen).  .port, .uri, .connections."""
+
+    def __init__(self, ctx, uri):
+        core = ctx._core
+        self._ctx = ctx
+        self._core = core
+        self._closed = False
+        pp = ffi.new("rrpc_listener **")
+        with core.use():
+            r = lib.rrpc_listen(ctx._ptr, uri.encode(), lib._rrpc_py_conn_event, core.user, pp)
+            if r:
+                raise _error(r, ctx._ptr, "listen %s" % uri)
+        self._ptr = pp[0]
+        self.port = lib.rrpc_listener_port(self._ptr)
+        self.uri = _with_port(uri, self.port)
+
+    def handler(self, method, *, request=False):
+        """Same as Context.handler (handlers belong to the context)."""
+        return self._ctx.handler(method, request=request)
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def connections(self):
+        return list(self._core.accepted.values())
+
+    def client_uri(self, src=None):
+        """The URI a client connects to, optionally with ?src=ADDR."""
+        return self.uri + ("?src=%s" % src if src else "")
+
+    def close(self):
+        if getattr(self, "_core", None) is None or not hasattr(self, "_ptr"):
+            return
+        ptr = self._ptr
+        self._core.retire(self, lambda: lib.rrpc_listener_close(ptr))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _with_port(uri, port):
+    scheme, _, rest = uri.partition("://")
+    rest, q, query = rest.partition("?")
+    host = rest.rsplit(":", 1)[0] if not rest.endswith("]") else rest
+    return "%s://%s:%d%s%s" % (scheme, host, port, q, query)
+
+
+# ---- memory -----------------------------------------------------------------
+
+def _access_bits(access):
+    if isinstance(access, str):
+        bits = 0
+        for ch in access:
+            if ch == "r":
+                bits |= REMOTE_READ
+            elif ch == "w":
+                bits |= REMOTE_WRITE
+            elif ch != "-":
+                raise ValueError("access letters are 'r' and 'w'")
+        return bits
+    return int(access)
+
+
+class Token:
+    """What a peer needs to access a region (rrpc_token); 32 bytes on the wire."""
+
+    __slots__ = ("addr", "length", "key", "access")
+
+    def __init__(self, addr, length, key, access):
+        self.addr, self.length, self.key, self.access = addr, length, key, access
+
+    @classmethod
+    def from_bytes(cls, b):
+        t = ffi.new("rrpc_token *")
+        buf, n = _cbuf(b)
+        r = lib.rrpc_token_decode(buf, n, t)
+        if r:
+            raise RrpcError(r, "not a region token (%d bytes)" % n)
+        return cls._from_c(t)
+
+    @classmethod
+    def _from_c(cls, t):
+        return cls(t.addr, t.len, t.key, t.access)
+
+    def _c(self):
+        t = ffi.new("rrpc_token *")
+        t.addr, t.len, t.key, t.access = self.addr, self.length, self.key, self.access
+        return t
+
+    def to_bytes(self):
+        out = ffi.new("uint8_t[32]")
+        lib.rrpc_token_encode(self._c(), out)
+        return bytes(ffi.buffer(out))
+
+    __bytes__ = to_bytes
+
+    def __eq__(self, o):
+        return isinstance(o, Token) and (self.addr, self.length, self.key, self.access) == (
+            o.addr, o.length, o.key, o.access)
+
+    def __repr__(self):
+        return "<Token addr=%#x len=%d access=%d>" % (self.addr, self.length, self.access)
+
+
+class Region:
+    """Registered memory (Context.register_memory).  Zero copy: the library
+    reads and writes @obj's own memory.  Keeps @obj and the Context alive."""
+
+    def __init__(self, ctx, obj, access=REMOTE_READ | REMOTE_WRITE):
+        core = ctx._core
+        self._ctx = ctx
+        self._core = core
+        self._closed = False
+        self._ops = 0
+        self._close_pending = False
+        access = _access_bits(access)
+        self._readonly = False
+        try:
+            self._buf = ffi.from_buffer("char[]", obj, require_writable=True)
+        except (TypeError, BufferError, ValueError):
+            if access & REMOTE_WRITE:
+                raise
+            self._buf = ffi.from_buffer("char[]", obj)  # read-only: a WRITE source only
+            self._readonly = True
+        self.obj = obj
+        self.nbytes = len(self._buf)
+        self.access = access
+        pp = ffi.new("rrpc_region **")
+        with core.use():
+            r = lib.rrpc_mem_reg(ctx._ptr, self._buf, self.nbytes, access, pp)
+            if r:
+                raise _error(r, ctx._ptr, "register %d bytes" % self.nbytes)
+        self._ptr = pp[0]
+        self.addr = _ptrint(self._buf)
+        core.regions[id(self)] = self
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def token(self, conn):
+        """The Token with which the peer of @conn may access this region."""
+        t = ffi.new("rrpc_token *")
+        with self._core.use(self, "region"), self._core_conn(conn):
+            r = lib.rrpc_region_token(self._ptr, conn._ptr, t)
+            err = _error(r, self._core.ptr, "region token") if r else None
+        if r:
+            raise err
+        return Token._from_c(t)
+
+    def _core_conn(self, conn):
+        return _ConnUse(conn)
+
+    def contains(self, addr, n):
+        return self.addr <= addr and addr + n <= self.addr + self.nbytes
+
+    # in-flight operations keep the region registered
+    def _use(self):
+        with self._core.lock:
+            if self._closed:
+                raise _closed_error("region")
+        return _Null
+
+    def _op_begin(self):
+        with self._core.lock:
+            if self._closed:
+                raise _closed_error("region")
+            self._ops += 1
+
+    def _op_end(self):
+        with self._core.lock:
+            self._ops -= 1
+            run = self._ops == 0 and self._close_pending
+            self._close_pending = False
+        if run:
+            self._really_close()
+
+    def close(self):
+        """Deregisters (deferred until operations in flight complete)."""
+        if getattr(self, "_core", None) is None or not hasattr(self, "_ptr"):
+            return
+        with self._core.lock:
+            if self._ops:
+                self._close_pending = True
+                return
+        self._really_close()
+
+    def _really_close(self):
+        ptr = self._ptr
+        self._core.retire(self, lambda: lib.rrpc_mem_dereg(ptr))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<roce_rpc.Region %s bytes at %#x%s>" % (
+            getattr(self, "nbytes", "?"), getattr(self, "addr", 0),
+            " closed" if getattr(self, "_closed", True) else "")
+
+
+class _NullCM:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+_Null = _NullCM()
+
+
+class _ConnUse:
+    """Checks that @conn is open and of the same context for a handle use."""
+
+    def __init__(self, conn):
+        if not isinstance(conn, Conn):
+            raise TypeError("expected a Conn")
+        if conn._closed:
+            raise _closed_error("connection")
+        self.conn = conn
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+@__import__("atexit").register
+def _close_all():
+    for ctx in list(_live):
+        try:
+            ctx.close()
+        except Exception:
+            pass

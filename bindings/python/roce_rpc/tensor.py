@@ -1,0 +1,536 @@
+"""Tensors and KV-cache pages over <roce_rpc/tensor.h>, with numpy.
+
+Sending a tensor: conn.send_tensor("name", array).  The array is sent from
+where it is (zero copy): from a registered Region of the connection's context
+that holds it, or else its memory is registered for the duration of the send.
+dtype, shape and strides travel with it.
+
+Receiving: srv = ctx.serve_tensors(); name, array = srv.receive().  By
+default every tensor lands in a fresh numpy array of its dtype and shape
+(registered for the transfer); alloc(conn, name, dtype, shape) may return an
+array of its own instead (for example a view of a registered buffer), and
+on_tensor(conn, name, array) replaces the queue.
+
+KV pages: pool = ctx.kv_pool(array) over an array whose first dimension
+counts pages; pool.token(conn) goes to the peer (KvToken, 48 bytes); the
+peer calls conn.kv_transfer(its_pool, token, [(src, dst), ...]).
+"""
+import concurrent.futures
+import logging
+import queue
+
+import numpy as np
+
+from ._rrpc import ffi, lib
+from . import _core
+from ._core import (RrpcError, Region, Token, _cbuf, _closed_error, _error, _InCallback, _keep,
+                    _key, _last_line, _ptrint, _qos, _registry, strerror)
+
+log = logging.getLogger("roce_rpc")
+
+MAX_DIMS = lib.RRPC_TENSOR_MAX_DIMS
+KV_TOKEN_SIZE = lib.RRPC_KV_TOKEN_SIZE
+
+
+# ---- dtypes -----------------------------------------------------------------
+
+def _bf16():
+    try:
+        import ml_dtypes  # optional
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        return None
+
+
+def dtype_to_rrpc(dtype):
+    """The rrpc_dtype of a numpy dtype (native byte order); TypeError if none."""
+    dt = np.dtype(dtype)
+    if not dt.isnative:
+        raise TypeError("dtype %s is not in native byte order" % dt)
+    r = lib.rrpc_dtype_from_name(dt.name.encode())
+    if r < 0:
+        raise TypeError("dtype %s has no rrpc_dtype" % dt)
+    return r
+
+
+def dtype_from_rrpc(code):
+    """The numpy dtype of an rrpc_dtype.  bfloat16 needs ml_dtypes; without
+    it bfloat16 tensors are received as uint16 (the same bits)."""
+    name = lib.rrpc_dtype_name(int(code))
+    if name == ffi.NULL:
+        raise TypeError("unknown rrpc_dtype %d" % code)
+    name = ffi.string(name).decode()
+    if name == "bfloat16":
+        return _bf16() or np.dtype(np.uint16)
+    return np.dtype(name)
+
+
+# ---- describing arrays ------------------------------------------------------
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def _span(a):
+    """[lo, hi) of the bytes the elements of @a occupy."""
+    base = _addr(a)
+    if a.size == 0:
+        return base, base
+    lo = hi = base
+    for n, st in zip(a.shape, a.strides):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi + a.itemsize
+
+
+def _find_region(core, lo, hi, writable):
+    for r in list(core.regions.values()):
+        if not r._closed and r.contains(lo, hi - lo) and (not writable or not r._readonly):
+            if writable and not r.access & _core.REMOTE_WRITE:
+                continue
+            return r
+    return None
+
+
+def _root(a):
+    """The outermost ndarray owning @a's memory (C-contiguous), or None."""
+    b = a
+    while isinstance(b.base, np.ndarray):
+        b = b.base
+    return b if b.flags.c_contiguous else None
+
+
+def _region_for(ctx_or_core, a, writable):
+    """(Region, temporary?) holding every byte of @a."""
+    core = ctx_or_core
+    lo, hi = _span(a)
+    r = _find_region(core, lo, max(hi, lo + 1), writable)
+    if r is not None:
+        return r, False
+    ctx = core.ctx_ref()
+    if ctx is None:
+        raise _closed_error("context")
+    access = _core.REMOTE_WRITE if writable else 0
+    for cand in (a, _root(a)):
+        if cand is None or not cand.flags.c_contiguous or cand.nbytes == 0:
+            continue
+        clo = _addr(cand)
+        if clo <= lo and hi <= clo + cand.nbytes:
+            return Region(ctx, cand, access), True
+    raise ValueError("the array's memory cannot be registered as it is (no C-contiguous "
+                     "owner); register its buffer with Context.register() or send a copy")
+
+
+def _describe(t, a, region, offset=None):
+    if a.ndim > MAX_DIMS:
+        raise ValueError("at most %d dimensions" % MAX_DIMS)
+    t.dtype = dtype_to_rrpc(a.dtype)
+    t.ndim = a.ndim
+    for i, (n, st) in enumerate(zip(a.shape, a.strides)):
+        t.shape[i] = n
+        t.strides[i] = st
+    t.region = region._ptr
+    t.offset = _addr(a) - region.addr if offset is None else offset
+
+
+def _empty_region(core, writable):
+    """A 1-byte region for an empty tensor (it must point somewhere)."""
+    ctx = core.ctx_ref()
+    if ctx is None:
+        raise _closed_error("context")
+    return Region(ctx, np.zeros(1, np.uint8), _core.REMOTE_WRITE if writable else 0)
+
+
+# ---- sending ----------------------------------------------------------------
+
+class _Temp:
+    """Deregisters a temporary region once the operation using it ended."""
+    __slots__ = ("region",)
+
+    def __init__(self, region):
+        self.region = region
+
+    def _op_end(self):
+        self.region.close()
+
+
+def send_tensor_async(conn, name, array, *, qos=None):
+    core = conn._core
+    a = np.asarray(array)
+    t = ffi.new("rrpc_tensor *")
+    if a.size == 0:
+        region, temp = _empty_region(core, False), True
+        _describe(t, a, region, 0)
+    else:
+        region, temp = _region_for(core, a, writable=False)
+        _describe(t, a, region)
+    fut = concurrent.futures.Future()
+    fut.set_running_or_notify_cancel()
+    enders = (region, _Temp(region)) if temp else (region,)
+    key, user = _keep((fut, core, None, enders, conn, a))
+    core.keys.add(key)
+    core.pending[key] = fut
+    region._op_begin()
+    try:
+        with core.use(conn, "connection"):
+            r = lib.rrpc_tensor_send(conn._ptr, name.encode(), t,
+                                     _qos(qos, lib.RRPC_CLASS_BULK), lib._rrpc_py_op_done, user)
+            err = _error(r, core.ptr, "send tensor %r" % name) if r else None
+    except BaseException:
+        core.pending.pop(key, None)
+        core.forget(key)
+        for e in enders:
+            e._op_end()
+        raise
+    if r:
+        core.pending.pop(key, None)
+        core.forget(key)
+        for e in enders:
+            e._op_end()
+        raise err
+    return fut
+
+
+# ---- receiving --------------------------------------------------------------
+
+class _TServerState:
+    """What the C callbacks of one rrpc_tensor_server reach."""
+
+    def __init__(self, core, alloc, on_tensor):
+        self.core = core
+        self.alloc = alloc
+        self.on_tensor = on_tensor
+        self.queue = queue.Queue()
+        self.inflight = {}   # (conn, region, offset) -> (array, temp region or None)
+        self.ptr = ffi.NULL
+        self.closed = False
+
+    def drop_conn(self, conn):
+        if self.ptr != ffi.NULL and not self.closed:
+            lib.rrpc_tensor_server_drop_conn(self.ptr, conn)
+
+    def close_now(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.core.tservers.pop(self.key, None)
+        if self.ptr != ffi.NULL:
+            lib.rrpc_tensor_server_close(self.ptr)
+        self.core.forget(self.key)
+        self.queue.put(None)
+
+
+@ffi.def_extern()
+def _rrpc_py_tensor_alloc(conn, name, incoming, ret_dest, user):
+    st = _registry.get(_key(user))
+    if st is None or st.closed:
+        return lib.RRPC_E_CLOSED
+    core = st.core
+    try:
+        with _InCallback(core):
+            dtype = dtype_from_rrpc(incoming.dtype)
+            shape = tuple(incoming.shape[i] for i in range(incoming.ndim))
+            nm = ffi.string(name).decode("utf-8", "replace")
+            a = None
+            if st.alloc is not None:
+                a = st.alloc(core.conn_for(conn), nm, dtype, shape)
+            if a is None:
+                a = np.empty(shape, dtype)
+            a = np.asarray(a)
+            if a.shape != shape or a.dtype.itemsize != dtype.itemsize:
+                raise RrpcError(-33, "alloc returned %s %s for %s %s" % (
+                    a.dtype, a.shape, dtype, shape))  # -EDOM
+            if not a.flags.writeable:
+                raise ValueError("alloc returned a read-only array")
+            if a.size == 0:
+                region, temp = _empty_region(core, True), True
+                _describe(ret_dest, a, region, 0)
+                ret_dest.dtype = incoming.dtype
+            else:
+                region, temp = _region_for(core, a, writable=True)
+                _describe(ret_dest, a, region)
+                ret_dest.dtype = incoming.dtype  # (bfloat16 received as uint16)
+            region._op_begin()
+            st.inflight[(_ptrint(conn), _ptrint(ret_dest.region), int(ret_dest.offset))] = (
+                a, region if temp else None, region)
+            return 0
+    except RrpcError as e:
+        return e.code
+    except Exception as e:
+        log.warning("roce_rpc: tensor alloc failed: %s", _last_line(e))
+        return 1
+
+
+@ffi.def_extern()
+def _rrpc_py_tensor_done(conn, name, dest, status, user):
+    st = _registry.get(_key(user))
+    if st is None:
+        return
+    core = st.core
+    try:
+        with _InCallback(core):
+            nm = ffi.string(name).decode("utf-8", "replace")
+            ent = st.inflight.pop((_ptrint(conn), _ptrint(dest.region), int(dest.offset)), None)
+            if ent is None:
+                return
+            a, temp, region = ent
+            region._op_end()
+            if temp is not None:
+                temp.close()
+            c = core.conn_for(conn)
+            if status == 0:
+                item = (nm, a)
+            else:
+                err = RrpcError(status, "tensor %r: %s" % (nm, strerror(status)))
+                err.tensor_name = nm
+                item = (nm, err)
+            if st.on_tensor is not None:
+                if status == 0:
+                    st.on_tensor(c, nm, a)
+                else:
+                    log.warning("roce_rpc: %s", item[1])
+            else:
+                st.queue.put(item)
+    except Exception:
+        log.exception("roce_rpc: tensor done callback failed")
+
+
+class TensorServer:
+    """Makes a Context accept tensors (rrpc_tensor_serve).
+
+    alloc(conn, name, dtype, shape) -> a writable numpy array of that dtype
+    and shape (any strides; it must lie in a Region registered with
+    REMOTE_WRITE, or be C-contiguous so it can be registered), or None for a
+    new array.  on_tensor(conn, name, array) runs on the loop thread once
+    every byte has landed; without it, receive() returns (name, array)."""
+
+    def __init__(self, ctx, alloc=None, on_tensor=None):
+        core = ctx._core
+        self._ctx = ctx
+        self._core = core
+        self._st = st = _TServerState(core, alloc, on_tensor)
+        st.key, user = _keep(st)
+        core.keys.add(st.key)
+        pp = ffi.new("rrpc_tensor_server **")
+        with core.use():
+            r = lib.rrpc_tensor_serve(ctx._ptr, lib._rrpc_py_tensor_alloc,
+                                      lib._rrpc_py_tensor_done, user, pp)
+            err = _error(r, ctx._ptr, "serve tensors") if r else None
+        if r:
+            core.forget(st.key)
+            raise err
+        st.ptr = pp[0]
+        core.tservers[st.key] = st
+
+    def receive(self, timeout=None):
+        """(name, array) of the next tensor that arrived; raises the
+        RrpcError of a failed one (with .tensor_name), TimeoutError."""
+        try:
+            item = self._st.queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError("no tensor within %s s" % timeout) from None
+        if item is None:
+            self._st.queue.put(None)
+            raise _closed_error("tensor server")
+        if isinstance(item[1], RrpcError):
+            raise item[1]
+        return item
+
+    def close(self):
+        """Stops serving; tensors still arriving fail with E_CLOSED."""
+        st = self._st
+        core = self._core
+        if st.closed:
+            return
+        if core.closing or core.closed:
+            st.closed = True
+            return
+        if _core._in_callback(core):
+            raise RrpcError(lib.RRPC_E_DEADLOCK, "TensorServer.close from a callback")
+        with core.use():
+            st.close_now()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---- KV-cache page pools ----------------------------------------------------
+
+class KvToken:
+    """A pool's token for one connection (rrpc_kv_token); 48 bytes on the wire."""
+
+    __slots__ = ("region", "page_size", "page_count")
+
+    def __init__(self, region, page_size, page_count):
+        self.region, self.page_size, self.page_count = region, page_size, page_count
+
+    @classmethod
+    def from_bytes(cls, b):
+        t = ffi.new("rrpc_kv_token *")
+        buf, n = _cbuf(b)
+        r = lib.rrpc_kv_token_decode(buf, n, t)
+        if r:
+            raise RrpcError(r, "not a KV pool token (%d bytes)" % n)
+        return cls(Token._from_c(t.region), t.page_size, t.page_count)
+
+    def _c(self):
+        t = ffi.new("rrpc_kv_token *")
+        rt = self.region._c()
+        t.region = rt[0]
+        t.page_size, t.page_count = self.page_size, self.page_count
+        return t
+
+    def to_bytes(self):
+        out = ffi.new("uint8_t[48]")
+        lib.rrpc_kv_token_encode(self._c(), out)
+        return bytes(ffi.buffer(out))
+
+    __bytes__ = to_bytes
+
+    def __repr__(self):
+        return "<KvToken %d pages of %d bytes>" % (self.page_count, self.page_size)
+
+
+class KvPool:
+    """A KV-cache page pool over a writable C-contiguous buffer (zero copy).
+
+    With page_size None, @array's first dimension counts the pages
+    (array[i] is page i); otherwise the buffer is cut into pages of
+    page_size bytes.  Keeps the array and the Context alive."""
+
+    def __init__(self, ctx, array, page_size=None):
+        core = ctx._core
+        self._ctx = ctx
+        self._core = core
+        self._closed = False
+        self._ops = 0
+        self._close_pending = False
+        a = np.asarray(array) if not isinstance(array, (bytearray, memoryview)) else array
+        self._buf = ffi.from_buffer("char[]", a, require_writable=True)
+        nbytes = len(self._buf)
+        if page_size is None:
+            if not isinstance(a, np.ndarray) or a.ndim < 1 or a.shape[0] == 0:
+                raise ValueError("give page_size, or an array whose first dimension is pages")
+            page_count = a.shape[0]
+            page_size = nbytes // page_count
+        else:
+            page_size = int(page_size)
+            if page_size <= 0 or nbytes % page_size:
+                raise ValueError("the buffer (%d bytes) is not a whole number of %d-byte pages"
+                                 % (nbytes, page_size))
+            page_count = nbytes // page_size
+        self.array = a
+        self.page_size = page_size
+        self.page_count = page_count
+        pp = ffi.new("rrpc_kv_pool **")
+        with core.use():
+            r = lib.rrpc_kv_pool_reg(ctx._ptr, self._buf, page_size, page_count, pp)
+            if r:
+                raise _error(r, ctx._ptr, "KV pool of %d x %d bytes" % (page_count, page_size))
+        self._ptr = pp[0]
+        self.addr = _ptrint(self._buf)
+        core.pools[id(self)] = self
+
+    _op_begin = Region._op_begin
+    _op_end = Region._op_end
+    close = Region.close
+    __enter__ = Region.__enter__
+    __exit__ = Region.__exit__
+    __del__ = Region.__del__
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def _release(self):
+        lib.rrpc_kv_pool_dereg(self._ptr)
+
+    def _really_close(self):
+        ptr = self._ptr
+        self._core.retire(self, lambda: lib.rrpc_kv_pool_dereg(ptr))
+
+    def page(self, i):
+        """Page @i as a numpy view (array[i], or a uint8 slice)."""
+        if not 0 <= i < self.page_count:
+            raise IndexError(i)
+        a = self.array
+        if isinstance(a, np.ndarray) and a.ndim >= 1 and a.shape[0] == self.page_count:
+            return a[i]
+        return np.frombuffer(a, np.uint8)[i * self.page_size:(i + 1) * self.page_size]
+
+    def token(self, conn):
+        """The KvToken with which the peer of @conn may write into this pool."""
+        t = ffi.new("rrpc_kv_token *")
+        with self._core.use(self, "KV pool"):
+            if conn._closed:
+                raise _closed_error("connection")
+            r = lib.rrpc_kv_pool_token(self._ptr, conn._ptr, t)
+            err = _error(r, self._core.ptr, "KV pool token") if r else None
+        if r:
+            raise err
+        return KvToken(Token._from_c(t.region), t.page_size, t.page_count)
+
+    def __repr__(self):
+        return "<roce_rpc.KvPool %d pages of %d bytes%s>" % (
+            self.page_count, self.page_size, " closed" if self._closed else "")
+
+
+class _Writes:
+    __slots__ = ("p",)
+
+    def __init__(self):
+        self.p = ffi.new("size_t *")
+
+    def __call__(self):
+        return int(self.p[0])
+
+
+def kv_transfer_async(conn, src, dst, pairs, *, qos=None, notify=None):
+    core = conn._core
+    if not isinstance(src, KvPool):
+        raise TypeError("src must be a KvPool")
+    if not isinstance(dst, KvToken):
+        dst = KvToken.from_bytes(dst)
+    pa = np.ascontiguousarray(np.asarray(pairs, dtype=np.uint64).reshape(-1, 2))
+    n = pa.shape[0]
+    cpairs = ffi.cast("rrpc_kv_pair *", ffi.from_buffer(pa)) if n else ffi.NULL
+    opts = ffi.new("rrpc_op_opts *")
+    opts.qos_class = _qos(qos, lib.RRPC_CLASS_BULK)
+    if notify is not None:
+        opts.notify = 1
+        opts.imm = int(notify) & 0xFFFFFFFF
+    writes = _Writes()
+    fut = concurrent.futures.Future()
+    fut.set_running_or_notify_cancel()
+    key, user = _keep((fut, core, writes, (src,), conn))
+    core.keys.add(key)
+    core.pending[key] = fut
+    src._op_begin()
+    try:
+        with core.use(conn, "connection"):
+            r = lib.rrpc_kv_transfer(conn._ptr, src._ptr, dst._c(), cpairs, n, opts,
+                                     lib._rrpc_py_op_done, user, writes.p)
+            err = _error(r, core.ptr, "KV transfer") if r else None
+    except BaseException:
+        core.pending.pop(key, None)
+        core.forget(key)
+        src._op_end()
+        raise
+    if r:
+        core.pending.pop(key, None)
+        core.forget(key)
+        src._op_end()
+        raise err
+    return fut

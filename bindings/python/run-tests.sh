@@ -1,0 +1,20 @@
+#!/bin/sh
+# bindings/python/run-tests.sh [BUILD_DIR] [pytest args...]
+#   Builds the cffi extension against BUILD_DIR's libroce_rpc (default: build)
+#   into BUILD_DIR/bindings/python/ and runs the Python tests there.
+#   Transport from RRPC_TEST_TRANSPORT / RRPC_TEST_SERVER / RRPC_TEST_CLIENT_SRC.
+#   Exit 77 (skipped) when Debian's python3-cffi, python3-numpy or
+#   python3-pytest is missing.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+BUILD=${1:-$HERE/../../build}
+[ $# -gt 0 ] && shift
+PY=/usr/bin/python3
+if ! $PY -c 'import cffi, numpy, pytest' 2>/dev/null; then
+  echo "python bindings: SKIPPED: install python3-cffi python3-numpy python3-pytest python3-dev" >&2
+  exit 77
+fi
+OUT=$(cd "$BUILD" && pwd)/bindings/python
+$PY "$HERE/build_ffi.py" --build-dir "$BUILD" --out-dir "$OUT"
+cd "$OUT"  # not bindings/python: "python -m" would import the sources from there
+PYTHONPATH="$OUT" exec $PY -m pytest -q -p no:cacheprovider "$@" "$HERE/tests"

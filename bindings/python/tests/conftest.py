@@ -1,0 +1,50 @@
+"""Fixtures of the Python binding tests.  Like tests/conformance, the
+transport comes from the environment:
+  RRPC_TEST_TRANSPORT   tcp (default) | verbs
+  RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
+  RRPC_TEST_CLIENT_SRC  the client's source address (optional)
+"""
+import os
+import sys
+
+import pytest
+
+try:
+    import roce_rpc  # noqa: F401  (PYTHONPATH given: a build directory's copy)
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        import roce_rpc  # noqa: F401
+    except ImportError as e:
+        raise ImportError("%s\nbuild the extension first: /usr/bin/python3 "
+                          "bindings/python/build_ffi.py" % e)
+
+TRANSPORT = os.environ.get("RRPC_TEST_TRANSPORT", "tcp")
+SCHEME = "rdma" if TRANSPORT == "verbs" else "tcp"
+SERVER = os.environ.get("RRPC_TEST_SERVER", "127.0.0.1")
+CLIENT_SRC = os.environ.get("RRPC_TEST_CLIENT_SRC")
+
+
+def listen_uri():
+    return "%s://%s:0" % (SCHEME, SERVER)
+
+
+def client_uri(listener):
+    return listener.client_uri(CLIENT_SRC)
+
+
+@pytest.fixture
+def pair():
+    """(server Context, its Listener, client Context); closed afterwards."""
+    with roce_rpc.Context() as s, roce_rpc.Context() as c:
+        lis = s.listen(listen_uri())
+        yield s, lis, c
+
+
+@pytest.fixture
+def conn(pair):
+    s, lis, c = pair
+    cn = c.connect(client_uri(lis))
+    assert cn.transport == TRANSPORT
+    yield cn
+    cn.close()

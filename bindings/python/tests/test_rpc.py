@@ -1,0 +1,269 @@
+import concurrent.futures
+import gc
+import threading
+import time
+
+import pytest
+
+import roce_rpc
+from roce_rpc import RrpcError
+
+from conftest import TRANSPORT, client_uri, listen_uri
+
+
+def test_context_manager_closes_and_is_idempotent():
+    with roce_rpc.Context() as ctx:
+        assert not ctx.closed
+        lis = ctx.listen(listen_uri())
+        assert lis.port > 0 and lis.uri.endswith(":%d" % lis.port)
+    assert ctx.closed
+    ctx.close()
+    with pytest.raises(RrpcError) as ei:
+        ctx.listen(listen_uri())
+    assert ei.value.code == roce_rpc.E_CLOSED
+
+
+def test_decorated_handlers_and_blocking_calls(pair):
+    s, lis, c = pair
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    @lis.handler("upper")
+    def upper(data):
+        return data.upper()
+
+    @s.handler("who", request=True)
+    def who(req, data):
+        assert isinstance(req.conn, roce_rpc.Conn)
+        return b"%d" % req.qos_class
+
+    conn = c.connect(client_uri(lis))
+    assert conn.up and conn.transport == TRANSPORT
+    assert conn.call("echo", b"hello") == b"hello"
+    assert conn.call("echo") == b""
+    assert conn.call("upper", bytearray(b"abc")) == b"ABC"
+    assert conn.call("who", qos="bulk") == b"%d" % roce_rpc.CLASS_BULK
+    assert conn.call("who", qos=roce_rpc.CLASS_CONTROL) == b"%d" % roce_rpc.CLASS_CONTROL
+    big = bytes(range(256)) * 4096  # 1 MiB
+    assert conn.call("echo", memoryview(big), qos="bulk") == big
+    assert len(lis.connections) == 1
+
+
+def test_futures_and_callbacks(pair):
+    s, lis, c = pair
+
+    @s.handler("inc")
+    def inc(data):
+        return (int(data) + 1).to_bytes(4, "little")
+
+    conn = c.connect(client_uri(lis))
+    futs = [conn.call_async("inc", b"%d" % i) for i in range(200)]
+    got = [int.from_bytes(f.result(timeout=10), "little") for f in futs]
+    assert got == list(range(1, 201))
+    done = threading.Event()
+    seen = []
+
+    def cb(fut):
+        seen.append(fut.result())
+        done.set()
+
+    conn.call_async("inc", b"41", callback=cb)
+    assert done.wait(10) and seen == [(42).to_bytes(4, "little")]
+
+
+def test_asyncio(pair):
+    import asyncio
+    s, lis, c = pair
+    s.add_handler("echo", lambda d: d)
+    conn = c.connect(client_uri(lis))
+
+    async def main():
+        return await asyncio.gather(*(conn.acall("echo", b"%d" % i) for i in range(10)))
+
+    assert asyncio.run(main()) == [b"%d" % i for i in range(10)]
+
+
+def test_errors_carry_code_name_and_message(pair):
+    s, lis, c = pair
+
+    @s.handler("refuse")
+    def refuse(data):
+        raise RrpcError(42, "the handler refuses politely")
+
+    @s.handler("crash")
+    def crash(data):
+        raise KeyError("no such key")
+
+    @s.handler("slow")
+    def slow(data):
+        time.sleep(0.3)
+        return b"late"
+
+    conn = c.connect(client_uri(lis))
+    with pytest.raises(RrpcError) as ei:
+        conn.call("refuse")
+    assert ei.value.code == 42 and ei.value.message == "the handler refuses politely"
+    with pytest.raises(RrpcError) as ei:
+        conn.call("crash")
+    assert ei.value.code == 1 and "KeyError" in ei.value.message and "no such key" in \
+        ei.value.message
+    with pytest.raises(RrpcError) as ei:
+        conn.call("missing")
+    assert ei.value.code == roce_rpc.E_NO_METHOD
+    assert ei.value.name == "RRPC_E_NO_METHOD"
+    assert "RRPC_E_NO_METHOD" in str(ei.value)
+    with pytest.raises(RrpcError) as ei:
+        conn.call("slow", timeout=0.05)
+    assert ei.value.code == roce_rpc.E_DEADLINE and ei.value.name == "RRPC_E_DEADLINE"
+    f = conn.call_async("refuse")
+    assert isinstance(f.exception(10), RrpcError) and f.exception().code == 42
+    # the connection still works after all that
+    s.add_handler("echo", lambda d: d)
+    assert conn.call("echo", b"x") == b"x"
+
+
+def test_deferred_and_future_answers(pair):
+    s, lis, c = pair
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    @s.handler("later", request=True)
+    def later(req, data):
+        req.defer()
+        threading.Timer(0.01, req.respond, args=(b"threaded " + data,)).start()
+
+    @s.handler("fut")
+    def fut(data):
+        return pool.submit(lambda: data[::-1])
+
+    @s.handler("futfail")
+    def futfail(data):
+        return pool.submit(lambda: (_ for _ in ()).throw(RrpcError(7, "async no")))
+
+    conn = c.connect(client_uri(lis))
+    assert conn.call("later", b"x") == b"threaded x"
+    assert conn.call("fut", b"abc") == b"cba"
+    with pytest.raises(RrpcError) as ei:
+        conn.call("futfail")
+    assert (ei.value.code, ei.value.message) == (7, "async no")
+    pool.shutdown()
+
+
+def test_blocking_call_from_a_handler_refuses(pair):
+    s, lis, c = pair
+    s.add_handler("echo", lambda d: d)
+    c.add_handler("echo", lambda d: d)  # clients serve too
+
+    @s.handler("reenter", request=True)
+    def reenter(req, data):
+        try:
+            req.conn.call("echo", b"x")
+        except RrpcError as e:
+            return e.name.encode()
+        return b"no error"
+
+    @s.handler("callback", request=True)
+    def callback(req, data):  # the async form works from a handler
+        req.defer()
+        req.conn.call_async("echo", b"back", callback=lambda f: req.respond(f.result()))
+
+    conn = c.connect(client_uri(lis))
+    assert conn.call("reenter") == b"RRPC_E_DEADLOCK"
+    assert conn.call("callback") == b"back"
+
+
+def test_connection_events_and_close(pair):
+    s, lis, c = pair
+    ups, downs = [], []
+    ev = threading.Event()
+    s.on_connect(lambda cn: ups.append(cn))
+
+    @s.on_disconnect
+    def gone(cn, reason):
+        downs.append(reason.code)
+        ev.set()
+
+    conn = c.connect(client_uri(lis))
+    assert len(ups) == 1
+    conn.close()
+    assert conn.closed and not conn.up
+    assert ev.wait(10) and downs
+    with pytest.raises(RrpcError) as ei:
+        conn.call("echo")
+    assert ei.value.code == roce_rpc.E_CLOSED
+    conn.close()  # idempotent
+
+
+def test_connect_errors():
+    with roce_rpc.Context() as c:
+        with pytest.raises(RrpcError) as ei:
+            c.connect("nope://x")
+        assert ei.value.code == roce_rpc.E_URI
+        assert ei.value.message
+
+
+def test_pending_calls_fail_when_the_context_closes():
+    s = roce_rpc.Context()
+    c = roce_rpc.Context()
+    lis = s.listen(listen_uri())
+    held = []
+    s.add_handler("hold", lambda req, d: held.append(req.defer()), request=True)
+    conn = c.connect(client_uri(lis))
+    f = conn.call_async("hold")
+    t0 = time.time()
+    while not held and time.time() - t0 < 5:
+        time.sleep(0.01)
+    c.close()
+    assert isinstance(f.exception(5), RrpcError)
+    assert f.exception().code in (roce_rpc.E_CLOSED, roce_rpc.E_CONN_LOST)
+    s.close()
+    with pytest.raises(RrpcError):
+        held[0].respond(b"too late")
+
+
+def test_children_keep_parents_alive_any_drop_order():
+    for order in range(3):
+        s = roce_rpc.Context()
+        c = roce_rpc.Context()
+        lis = s.listen(listen_uri())
+        s.add_handler("echo", lambda d: d)
+        conn = c.connect(client_uri(lis))
+        buf = bytearray(4096)
+        region = c.register(buf)
+        assert region.context is c and conn.context is c
+        objs = [s, c, lis, conn, region]
+        del s, c
+        gc.collect()
+        assert conn.call("echo", b"alive") == b"alive"  # the contexts are alive
+        if order == 1:
+            objs.reverse()
+        elif order == 2:
+            objs = objs[2:] + objs[:2]
+        while objs:
+            objs.pop()
+            gc.collect()
+        del conn, lis, region
+        gc.collect()
+
+
+def test_handler_closing_its_own_context_does_not_deadlock():
+    s = roce_rpc.Context()
+    c = roce_rpc.Context()
+    lis = s.listen(listen_uri())
+
+    @s.handler("close")
+    def close(data):
+        s.close()
+        return b"bye"
+
+    conn = c.connect(client_uri(lis))
+    try:
+        conn.call("close", timeout=5)
+    except RrpcError:
+        pass
+    t0 = time.time()
+    while not s._core.closed and time.time() - t0 < 5:
+        time.sleep(0.01)
+    assert s._core.closed
+    c.close()
