@@ -9,6 +9,7 @@
 #include <roce_rpc/rpc.h>
 #include <roce_rpc/memory.h>
 #include <roce_rpc/pack.h>
+#include <roce_rpc/tensor.h>
 
 #define RRPC_VERSION_STRING "0.1.0"
 /* The wire protocol version this library speaks (docs/protocol.md). */

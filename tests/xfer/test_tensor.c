@@ -1,0 +1,805 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tensors and KV-cache pages (<roce_rpc/tensor.h>), over a real connection.
+ * Written against the public API only and run once per transport, like the
+ * conformance suite; the transport and addresses come from the environment:
+ *   RRPC_TEST_TRANSPORT   tcp (default) | verbs
+ *   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
+ *   RRPC_TEST_CLIENT_SRC  the client's source address (optional)
+ * Receiver and sender are two contexts in this process, each on its own loop
+ * thread, so the receiver's memory is checked directly, byte for byte.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include <roce_rpc/rrpc.h>
+
+enum alloc_mode {
+    ALLOC_EXACT,       /* the destination T.dst_region at T.dst_off, strides T.dst_strides */
+    ALLOC_WRONG_DTYPE, /* a destination of another dtype */
+    ALLOC_WRONG_SHAPE, /* a destination of another shape */
+    ALLOC_OUTSIDE,     /* a destination that leaves its region */
+    ALLOC_READ_ONLY,   /* a region without remote write */
+    ALLOC_REFUSE,      /* the application says no, with code 42 */
+};
+
+static struct {
+    const char *transport, *scheme, *server_addr, *client_src;
+    char uri[256];
+    rrpc_ctx *sctx, *cctx;
+    rrpc_listener *lis;
+    rrpc_conn *conn; /* the client's */
+    rrpc_tensor_server *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+
+    /* receiver: where tensors go */
+    uint8_t *dst_mem;
+    size_t dst_len;
+    rrpc_region *dst_region, *ro_region;
+    size_t dst_off;
+    bool dst_strided; /* use T.dst_strides instead of C order */
+    int64_t dst_strides[RRPC_TENSOR_MAX_DIMS];
+    enum alloc_mode mode;
+    /* what the receiver saw */
+    int allocs, dones, done_status;
+    void *done_addr;    /* region start + offset of the destination given */
+    void *chosen_addr;  /* what the alloc callback chose */
+    int verified;       /* the content checked inside the done callback */
+    const rrpc_tensor *expect; /* the source, for the check */
+
+    /* KV */
+    rrpc_kv_pool *spool, *dpool;
+    uint8_t *spages, *dpages;
+    int notifies;
+    uint32_t last_imm;
+} T;
+
+#define PAGE 4096u
+#define NPAGES 64u
+#define GUARD 4096u
+
+static void lock(void)
+{
+    pthread_mutex_lock(&T.mu);
+}
+static void unlock(void)
+{
+    pthread_cond_broadcast(&T.cv);
+    pthread_mutex_unlock(&T.mu);
+}
+
+static int wait_for(int *flag, int want, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&T.mu);
+    while (*flag < want)
+        if (pthread_cond_timedwait(&T.cv, &T.mu, &ts) == ETIMEDOUT)
+            break;
+    int v = *flag;
+    pthread_mutex_unlock(&T.mu);
+    return v;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = (uint8_t)(seed >> 16);
+    }
+}
+
+static bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v)
+            return false;
+    return true;
+}
+
+/* ---- element-wise comparison of two in-process tensors ---------------------- */
+
+static const uint8_t *elem(const rrpc_tensor *t, const int64_t *idx)
+{
+    const uint8_t *p = (const uint8_t *)rrpc_region_addr(t->region) + t->offset;
+    for (int i = 0; i < t->ndim; i++)
+        p += idx[i] * t->strides[i];
+    return p;
+}
+
+static bool same_content(const rrpc_tensor *a, const rrpc_tensor *b)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim)
+        return false;
+    uint64_t n = rrpc_tensor_numel(a);
+    size_t isz = rrpc_dtype_size(a->dtype);
+    if (rrpc_tensor_is_contiguous(a) && rrpc_tensor_is_contiguous(b))
+        return memcmp(elem(a, (int64_t[8]){0}), elem(b, (int64_t[8]){0}), n * isz) == 0;
+    int64_t idx[RRPC_TENSOR_MAX_DIMS] = {0};
+    for (uint64_t k = 0; k < n; k++) {
+        if (memcmp(elem(a, idx), elem(b, idx), isz) != 0)
+            return false;
+        for (int d = a->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < a->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return true;
+}
+
+/* ---- receiver callbacks --------------------------------------------------------- */
+
+static int on_alloc(rrpc_conn *c, const char *name, const rrpc_tensor *in, rrpc_tensor *d,
+                    void *user)
+{
+    lock();
+    T.allocs++;
+    int r = 0;
+    d->region = T.dst_region;
+    d->offset = T.dst_off;
+    if (T.dst_strided)
+        memcpy(d->strides, T.dst_strides, sizeof(d->strides));
+    switch (T.mode) {
+    case ALLOC_EXACT:
+        break;
+    case ALLOC_WRONG_DTYPE:
+        d->dtype = in->dtype == RRPC_DTYPE_F32 ? RRPC_DTYPE_I32 : RRPC_DTYPE_F32;
+        break;
+    case ALLOC_WRONG_SHAPE:
+        d->shape[0] = in->shape[0] + 1;
+        break;
+    case ALLOC_OUTSIDE:
+        d->offset = T.dst_len - 4;
+        break;
+    case ALLOC_READ_ONLY:
+        d->region = T.ro_region;
+        d->offset = 0;
+        break;
+    case ALLOC_REFUSE:
+        r = 42;
+        break;
+    }
+    T.chosen_addr = (uint8_t *)rrpc_region_addr(d->region) + d->offset;
+    unlock();
+    return r;
+}
+
+static void on_done(rrpc_conn *c, const char *name, const rrpc_tensor *d, int status, void *user)
+{
+    /* Checked here, inside the callback: every byte must be in place now. */
+    bool ok = status == 0 && T.expect && same_content(T.expect, d);
+    lock();
+    T.dones++;
+    T.done_status = status;
+    T.done_addr = (uint8_t *)rrpc_region_addr(d->region) + d->offset;
+    T.verified = ok;
+    unlock();
+}
+
+static void on_notify(rrpc_conn *c, uint32_t imm, void *user)
+{
+    lock();
+    T.notifies++;
+    T.last_imm = imm;
+    unlock();
+}
+
+static void h_kvtoken(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_kv_token t;
+    uint8_t buf[RRPC_KV_TOKEN_SIZE];
+    assert_int_equal(rrpc_kv_pool_token(T.dpool, rrpc_request_conn(req), &t), 0);
+    rrpc_kv_token_encode(&t, buf);
+    rrpc_respond(req, buf, sizeof(buf));
+}
+
+/* Tensors still arriving on a connection that went down are released. */
+static void server_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    lock();
+    rrpc_tensor_server *srv = T.srv;
+    unlock();
+    /* srv cannot be freed under us: rrpc_tensor_server_close waits for the
+     * context lock, which this callback holds. */
+    if (ev == RRPC_CONN_DOWN)
+        rrpc_tensor_server_drop_conn(srv, c);
+}
+
+/* Unpublishes T.srv, then closes it (see server_event). */
+static void close_server(void)
+{
+    lock();
+    rrpc_tensor_server *srv = T.srv;
+    T.srv = NULL;
+    unlock();
+    rrpc_tensor_server_close(srv);
+}
+
+/* ---- setup ------------------------------------------------------------------------- */
+
+#define DST_LEN ((64u << 20) + 2 * GUARD)
+
+static int group_setup(void **state)
+{
+    T.transport = getenv("RRPC_TEST_TRANSPORT") ? getenv("RRPC_TEST_TRANSPORT") : "tcp";
+    T.scheme = strcmp(T.transport, "verbs") == 0 ? "rdma" : "tcp";
+    T.server_addr = getenv("RRPC_TEST_SERVER") ? getenv("RRPC_TEST_SERVER") : "127.0.0.1";
+    T.client_src = getenv("RRPC_TEST_CLIENT_SRC");
+    pthread_mutex_init(&T.mu, NULL);
+    pthread_cond_init(&T.cv, NULL);
+    if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
+        return -1;
+    if (rrpc_tensor_serve(T.sctx, on_alloc, on_done, NULL, &T.srv))
+        return -1;
+    if (rrpc_register(T.sctx, "kvtoken", h_kvtoken, NULL))
+        return -1;
+    rrpc_ctx_set_notify(T.sctx, on_notify, NULL);
+    T.dst_len = DST_LEN;
+    T.dst_mem = malloc(T.dst_len);
+    static uint8_t ro[4096];
+    T.spages = malloc(PAGE * NPAGES);
+    T.dpages = malloc(PAGE * NPAGES);
+    if (!T.dst_mem || !T.spages || !T.dpages ||
+        rrpc_mem_reg(T.sctx, T.dst_mem, T.dst_len, RRPC_ACCESS_REMOTE_WRITE, &T.dst_region) ||
+        rrpc_mem_reg(T.sctx, ro, sizeof(ro), RRPC_ACCESS_REMOTE_READ, &T.ro_region) ||
+        rrpc_kv_pool_reg(T.cctx, T.spages, PAGE, NPAGES, &T.spool) ||
+        rrpc_kv_pool_reg(T.sctx, T.dpages, PAGE, NPAGES, &T.dpool))
+        return -1;
+    char luri[256];
+    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    int r = rrpc_listen(T.sctx, luri, server_event, NULL, &T.lis);
+    if (r) {
+        fprintf(stderr, "listen %s: %s: %s\n", luri, rrpc_err_name(r),
+                rrpc_ctx_last_error(T.sctx));
+        return -1;
+    }
+    int port = rrpc_listener_port(T.lis);
+    if (T.client_src)
+        snprintf(T.uri, sizeof(T.uri), "%s://%s:%d?src=%s", T.scheme, T.server_addr, port,
+                 T.client_src);
+    else
+        snprintf(T.uri, sizeof(T.uri), "%s://%s:%d", T.scheme, T.server_addr, port);
+    if (rrpc_ctx_start_thread(T.sctx) || rrpc_ctx_start_thread(T.cctx))
+        return -1;
+    r = rrpc_connect_sync(T.cctx, T.uri, 10000, NULL, NULL, &T.conn);
+    if (r) {
+        fprintf(stderr, "connect %s: %s: %s\n", T.uri, rrpc_err_name(r),
+                rrpc_ctx_last_error(T.cctx));
+        return -1;
+    }
+    if (strcmp(rrpc_conn_transport(T.conn), T.transport) != 0)
+        return -1;
+    printf("# xfer: transport %s, server %s\n", T.transport, T.uri);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    rrpc_conn_close(T.conn);
+    close_server();
+    rrpc_ctx_destroy(T.cctx);
+    rrpc_ctx_destroy(T.sctx);
+    free(T.dst_mem);
+    free(T.spages);
+    free(T.dpages);
+    pthread_cond_destroy(&T.cv);
+    pthread_mutex_destroy(&T.mu);
+    return 0;
+}
+
+/* Regions and pools are deregistered before their context goes: the
+ * context would otherwise free them under us. */
+static int regions_teardown(void **state)
+{
+    rrpc_kv_pool_dereg(T.spool);
+    rrpc_kv_pool_dereg(T.dpool);
+    rrpc_mem_dereg(T.dst_region);
+    rrpc_mem_dereg(T.ro_region);
+    return group_teardown(state);
+}
+
+static void reset_rx(enum alloc_mode mode, size_t off)
+{
+    lock();
+    T.mode = mode;
+    T.dst_off = off;
+    T.dst_strided = false;
+    T.allocs = T.dones = T.verified = 0;
+    T.done_status = 1;
+    T.done_addr = T.chosen_addr = NULL;
+    unlock();
+    memset(T.dst_mem, 0xee, T.dst_len);
+}
+
+/* ---- tensors --------------------------------------------------------------------- */
+
+static void test_tensor_64mib_float32_lands_byte_for_byte_in_place(void **state)
+{
+    size_t n = 16u << 20; /* floats: 64 MiB */
+    float *src = malloc(n * sizeof(float));
+    assert_non_null(src);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (float)i * 0.5f - 3.0f;
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, src, n * sizeof(float), 0, &sr), 0);
+    rrpc_tensor t;
+    int64_t shape[2] = {4096, 4096};
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, shape, sr, 0), 0);
+    assert_int_equal(rrpc_tensor_nbytes(&t), 64u << 20);
+    reset_rx(ALLOC_EXACT, GUARD);
+    T.expect = &t;
+    int r = rrpc_tensor_send_sync(T.conn, "weights.0", &t, RRPC_CLASS_BULK);
+    if (r)
+        fprintf(stderr, "send: %s: %s\n", rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
+    assert_int_equal(r, 0);
+    /* The receiver's callback ran before the sender completed, saw every
+     * byte, and the destination is exactly where the receiver put it. */
+    assert_int_equal(T.allocs, 1);
+    assert_int_equal(T.dones, 1);
+    assert_int_equal(T.done_status, 0);
+    assert_true(T.verified);
+    assert_ptr_equal(T.done_addr, T.dst_mem + GUARD);
+    assert_ptr_equal(T.chosen_addr, T.dst_mem + GUARD);
+    assert_memory_equal(T.dst_mem + GUARD, src, n * sizeof(float));
+    assert_true(all_bytes(T.dst_mem, GUARD, 0xee));
+    assert_true(all_bytes(T.dst_mem + GUARD + (64u << 20), GUARD, 0xee));
+    T.expect = NULL;
+    rrpc_mem_dereg(sr);
+    free(src);
+}
+
+/* Sends @src and checks the receiver's copy element by element. */
+static void send_and_check(const rrpc_tensor *src, size_t dst_off, const int64_t *dst_strides)
+{
+    reset_rx(ALLOC_EXACT, dst_off);
+    if (dst_strides) {
+        T.dst_strided = true;
+        memcpy(T.dst_strides, dst_strides, sizeof(T.dst_strides));
+    }
+    T.expect = src;
+    int r = rrpc_tensor_send_sync(T.conn, "t", src, -1);
+    if (r)
+        fprintf(stderr, "send: %s: %s\n", rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
+    assert_int_equal(r, 0);
+    assert_int_equal(T.dones, 1);
+    assert_int_equal(T.done_status, 0);
+    assert_true(T.verified);
+    assert_ptr_equal(T.done_addr, T.dst_mem + dst_off);
+    T.expect = NULL;
+}
+
+static void test_tensor_dtypes_and_shapes_round_trip(void **state)
+{
+    size_t len = 1u << 20;
+    uint8_t *buf = malloc(len);
+    fill(buf, len, 7);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, len, 0, &sr), 0);
+    static const struct {
+        int dtype, ndim;
+        int64_t shape[4];
+    } cases[] = {
+        {RRPC_DTYPE_U8, 1, {1000}},
+        {RRPC_DTYPE_I8, 2, {3, 5}},
+        {RRPC_DTYPE_U16, 3, {2, 3, 4}},
+        {RRPC_DTYPE_I16, 1, {1}},
+        {RRPC_DTYPE_U32, 2, {17, 1}},
+        {RRPC_DTYPE_I32, 4, {2, 1, 3, 7}},
+        {RRPC_DTYPE_U64, 2, {10, 10}},
+        {RRPC_DTYPE_I64, 1, {33}},
+        {RRPC_DTYPE_F16, 2, {64, 64}},
+        {RRPC_DTYPE_BF16, 3, {4, 8, 16}},
+        {RRPC_DTYPE_F32, 2, {100, 250}},
+        {RRPC_DTYPE_F64, 0, {0}}, /* a scalar */
+        {RRPC_DTYPE_F32, 2, {0, 5}}, /* empty */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rrpc_tensor t;
+        assert_int_equal(rrpc_tensor_init(&t, cases[i].dtype, cases[i].ndim, cases[i].shape, sr,
+                                          8 * i),
+                         0);
+        assert_int_equal(rrpc_tensor_validate(&t), 0);
+        send_and_check(&t, GUARD + 8 * i, NULL);
+    }
+    rrpc_mem_dereg(sr);
+    free(buf);
+}
+
+/* Non-contiguous layouts on either side: one WRITE per contiguous run. */
+static void test_tensor_strided_layouts_are_copied_element_by_element(void **state)
+{
+    size_t len = 1u << 20;
+    uint8_t *buf = malloc(len);
+    fill(buf, len, 11);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, len, 0, &sr), 0);
+    /* every other row of a 64 x 32 float32 matrix, into C order */
+    rrpc_tensor t;
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, (int64_t[]){32, 32}, sr, 0), 0);
+    t.strides[0] = 2 * 32 * 4;
+    assert_int_equal(rrpc_tensor_validate(&t), 0);
+    assert_false(rrpc_tensor_is_contiguous(&t));
+    send_and_check(&t, GUARD, NULL);
+    /* C order into a transposed (Fortran-order) destination */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_I16, 2, (int64_t[]){12, 9}, sr, 100), 0);
+    send_and_check(&t, GUARD, (int64_t[8]){2, 2 * 12});
+    /* negative strides (a flipped view), 3-D */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 3, (int64_t[]){4, 5, 6}, sr, 0), 0);
+    t.offset = 4 * 5 * 6 - 1;
+    t.strides[0] = -30;
+    t.strides[1] = -6;
+    t.strides[2] = -1;
+    assert_int_equal(rrpc_tensor_validate(&t), 0);
+    send_and_check(&t, GUARD, NULL);
+    rrpc_mem_dereg(sr);
+    free(buf);
+}
+
+static void test_tensor_bad_descriptors_fail_at_once_and_send_nothing(void **state)
+{
+    uint8_t buf[4096];
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, sizeof(buf), 0, &sr), 0);
+    rrpc_tensor t;
+    reset_rx(ALLOC_EXACT, GUARD);
+    /* unknown dtype */
+    assert_int_equal(rrpc_tensor_init(&t, 99, 1, (int64_t[]){4}, sr, 0), -EINVAL);
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){4}, sr, 0), 0);
+    t.dtype = 0;
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    /* negative dimension, too many dimensions */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){4}, sr, 0), 0);
+    t.shape[0] = -4;
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    t.shape[0] = 4;
+    t.ndim = 9;
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    /* strides that make elements overlap, or a zero stride */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, (int64_t[]){4, 4}, sr, 0), 0);
+    t.strides[0] = 8;
+    assert_int_equal(rrpc_tensor_validate(&t), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    t.strides[0] = 0;
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    /* a buffer outside its region: past the end, before the start */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){1024}, sr, 4), 0);
+    assert_int_equal(rrpc_tensor_validate(&t), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, sr, 0), 0);
+    t.strides[0] = -4;
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    /* unregistered memory */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, NULL, 0), 0);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    /* memory of the other context */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, T.dst_region, 0), 0);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    /* bad name, bad class */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, sr, 0), 0);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, 9), RRPC_E_BAD_CLASS);
+    /* none of it reached the receiver */
+    assert_int_equal(T.allocs, 0);
+    assert_true(all_bytes(T.dst_mem, T.dst_len, 0xee));
+    rrpc_mem_dereg(sr);
+}
+
+/* The receiver chose a destination that does not fit: an error, and nothing
+ * written; the receiver gets its destination back through the done callback. */
+static void test_tensor_unusable_destinations_are_refused_and_left_untouched(void **state)
+{
+    uint8_t buf[4096];
+    fill(buf, sizeof(buf), 3);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, sizeof(buf), 0, &sr), 0);
+    rrpc_tensor t;
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, (int64_t[]){8, 16}, sr, 0), 0);
+    static const struct {
+        enum alloc_mode mode;
+        int code;
+        int dones; /* the alloc accepted, then the check refused: done runs */
+    } cases[] = {
+        {ALLOC_WRONG_DTYPE, -EDOM, 1}, {ALLOC_WRONG_SHAPE, -EDOM, 1},
+        {ALLOC_OUTSIDE, RRPC_E_REGION, 1}, {ALLOC_READ_ONLY, RRPC_E_ACCESS, 1},
+        {ALLOC_REFUSE, 42, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        reset_rx(cases[i].mode, GUARD);
+        int r = rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_LOW_LATENCY);
+        assert_int_equal(r, cases[i].code);
+        assert_true(strlen(rrpc_ctx_last_error(T.cctx)) > 0);
+        assert_int_equal(T.allocs, 1);
+        assert_int_equal(T.dones, cases[i].dones);
+        if (cases[i].dones)
+            assert_int_equal(T.done_status, cases[i].code);
+        assert_true(all_bytes(T.dst_mem, T.dst_len, 0xee));
+    }
+    /* a destination strided so that its elements overlap */
+    reset_rx(ALLOC_EXACT, GUARD);
+    T.dst_strided = true;
+    memcpy(T.dst_strides, (int64_t[8]){4, 4}, sizeof(T.dst_strides));
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(T.dones, 1);
+    assert_true(all_bytes(T.dst_mem, T.dst_len, 0xee));
+    rrpc_mem_dereg(sr);
+}
+
+static void test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method(void **state)
+{
+    uint8_t buf[64];
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, sizeof(buf), 0, &sr), 0);
+    rrpc_tensor t;
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){64}, sr, 0), 0);
+    close_server();
+    reset_rx(ALLOC_EXACT, GUARD);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_NO_METHOD);
+    assert_int_equal(T.allocs, 0);
+    rrpc_tensor_server *srv, *dup;
+    assert_int_equal(rrpc_tensor_serve(T.sctx, on_alloc, on_done, NULL, &srv), 0);
+    lock();
+    T.srv = srv;
+    unlock();
+    assert_int_equal(rrpc_tensor_serve(T.sctx, on_alloc, on_done, NULL, &dup), -EEXIST);
+    rrpc_mem_dereg(sr);
+}
+
+static void test_dtype_names_round_trip(void **state)
+{
+    for (int d = RRPC_DTYPE_U8; d <= RRPC_DTYPE_F64; d++) {
+        assert_non_null(rrpc_dtype_name(d));
+        assert_int_equal(rrpc_dtype_from_name(rrpc_dtype_name(d)), d);
+        assert_true(rrpc_dtype_size(d) >= 1);
+    }
+    assert_int_equal(rrpc_dtype_size(RRPC_DTYPE_BF16), 2);
+    assert_int_equal(rrpc_dtype_size(0), 0);
+    assert_null(rrpc_dtype_name(13));
+    assert_int_equal(rrpc_dtype_from_name("float128"), -EINVAL);
+}
+
+/* ---- KV pages -------------------------------------------------------------------- */
+
+static rrpc_kv_token kv_token(void)
+{
+    void *out = NULL;
+    size_t len = 0;
+    assert_int_equal(rrpc_call_sync(T.conn, "kvtoken", NULL, 0, NULL, &out, &len), 0);
+    rrpc_kv_token t;
+    assert_int_equal(rrpc_kv_token_decode(out, len, &t), 0);
+    assert_int_equal(t.page_size, PAGE);
+    assert_int_equal(t.page_count, NPAGES);
+    free(out);
+    return t;
+}
+
+static void kv_reset(uint32_t seed)
+{
+    fill(T.spages, PAGE * NPAGES, seed);
+    memset(T.dpages, 0xee, PAGE * NPAGES);
+}
+
+/* Every destination page named holds its source page; every other is untouched. */
+static void kv_check(const rrpc_kv_pair *pairs, size_t n)
+{
+    bool hit[NPAGES] = {false};
+    for (size_t i = 0; i < n; i++) {
+        assert_memory_equal(T.dpages + pairs[i].dst * PAGE, T.spages + pairs[i].src * PAGE,
+                            PAGE);
+        hit[pairs[i].dst] = true;
+    }
+    for (size_t p = 0; p < NPAGES; p++)
+        if (!hit[p])
+            assert_true(all_bytes(T.dpages + p * PAGE, PAGE, 0xee));
+}
+
+static void test_kv_random_pairs_land_byte_for_byte(void **state)
+{
+    rrpc_kv_token tok = kv_token();
+    uint32_t seed = 12345;
+    for (int round = 0; round < 20; round++) {
+        kv_reset((uint32_t)round + 1);
+        uint64_t perm[NPAGES];
+        for (size_t i = 0; i < NPAGES; i++)
+            perm[i] = i;
+        for (size_t i = NPAGES - 1; i > 0; i--) {
+            seed = seed * 1103515245u + 12345u;
+            size_t j = (seed >> 8) % (i + 1);
+            uint64_t x = perm[i];
+            perm[i] = perm[j];
+            perm[j] = x;
+        }
+        seed = seed * 1103515245u + 12345u;
+        size_t n = 1 + (seed >> 8) % NPAGES;
+        rrpc_kv_pair pairs[NPAGES];
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            pairs[i] = (rrpc_kv_pair){.src = (seed >> 8) % NPAGES, .dst = perm[i]};
+        }
+        size_t writes = 0;
+        assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, pairs, n, NULL, &writes),
+                         0);
+        assert_true(writes >= 1 && writes <= n);
+        kv_check(pairs, n);
+    }
+}
+
+static void test_kv_contiguous_runs_coalesce_into_one_write_each(void **state)
+{
+    rrpc_kv_token tok = kv_token();
+    kv_reset(99);
+    rrpc_kv_pair pairs[] = {{0, 10}, {1, 11}, {2, 12}, {7, 3}};
+    size_t writes = 0;
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, pairs, 4, NULL, &writes), 0);
+    assert_int_equal(writes, 2);
+    kv_check(pairs, 4);
+    /* given out of order: sorted by destination before coalescing */
+    kv_reset(98);
+    rrpc_kv_pair shuffled[] = {{22, 42}, {20, 40}, {5, 0}, {21, 41}, {6, 1}, {9, 2}};
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, shuffled, 6, NULL, &writes), 0);
+    assert_int_equal(writes, 3); /* 5,6->0,1  9->2  20..22->40..42 */
+    kv_check(shuffled, 6);
+    /* the whole pool in one WRITE */
+    kv_reset(97);
+    rrpc_kv_pair all[NPAGES];
+    for (size_t i = 0; i < NPAGES; i++)
+        all[i] = (rrpc_kv_pair){i, i};
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, all, NPAGES, NULL, &writes), 0);
+    assert_int_equal(writes, 1);
+    kv_check(all, NPAGES);
+}
+
+struct kv_async {
+    int calls, status;
+};
+
+static void kv_cb(int status, void *user)
+{
+    struct kv_async *a = user;
+    lock();
+    a->status = status;
+    a->calls++;
+    unlock();
+}
+
+static void test_kv_batch_notifies_the_target_once_with_its_imm(void **state)
+{
+    rrpc_kv_token tok = kv_token();
+    kv_reset(5);
+    lock();
+    int before = T.notifies;
+    unlock();
+    rrpc_kv_pair pairs[] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}};
+    rrpc_op_opts o = {.qos_class = RRPC_CLASS_BULK, .notify = 1, .imm = 0xC0FFEE};
+    struct kv_async a = {0};
+    size_t writes = 0;
+    assert_int_equal(rrpc_kv_transfer(T.conn, T.spool, &tok, pairs, 7, &o, kv_cb, &a, &writes), 0);
+    assert_int_equal(writes, 7);
+    assert_int_equal(wait_for(&a.calls, 1, 10000), 1);
+    assert_int_equal(a.status, 0);
+    assert_int_equal(wait_for(&T.notifies, before + 1, 10000), before + 1);
+    kv_check(pairs, 7);
+    /* exactly one notification for the batch: a later batch without notify
+     * adds none */
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, pairs, 7, NULL, NULL), 0);
+    assert_int_equal(wait_for(&T.notifies, before + 2, 300), before + 1);
+    lock();
+    assert_int_equal(T.last_imm, 0xC0FFEE);
+    unlock();
+    assert_int_equal(a.calls, 1);
+}
+
+static void test_kv_bad_input_is_refused_and_nothing_is_written(void **state)
+{
+    rrpc_kv_token tok = kv_token();
+    kv_reset(8);
+    size_t writes = 77;
+    /* a page index out of range, on either side */
+    rrpc_kv_pair src_out[] = {{0, 1}, {NPAGES, 2}};
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, src_out, 2, NULL, &writes),
+                     -ERANGE);
+    rrpc_kv_pair dst_out[] = {{0, 1}, {1, NPAGES + 5}};
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, dst_out, 2, NULL, &writes),
+                     -ERANGE);
+    /* the same destination page twice in one batch */
+    rrpc_kv_pair dup[] = {{0, 4}, {1, 5}, {2, 4}};
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, dup, 3, NULL, &writes),
+                     -EEXIST);
+    /* page sizes differ */
+    rrpc_kv_pair ok[] = {{0, 1}};
+    rrpc_kv_token other = tok;
+    other.page_size = PAGE / 2;
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &other, ok, 1, NULL, &writes),
+                     -EDOM);
+    /* a destination that does not allow writes, or is smaller than it says */
+    other = tok;
+    other.region.access = RRPC_ACCESS_REMOTE_READ;
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &other, ok, 1, NULL, &writes),
+                     RRPC_E_ACCESS);
+    other = tok;
+    other.page_count = NPAGES * 2;
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &other, ok, 1, NULL, &writes),
+                     RRPC_E_ACCESS);
+    /* empty batch, bad class */
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, ok, 0, NULL, &writes), -EINVAL);
+    rrpc_op_opts bad = {.qos_class = 17};
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.spool, &tok, ok, 1, &bad, &writes),
+                     RRPC_E_BAD_CLASS);
+    /* a source pool of another context (registered memory, but not the
+     * connection's) */
+    assert_int_equal(rrpc_kv_transfer_sync(T.conn, T.dpool, &tok, ok, 1, NULL, &writes),
+                     RRPC_E_REGION);
+    assert_int_equal(writes, 77);
+    assert_true(all_bytes(T.dpages, PAGE * NPAGES, 0xee));
+    /* malformed tokens */
+    uint8_t enc[RRPC_KV_TOKEN_SIZE];
+    rrpc_kv_token dec;
+    rrpc_kv_token_encode(&tok, enc);
+    assert_int_equal(rrpc_kv_token_decode(enc, sizeof(enc) - 1, &dec), -EINVAL);
+    other = tok;
+    other.page_count = tok.region.len / PAGE + 1;
+    rrpc_kv_token_encode(&other, enc);
+    assert_int_equal(rrpc_kv_token_decode(enc, sizeof(enc), &dec), -EINVAL);
+    /* bad pools */
+    rrpc_kv_pool *p;
+    assert_int_equal(rrpc_kv_pool_reg(T.cctx, T.spages, 0, 4, &p), -EINVAL);
+    assert_int_equal(rrpc_kv_pool_reg(T.cctx, T.spages, SIZE_MAX / 2, 4, &p), -EINVAL);
+    assert_null(rrpc_kv_pool_page(T.spool, NPAGES));
+    assert_ptr_equal(rrpc_kv_pool_page(T.spool, 3), T.spages + 3 * PAGE);
+}
+
+/* Last: on verbs a forged key is a remote access error, which ends the
+ * queue pair (RRPC_E_CONN_LOST is then the honest answer). */
+static void test_kv_into_unregistered_memory_fails_and_writes_nothing(void **state)
+{
+    rrpc_kv_token tok = kv_token();
+    kv_reset(9);
+    tok.region.key ^= 0x5a5a5a5a5a5a5a5aull;
+    rrpc_kv_pair pairs[] = {{0, 0}, {1, 1}, {5, 9}};
+    int r = rrpc_kv_transfer_sync(T.conn, T.spool, &tok, pairs, 3, NULL, NULL);
+    if (strcmp(T.transport, "verbs") == 0)
+        assert_true(r == RRPC_E_ACCESS || r == RRPC_E_CONN_LOST);
+    else
+        assert_int_equal(r, RRPC_E_ACCESS);
+    assert_true(all_bytes(T.dpages, PAGE * NPAGES, 0xee));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dtype_names_round_trip),
+        cmocka_unit_test(test_tensor_64mib_float32_lands_byte_for_byte_in_place),
+        cmocka_unit_test(test_tensor_dtypes_and_shapes_round_trip),
+        cmocka_unit_test(test_tensor_strided_layouts_are_copied_element_by_element),
+        cmocka_unit_test(test_tensor_bad_descriptors_fail_at_once_and_send_nothing),
+        cmocka_unit_test(test_tensor_unusable_destinations_are_refused_and_left_untouched),
+        cmocka_unit_test(test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method),
+        cmocka_unit_test(test_kv_random_pairs_land_byte_for_byte),
+        cmocka_unit_test(test_kv_contiguous_runs_coalesce_into_one_write_each),
+        cmocka_unit_test(test_kv_batch_notifies_the_target_once_with_its_imm),
+        cmocka_unit_test(test_kv_bad_input_is_refused_and_nothing_is_written),
+        cmocka_unit_test(test_kv_into_unregistered_memory_fails_and_writes_nothing),
+    };
+    const char *name = getenv("RRPC_TEST_TRANSPORT") ? getenv("RRPC_TEST_TRANSPORT") : "tcp";
+    char suite[64];
+    snprintf(suite, sizeof(suite), "xfer_%s", name);
+    return cmocka_run_group_tests_name(suite, tests, group_setup, regions_teardown);
+}
