@@ -12,7 +12,8 @@ WHAT=${1:-}
 case "$WHAT" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
 PKGS="meson ninja-build pkg-config gcc libev-dev libmsgpack-dev libssl-dev openssl libcmocka-dev
-      libibverbs-dev librdmacm-dev ibverbs-providers rdma-core"
+      libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
+      python3 python3-dev python3-cffi python3-numpy python3-pytest"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "bootstrap: installing:" $missing
@@ -52,4 +53,5 @@ vm_step() {
   fi
 }
 vm_step "conformance over verbs" tests/softroce/run-suite.sh build
+vm_step "tensors and KV pages over verbs" tests/softroce/run-suite.sh build tests/xfer/test_tensor
 vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
