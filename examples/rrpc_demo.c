@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rrpc-demo: an RPC server and a client of roce-rpc.
+ * rrpc-demo: the main job of roce-rpc in two processes and a broker.
  *
- *   rrpc-demo server URI          serve "add" and "checksum", and a 16 MiB
- *                                 region clients may WRITE into
- *   rrpc-demo client URI          call "add" (msgpack arguments), WRITE a
- *                                 16 MiB float32 buffer into the server's
- *                                 region, and have the server verify it
+ *   rrpc-demo server URI BROKER CERTDIR   listen on URI (tcp://HOST:0 or
+ *       rdma://HOST:0), register the service "demo" with rrpcd at BROKER, and
+ *       serve "add" and tensors; only clients with a ticket from rrpcd get in
+ *   rrpc-demo client BROKER CERTDIR       find "demo" through rrpcd, call
+ *       add(40, 2), send a 16 MiB float32 tensor that lands in place in the
+ *       server's memory, and have the server confirm every element
  *
- * URI is tcp://HOST:PORT or rdma://HOST:PORT (see docs/).  The client says
- * which transport carried the calls.
+ * CERTDIR holds what scripts/make-dev-certs.sh makes for the principals
+ * demo-server and demo-client.  examples/run-demo.sh runs all of it.
  */
-#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,23 +20,33 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#define TENSOR_FLOATS (4u << 20) /* 16 MiB of float32 */
+#define ROWS 2048
+#define COLS 2048 /* 16 MiB of float32 */
 
-static rrpc_region *server_region;
-static float *server_mem;
+static float expected(uint64_t i)
+{
+    return (float)(i % 1000003) * 0.5f;
+}
+
+/* ---- server ------------------------------------------------------------- */
+
+static rrpc_region *landing; /* where tensors land: the server's own memory */
+static float *landing_mem;
+static volatile int64_t mismatches = -1; /* of the last tensor, once landed */
 
 static void h_add(rrpc_request *req, const void *p, size_t len, void *user)
 {
     int64_t a, b;
     char err[128];
+    void *out;
+    size_t n;
     if (rrpc_unpack(p, len, err, sizeof(err), "ii", &a, &b) != 0) {
         rrpc_respond_error(req, 1, err);
         return;
     }
-    void *out;
-    size_t n;
     if (rrpc_pack(&out, &n, "i", a + b) != 0) {
         rrpc_respond_error(req, 2, "out of memory");
         return;
@@ -45,28 +55,40 @@ static void h_add(rrpc_request *req, const void *p, size_t len, void *user)
     free(out);
 }
 
-static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
+/* The sender offers a tensor: it lands at the start of our region. */
+static int tensor_alloc(rrpc_conn *conn, const char *name, const rrpc_tensor *in,
+                        rrpc_tensor *dest, void *user)
 {
-    rrpc_token t;
-    uint8_t buf[RRPC_TOKEN_SIZE];
-    if (rrpc_region_token(server_region, rrpc_request_conn(req), &t) != 0) {
-        rrpc_respond_error(req, 3, "cannot make a token for this connection");
-        return;
-    }
-    rrpc_token_encode(&t, buf);
-    rrpc_respond(req, buf, sizeof(buf));
+    if (in->dtype != RRPC_DTYPE_F32 || rrpc_tensor_nbytes(in) > rrpc_region_len(landing))
+        return 22; /* an application code: "does not fit" */
+    dest->region = landing;
+    dest->offset = 0;
+    return 0;
 }
 
-/* Checks the buffer the client wrote: element i must equal i * 0.5f. */
-static void h_check(rrpc_request *req, const void *p, size_t len, void *user)
+static void tensor_done(rrpc_conn *conn, const char *name, const rrpc_tensor *t, int status,
+                        void *user)
 {
-    uint64_t bad = 0;
-    for (uint32_t i = 0; i < TENSOR_FLOATS; i++)
-        if (server_mem[i] != (float)i * 0.5f)
-            bad++;
+    if (status != 0) {
+        printf("demo-server: tensor '%s' failed: %s\n", name, rrpc_strerror(status));
+        return;
+    }
+    uint64_t n = rrpc_tensor_numel(t), bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+        bad += landing_mem[i] != expected(i);
+    mismatches = (int64_t)bad;
+    printf("demo-server: tensor '%s' %s (%lld, %lld) landed in place at %p over %s: %s\n", name,
+           rrpc_dtype_name(t->dtype), (long long)t->shape[0], (long long)t->shape[1],
+           (void *)landing_mem, rrpc_conn_transport(conn),
+           bad ? "MISMATCH" : "every element matches");
+    fflush(stdout);
+}
+
+static void h_tensor_check(rrpc_request *req, const void *p, size_t len, void *user)
+{
     void *out;
     size_t n;
-    rrpc_pack(&out, &n, "u", bad);
+    rrpc_pack(&out, &n, "i", (int64_t)mismatches);
     rrpc_respond(req, out, n);
     free(out);
 }
@@ -77,41 +99,70 @@ static void on_signal(int s)
     stop = 1;
 }
 
-static int die(rrpc_ctx *ctx, int r, const char *what)
+static int open_broker(const char *addr, const char *dir, const char *who, rrpc_broker **b)
 {
-    fprintf(stderr, "rrpc-demo: %s: %s (%s)\n  %s\n", what, rrpc_strerror(r), rrpc_err_name(r),
-            ctx ? rrpc_ctx_last_error(ctx) : "");
+    char ca[512], cert[512], key[512];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/%s.crt", dir, who);
+    snprintf(key, sizeof(key), "%s/%s.key", dir, who);
+    rrpc_broker_opts o = {.ca_file = ca, .cert_file = cert, .key_file = key};
+    int r = rrpc_broker_open(addr, &o, b);
+    if (r)
+        fprintf(stderr, "%s: cannot reach rrpcd at %s: %s (%s)\n", who, addr, rrpc_strerror(r),
+                rrpc_broker_last_error(NULL));
+    return r;
+}
+
+static int fail(const char *who, int r, rrpc_ctx *ctx, rrpc_broker *b)
+{
+    fprintf(stderr, "%s: %s (%s)\n  %s%s%s\n", who, rrpc_strerror(r), rrpc_err_name(r),
+            ctx ? rrpc_ctx_last_error(ctx) : "", b ? " " : "", b ? rrpc_broker_last_error(b) : "");
     return 1;
 }
 
-static int serve(const char *uri)
+static int server(const char *uri, const char *broker, const char *certs)
 {
-    rrpc_ctx *ctx;
+    rrpc_broker *b = NULL;
+    rrpc_ctx *ctx = NULL;
+    rrpc_listener *l = NULL;
+    rrpc_tensor_server *ts = NULL;
+    if (open_broker(broker, certs, "demo-server", &b))
+        return 1;
     int r = rrpc_ctx_create(&ctx);
     if (r)
-        return die(NULL, r, "context");
-    server_mem = calloc(TENSOR_FLOATS, sizeof(float));
-    if ((r = rrpc_mem_reg(ctx, server_mem, TENSOR_FLOATS * sizeof(float),
-                          RRPC_ACCESS_REMOTE_WRITE | RRPC_ACCESS_REMOTE_READ, &server_region)))
-        return die(ctx, r, "register memory");
-    rrpc_register(ctx, "add", h_add, NULL);
-    rrpc_register(ctx, "tensor_token", h_token, NULL);
-    rrpc_register(ctx, "tensor_check", h_check, NULL);
-    rrpc_listener *l;
-    if ((r = rrpc_listen(ctx, uri, NULL, NULL, &l)))
-        return die(ctx, r, "listen");
-    printf("rrpc-demo server: listening on %s\n", uri);
+        return fail("demo-server", r, NULL, b);
+    landing_mem = calloc((size_t)ROWS * COLS, sizeof(float));
+    if ((r = rrpc_mem_reg(ctx, landing_mem, (size_t)ROWS * COLS * sizeof(float),
+                          RRPC_ACCESS_REMOTE_WRITE, &landing)) ||
+        (r = rrpc_register(ctx, "add", h_add, NULL)) ||
+        (r = rrpc_register(ctx, "tensor_check", h_tensor_check, NULL)) ||
+        (r = rrpc_tensor_serve(ctx, tensor_alloc, tensor_done, NULL, &ts)) ||
+        (r = rrpc_broker_gate(b, ctx, "demo")) || (r = rrpc_ctx_start_thread(ctx)) ||
+        (r = rrpc_listen(ctx, uri, NULL, NULL, &l)))
+        return fail("demo-server", r, ctx, b);
+    /* Register the endpoint with the port the listener got. */
+    char ep[300];
+    snprintf(ep, sizeof(ep), "%.*s:%d", (int)(strrchr(uri, ':') - uri), uri,
+             rrpc_listener_port(l));
+    const char *eps[] = {ep};
+    if ((r = rrpc_broker_register(b, ctx, "demo", eps, 1, 0)))
+        return fail("demo-server", r, ctx, b);
+    printf("demo-server: serving 'demo' at %s, registered with rrpcd at %s as '%s'; "
+           "every connection needs a ticket from rrpcd\n",
+           ep, broker, rrpc_broker_principal(b));
     fflush(stdout);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
-    /* Driven mode: this thread runs the loop. */
     while (!stop)
-        rrpc_ctx_progress(ctx, 200);
-    rrpc_listener_close(l);
+        pause();
+    rrpc_tensor_server_close(ts);
     rrpc_ctx_destroy(ctx);
-    free(server_mem);
+    rrpc_broker_close(b);
+    free(landing_mem);
     return 0;
 }
+
+/* ---- client ------------------------------------------------------------- */
 
 static double now_ms(void)
 {
@@ -120,78 +171,79 @@ static double now_ms(void)
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static int client(const char *uri)
+static int client(const char *broker, const char *certs)
 {
-    rrpc_ctx *ctx;
-    int r = rrpc_ctx_create(&ctx);
-    if (r)
-        return die(NULL, r, "context");
-    rrpc_ctx_start_thread(ctx);
+    rrpc_broker *b = NULL;
+    rrpc_ctx *ctx = NULL;
     rrpc_conn *c = NULL;
-    for (int i = 0; i < 50; i++) { /* the server may still be starting */
-        r = rrpc_connect_sync(ctx, uri, 5000, NULL, NULL, &c);
-        if (r != -ECONNREFUSED)
-            break;
-        usleep(100000);
-    }
-    if (r)
-        return die(ctx, r, "connect");
-    printf("rrpc-demo client: connected to %s over the %s transport\n", uri,
-           rrpc_conn_transport(c));
+    if (open_broker(broker, certs, "demo-client", &b))
+        return 1;
+    int r = rrpc_ctx_create(&ctx);
+    if (r || (r = rrpc_ctx_start_thread(ctx)))
+        return fail("demo-client", r, ctx, b);
+    double t0 = now_ms();
+    if ((r = rrpc_connect_service(ctx, b, "demo", 10000, NULL, NULL, &c)))
+        return fail("demo-client: connect to 'demo'", r, ctx, b);
+    char peer[80] = "?";
+    rrpc_conn_peer(c, peer, sizeof(peer));
+    printf("demo-client: found 'demo' through rrpcd and connected with a ticket to %s over the "
+           "%s transport (%.1f ms)\n",
+           peer, rrpc_conn_transport(c), now_ms() - t0);
 
     void *req, *resp;
-    size_t reqlen, resplen;
-    rrpc_pack(&req, &reqlen, "ii", (int64_t)40, (int64_t)2);
-    double t0 = now_ms();
-    r = rrpc_call_sync(c, "add", req, reqlen, NULL, &resp, &resplen);
+    size_t len, rlen;
+    int64_t sum = 0;
+    rrpc_pack(&req, &len, "ii", (int64_t)40, (int64_t)2);
+    t0 = now_ms();
+    r = rrpc_call_sync(c, "add", req, len, NULL, &resp, &rlen);
     double t1 = now_ms();
     free(req);
     if (r)
-        return die(ctx, r, "call add");
-    int64_t sum = 0;
-    rrpc_unpack(resp, resplen, NULL, 0, "i", &sum);
+        return fail("demo-client: add", r, ctx, b);
+    rrpc_unpack(resp, rlen, NULL, 0, "i", &sum);
     free(resp);
-    printf("rrpc-demo client: add(40, 2) = %lld  (%.3f ms round trip)\n", (long long)sum, t1 - t0);
-    if (sum != 42)
-        return 1;
+    printf("demo-client: add(40, 2) = %lld (%.3f ms round trip)\n", (long long)sum, t1 - t0);
 
-    /* A 16 MiB float32 buffer, written one-sided into the server's memory. */
-    size_t bytes = TENSOR_FLOATS * sizeof(float);
-    float *t = malloc(bytes);
-    for (uint32_t i = 0; i < TENSOR_FLOATS; i++)
-        t[i] = (float)i * 0.5f;
-    rrpc_region *lr;
-    if ((r = rrpc_mem_reg(ctx, t, bytes, 0, &lr)))
-        return die(ctx, r, "register memory");
-    if ((r = rrpc_call_sync(c, "tensor_token", NULL, 0, NULL, &resp, &resplen)))
-        return die(ctx, r, "get the server's token");
-    rrpc_token tok;
-    rrpc_token_decode(resp, resplen, &tok);
-    free(resp);
+    size_t bytes = (size_t)ROWS * COLS * sizeof(float);
+    float *w = malloc(bytes);
+    for (uint64_t i = 0; i < (uint64_t)ROWS * COLS; i++)
+        w[i] = expected(i);
+    rrpc_region *src;
+    rrpc_tensor t;
+    int64_t shape[2] = {ROWS, COLS};
+    if ((r = rrpc_mem_reg(ctx, w, bytes, 0, &src)) ||
+        (r = rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, shape, src, 0)))
+        return fail("demo-client: tensor", r, ctx, b);
     t0 = now_ms();
-    if ((r = rrpc_write_sync(c, lr, 0, &tok, 0, bytes, NULL)))
-        return die(ctx, r, "one-sided WRITE");
+    r = rrpc_tensor_send_sync(c, "weights", &t, RRPC_CLASS_BULK);
     t1 = now_ms();
-    if ((r = rrpc_call_sync(c, "tensor_check", NULL, 0, NULL, &resp, &resplen)))
-        return die(ctx, r, "call tensor_check");
-    uint64_t bad = 1;
-    rrpc_unpack(resp, resplen, NULL, 0, "u", &bad);
+    if (r)
+        return fail("demo-client: send tensor", r, ctx, b);
+    int64_t bad = -1;
+    if ((r = rrpc_call_sync(c, "tensor_check", NULL, 0, NULL, &resp, &rlen)))
+        return fail("demo-client: tensor_check", r, ctx, b);
+    rrpc_unpack(resp, rlen, NULL, 0, "i", &bad);
     free(resp);
-    printf("rrpc-demo client: wrote a %zu MiB float32 buffer one-sided in %.1f ms (%.0f MB/s); "
-           "server verified it: %s\n",
-           bytes >> 20, t1 - t0, bytes / 1e3 / (t1 - t0), bad == 0 ? "all elements match" : "MISMATCH");
-    rrpc_mem_dereg(lr);
-    free(t);
+    printf("demo-client: sent tensor 'weights' float32 (%d, %d), %zu MiB, in %.1f ms "
+           "(%.0f MB/s); the server says: %s\n",
+           ROWS, COLS, bytes >> 20, t1 - t0, bytes / 1e3 / (t1 - t0),
+           bad == 0 ? "every element matches" : "MISMATCH");
+    rrpc_mem_dereg(src);
+    free(w);
     rrpc_conn_close(c);
     rrpc_ctx_destroy(ctx);
-    return bad == 0 ? 0 : 1;
+    rrpc_broker_close(b);
+    return sum == 42 && bad == 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-        fprintf(stderr, "usage: rrpc-demo server|client tcp://HOST:PORT | rdma://HOST:PORT\n");
-        return 2;
-    }
-    return strcmp(argv[1], "server") == 0 ? serve(argv[2]) : client(argv[2]);
+    if (argc == 5 && strcmp(argv[1], "server") == 0)
+        return server(argv[2], argv[3], argv[4]);
+    if (argc == 4 && strcmp(argv[1], "client") == 0)
+        return client(argv[2], argv[3]);
+    fprintf(stderr, "usage: rrpc-demo server tcp://HOST:0|rdma://HOST:0 BROKER CERTDIR\n"
+                    "       rrpc-demo client BROKER CERTDIR\n"
+                    "(examples/run-demo.sh starts rrpcd, a server and a client)\n");
+    return 2;
 }
