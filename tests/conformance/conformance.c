@@ -595,42 +595,60 @@ static void test_one_credit_per_class_still_completes_500_pipelined_calls(void *
     rrpc_ctx_destroy(s);
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
 static void test_low_latency_calls_complete_while_bulk_saturates(void **state)
 {
     /* A backlog of 1 MiB bulk echoes is kept topped up while low_latency calls
-     * run.  If low_latency waited behind bulk, every call would find the
-     * backlog drained when it completes; the classes keep it from waiting. */
+     * run, and each low_latency call counts the bulk calls that completed
+     * while it was in flight.  Behind the bulk queue it would wait for about
+     * the whole backlog; with the classes apart it waits for a few.  Counts,
+     * not times: it holds on a slow machine and under sanitizers alike. */
     rrpc_conn *c = connect_client(T.cctx);
-    enum { BACKLOG = 48, TOPUP = 4, BULK_SIZE = 1 << 20, LL = 20 };
+    enum { BACKLOG = 48, BULK_SIZE = 1 << 20, LL = 20 };
     uint8_t *big = calloc(1, BULK_SIZE);
-    struct pipe_state bulk = {.expect_len = BULK_SIZE};
-    int submitted = 0, drained = 0;
-    rrpc_call_opts bo = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 120000};
-    for (; submitted < BACKLOG; submitted++)
-        assert_int_equal(rrpc_call(c, "echo", big, BULK_SIZE, &bo, pipe_cb, &bulk), 0);
-    rrpc_call_opts lo = {.qos_class = RRPC_CLASS_LOW_LATENCY};
+    static struct pipe_state bulk; /* outlives a failed assertion's jump */
+    memset(&bulk, 0, sizeof(bulk));
+    bulk.expect_len = BULK_SIZE;
+    int submitted = 0, during[LL], ll_ok = 0;
+    rrpc_call_opts bo = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 300000};
+    rrpc_call_opts lo = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 300000};
     for (int i = 0; i < LL; i++) {
+        lock();
+        int outstanding = submitted - bulk.done;
+        unlock();
+        for (; outstanding < BACKLOG; outstanding++, submitted++)
+            if (rrpc_call(c, "echo", big, BULK_SIZE, &bo, pipe_cb, &bulk) != 0)
+                break;
+        lock();
+        int before = bulk.done;
+        unlock();
         void *out = NULL;
         size_t n = 0;
-        assert_int_equal(rrpc_call_sync(c, "class", NULL, 0, &lo, &out, &n), 0);
-        int32_t cls;
-        memcpy(&cls, out, sizeof(cls));
-        assert_int_equal(cls, RRPC_CLASS_LOW_LATENCY);
+        int32_t cls = -1;
+        if (rrpc_call_sync(c, "class", NULL, 0, &lo, &out, &n) == 0 && n == sizeof(cls)) {
+            memcpy(&cls, out, sizeof(cls));
+            ll_ok += cls == RRPC_CLASS_LOW_LATENCY;
+        }
         free(out);
         lock();
-        if (bulk.done >= submitted)
-            drained++;
+        during[i] = bulk.done - before;
         unlock();
-        for (int k = 0; k < TOPUP; k++, submitted++)
-            assert_int_equal(rrpc_call(c, "echo", big, BULK_SIZE, &bo, pipe_cb, &bulk), 0);
     }
-    printf("# %d of %d low_latency calls completed only after the bulk backlog drained\n",
-           drained, LL);
-    assert_true(drained < LL / 2);
-    assert_int_equal(wait_for(&bulk.done, submitted, 120000), submitted);
-    assert_int_equal(bulk.bad, 0);
+    int all = wait_for(&bulk.done, submitted, 300000);
+    qsort(during, LL, sizeof(during[0]), cmp_int);
+    printf("# bulk calls completed during a low_latency call: median %d, max %d "
+           "(backlog %d x 1 MiB)\n",
+           during[LL / 2], during[LL - 1], BACKLOG);
     free(big);
     rrpc_conn_close(c);
+    assert_int_equal(all, submitted);
+    assert_int_equal(bulk.bad, 0);
+    assert_int_equal(ll_ok, LL);
+    assert_true(during[LL / 2] < BACKLOG / 4);
 }
 
 static void test_each_class_carries_its_dscp_on_both_ends(void **state)
