@@ -29,13 +29,32 @@ if [ "$WHAT" = demo ]; then
   exec examples/run-demo.sh build auto
 fi
 
-echo "== unit, conformance (tcp) and examples =="
-meson test -C build --print-errorlogs
+PASSED=0 FAILED=0 SKIPPED=0
+# Runs meson test and adds its counts to the totals.
+meson_suites() {
+  local log
+  log=$(mktemp)
+  set +e
+  meson test "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  PASSED=$((PASSED + $(awk '/^Ok:/{n=$2} END{print n+0}' "$log")))
+  FAILED=$((FAILED + $(awk '/^Fail:/{n=$2} END{print n+0}' "$log") + $(awk '/^Timeout:/{n=$2} END{print n+0}' "$log")))
+  SKIPPED=$((SKIPPED + $(awk '/^Skipped:/{n=$2} END{print n+0}' "$log")))
+  rm -f "$log"
+  if [ "$rc" != 0 ]; then
+    echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+    exit "$rc"
+  fi
+}
+
+echo "== unit, broker, tensor, conformance, example and Python suites (tcp) =="
+meson_suites -C build --print-errorlogs
 echo "== the same under AddressSanitizer + UndefinedBehaviorSanitizer =="
 [ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs
+  meson_suites -C build-asan --print-errorlogs
 tests/softroce/install-deps.sh
 # In the VM: exit 77 means no VM can be made here (the reason is printed).
 vm_step() {
@@ -47,9 +66,14 @@ vm_step() {
   set -e
   if [ $rc = 77 ]; then
     echo "bootstrap: $what was SKIPPED (see the reason above)"
+    SKIPPED=$((SKIPPED + 1))
   elif [ $rc != 0 ]; then
     echo "bootstrap: $what FAILED (exit $rc)" >&2
+    FAILED=$((FAILED + 1))
+    echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
     exit $rc
+  else
+    PASSED=$((PASSED + 1))
   fi
 }
 vm_step "conformance over verbs" tests/softroce/run-suite.sh build
@@ -58,3 +82,5 @@ vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
 vm_step "the main job (rrpcd, server, client, tensor) over verbs" \
   tests/softroce/run-in-vm.sh "$PWD" bash -c \
   'ulimit -l unlimited && RRPC_DEMO_HOST=10.77.0.2 examples/run-demo.sh build verbs'
+echo "(meson suites count one each, and each VM step counts one)"
+echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
