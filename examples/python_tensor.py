@@ -20,11 +20,14 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings",
-                                "python"))
-import numpy as np  # noqa: E402
+import numpy as np
 
-import roce_rpc  # noqa: E402
+try:  # an installed package, or the one bindings/python/run-tests.sh built
+    import roce_rpc
+except ImportError:  # the source tree, after bindings/python/build_ffi.py
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "bindings", "python"))
+    import roce_rpc
 
 TENSOR_SHAPE = (4096, 4096)                 # float32: 64 MiB
 PAGE_SHAPE = (2, 8, 64)                     # one KV page: K and V, 8 heads x 64, float16

@@ -17,4 +17,10 @@ fi
 OUT=$(cd "$BUILD" && pwd)/bindings/python
 $PY "$HERE/build_ffi.py" --build-dir "$BUILD" --out-dir "$OUT"
 cd "$OUT"  # not bindings/python: "python -m" would import the sources from there
-PYTHONPATH="$OUT" exec $PY -m pytest -q -p no:cacheprovider "$@" "$HERE/tests"
+PYTHONPATH="$OUT" $PY -m pytest -q -p no:cacheprovider "$@" "$HERE/tests"
+# The Python example (64 MiB tensor + KV pages, verified), on the same transport.
+URI=
+if [ "${RRPC_TEST_TRANSPORT:-tcp}" = verbs ]; then
+  URI="--uri rdma://${RRPC_TEST_SERVER:-127.0.0.1}:0"
+fi
+PYTHONPATH="$OUT" $PY "$HERE/../../examples/python_tensor.py" $URI

@@ -176,8 +176,9 @@ def test_blocking_call_from_a_handler_refuses(pair):
 def test_connection_events_and_close(pair):
     s, lis, c = pair
     ups, downs = [], []
-    ev = threading.Event()
-    s.on_connect(lambda cn: ups.append(cn))
+    ev, up = threading.Event(), threading.Event()
+    # The server's UP runs on its loop thread and needs the GIL: wait for it.
+    s.on_connect(lambda cn: (ups.append(cn), up.set()))
 
     @s.on_disconnect
     def gone(cn, reason):
@@ -185,7 +186,7 @@ def test_connection_events_and_close(pair):
         ev.set()
 
     conn = c.connect(client_uri(lis))
-    assert len(ups) == 1
+    assert up.wait(10) and len(ups) == 1
     conn.close()
     assert conn.closed and not conn.up
     assert ev.wait(10) and downs
