@@ -79,6 +79,7 @@ vm_step() {
 vm_step "conformance over verbs" tests/softroce/run-suite.sh build
 vm_step "tensors and KV pages over verbs" tests/softroce/run-suite.sh build tests/xfer/test_tensor
 vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
+vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
 vm_step "the main job (rrpcd, server, client, tensor) over verbs" \
   tests/softroce/run-in-vm.sh "$PWD" bash -c \
   'ulimit -l unlimited && RRPC_DEMO_HOST=10.77.0.2 examples/run-demo.sh build verbs'

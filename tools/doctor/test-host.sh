@@ -1,0 +1,109 @@
+#!/bin/bash
+# tools/doctor/test-host.sh RRPC_DOCTOR [RRPCD]
+# On a host with no RDMA device: rrpc-doctor must say so, give the "rdma link add" fix and exit 1,
+# in text and in --json; usage errors exit 2; --broker on a closed port is an error.  With RRPCD
+# (the rrpcd binary), also checks --broker against a live rrpcd with development certificates:
+# verified with the right CA, "not trusted" without it.  Last line: "N passed, N failed".
+# Exits 77 ("skipped: ...") on a host that has RDMA devices.
+set -u
+DOCTOR=${1:?usage: test-host.sh RRPC_DOCTOR [RRPCD]}
+RRPCD=${2:-}
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PY=/usr/bin/python3
+if [ -n "$(ls -A /sys/class/infiniband 2>/dev/null)" ]; then
+  echo "skipped: this host has RDMA devices ($(ls /sys/class/infiniband | tr '\n' ' ')); the no-device test needs none"
+  exit 77
+fi
+PASS=0 FAIL=0
+ok() { echo "ok - $*"; PASS=$((PASS + 1)); }
+bad() { echo "FAIL - $*"; FAIL=$((FAIL + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+WORK=$(mktemp -d)
+RRPCD_PID=
+cleanup() { [ -n "$RRPCD_PID" ] && kill "$RRPCD_PID" 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+# Text.
+"$DOCTOR" > "$WORK/out" 2>&1; rc=$?
+cat "$WORK/out"
+check "text: exit status 1 (an error)" [ "$rc" = 1 ]
+check "text: says no RDMA device" grep -q "^\[ERROR\] devices  no RDMA device found" "$WORK/out"
+check "text: gives the Soft-RoCE fix" \
+  grep -Eq "fix: create a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev [^ ]+" "$WORK/out"
+check "text: summary line" grep -Eq "^rrpc-doctor: [1-9][0-9]* errors?, " "$WORK/out"
+
+# JSON.
+"$DOCTOR" --json > "$WORK/json" 2>"$WORK/err"; rc=$?
+check "json: exit status 1" [ "$rc" = 1 ]
+check "json: nothing on stderr" [ ! -s "$WORK/err" ]
+if $PY - "$WORK/json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = d["findings"]
+dev = [x for x in f if x["check"] == "devices"]
+assert len(dev) == 1, dev
+dev = dev[0]
+assert dev["severity"] == "error", dev
+assert "no RDMA device" in dev["message"], dev
+assert "modprobe rdma_rxe && rdma link add rxe0 type rxe netdev " in dev["fix"], dev
+assert dev["details"]["devices"] == 0, dev
+s = d["summary"]
+assert s["error"] == sum(1 for x in f if x["severity"] == "error") >= 1, s
+assert s["exit_code"] == 1, s
+for x in f:
+    assert x["severity"] in ("ok", "info", "warn", "error"), x
+    assert set(x) == {"severity", "check", "subject", "message", "fix", "details"}, x
+    assert x["severity"] != "error" or x["fix"], x      # every error comes with its fix
+PYEOF
+then ok "json: parses; one 'devices' error with the rdma link add fix; summary matches"
+else bad "json: content (see the assertion above)"; fi
+
+# Usage.
+"$DOCTOR" --bogus >/dev/null 2>&1; check "usage: unknown option exits 2" [ $? = 2 ]
+"$DOCTOR" extra >/dev/null 2>&1; check "usage: stray argument exits 2" [ $? = 2 ]
+"$DOCTOR" --ca x >/dev/null 2>&1; check "usage: --ca without --broker exits 2" [ $? = 2 ]
+"$DOCTOR" --help > "$WORK/help"; rc=$?
+check "--help exits 0 and documents --json" eval '[ $rc = 0 ] && grep -q -- "--json" "$WORK/help"'
+
+# Broker: a closed port.
+PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$DOCTOR" --json --broker 127.0.0.1:$PORT --timeout 2000 > "$WORK/b0" 2>&1
+if $PY - "$WORK/b0" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+b = [x for x in d["findings"] if x["check"] == "broker"][0]
+assert b["severity"] == "error" and "does not answer" in b["message"], b
+assert "start the broker" in b["fix"] and b["details"]["reachable"] is False, b
+PYEOF
+then ok "broker: a closed port is an error with the fix"; else bad "broker: closed port"; fi
+
+# Broker: a live rrpcd (when its binary and the openssl command exist).
+if [ -n "$RRPCD" ] && [ -x "$RRPCD" ] && command -v openssl >/dev/null; then
+  "$SRC/scripts/make-dev-certs.sh" "$WORK/certs" doctor-client >/dev/null 2>&1
+  cat > "$WORK/rrpcd.conf" <<CONF
+listen = 127.0.0.1:0
+port_file = $WORK/port
+cert = $WORK/certs/rrpcd.crt
+key = $WORK/certs/rrpcd.key
+ca = $WORK/certs/ca.crt
+CONF
+  "$RRPCD" -c "$WORK/rrpcd.conf" 2> "$WORK/rrpcd.log" &
+  RRPCD_PID=$!
+  for _ in $(seq 100); do [ -s "$WORK/port" ] && break; sleep 0.05; done
+  if [ -s "$WORK/port" ]; then
+    B=127.0.0.1:$(cat "$WORK/port")
+    "$DOCTOR" --broker "$B" --ca "$WORK/certs/ca.crt" > "$WORK/b1" 2>&1
+    cat "$WORK/b1" | grep broker
+    check "broker: live rrpcd verified with --ca" grep -Eq "^\[ OK  \] broker +broker $B answers: TLSv1.3, .* verified against" "$WORK/b1"
+    "$DOCTOR" --broker "$B" --timeout 2000 > "$WORK/b2" 2>&1
+    grep broker "$WORK/b2"
+    check "broker: without the CA it is reachable but not trusted" \
+      grep -q "^\[ERROR\] broker   broker $B answers (TLSv1.3) but its certificate .* is not trusted" "$WORK/b2"
+    check "broker: ... and the fix names --ca" grep -q "fix: pass the CA that signed rrpcd's certificate: --ca FILE" "$WORK/b2"
+  else
+    bad "rrpcd did not start: $(cat "$WORK/rrpcd.log")"
+  fi
+fi
+
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
