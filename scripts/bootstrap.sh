@@ -48,13 +48,15 @@ meson_suites() {
   fi
 }
 
-echo "== unit, broker, tensor, conformance, example and Python suites (tcp) =="
-meson_suites -C build --print-errorlogs
+echo "== unit, broker, tensor, conformance, reliability, example and Python suites (tcp) =="
+meson_suites -C build --no-suite soak --print-errorlogs
+echo "== soak: many connections, mixed classes, exactly-once answers, flat memory (90 s) =="
+meson_suites -C build --suite soak --print-errorlogs
 echo "== the same under AddressSanitizer + UndefinedBehaviorSanitizer =="
 [ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson_suites -C build-asan --print-errorlogs
+  meson_suites -C build-asan --no-suite soak --print-errorlogs
 tests/softroce/install-deps.sh
 # In the VM: exit 77 means no VM can be made here (the reason is printed).
 vm_step() {

@@ -79,6 +79,60 @@ static void connect_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         rrpci_conn_down(c, -ETIMEDOUT, "the connection did not come up in time");
 }
 
+/* ---- keepalive ---------------------------------------------------------- */
+
+static int send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, size_t len);
+
+/* Re-arms the keepalive timer to fire at loop time @at.  The timer is never
+ * touched on the receive path (that only stores @last_rx): it wakes at most
+ * once per interval and works out what happened since. */
+static void ka_arm(rrpc_conn *c, ev_tstamp at)
+{
+    ev_tstamp d = at - ev_now(c->ctx->loop);
+    c->ka_timer.repeat = d > 0.001 ? d : 0.001;
+    ev_timer_again(c->ctx->loop, &c->ka_timer);
+}
+
+static void ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    rrpc_conn *c = w->data;
+    const struct rrpci_config *cfg = &c->ctx->cfg;
+    ev_tstamp now = ev_now(loop);
+    ev_tstamp ival = cfg->keepalive_ms / 1000.0, tmo = cfg->keepalive_timeout_ms / 1000.0;
+    if (c->ka_probe_out && c->last_rx >= c->ka_sent)
+        c->ka_probe_out = false; /* anything after the probe answers it */
+    if (now - c->last_rx >= tmo) {
+        char why[128];
+        snprintf(why, sizeof(why), "no keepalive from the peer in %d ms (RRPC_KEEPALIVE_TIMEOUT_MS)",
+                 cfg->keepalive_timeout_ms);
+        rrpci_set_error(c->ctx, RRPC_E_CONN_LOST, "%s", why);
+        rrpci_conn_down(c, RRPC_E_CONN_LOST, why);
+        return;
+    }
+    if (!c->ka_probe_out && now - c->last_rx >= ival) {
+        /* One probe at a time: the transports are reliable, and it bounds
+         * the exempt frames a peer must have receive buffers for. */
+        int r = send_exempt(c, RRPCI_T_KEEPALIVE, 0, NULL, 0);
+        if (r < 0 || c->state != RRPCI_UP) {
+            if (c->state != RRPCI_DOWN)
+                rrpci_conn_down(c, r, "cannot send a keepalive");
+            return;
+        }
+        c->ka_probe_out = true;
+        c->ka_sent = now;
+    }
+    ka_arm(c, c->last_rx + (c->ka_probe_out ? tmo : ival));
+}
+
+static void ka_start(rrpc_conn *c)
+{
+    if (c->ctx->cfg.keepalive_ms <= 0 || c->state != RRPCI_UP)
+        return;
+    c->last_rx = ev_now(c->ctx->loop);
+    c->ka_probe_out = false;
+    ka_arm(c, c->last_rx + c->ctx->cfg.keepalive_ms / 1000.0);
+}
+
 static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops,
                              rrpc_conn_event_fn fn, void *user, int timeout_ms)
 {
@@ -103,6 +157,8 @@ static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *op
     ev_timer_init(&c->connect_timer, connect_timer_cb, timeout_ms / 1000.0, 0);
     c->connect_timer.data = c;
     ev_timer_start(ctx->loop, &c->connect_timer);
+    ev_init(&c->ka_timer, ka_timer_cb);
+    c->ka_timer.data = c;
     rrpci_list_add(&ctx->conns, &c->link);
     rrpci_list_init(&c->dirty_link);
     rrpci_list_init(&c->owned_link);
@@ -191,6 +247,7 @@ static void announce(rrpc_conn *c)
     c->authenticating = false;
     c->announced = true;
     RRPCI_LOG(c->ctx, LOG_DEBUG, "%s connection up", c->ops->name);
+    ka_start(c);
     rrpci_conn_ref(c);
     if (c->fn)
         c->fn(c, RRPC_CONN_UP, 0, c->user);
@@ -209,6 +266,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
     rrpci_list_del(&c->dirty_link);
     rrpci_conn_ref(c);
     ev_timer_stop(c->ctx->loop, &c->connect_timer);
+    ev_timer_stop(c->ctx->loop, &c->ka_timer);
     RRPCI_LOG(c->ctx, reason == RRPC_E_CLOSED ? LOG_DEBUG : LOG_NOTICE,
               "%s connection down: %s (%s)", c->ops->name, why ? why : "", rrpc_err_name(reason));
     c->ops->conn_close(c);
@@ -713,6 +771,9 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
 {
     if (c->state != RRPCI_UP)
         return;
+    c->last_rx = ev_now(c->ctx->loop);
+    if (h->type == RRPCI_T_KEEPALIVE && (c->authenticating || c->refused))
+        return; /* the peer is already up; this side starts probing once it is */
     if (c->authenticating || c->refused) {
         auth_frame(c, cls, h, p);
         return;
@@ -752,6 +813,12 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         rrpci_os_on_ack(c, h, p);
         break;
     case RRPCI_T_CREDIT:
+        break;
+    case RRPCI_T_KEEPALIVE:
+        if (cls != RRPC_CLASS_CONTROL || h->len != 0 || h->arg > 1)
+            protocol_error(c, RRPC_E_PROTO, "malformed keepalive frame");
+        else if (h->arg == 0)
+            send_exempt(c, RRPCI_T_KEEPALIVE, 1, NULL, 0); /* the answer */
         break;
     case RRPCI_T_TICKET:
         /* This side requires no ticket: acknowledge, so the client goes on. */

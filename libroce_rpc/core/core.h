@@ -58,6 +58,8 @@ struct rrpci_config {
     int deadline_ms;
     int connect_timeout_ms;
     int log_level;
+    int keepalive_ms;         /* probe a connection idle this long; 0: off */
+    int keepalive_timeout_ms; /* down when nothing arrived this long (0: 3 x the interval) */
     long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
 };
 
@@ -145,6 +147,12 @@ struct rrpc_conn {
     struct rrpci_class_state cls[RRPCI_MAX_CLASSES];
     struct rrpci_sched sched;
     ev_timer connect_timer;
+    /* Liveness: any received frame refreshes @last_rx; a connection idle for
+     * the keepalive interval sends one probe, and goes down when nothing at
+     * all arrived within the keepalive timeout. */
+    ev_timer ka_timer;
+    ev_tstamp last_rx, ka_sent;
+    bool ka_probe_out;
     void *priv;
 };
 

@@ -34,6 +34,10 @@ static const struct cfg_entry cfg_table[] = {
      "time allowed for a connection to come up, ms"},
     {"RRPC_LOG_LEVEL", -1, -1, 7, CFG_OFF(log_level),
      "log to stderr up to this syslog level (3 err .. 7 debug; -1: off)"},
+    {"RRPC_KEEPALIVE_MS", 5000, 0, 3600000L, CFG_OFF(keepalive_ms),
+     "probe a connection after this long without a frame from the peer, ms (0: off)"},
+    {"RRPC_KEEPALIVE_TIMEOUT_MS", 0, 0, 86400000L, CFG_OFF(keepalive_timeout_ms),
+     "declare the peer dead after this long without any frame, ms (0: 3 x RRPC_KEEPALIVE_MS)"},
     {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
      "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
     {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,
@@ -75,6 +79,16 @@ static int cfg_load(struct rrpci_config *cfg)
             }
         }
         cfg_store(cfg, e, v);
+    }
+    if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms == 0)
+        cfg->keepalive_timeout_ms =
+            cfg->keepalive_ms > 86400000 / 3 ? 86400000 : 3 * cfg->keepalive_ms;
+    if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms <= cfg->keepalive_ms) {
+        fprintf(stderr,
+                "roce-rpc: RRPC_KEEPALIVE_TIMEOUT_MS=%d must exceed RRPC_KEEPALIVE_MS=%d "
+                "(the peer needs time to answer a probe)\n",
+                cfg->keepalive_timeout_ms, cfg->keepalive_ms);
+        return -EINVAL;
     }
     return 0;
 }

@@ -25,7 +25,8 @@ enum rrpci_frame_type {
     RRPCI_T_ERROR = 11,    /* fatal: arg = code, payload = message; the sender closes */
     RRPCI_T_TICKET = 12,   /* active -> passive, first message: the broker's ticket */
     RRPCI_T_TICKET_ACK = 13,
-    RRPCI_T_MAX_ = 14,
+    RRPCI_T_KEEPALIVE = 14, /* either, control class: arg 0 = probe, 1 = answer; no payload */
+    RRPCI_T_MAX_ = 15,
 };
 
 /* Flag bits of the header. */
@@ -48,7 +49,7 @@ static inline bool rrpci_type_is_exempt(uint8_t type)
 {
     return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
            type == RRPCI_T_JOIN_ACK || type == RRPCI_T_CREDIT || type == RRPCI_T_ERROR ||
-           type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK;
+           type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE;
 }
 
 void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE]);

@@ -287,13 +287,13 @@ static void test_header_decode_leaves_why_alone_on_success_and_accepts_null_why(
     assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, NULL), RRPC_E_PROTO);
 }
 
-static void test_exempt_types_are_exactly_handshake_credit_error_and_ticket(void **state)
+static void test_exempt_types_are_exactly_handshake_credit_error_ticket_and_keepalive(void **state)
 {
     (void)state;
     for (int t = 0; t < 256; t++) {
         bool want = t == RRPCI_T_HELLO || t == RRPCI_T_HELLO_ACK || t == RRPCI_T_JOIN ||
                     t == RRPCI_T_JOIN_ACK || t == RRPCI_T_CREDIT || t == RRPCI_T_ERROR ||
-                    t == RRPCI_T_TICKET || t == RRPCI_T_TICKET_ACK;
+                    t == RRPCI_T_TICKET || t == RRPCI_T_TICKET_ACK || t == RRPCI_T_KEEPALIVE;
         assert_int_equal(rrpci_type_is_exempt((uint8_t)t), want);
     }
     /* Requests, responses and one-sided frames consume credit. */
@@ -442,7 +442,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects_each_unknown_flag_bit_with_proto),
         cmocka_unit_test(test_header_rejects_nonzero_reserved_field_with_proto),
         cmocka_unit_test(test_header_decode_leaves_why_alone_on_success_and_accepts_null_why),
-        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_error_and_ticket),
+        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_error_ticket_and_keepalive),
         cmocka_unit_test(test_os_header_round_trips_at_documented_offsets),
         cmocka_unit_test(test_os_header_decode_rejects_a_short_payload_with_proto),
         cmocka_unit_test(test_hello_round_trips_every_field),

@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Failure detection and fault tests over tcp: keepalives, deadlines of calls
+ * waiting for credit, a server killed mid-stream, killed clients.  Peers
+ * that are stopped or killed run in their own process (rel_server, path in
+ * RRPC_REL_SERVER).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <roce_rpc/rrpc.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- a child process ------------------------------------------------------ */
+
+struct child {
+    pid_t pid;
+    FILE *out;
+};
+
+/* Starts rel_server with @args (NULL-terminated) and reads its first line. */
+static void child_start(struct child *ch, char *line, size_t n, const char *a1, const char *a2,
+                        const char *a3)
+{
+    const char *exe = getenv("RRPC_REL_SERVER");
+    assert_non_null(exe);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    ch->pid = fork();
+    assert_true(ch->pid >= 0);
+    if (ch->pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execl(exe, exe, a1, a2, a3, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    ch->out = fdopen(fds[0], "r");
+    assert_non_null(fgets(line, (int)n, ch->out));
+}
+
+static void child_kill(struct child *ch)
+{
+    kill(ch->pid, SIGKILL);
+    kill(ch->pid, SIGCONT);
+    waitpid(ch->pid, NULL, 0);
+    fclose(ch->out);
+}
+
+static struct child server;
+static char server_uri[64];
+
+static void server_start(void)
+{
+    char line[64];
+    child_start(&server, line, sizeof(line), NULL, NULL, NULL);
+    int port = 0;
+    assert_int_equal(sscanf(line, "port %d", &port), 1);
+    snprintf(server_uri, sizeof(server_uri), "tcp://127.0.0.1:%d", port);
+}
+
+/* ---- completions ------------------------------------------------------------ */
+
+struct tally {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, ok, lost, deadline, other;
+    double last_at;
+};
+
+static void tally_init(struct tally *t)
+{
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+}
+
+static void tally_fini(struct tally *t)
+{
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+}
+
+static void tally_cb(const rrpc_result *res, void *user)
+{
+    struct tally *t = user;
+    pthread_mutex_lock(&t->mu);
+    t->done++;
+    if (res->status == 0)
+        t->ok++;
+    else if (res->status == RRPC_E_CONN_LOST)
+        t->lost++;
+    else if (res->status == RRPC_E_DEADLINE)
+        t->deadline++;
+    else
+        t->other++;
+    t->last_at = now_s();
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int tally_wait(struct tally *t, int want, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&t->mu);
+    while (t->done < want)
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT)
+            break;
+    int v = t->done;
+    pthread_mutex_unlock(&t->mu);
+    return v;
+}
+
+static rrpc_ctx *client_ctx(void)
+{
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    return ctx;
+}
+
+/* ---- keepalive ---------------------------------------------------------------- */
+
+static void test_a_stopped_server_is_declared_lost_within_the_keepalive_timeout(void **state)
+{
+    (void)state;
+    server_start();
+    setenv("RRPC_KEEPALIVE_MS", "200", 1);
+    setenv("RRPC_KEEPALIVE_TIMEOUT_MS", "600", 1);
+    rrpc_ctx *ctx = client_ctx();
+    unsetenv("RRPC_KEEPALIVE_MS");
+    unsetenv("RRPC_KEEPALIVE_TIMEOUT_MS");
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(ctx, server_uri, 5000, NULL, NULL, &c), 0);
+    /* Idle for several intervals: the probes are answered, nothing breaks. */
+    usleep(1500 * 1000);
+    void *out;
+    size_t n;
+    assert_int_equal(rrpc_call_sync(c, "echo", "x", 1, NULL, &out, &n), 0);
+    free(out);
+    struct tally t;
+    tally_init(&t);
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 30000};
+    assert_int_equal(rrpc_call(c, "hold", "x", 1, &o, tally_cb, &t), 0);
+    usleep(100 * 1000);
+    /* The kernel still acknowledges the stopped process's TCP segments:
+     * only the keepalive can tell. */
+    double t0 = now_s();
+    kill(server.pid, SIGSTOP);
+    assert_int_equal(tally_wait(&t, 1, 5000), 1);
+    double took = t.last_at - t0;
+    printf("# stopped server declared lost after %.0f ms (timeout 600 ms)\n", took * 1000);
+    assert_int_equal(t.lost, 1);
+    assert_true(took < 1.5);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(ctx);
+    tally_fini(&t);
+    child_kill(&server);
+}
+
+static void test_an_idle_connection_with_keepalives_off_stays_up(void **state)
+{
+    (void)state;
+    server_start();
+    setenv("RRPC_KEEPALIVE_MS", "0", 1);
+    rrpc_ctx *ctx = client_ctx();
+    unsetenv("RRPC_KEEPALIVE_MS");
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(ctx, server_uri, 5000, NULL, NULL, &c), 0);
+    usleep(300 * 1000);
+    void *out;
+    size_t n;
+    assert_int_equal(rrpc_call_sync(c, "echo", "x", 1, NULL, &out, &n), 0);
+    free(out);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(ctx);
+    child_kill(&server);
+}
+
+static void test_a_keepalive_timeout_not_above_the_interval_is_refused(void **state)
+{
+    (void)state;
+    setenv("RRPC_KEEPALIVE_MS", "1000", 1);
+    setenv("RRPC_KEEPALIVE_TIMEOUT_MS", "1000", 1);
+    rrpc_ctx *ctx = NULL;
+    assert_int_equal(rrpc_ctx_create(&ctx), -EINVAL);
+    unsetenv("RRPC_KEEPALIVE_MS");
+    unsetenv("RRPC_KEEPALIVE_TIMEOUT_MS");
+}
+
+/* ---- deadlines while waiting for credit ------------------------------------------ */
+
+static atomic_int slow_count;
+
+/* Holds the server's loop: nothing is read, so no credit goes back. */
+static void h_slow(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)user;
+    atomic_fetch_add(&slow_count, 1);
+    usleep(1000 * 1000);
+    rrpc_respond(req, p, len);
+}
+
+static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)user;
+    rrpc_respond(req, p, len);
+}
+
+static void test_a_call_waiting_for_credit_fails_at_its_deadline_and_is_never_sent(void **state)
+{
+    (void)state;
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    int dscp;
+    rrpc_class_get(s, RRPC_CLASS_LOW_LATENCY, &dscp, NULL, NULL);
+    /* The server grants one frame of low_latency in flight. */
+    assert_int_equal(rrpc_class_set(s, RRPC_CLASS_LOW_LATENCY, dscp, 1, 1), 0);
+    assert_int_equal(rrpc_register(s, "slow", h_slow, NULL), 0);
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    rrpc_listener *l;
+    assert_int_equal(rrpc_listen(s, "tcp://127.0.0.1:0", NULL, NULL, &l), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(l));
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    rrpc_ctx *ctx = client_ctx();
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(ctx, uri, 5000, NULL, NULL, &c), 0);
+    atomic_store(&slow_count, 0);
+
+    struct tally first, second;
+    tally_init(&first);
+    tally_init(&second);
+    rrpc_call_opts longo = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 10000};
+    rrpc_call_opts shorto = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 200};
+    assert_int_equal(rrpc_call(c, "slow", "1", 1, &longo, tally_cb, &first), 0);
+    for (int i = 0; i < 200 && !atomic_load(&slow_count); i++)
+        usleep(2000);
+    assert_int_equal(atomic_load(&slow_count), 1);
+    double t0 = now_s();
+    /* No credit left until the server's loop runs again: this call waits in
+     * the client's queue. */
+    assert_int_equal(rrpc_call(c, "slow", "2", 1, &shorto, tally_cb, &second), 0);
+    assert_int_equal(tally_wait(&second, 1, 3000), 1);
+    double took = second.last_at - t0;
+    assert_int_equal(second.deadline, 1);
+    assert_true(took >= 0.15 && took < 0.7);
+    /* The credit comes back after the slow handler; the expired call must
+     * not go out with it. */
+    assert_int_equal(tally_wait(&first, 1, 5000), 1);
+    assert_int_equal(first.ok, 1);
+    void *out;
+    size_t n;
+    assert_int_equal(rrpc_call_sync(c, "echo", "x", 1, &shorto, &out, &n), 0);
+    free(out);
+    usleep(100 * 1000);
+    assert_int_equal(atomic_load(&slow_count), 1);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(ctx);
+    rrpc_ctx_destroy(s);
+    tally_fini(&first);
+    tally_fini(&second);
+}
+
+/* ---- kill -9 the server mid-stream ------------------------------------------------ */
+
+struct stream {
+    rrpc_conn *c;
+    atomic_int issued, answered, lost, other;
+    atomic_int stop;
+};
+
+static void stream_cb(const rrpc_result *res, void *user)
+{
+    struct stream *s = user;
+    if (res->status == 0) {
+        atomic_fetch_add(&s->answered, 1);
+        if (!atomic_load(&s->stop)) {
+            if (rrpc_call(s->c, "echo", "payload-payload", 15, NULL, stream_cb, s) == 0)
+                atomic_fetch_add(&s->issued, 1);
+        }
+    } else if (res->status == RRPC_E_CONN_LOST) {
+        atomic_fetch_add(&s->lost, 1);
+    } else {
+        atomic_fetch_add(&s->other, 1);
+    }
+}
+
+static void test_killing_the_server_mid_stream_fails_every_pending_call(void **state)
+{
+    (void)state;
+    server_start();
+    rrpc_ctx *ctx = client_ctx();
+    enum { NCONN = 4, DEPTH = 32 };
+    struct stream st[NCONN];
+    memset(st, 0, sizeof(st));
+    for (int i = 0; i < NCONN; i++) {
+        assert_int_equal(rrpc_connect_sync(ctx, server_uri, 5000, NULL, NULL, &st[i].c), 0);
+        for (int k = 0; k < DEPTH; k++) {
+            assert_int_equal(rrpc_call(st[i].c, "echo", "payload-payload", 15, NULL, stream_cb,
+                                       &st[i]),
+                             0);
+            atomic_fetch_add(&st[i].issued, 1);
+        }
+    }
+    usleep(300 * 1000);
+    double t0 = now_s();
+    kill(server.pid, SIGKILL);
+    /* Every call ever issued completes: answered or lost, none hangs. */
+    for (int i = 0; i < NCONN; i++) {
+        while (atomic_load(&st[i].answered) + atomic_load(&st[i].lost) +
+                   atomic_load(&st[i].other) <
+               atomic_load(&st[i].issued)) {
+            assert_true(now_s() - t0 < 5.0);
+            usleep(1000);
+        }
+        assert_true(atomic_load(&st[i].answered) > 0);
+        assert_true(atomic_load(&st[i].lost) > 0);
+        assert_int_equal(atomic_load(&st[i].other), 0);
+    }
+    printf("# all calls completed %.0f ms after kill -9\n", (now_s() - t0) * 1000);
+    void *out;
+    size_t n;
+    assert_int_equal(rrpc_call_sync(st[0].c, "echo", "x", 1, NULL, &out, &n), RRPC_E_CLOSED);
+    for (int i = 0; i < NCONN; i++)
+        rrpc_conn_close(st[i].c);
+    rrpc_ctx_destroy(ctx);
+    child_kill(&server);
+}
+
+/* ---- killed clients --------------------------------------------------------------- */
+
+static void server_stats(rrpc_conn *c, int *conns, long *rss)
+{
+    void *out;
+    size_t n;
+    assert_int_equal(rrpc_call_sync(c, "stats", NULL, 0, NULL, &out, &n), 0);
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.*s", (int)n, (char *)out);
+    free(out);
+    assert_int_equal(sscanf(buf, "%d %ld", conns, rss), 2);
+}
+
+static void kill_one_client(int nconn)
+{
+    struct child cl;
+    char line[64], ns[16];
+    snprintf(ns, sizeof(ns), "%d", nconn);
+    child_start(&cl, line, sizeof(line), "--client", server_uri, ns);
+    assert_string_equal(line, "ready\n");
+    child_kill(&cl);
+}
+
+static void test_killed_clients_leave_the_server_at_its_baseline(void **state)
+{
+    (void)state;
+    server_start();
+    rrpc_ctx *ctx = client_ctx();
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(ctx, server_uri, 5000, NULL, NULL, &c), 0);
+    int conns;
+    long rss0, rss1, rss2;
+    server_stats(c, &conns, &rss0);
+    assert_int_equal(conns, 1);
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan's quarantine keeps freed memory resident: count connections only. */
+    enum { NCONN = 50, CYCLES = 4 };
+    const bool check_rss = false;
+#else
+    enum { NCONN = 50, CYCLES = 20 };
+    const bool check_rss = true;
+#endif
+    kill_one_client(NCONN); /* warm-up: the allocator's arenas grow once */
+    for (int i = 0; i < 200; i++) {
+        server_stats(c, &conns, &rss1);
+        if (conns == 1)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(conns, 1);
+    for (int k = 0; k < CYCLES; k++)
+        kill_one_client(NCONN);
+    for (int i = 0; i < 200; i++) {
+        server_stats(c, &conns, &rss2);
+        if (conns == 1)
+            break;
+        usleep(10000);
+    }
+    printf("# server RSS: %ld KiB at start, %ld after warm-up, %ld after %d x %d killed "
+           "connections\n",
+           rss0, rss1, rss2, CYCLES, NCONN);
+    assert_int_equal(conns, 1);
+    if (check_rss)
+        assert_true(rss2 <= rss1 + 1024);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(ctx);
+    child_kill(&server);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_stopped_server_is_declared_lost_within_the_keepalive_timeout),
+        cmocka_unit_test(test_an_idle_connection_with_keepalives_off_stays_up),
+        cmocka_unit_test(test_a_keepalive_timeout_not_above_the_interval_is_refused),
+        cmocka_unit_test(test_a_call_waiting_for_credit_fails_at_its_deadline_and_is_never_sent),
+        cmocka_unit_test(test_killing_the_server_mid_stream_fails_every_pending_call),
+        cmocka_unit_test(test_killed_clients_leave_the_server_at_its_baseline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
