@@ -110,6 +110,8 @@ static void ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     }
     if (!c->ka_probe_out && now - c->last_rx >= ival) {
+        if (c->ops->trim) /* idle: give back buffers sized for past traffic */
+            c->ops->trim(c);
         /* One probe at a time: the transports are reliable, and it bounds
          * the exempt frames a peer must have receive buffers for. */
         int r = send_exempt(c, RRPCI_T_KEEPALIVE, 0, NULL, 0);

@@ -103,6 +103,9 @@ struct rrpci_transport_ops {
     int (*region_key)(rrpc_conn *c, rrpc_region *r, uint64_t *ret_key);
     void (*region_release)(rrpc_ctx *ctx, rrpc_region *r);
     int (*rdma)(rrpc_conn *c, const struct rrpci_rdma_op *op);
+    /* The connection has received nothing for a keepalive interval: release
+     * memory that can be made again when traffic resumes. */
+    void (*trim)(rrpc_conn *c);
 };
 
 /* The transports compiled in. */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -110,6 +111,20 @@ static int sock_setup(int fd)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return 0;
+}
+
+/* Read buffers come straight from the kernel: freed on idle (tcp_trim), their
+ * pages leave the process, which a heap block of this size would not. */
+static uint8_t *rbuf_alloc(void)
+{
+    void *p = mmap(NULL, RBUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void rbuf_free(uint8_t *p)
+{
+    if (p)
+        munmap(p, RBUF_SIZE);
 }
 
 /* ---- transmit ------------------------------------------------------------ */
@@ -368,6 +383,10 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
                 ch->rlen -= ch->roff;
                 ch->roff = 0;
             }
+            if (!ch->rbuf && !(ch->rbuf = rbuf_alloc())) {
+                rrpci_conn_down(c, -ENOMEM, "out of memory for a receive buffer");
+                break;
+            }
             want = RBUF_SIZE - ch->rlen;
             n = read(ch->fd, ch->rbuf + ch->rlen, want);
         }
@@ -429,9 +448,7 @@ static int chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool co
     ch->cls = cls;
     ch->fd = fd;
     ch->connected = connected;
-    ch->rbuf = malloc(RBUF_SIZE);
-    if (!ch->rbuf)
-        return -ENOMEM;
+    ch->rbuf = NULL; /* on the first read: an idle connection holds none */
     ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
     ev_io_init(&ch->wio, chan_writable_cb, fd, EV_WRITE);
     ch->rio.data = ch->wio.data = ch;
@@ -447,7 +464,7 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
     if (ch->fd >= 0)
         close(ch->fd);
     ch->fd = -1;
-    free(ch->rbuf);
+    rbuf_free(ch->rbuf);
     ch->rbuf = NULL;
     free(ch->big);
     ch->big = NULL;
@@ -459,6 +476,25 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
         rrpci_msg_free(m);
     }
     ch->txt = NULL;
+}
+
+/* Idle: free the kept large buffers and the empty read buffers; the read
+ * path makes them again when traffic resumes.  An idle connection then costs
+ * its sockets and a few hundred bytes of state. */
+static void tcp_trim(rrpc_conn *c)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    for (int i = 0; i < NCLS; i++) {
+        struct tcp_chan *ch = &tc->ch[i];
+        free(ch->spare);
+        ch->spare = NULL;
+        ch->spare_cap = 0;
+        if (ch->rbuf && !ch->big && !ch->have_hdr && ch->roff == ch->rlen) {
+            rbuf_free(ch->rbuf);
+            ch->rbuf = NULL;
+            ch->roff = ch->rlen = 0;
+        }
+    }
 }
 
 static void tcp_conn_close(rrpc_conn *c)
@@ -940,4 +976,5 @@ const struct rrpci_transport_ops rrpci_tcp_ops = {
     .class_dscp = tcp_class_dscp,
     .peer_name = tcp_peer_name,
     .listener_port = tcp_listener_port,
+    .trim = tcp_trim,
 };
