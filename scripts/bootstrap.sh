@@ -57,6 +57,13 @@ echo "== the same under AddressSanitizer + UndefinedBehaviorSanitizer =="
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson_suites -C build-asan --no-suite soak --print-errorlogs
+echo "== fuzzing: frame decoder, msgpack arguments, broker control protocol (clang libFuzzer, 30 s each) =="
+set +e
+tests/fuzz/run-fuzz.sh build 30
+rc=$?
+set -e
+if [ $rc = 0 ]; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1));
+  echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"; exit $rc; fi
 tests/softroce/install-deps.sh
 # In the VM: exit 77 means no VM can be made here (the reason is printed).
 vm_step() {

@@ -267,7 +267,9 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
         goto out;
     }
     int64_t expiry = (int64_t)get_le64(p + 8);
-    if (expiry < 0 || now > expiry + v->skew_ms) {
+    /* expiry comes from a signed ticket: keep the sum from overflowing */
+    int64_t until = expiry > INT64_MAX - v->skew_ms ? INT64_MAX : expiry + v->skew_ms;
+    if (expiry < 0 || now > until) {
         r = refuse(why, whylen, "ticket expired %lld ms ago", (long long)(now - expiry));
         goto out;
     }
@@ -294,7 +296,7 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
         goto out;
     }
     memcpy(e->nonce, nonce, RRPC_TICKET_NONCE_LEN);
-    e->until_ms = expiry + v->skew_ms;
+    e->until_ms = until;
     e->next = v->bucket[b];
     v->bucket[b] = e;
     v->n_nonces++;

@@ -137,6 +137,74 @@ static int check(const msgpack_object *o, char f, size_t idx, char *eb, size_t e
                                                                               : "");
 }
 
+/*
+ * Untrusted msgpack is walked before msgpack-c sees it (found by tests/fuzz,
+ * corpus/unpack/crash-*):
+ *  - msgpack-c allocates an array's or map's claimed size before reading the
+ *    elements, so 5 bytes claiming 2^32 elements would cost ~100 GB: -1 when
+ *    the elements still expected outnumber the bytes left (each takes at
+ *    least one), which only truncated data does;
+ *  - msgpack-c says "out of memory" for nesting deeper than its stack (32):
+ *    -2 for more than MP_MAX_DEPTH open arrays and maps.
+ * Anything else is left to msgpack-c.
+ */
+#define MP_MAX_DEPTH 16
+static int precheck(const uint8_t *p, size_t len)
+{
+    uint64_t left[MP_MAX_DEPTH + 1] = {1}, pending = 1;
+    int depth = 0;
+    size_t off = 0;
+    while (off < len) {
+        while (depth > 0 && left[depth] == 0)
+            depth--;
+        if (left[depth] == 0)
+            break;
+        left[depth]--;
+        pending--;
+        uint8_t t = p[off++];
+        uint64_t n = 0, skip = 0;
+        int lb = 0;
+        bool container = false;
+        if ((t & 0xf0) == 0x80 || (t & 0xf0) == 0x90) {
+            n = (uint64_t)(t & 0x0f) * ((t & 0xf0) == 0x80 ? 2 : 1);
+            container = true;
+        } else if ((t & 0xe0) == 0xa0) {
+            skip = t & 0x1f;
+        } else if (t >= 0xc4 && t <= 0xdf) {
+            static const uint8_t lbs[] = {1, 2, 4, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 2, 4, 2, 4};
+            static const uint8_t skips[] = {0, 0, 0, 1, 1, 1, 4, 8, 1, 2, 4, 8, 1, 2,
+                                            4, 8, 2, 3, 5, 9, 17, 0, 0, 0, 0, 0, 0, 0};
+            lb = lbs[t - 0xc4];
+            skip = skips[t - 0xc4];
+            container = t >= 0xdc;
+        }
+        if (len - off < (size_t)lb)
+            return 0;
+        uint64_t v = 0;
+        for (int i = 0; i < lb; i++)
+            v = v << 8 | p[off++];
+        if (container) {
+            if (lb)
+                n = v * (t >= 0xde ? 2 : 1); /* maps: keys and values */
+            if (n == 0)
+                continue;
+            if (depth == MP_MAX_DEPTH)
+                return -2;
+            left[++depth] = n;
+            pending += n;
+            if (pending > len - off)
+                return -1;
+        } else {
+            skip += v;
+            if (skip > len - off)
+                return 0;
+            off += (size_t)skip;
+        }
+    }
+    return 0;
+}
+
 RRPC_API int rrpc_unpack(const void *buf, size_t len, char *errbuf, size_t errlen,
                          const char *fmt, ...)
 {
@@ -148,15 +216,19 @@ RRPC_API int rrpc_unpack(const void *buf, size_t len, char *errbuf, size_t errle
     msgpack_object obj;
     size_t off = 0;
     int r = 0;
-    msgpack_unpack_return ur = msgpack_unpack((const char *)buf, len, &off, &zone, &obj);
+    int pre = precheck(buf, len);
+    msgpack_unpack_return ur =
+        pre ? MSGPACK_UNPACK_PARSE_ERROR
+            : msgpack_unpack((const char *)buf, len, &off, &zone, &obj);
     size_t n = strlen(fmt);
     if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
         r = -ENOMEM;
     else if (ur != MSGPACK_UNPACK_SUCCESS)
         r = args_error(errbuf, errlen, "%s",
-                       ur == MSGPACK_UNPACK_EXTRA_BYTES ? "trailing bytes after the arguments"
-                       : ur == MSGPACK_UNPACK_CONTINUE  ? "truncated msgpack data"
-                                                        : "not msgpack data");
+                       pre == -2                        ? "msgpack nested too deep"
+                       : ur == MSGPACK_UNPACK_EXTRA_BYTES ? "trailing bytes after the arguments"
+                       : ur == MSGPACK_UNPACK_CONTINUE || pre == -1 ? "truncated msgpack data"
+                                                                    : "not msgpack data");
     else if (obj.type != MSGPACK_OBJECT_ARRAY)
         r = args_error(errbuf, errlen, "expected an array of %zu arguments, found %s", n,
                        type_name(obj.type));
@@ -176,11 +248,12 @@ RRPC_API int rrpc_unpack(const void *buf, size_t len, char *errbuf, size_t errle
             case 'd': *va_arg(ap, double *) = o->via.f64; break;
             case 'b': *va_arg(ap, int *) = o->via.boolean; break;
             case 's':
-                *va_arg(ap, const char **) = o->via.str.ptr;
+                /* never NULL, also for an empty string */
+                *va_arg(ap, const char **) = o->via.str.size ? o->via.str.ptr : "";
                 *va_arg(ap, size_t *) = o->via.str.size;
                 break;
             case 'y':
-                *va_arg(ap, const void **) = o->via.bin.ptr;
+                *va_arg(ap, const void **) = o->via.bin.size ? o->via.bin.ptr : (const void *)"";
                 *va_arg(ap, size_t *) = o->via.bin.size;
                 break;
             default: break;
