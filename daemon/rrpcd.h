@@ -109,6 +109,6 @@ struct ev_loop;
 int server_start(struct ev_loop *loop, struct config *cfg);
 void server_stop(void);
 
-int rrpcd_mp_check(const void *buf, size_t len, int max_depth);
+#include "broker/mpcheck.h" /* rrpci_mp_check */
 
 #endif

@@ -489,7 +489,7 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 
 static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
 {
-    if (rrpcd_mp_check(buf, len, 8)) {
+    if (rrpci_mp_check(buf, len, 8)) {
         answer_fatal(c, 0, "bad_request", "the frame is not one well-formed msgpack object");
         return;
     }

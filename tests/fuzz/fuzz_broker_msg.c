@@ -5,7 +5,7 @@
  *
  * daemon/server.c is compiled into this file, so its static frame reader
  * feed() -- u32 length + msgpack map, which calls handle_frame():
- * rrpcd_mp_check, msgpack-c, the version/id/op checks and every op -- runs
+ * rrpci_mp_check, msgpack-c, the version/id/op checks and every op -- runs
  * on a real connection object, with the registry (daemon/registry.c) and the
  * configuration code (daemon/config.c) linked in; only TLS and the event loop
  * are left out.  The connection has a verified client certificate with CN
@@ -89,7 +89,7 @@ static void check_answers(const struct conn *c)
         size_t len = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
         off += 4;
         FUZZ_CHECK(len > 0 && len <= c->wlen - off);
-        FUZZ_CHECK(rrpcd_mp_check(c->wbuf + off, len, 8) == 0);
+        FUZZ_CHECK(rrpci_mp_check(c->wbuf + off, len, 8) == 0);
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
         size_t o = 0;
