@@ -231,6 +231,11 @@ void rrpci_lock(rrpc_ctx *ctx)
     atomic_fetch_add(&ctx->lock_waiters, 1);
     pthread_mutex_lock(&ctx->lock);
     atomic_fetch_sub(&ctx->lock_waiters, 1);
+    /* libev's cached time is from the loop's last wake-up: a timer (a
+     * deadline, a connect timeout) started from another thread after the
+     * loop slept would be due at once. */
+    if (!rrpci_in_callback(ctx))
+        ev_now_update(ctx->loop);
 }
 
 void rrpci_unlock(rrpc_ctx *ctx)

@@ -113,6 +113,12 @@ static void *late_reply(void *arg)
     return NULL;
 }
 
+static void h_slow(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    usleep(50000);
+    rrpc_respond(req, "ok", 2);
+}
+
 static void h_async(rrpc_request *req, const void *p, size_t len, void *user)
 {
     pthread_t t;
@@ -190,10 +196,11 @@ static int group_setup(void **state)
     pthread_cond_init(&T.cv, NULL);
     if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
         return -1;
-    static const char *const methods[] = {"echo",  "fail",  "hold",   "async",
-                                          "token", "class", "reenter"};
-    rrpc_handler_fn fns[] = {h_echo, h_fail, h_hold, h_async, h_token, h_class, h_reenter};
-    for (int i = 0; i < 7; i++)
+    static const char *const methods[] = {"echo",  "fail",  "hold",    "async",
+                                          "token", "class", "reenter", "slow"};
+    rrpc_handler_fn fns[] = {h_echo, h_fail,  h_hold,    h_async,
+                             h_token, h_class, h_reenter, h_slow};
+    for (int i = 0; i < 8; i++)
         if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
             return -1;
     rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
@@ -464,6 +471,23 @@ static void test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged(void 
     rrpc_conn *c;
     assert_int_equal(rrpc_connect_ticket(T.cctx, T.uri, "anything", 8, 10000, NULL, NULL, &c), 0);
     echo_ok(c, 32, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
+static void test_a_deadline_counts_from_the_call_even_after_the_loop_slept(void **state)
+{
+    /* The client's loop sleeps for a second; then a call with a 300 ms
+     * deadline, whose handler takes 50 ms, must succeed: the deadline counts
+     * from the call, not from the loop's last wake-up. */
+    rrpc_conn *c = connect_client(T.cctx);
+    for (int i = 0; i < 3; i++) {
+        usleep(1000 * 1000);
+        void *out = NULL;
+        size_t n = 0;
+        rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 300};
+        assert_int_equal(rrpc_call_sync(c, "slow", NULL, 0, &o, &out, &n), 0);
+        free(out);
+    }
     rrpc_conn_close(c);
 }
 
@@ -935,6 +959,7 @@ int main(void)
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
+        cmocka_unit_test(test_a_deadline_counts_from_the_call_even_after_the_loop_slept),
         cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
         cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),
