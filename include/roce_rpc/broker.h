@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <roce_rpc/export.h>
 #include <roce_rpc/context.h>
+#include <roce_rpc/rpc.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -243,6 +244,129 @@ RRPC_API void rrpc_service_info_free(rrpc_service_info *info);
 RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *service,
                                   int timeout_ms, rrpc_conn_event_fn fn, void *user,
                                   rrpc_conn **ret_conn);
+
+/* ---- a reconnecting service handle ------------------------------------------ */
+
+/*
+ * A service handle (rrpc_service) keeps one connection of a context to a
+ * service named in the broker, and makes it again when it is gone: after
+ * the connection went down (the server died, was restarted, moved), the next
+ * use does a fresh lookup through the broker (new endpoints, a new ticket)
+ * and connects.  Failed attempts are spaced by an exponential backoff with
+ * jitter between backoff_min_ms and backoff_max_ms; a successful connection
+ * resets it.  Calls are never retried: a call in flight when the connection
+ * drops fails (RRPC_E_CONN_LOST), exactly once, and the server may or may not
+ * have run it; a call made after the service is back reconnects.
+ *
+ * Every function may be called from any thread (a mutex guards the handle;
+ * one thread connects at a time, the others that need a connection wait for
+ * its outcome).  All of them may block (a broker round trip and a connection
+ * attempt) and none may be made from a callback of a context's loop.  The
+ * handle never holds its mutex while it calls into the context, so it adds
+ * no lock order of its own.
+ */
+typedef struct rrpc_service rrpc_service;
+
+/* Options of rrpc_service_open; NULL or 0 fields take the default. */
+typedef struct rrpc_service_opts {
+    int backoff_min_ms;     /* delay after the first failed attempt; default 100 */
+    int backoff_max_ms;     /* the delay doubles up to this (jitter: the upper half
+                               of the doubled delay, never below the minimum);
+                               default 5000, at least backoff_min_ms */
+    int connect_timeout_ms; /* per endpoint of an attempt (rrpc_connect_service);
+                               default 3000 */
+    int wait_ms;            /* the @wait_ms of rrpc_service_call_sync's
+                               rrpc_service_conn; default 0: while backing off,
+                               calls fail at once with the last attempt's error */
+} rrpc_service_opts;
+
+/*
+ * Makes a handle for @service (1..255 bytes, copied) reached through @b with
+ * connections of @ctx.  Nothing is looked up or connected yet: the first
+ * rrpc_service_conn or rrpc_service_call_sync does it, so this succeeds while
+ * the service is down.  @ctx and @b stay the caller's and must outlive the
+ * handle: close the handle (rrpc_service_close) before rrpc_ctx_destroy(@ctx)
+ * and rrpc_broker_close(@b).  On success *ret_svc is the caller's, released
+ * with rrpc_service_close.  Errors: -EINVAL (a NULL argument, a bad name, a
+ * negative option, backoff_max_ms below backoff_min_ms), -ENOMEM.
+ */
+RRPC_API int rrpc_service_open(rrpc_ctx *ctx, rrpc_broker *b, const char *service,
+                               const rrpc_service_opts *opts, rrpc_service **ret_svc);
+
+/*
+ * Closes the connection of @svc (pending calls on it fail with RRPC_E_CLOSED)
+ * and frees @svc.  Accepts NULL.  Waits for a connection attempt of another
+ * thread to end.  Every connection borrowed with rrpc_service_conn must have
+ * been released first, and no other thread may use @svc any more.
+ */
+RRPC_API void rrpc_service_close(rrpc_service *svc);
+
+/*
+ * Borrows the connection of @svc: the current one when it is up; otherwise
+ * (none yet, or it went down) a new one, from a fresh lookup and ticket
+ * (rrpc_connect_service), when the backoff allows an attempt now.  It keeps
+ * making attempts, spaced by the backoff, while the next one is due within
+ * @wait_ms (>= 0) of the call, and fails with the last attempt's error as
+ * soon as it is not: with @wait_ms 0, it makes an attempt only when one is
+ * due and otherwise fails at once.  When another thread is connecting, it
+ * waits for that attempt's outcome.  An attempt takes up to the broker's
+ * timeout per lookup plus connect_timeout_ms per endpoint, whatever @wait_ms.
+ * On success *ret_conn may carry calls (rrpc_call, rrpc_call_sync, ...)
+ * until rrpc_service_conn_release(@svc, *ret_conn), which must follow exactly
+ * once; the handle stays valid until then even if the connection goes down
+ * or @svc connects again meanwhile (calls on it then fail with RRPC_E_CLOSED).
+ * Do not rrpc_conn_close it: it stays @svc's.
+ * Errors: -EINVAL, RRPC_E_CLOSED (@svc is being closed), the last attempt's
+ * error (those of rrpc_connect_service: -ENOENT when the service has no live
+ * registration, -EPERM, -ECONNREFUSED, -ETIMEDOUT, RRPC_E_TICKET, ...), with
+ * the detail in rrpc_service_last_error.
+ */
+RRPC_API int rrpc_service_conn(rrpc_service *svc, int wait_ms, rrpc_conn **ret_conn);
+
+/*
+ * Gives back a connection borrowed with rrpc_service_conn; @conn may be
+ * invalid once this returns (a connection that @svc replaced is closed when
+ * its last borrower releases it).  @conn not borrowed from @svc is ignored.
+ * Accepts NULL.
+ */
+RRPC_API void rrpc_service_conn_release(rrpc_service *svc, rrpc_conn *conn);
+
+/*
+ * rrpc_call_sync on the connection of @svc: borrows it (rrpc_service_conn
+ * with the handle's wait_ms), calls, releases.  Returns the status as
+ * rrpc_call_sync (0 with the response in *ret_data and *ret_len, malloc'ed, the
+ * caller's to free(); an application code > 0; a negative library code), or
+ * the error of rrpc_service_conn when there is no connection (then nothing
+ * was sent).  A call that fails with RRPC_E_CONN_LOST or RRPC_E_CLOSED (its
+ * connection went down while it was in flight) is not sent again: the
+ * server may or may not have run it.  @svc then drops that connection, and
+ * the next call looks the service up again and reconnects.
+ */
+RRPC_API int rrpc_service_call_sync(rrpc_service *svc, const char *method, const void *req,
+                                    size_t len, const rrpc_call_opts *opts, void **ret_data,
+                                    size_t *ret_len);
+
+/* Counters and state of a service handle (rrpc_service_stats). */
+typedef struct rrpc_service_stat {
+    uint64_t attempts;  /* connection attempts made (each begins with a lookup) */
+    uint64_t failures;  /* attempts that failed */
+    uint64_t connects;  /* attempts that gave a connection */
+    uint64_t drops;     /* connections found down (and replaced on next use) */
+    int up;             /* 1 while the current connection is up (as far as known) */
+    int last_error;     /* the last attempt's error, 0 when it succeeded */
+    int backoff_ms;     /* ms until the next attempt is allowed; 0: one may be made now */
+} rrpc_service_stat;
+
+/* Fills *ret with the counters of @svc.  Errors: -EINVAL. */
+RRPC_API int rrpc_service_stats(rrpc_service *svc, rrpc_service_stat *ret);
+
+/*
+ * The detail of the last failed attempt of @svc (what the broker said,
+ * which endpoint refused, when the next attempt is due), in a buffer of the
+ * calling thread valid until its next call of this function.  Never NULL
+ * ("" when there was none).
+ */
+RRPC_API const char *rrpc_service_last_error(rrpc_service *svc);
 
 #ifdef __cplusplus
 }

@@ -1056,6 +1056,20 @@ out:
     return 0;
 }
 
+/* A fresh ticket for @service into @info (a server that saw the previous one
+ * would refuse it as replayed). */
+static int fresh_ticket(rrpc_broker *b, const char *service, rrpc_service_info *info)
+{
+    rrpc_service_info *again = NULL;
+    int r = rrpc_broker_lookup(b, service, &again);
+    if (r)
+        return r;
+    memcpy(info->ticket, again->ticket, again->ticket_len);
+    info->ticket_len = again->ticket_len;
+    rrpc_service_info_free(again);
+    return 0;
+}
+
 RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *service,
                                   int timeout_ms, rrpc_conn_event_fn fn, void *user,
                                   rrpc_conn **ret_conn)
@@ -1067,17 +1081,9 @@ RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *ser
     if (r)
         return r;
     for (size_t i = 0; i < info->n_endpoints; i++) {
-        if (i > 0) {
-            /* Every attempt presents a fresh ticket: a server that saw the
-             * previous one would refuse it as replayed. */
-            rrpc_service_info *again = NULL;
-            r = rrpc_broker_lookup(b, service, &again);
-            if (r)
-                break;
-            memcpy(info->ticket, again->ticket, again->ticket_len);
-            info->ticket_len = again->ticket_len;
-            rrpc_service_info_free(again);
-        }
+        /* Every attempt presents a fresh ticket. */
+        if (i > 0 && (r = fresh_ticket(b, service, info)))
+            break;
         r = rrpc_connect_ticket(ctx, info->endpoints[i].uri, info->ticket, info->ticket_len,
                                 timeout_ms, fn, user, ret_conn);
         if (!r)
