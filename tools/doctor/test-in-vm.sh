@@ -29,8 +29,10 @@ if [ "${SOFTROCE_IN_VM:-}" != 1 ]; then
     fi
     sleep 5; waited=$((waited + 5))
   done
-  # The script itself is read from the host's root file system, which is the VM's "/".
-  exec "$HERE/../../tests/softroce/run-in-vm.sh" "$BUILD" bash "$SELF" "$BUILD"
+  # The VM sees only BUILD_DIR and the host's "/" (with a fresh /tmp): run a
+  # copy of this script from BUILD_DIR, so a source tree anywhere works.
+  cp "$SELF" "$BUILD/tools/doctor/test-in-vm.sh" || exit 2
+  exec "$HERE/../../tests/softroce/run-in-vm.sh" "$BUILD" bash "$BUILD/tools/doctor/test-in-vm.sh" "$BUILD"
 fi
 
 # ---- inside the VM -------------------------------------------------------------------------
