@@ -383,43 +383,15 @@ RRPC_API int rrpc_kv_transfer(rrpc_conn *conn, rrpc_kv_pool *src, const rrpc_kv_
     return r;
 }
 
-struct kv_sync {
-    struct rrpci_waiter w;
-    rrpc_ctx *ctx;
-    int status;
-    char why[256]; /* the loop thread's error detail, for the caller's thread */
-};
-
-static void kv_sync_cb(int status, void *user)
-{
-    struct kv_sync *s = user;
-    s->status = status;
-    if (status != 0)
-        snprintf(s->why, sizeof(s->why), "%s", rrpc_ctx_last_error(s->ctx));
-    rrpci_waiter_signal(&s->w);
-}
-
 RRPC_API int rrpc_kv_transfer_sync(rrpc_conn *conn, rrpc_kv_pool *src, const rrpc_kv_token *dst,
                                    const rrpc_kv_pair *pairs, size_t n, const rrpc_op_opts *opts,
                                    size_t *ret_writes)
 {
-    if (!conn)
-        return -EINVAL;
-    rrpc_ctx *ctx = conn->ctx;
-    if (rrpci_in_callback(ctx))
-        return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
-                               "a blocking KV transfer from a callback; use rrpc_kv_transfer");
-    struct kv_sync s = {.ctx = ctx};
-    rrpci_waiter_init(&s.w);
-    rrpci_lock(ctx);
-    int r = rrpc_kv_transfer(conn, src, dst, pairs, n, opts, kv_sync_cb, &s, ret_writes);
-    if (r == 0) {
-        rrpci_wait(ctx, &s.w);
-        r = s.status;
-        if (r != 0)
-            rrpci_set_error(ctx, r, "%s", s.why);
-    }
-    rrpci_unlock(ctx);
-    rrpci_waiter_fini(&s.w);
-    return r;
+    struct rrpci_xfer_sync s;
+    int r = rrpci_xfer_sync_begin(&s, conn, "a blocking KV transfer from a callback; use "
+                                            "rrpc_kv_transfer");
+    if (r)
+        return r;
+    return rrpci_xfer_sync_end(&s, rrpc_kv_transfer(conn, src, dst, pairs, n, opts,
+                                                    rrpci_xfer_sync_cb, &s, ret_writes));
 }
