@@ -109,6 +109,6 @@ struct ev_loop;
 int server_start(struct ev_loop *loop, struct config *cfg);
 void server_stop(void);
 
-#include "broker/mpcheck.h" /* rrpci_mp_check */
+#include "broker/mpcheck.h" /* rrpci_mp_check, rrpci_mp_get, rrpci_mp_uint */
 
 #endif

@@ -225,20 +225,6 @@ static void answer_fatal(struct conn *c, uint64_t id, const char *code, const ch
 
 /* ---- requests ---------------------------------------------------------------- */
 
-static const msgpack_object *mget(const msgpack_object *map, const char *key)
-{
-    if (!map || map->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    size_t kl = strlen(key);
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object *k = &map->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
-            memcmp(k->via.str.ptr, key, kl) == 0)
-            return &map->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 /* A string of 1..outlen-1 bytes, no NUL, no control characters. */
 static bool mstr(const msgpack_object *o, char *out, size_t outlen)
 {
@@ -253,19 +239,11 @@ static bool mstr(const msgpack_object *o, char *out, size_t outlen)
     return true;
 }
 
-static bool muint(const msgpack_object *o, uint64_t *out)
-{
-    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return false;
-    *out = o->via.u64;
-    return true;
-}
-
 static const char *const class_names[] = { "control", "low_latency", "bulk", "background" };
 
 static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
 {
-    const msgpack_object *tok = mget(m, "token");
+    const msgpack_object *tok = rrpci_mp_get(m, "token");
     if (tok) {
         const char *p = NULL;
         if (tok->type == MSGPACK_OBJECT_STR && tok->via.str.size > 0 &&
@@ -299,8 +277,8 @@ static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
 static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
-    const msgpack_object *eps = mget(m, "endpoints"), *cls = mget(m, "classes");
-    if (!mstr(mget(m, "service"), service, sizeof(service)) || !eps ||
+    const msgpack_object *eps = rrpci_mp_get(m, "endpoints"), *cls = rrpci_mp_get(m, "classes");
+    if (!mstr(rrpci_mp_get(m, "service"), service, sizeof(service)) || !eps ||
         eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
         eps->via.array.size > MAX_EPS || !cls || cls->type != MSGPACK_OBJECT_ARRAY ||
         cls->via.array.size > 4) {
@@ -330,9 +308,9 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     if (!classes)
         classes = 0xf;
     uint64_t lease = (uint64_t)cfg->lease_ms;
-    const msgpack_object *lo = mget(m, "lease_ms");
+    const msgpack_object *lo = rrpci_mp_get(m, "lease_ms");
     if (lo) {
-        if (!muint(lo, &lease) || lease < 100) {
+        if (!rrpci_mp_uint(lo, &lease) || lease < 100) {
             answer_error(c, id, "bad_request", "lease_ms must be >= 100");
             return;
         }
@@ -351,10 +329,10 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     for (uint32_t i = 0; i < eps->via.array.size; i++) {
         const msgpack_object *e = &eps->via.array.ptr[i];
         uint64_t port;
-        if (!mstr(mget(e, "transport"), ep[i].transport, sizeof(ep[i].transport)) ||
+        if (!mstr(rrpci_mp_get(e, "transport"), ep[i].transport, sizeof(ep[i].transport)) ||
             (strcmp(ep[i].transport, "tcp") && strcmp(ep[i].transport, "rdma")) ||
-            !mstr(mget(e, "host"), ep[i].host, sizeof(ep[i].host)) ||
-            !muint(mget(e, "port"), &port) || port == 0 || port > 65535) {
+            !mstr(rrpci_mp_get(e, "host"), ep[i].host, sizeof(ep[i].host)) ||
+            !rrpci_mp_uint(rrpci_mp_get(e, "port"), &port) || port == 0 || port > 65535) {
             free(ep);
             answer_error(c, id, "bad_request", "an endpoint needs transport (tcp|rdma), host "
                          "and port");
@@ -388,7 +366,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
 static struct registration *own_reg(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     uint64_t reg;
-    if (!muint(mget(m, "reg"), &reg)) {
+    if (!rrpci_mp_uint(rrpci_mp_get(m, "reg"), &reg)) {
         answer_error(c, id, "bad_request", "missing reg");
         return NULL;
     }
@@ -430,7 +408,7 @@ static void op_unregister(struct conn *c, uint64_t id, const msgpack_object *m)
 static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
-    if (!mstr(mget(m, "service"), service, sizeof(service))) {
+    if (!mstr(rrpci_mp_get(m, "service"), service, sizeof(service))) {
         answer_error(c, id, "bad_request", "lookup needs service");
         return;
     }
@@ -504,11 +482,11 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
     const msgpack_object *m = &u.data;
     uint64_t v = 0, id = 0;
     char op[32];
-    if (!muint(mget(m, "v"), &v) || v != CTL_VERSION) {
+    if (!rrpci_mp_uint(rrpci_mp_get(m, "v"), &v) || v != CTL_VERSION) {
         answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 1");
         goto out;
     }
-    if (!muint(mget(m, "id"), &id) || !mstr(mget(m, "op"), op, sizeof(op))) {
+    if (!rrpci_mp_uint(rrpci_mp_get(m, "id"), &id) || !mstr(rrpci_mp_get(m, "op"), op, sizeof(op))) {
         answer_fatal(c, id, "bad_request", "a request needs id and op");
         goto out;
     }

@@ -296,20 +296,6 @@ static void pk_str(msgpack_packer *pk, const char *s)
     msgpack_pack_str_body(pk, s, n);
 }
 
-static const msgpack_object *mget(const msgpack_object *map, const char *key)
-{
-    if (!map || map->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    size_t kl = strlen(key);
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object *k = &map->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
-            memcmp(k->via.str.ptr, key, kl) == 0)
-            return &map->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 static bool mstr(const msgpack_object *o, char *out, size_t outlen)
 {
     if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= outlen ||
@@ -317,14 +303,6 @@ static bool mstr(const msgpack_object *o, char *out, size_t outlen)
         return false;
     memcpy(out, o->via.str.ptr, o->via.str.size);
     out[o->via.str.size] = 0;
-    return true;
-}
-
-static bool muint(const msgpack_object *o, uint64_t *out)
-{
-    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return false;
-    *out = o->via.u64;
     return true;
 }
 
@@ -416,18 +394,18 @@ static int exchange(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t want_id
     free(rp->buf);
     rp->buf = buf;
     uint64_t v = 0, id = 0;
-    const msgpack_object *ok = mget(&u->data, "ok");
-    if (!muint(mget(&u->data, "v"), &v) || v != CTL_VERSION)
+    const msgpack_object *ok = rrpci_mp_get(&u->data, "ok");
+    if (!rrpci_mp_uint(rrpci_mp_get(&u->data, "v"), &v) || v != CTL_VERSION)
         return fail(b, RRPC_E_VERSION, "rrpcd %s:%s speaks control protocol version %llu, "
                     "we speak %d", b->host, b->port, (unsigned long long)v, CTL_VERSION);
-    if (!muint(mget(&u->data, "id"), &id) || id != want_id || !ok ||
+    if (!rrpci_mp_uint(rrpci_mp_get(&u->data, "id"), &id) || id != want_id || !ok ||
         ok->type != MSGPACK_OBJECT_BOOLEAN)
         return fail(b, -EPROTO, "rrpcd %s:%s: answer does not match the request", b->host,
                     b->port);
     if (!ok->via.boolean) {
         char code[64] = "?", msg[256] = "";
-        mstr(mget(&u->data, "err"), code, sizeof(code));
-        mstr(mget(&u->data, "msg"), msg, sizeof(msg));
+        mstr(rrpci_mp_get(&u->data, "err"), code, sizeof(code));
+        mstr(rrpci_mp_get(&u->data, "msg"), msg, sizeof(msg));
         *refused = true;
         return fail(b, map_err(code), "rrpcd refused: %s: %s", code, msg);
     }
@@ -471,7 +449,7 @@ static int do_connect(struct rrpc_broker *b)
     bool refused;
     r = exchange(b, &sb, id, &u, &refused);
     msgpack_sbuffer_destroy(&sb);
-    if (!r && !mstr(mget(&u.u.data, "principal"), b->principal, sizeof(b->principal)))
+    if (!r && !mstr(rrpci_mp_get(&u.u.data, "principal"), b->principal, sizeof(b->principal)))
         r = fail(b, -EPROTO, "rrpcd did not say who we are");
     /* In TLS 1.3 the server checks our certificate after our handshake is
      * done; a refusal then shows up as a reset on the first exchange. */
@@ -726,9 +704,9 @@ static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
     msgpack_sbuffer_destroy(&sb);
     if (!r) {
         uint64_t id = 0, lease = 0;
-        const msgpack_object *sec = mget(&u.u.data, "secret");
-        if (!muint(mget(&u.u.data, "reg"), &id) || id == 0 ||
-            !muint(mget(&u.u.data, "lease_ms"), &lease) || lease < 100 || lease > 86400000 ||
+        const msgpack_object *sec = rrpci_mp_get(&u.u.data, "secret");
+        if (!rrpci_mp_uint(rrpci_mp_get(&u.u.data, "reg"), &id) || id == 0 ||
+            !rrpci_mp_uint(rrpci_mp_get(&u.u.data, "lease_ms"), &lease) || lease < 100 || lease > 86400000 ||
             !sec || sec->type != MSGPACK_OBJECT_BIN || sec->via.bin.size != 32) {
             r = fail(b, -EPROTO, "rrpcd's answer to register is malformed");
         } else {
@@ -755,7 +733,7 @@ static int do_renew(struct rrpc_broker *b, struct reg *g)
     int r = roundtrip(b, &sb, id0, &u);
     msgpack_sbuffer_destroy(&sb);
     uint64_t lease;
-    if (!r && muint(mget(&u.u.data, "lease_ms"), &lease) && lease >= 100 && lease <= 86400000)
+    if (!r && rrpci_mp_uint(rrpci_mp_get(&u.u.data, "lease_ms"), &lease) && lease >= 100 && lease <= 86400000)
         g->lease_ms = (uint32_t)lease;
     reply_destroy(&u);
     return r;
@@ -1005,9 +983,9 @@ RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
     rrpc_service_info *info = NULL;
     if (r)
         goto out;
-    const msgpack_object *eps = mget(&u.u.data, "endpoints");
-    const msgpack_object *t = mget(&u.u.data, "ticket");
-    const msgpack_object *exp = mget(&u.u.data, "expiry_ms");
+    const msgpack_object *eps = rrpci_mp_get(&u.u.data, "endpoints");
+    const msgpack_object *t = rrpci_mp_get(&u.u.data, "ticket");
+    const msgpack_object *exp = rrpci_mp_get(&u.u.data, "expiry_ms");
     if (!eps || eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
         eps->via.array.size > 4096 || !t || t->type != MSGPACK_OBJECT_BIN ||
         t->via.bin.size == 0 || t->via.bin.size > RRPC_TICKET_MAX_LEN || !exp ||
@@ -1024,9 +1002,9 @@ RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
         const msgpack_object *e = &eps->via.array.ptr[i];
         char tr[8], host[HOST_MAX];
         uint64_t port;
-        const msgpack_object *cl = mget(e, "classes");
-        if (!mstr(mget(e, "transport"), tr, sizeof(tr)) ||
-            !mstr(mget(e, "host"), host, sizeof(host)) || !muint(mget(e, "port"), &port) ||
+        const msgpack_object *cl = rrpci_mp_get(e, "classes");
+        if (!mstr(rrpci_mp_get(e, "transport"), tr, sizeof(tr)) ||
+            !mstr(rrpci_mp_get(e, "host"), host, sizeof(host)) || !rrpci_mp_uint(rrpci_mp_get(e, "port"), &port) ||
             port == 0 || port > 65535 || !cl || cl->type != MSGPACK_OBJECT_ARRAY) {
             r = fail(b, -EPROTO, "rrpcd's answer to lookup '%s': endpoint %u is malformed",
                      service, i);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <stdint.h>
+#include <string.h>
 
 #include "broker/mpcheck.h"
 
@@ -86,4 +87,26 @@ int rrpci_mp_check(const void *buf, size_t len, int max_depth)
     if (!buf || skip(buf, len, &off, 0, max_depth))
         return -1;
     return off == len ? 0 : -1;
+}
+
+const msgpack_object *rrpci_mp_get(const msgpack_object *map, const char *key)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &map->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+bool rrpci_mp_uint(const msgpack_object *o, uint64_t *out)
+{
+    if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return false;
+    *out = o->via.u64;
+    return true;
 }

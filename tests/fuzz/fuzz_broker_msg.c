@@ -98,12 +98,12 @@ static void check_answers(const struct conn *c)
                    o == len);
         uint64_t v = 0, id;
         FUZZ_CHECK(u.data.type == MSGPACK_OBJECT_MAP);
-        FUZZ_CHECK(muint(mget(&u.data, "v"), &v) && v == CTL_VERSION);
-        FUZZ_CHECK(muint(mget(&u.data, "id"), &id));
-        const msgpack_object *ok = mget(&u.data, "ok");
+        FUZZ_CHECK(rrpci_mp_uint(rrpci_mp_get(&u.data, "v"), &v) && v == CTL_VERSION);
+        FUZZ_CHECK(rrpci_mp_uint(rrpci_mp_get(&u.data, "id"), &id));
+        const msgpack_object *ok = rrpci_mp_get(&u.data, "ok");
         FUZZ_CHECK(ok && ok->type == MSGPACK_OBJECT_BOOLEAN);
         if (!ok->via.boolean) {
-            const msgpack_object *err = mget(&u.data, "err");
+            const msgpack_object *err = rrpci_mp_get(&u.data, "err");
             FUZZ_CHECK(err && err->type == MSGPACK_OBJECT_STR);
         }
         msgpack_unpacked_destroy(&u);
