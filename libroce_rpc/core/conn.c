@@ -620,10 +620,7 @@ static void conn_flush(rrpc_conn *c)
         int r = c->ops->send(c, cls, m);
         if (r == -EAGAIN) {
             /* Put everything back as it was; wait for rrpci_conn_writable. */
-            s->credit.rx_owed += m->h.credits;
-            s->credit.rx_inflight += m->h.credits;
-            if (!exempt)
-                s->credit.tx_avail++;
+            rrpci_credit_unsend(&s->credit, !exempt, m->h.credits);
             m->next = s->head;
             s->head = m;
             if (!s->tail)

@@ -49,6 +49,14 @@ uint16_t rrpci_credit_harvest(struct rrpci_credit *c)
     return (uint16_t)n;
 }
 
+void rrpci_credit_unsend(struct rrpci_credit *c, bool took, uint16_t harvested)
+{
+    c->rx_owed += harvested;
+    c->rx_inflight += harvested;
+    if (took)
+        c->tx_avail++;
+}
+
 bool rrpci_credit_should_return(const struct rrpci_credit *c)
 {
     uint32_t half = c->rx_grant / 2 ? c->rx_grant / 2 : 1;

@@ -33,6 +33,9 @@ int rrpci_credit_rx(struct rrpci_credit *c);
 void rrpci_credit_consumed(struct rrpci_credit *c);
 /* Takes every owed credit, to send back (piggybacked or explicit); at most 65535. */
 uint16_t rrpci_credit_harvest(struct rrpci_credit *c);
+/* Undoes rrpci_credit_take (when @took) and a harvest of @harvested, for a
+ * frame the transport could not take after all. */
+void rrpci_credit_unsend(struct rrpci_credit *c, bool took, uint16_t harvested);
 /* Whether enough is owed that an explicit CREDIT frame should go now (half the grant). */
 bool rrpci_credit_should_return(const struct rrpci_credit *c);
 

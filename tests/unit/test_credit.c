@@ -294,10 +294,30 @@ static void test_honest_sender_and_receiver_never_see_a_credit_error(void **stat
     assert_true(returned_total + b.rx_inflight == sent);
 }
 
+static void test_unsend_restores_the_state_before_take_and_harvest(void **state)
+{
+    (void)state;
+    struct rrpci_credit c, before;
+    rrpci_credit_init(&c, 8, 4);
+    assert_int_equal(rrpci_credit_rx(&c), 0);
+    rrpci_credit_consumed(&c);
+    before = c;
+    assert_true(rrpci_credit_take(&c));
+    uint16_t h = rrpci_credit_harvest(&c);
+    assert_int_equal(h, 1);
+    rrpci_credit_unsend(&c, true, h);
+    assert_memory_equal(&c, &before, sizeof(c));
+    /* an exempt frame took no credit: only the harvest is undone */
+    h = rrpci_credit_harvest(&c);
+    rrpci_credit_unsend(&c, false, h);
+    assert_memory_equal(&c, &before, sizeof(c));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_makes_the_whole_grant_available),
+        cmocka_unit_test(test_unsend_restores_the_state_before_take_and_harvest),
         cmocka_unit_test(test_credits_block_sender_when_exhausted),
         cmocka_unit_test(test_zero_grant_blocks_sender_from_the_start),
         cmocka_unit_test(test_returned_credits_unblock_sender),

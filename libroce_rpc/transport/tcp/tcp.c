@@ -129,8 +129,6 @@ static void rbuf_free(uint8_t *p)
 
 /* ---- transmit ------------------------------------------------------------ */
 
-static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx);
-
 static int chan_write(struct tcp_chan *ch)
 {
     while (ch->txh) {
@@ -442,7 +440,7 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- channels -------------------------------------------------------------- */
 
-static int chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
+static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
 {
     ch->conn = c;
     ch->cls = cls;
@@ -452,7 +450,6 @@ static int chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool co
     ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
     ev_io_init(&ch->wio, chan_writable_cb, fd, EV_WRITE);
     ch->rio.data = ch->wio.data = ch;
-    return 0;
 }
 
 static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
@@ -610,11 +607,9 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
         int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));
-        int r = chan_init(&tc->ch[i], c, i, fd, false);
-        if (r < 0)
-            return r;
+        chan_init(&tc->ch[i], c, i, fd, false);
         sock_setup(fd);
-        r = set_tos(fd, ctx->cls[i].dscp);
+        int r = set_tos(fd, ctx->cls[i].dscp);
         if (r < 0)
             return rrpci_set_error(ctx, r, "cannot set the DSCP of class %s: %s",
                                    rrpc_class_name(i), strerror(-r));
@@ -672,18 +667,15 @@ static void pend_refuse(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char 
     pend_free(p, ctx, true);
 }
 
-static int adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
+static void adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    int r = chan_init(&tc->ch[cls], c, cls, fd, true);
-    if (r < 0)
-        return r;
-    r = set_tos(fd, ctx->cls[cls].dscp);
+    chan_init(&tc->ch[cls], c, cls, fd, true);
+    int r = set_tos(fd, ctx->cls[cls].dscp);
     if (r < 0)
         RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpc_class_name(cls),
                   ctx->cls[cls].dscp, strerror(-r));
     ev_io_start(ctx->loop, &tc->ch[cls].rio);
-    return 0;
 }
 
 static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
@@ -719,11 +711,7 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
         } while (!tc->cookie || rrpci_idmap_put(&t->cookies, tc->cookie, &tc->node) < 0);
         int fd = p->fd;
         pend_free(p, ctx, false);
-        if (adopt(c, RRPC_CLASS_CONTROL, fd, ctx) < 0) {
-            close(fd);
-            rrpci_conn_down(c, -ENOMEM, "out of memory");
-            return;
-        }
+        adopt(c, RRPC_CLASS_CONTROL, fd, ctx);
         rrpci_conn_hello_local(c, &mine);
         mine.cookie = tc->cookie;
         uint8_t hb[RRPCI_HELLO_SIZE];
@@ -755,11 +743,7 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
             }
         int fd = p->fd, cls = h->cls;
         pend_free(p, ctx, false);
-        if (adopt(c, cls, fd, ctx) < 0) {
-            close(fd);
-            rrpci_conn_down(c, -ENOMEM, "out of memory");
-            return;
-        }
+        adopt(c, cls, fd, ctx);
         struct rrpci_msg *m = hs_msg(RRPCI_T_JOIN_ACK, cls, NULL, 0);
         if (!m)
             {
