@@ -124,6 +124,8 @@ RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx);
 /*
  * Driven mode: runs the loop once, waiting at most @timeout_ms for an event
  * (0: do not wait; -1: wait for one event).  Callbacks run inside this call.
+ * One call does a bounded amount of work, so it returns even while callbacks
+ * keep issuing operations that complete at once; call it again for the rest.
  * Returns 0, -EBUSY in thread mode, RRPC_E_DEADLOCK from inside a callback.
  */
 RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);

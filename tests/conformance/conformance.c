@@ -732,6 +732,70 @@ static void test_one_sided_write_and_read_move_the_exact_bytes(void **state)
     rrpc_conn_close(c);
 }
 
+/* A completion callback that issues the next operation keeps the completion
+ * queue busy for as long as it likes; one rrpc_ctx_progress() call must still
+ * return after a bounded amount of work, or a driven-mode application (and, in
+ * thread mode, every timer of the context) starves.  Counted, not timed. */
+struct chain {
+    rrpc_conn *c;
+    rrpc_region *lr;
+    rrpc_token t;
+    int done, bad, out;
+    bool stop;
+};
+
+#define CHAIN_CAP 20000
+
+static void chain_cb(int status, void *user)
+{
+    struct chain *ch = user;
+    ch->done++;
+    ch->out--;
+    if (status)
+        ch->bad++;
+    if (ch->stop || ch->done >= CHAIN_CAP)
+        return;
+    if (rrpc_write(ch->c, ch->lr, 0, &ch->t, 0, 64, NULL, chain_cb, ch) == 0)
+        ch->out++;
+    else
+        ch->bad++;
+}
+
+static void test_a_chain_of_writes_from_callbacks_lets_progress_return(void **state)
+{
+    rrpc_ctx *cl;
+    assert_int_equal(rrpc_ctx_create(&cl), 0);
+    struct chain ch = {0};
+    assert_int_equal(rrpc_connect_sync(cl, T.uri, 10000, NULL, NULL, &ch.c), 0);
+    fetch_token(ch.c, &ch.t);
+    uint8_t local[64];
+    fill(local, sizeof(local), 11);
+    assert_int_equal(rrpc_mem_reg(cl, local, sizeof(local), 0, &ch.lr), 0);
+    assert_int_equal(rrpc_write(ch.c, ch.lr, 0, &ch.t, 0, 64, NULL, chain_cb, &ch), 0);
+    ch.out = 1;
+    int most = 0, calls = 0;
+    while (ch.done < 2000 && ch.done < CHAIN_CAP && !ch.bad && calls < 200000) {
+        int before = ch.done;
+        assert_int_equal(rrpc_ctx_progress(cl, 100), 0);
+        calls++;
+        if (ch.done - before > most)
+            most = ch.done - before;
+    }
+    ch.stop = true;
+    for (int i = 0; i < 1000 && ch.out > 0; i++)
+        assert_int_equal(rrpc_ctx_progress(cl, 100), 0);
+    assert_int_equal(ch.bad, 0);
+    assert_int_equal(ch.out, 0);
+    assert_true(ch.done >= 2000);
+    /* The library's budget is far below this; without one, the first call
+     * runs the whole chain to CHAIN_CAP. */
+    if (most > 1000)
+        fail_msg("one rrpc_ctx_progress() call ran %d chained completions", most);
+    assert_memory_equal(T.smem, local, sizeof(local));
+    rrpc_mem_dereg(ch.lr);
+    rrpc_ctx_destroy(cl);
+}
+
 static void test_one_sided_outside_the_token_fails_at_once_and_writes_nothing(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
@@ -969,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_low_latency_calls_complete_while_bulk_saturates),
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
         cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),
+        cmocka_unit_test(test_a_chain_of_writes_from_callbacks_lets_progress_return),
         cmocka_unit_test(test_one_sided_outside_the_token_fails_at_once_and_writes_nothing),
         cmocka_unit_test(test_one_sided_with_a_forged_key_fails_and_writes_nothing),
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),

@@ -112,6 +112,7 @@
 #define VB_RESOLVE_MS 2000
 #define VB_LINGER_S 5.0
 #define VB_BACKLOG 128
+#define VB_POLL_BUDGET 64 /* completions handled per CQ visit before the loop gets a turn */
 
 #define VB_ENV_RNDV 1u
 #define VB_ENV_DONE 2u
@@ -285,6 +286,7 @@ struct vb_conn {
     struct ibv_mr *pool_mr;
     struct vb_op *ops;
     ev_timer linger;
+    ev_timer repoll; /* a CQ visit that used its budget comes back through this */
     char peer[INET6_ADDRSTRLEN + 8];
     char why[256]; /* the text of the last rrpci_conn_down */
     char err[192]; /* detail of a setup step that failed */
@@ -570,6 +572,7 @@ static struct vb_conn *vb_vc(rrpc_conn *c)
 }
 
 static void vb_linger_cb(struct ev_loop *loop, ev_timer *w, int revents);
+static void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
 static struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
 {
@@ -596,6 +599,8 @@ static struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
     }
     ev_timer_init(&vc->linger, vb_linger_cb, VB_LINGER_S, 0);
     vc->linger.data = vc;
+    ev_timer_init(&vc->repoll, vb_repoll_cb, 0, 0);
+    vc->repoll.data = vc;
     vc->next = vx->vcs;
     if (vx->vcs)
         vx->vcs->prev = vc;
@@ -632,6 +637,7 @@ static void vb_teardown(struct vb_conn *vc)
 {
     struct vb_ctx *vx = vc->vx;
     ev_timer_stop(rrpci_ctx_loop(vc->ctx), &vc->linger);
+    ev_timer_stop(rrpci_ctx_loop(vc->ctx), &vc->repoll);
     if (vc->conn) {
         struct vb_conn_priv *p = rrpci_conn_priv(vc->conn);
         p->vc = NULL;
@@ -1728,14 +1734,24 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
     vb_wake(q);
 }
 
+/* Handles the CQ's completions until it is empty and armed again, or until
+ * VB_POLL_BUDGET of them: a completion callback that posts the next operation
+ * (a chain of one-sided WRITEs, say) can keep the CQ non-empty forever, and
+ * the loop must still get its turn for timers, other connections and, in
+ * driven mode, to return from rrpc_ctx_progress.  The rest is then handled
+ * from a zero-delay timer, on the loop's next iteration. */
 static void vb_poll(struct vb_conn *vc)
 {
     struct ibv_wc wc[16];
     uint64_t until = 0;
     bool armed = false;
-    unsigned busy_us = vc->vx->busy_poll_us;
+    unsigned busy_us = vc->vx->busy_poll_us, handled = 0;
     vb_enter(vc);
     for (;;) {
+        if (handled >= VB_POLL_BUDGET) {
+            ev_timer_start(rrpci_ctx_loop(vc->ctx), &vc->repoll);
+            break;
+        }
         int n = ibv_poll_cq(vc->cq, 16, wc);
         if (n < 0) {
             vb_fail(vc, RRPC_E_CONN_LOST, "ibv_poll_cq failed");
@@ -1743,6 +1759,7 @@ static void vb_poll(struct vb_conn *vc)
         }
         for (int i = 0; i < n; i++)
             vb_handle_wc(vc, &wc[i]);
+        handled += (unsigned)n;
         if (n > 0) {
             armed = false;
             if (busy_us)
@@ -1760,6 +1777,11 @@ static void vb_poll(struct vb_conn *vc)
         armed = true; /* poll once more: a completion may have come before the arming */
     }
     vb_leave(vc);
+}
+
+static void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    vb_poll(w->data);
 }
 
 static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
