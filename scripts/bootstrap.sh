@@ -90,6 +90,7 @@ vm_step "tensors and KV pages over verbs" tests/softroce/run-suite.sh build test
 vm_step "Python bindings and the Python example over verbs" tests/softroce/python-in-vm.sh build
 vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
+vm_step "an rxe link taken down and up under a live connection" tests/softroce/link-flap.sh build
 vm_step "the main job (rrpcd, server, client, tensor) over verbs" \
   tests/softroce/run-in-vm.sh "$PWD" bash -c \
   'ulimit -l unlimited && RRPC_DEMO_HOST=10.77.0.2 examples/run-demo.sh build verbs'

@@ -63,6 +63,11 @@
  *  - A closed connection keeps its QPs until its last SENDs completed and
  *    the peer READ its rendezvous payloads (at most 5 s), so a final
  *    response or ERROR frame is not lost; then it disconnects.
+ *  - rdma_destroy_id can block in the kernel (measured on rxe after a link
+ *    went down: from 3 s to over 2 minutes, while the CM's DREQ could not be
+ *    sent).  The loop never calls it: a reaper thread of the
+ *    context does, and a cm_id handed to it has its context set to a marker
+ *    so that its late events are only acknowledged.
  *  - Tunables (environment, read when a context first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
  *    RRPC_VERBS_BUSY_POLL_US (0: after completions, poll the CQ this long
@@ -73,6 +78,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +117,8 @@
 #define VB_RD_ATOMIC_MAX 16
 #define VB_RESOLVE_MS 2000
 #define VB_LINGER_S 5.0
+#define VB_REAP_WAIT_S 2 /* what rrpc_ctx_destroy waits for the reaper */
+#define VB_REAP_PORT_WAIT_US (30 * 1000000ull) /* a destroy waits this long for its port */
 #define VB_BACKLOG 128
 #define VB_POLL_BUDGET 64 /* completions handled per CQ visit before the loop gets a turn */
 
@@ -135,6 +143,7 @@ enum vb_kind {
     VB_K_CTL,  /* inline frame or internal message: nothing to release */
     VB_K_READ, /* a rendezvous READ chunk */
     VB_K_OP,   /* a one-sided operation of the core */
+    VB_K_REAPED, /* a cm_id handed to the reaper */
 };
 /* What waits in a class's ordered receive queue. */
 enum vb_item { VB_I_EAGER = 1, VB_I_RNDV, VB_I_NOTIFY };
@@ -293,10 +302,30 @@ struct vb_conn {
     struct vb_qp q[VB_NCLS];
 };
 
+struct vb_reap {
+    struct vb_reap *next;
+    struct rdma_cm_id *id;
+    uint64_t at; /* vb_now_us() when queued */
+};
+
+/* The thread that destroys cm_ids.  Shared by the context and the thread;
+ * the last of the two to leave frees it (and the event channel, which must
+ * outlive its cm_ids). */
+struct vb_reaper {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    struct vb_reap *head, **tail;
+    unsigned pending; /* queued or being destroyed */
+    bool stop, orphan;
+    struct rdma_event_channel *ech;
+};
+
 struct vb_ctx {
     rrpc_ctx *ctx;
     bool open;
     struct rdma_event_channel *ech;
+    struct vb_reaper *reaper; /* started with the first cm_id to destroy */
     ev_io ech_w;
     struct vb_dev *devs;
     struct vb_conn *vcs;
@@ -424,6 +453,133 @@ static int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret)
     vx->open = true;
     *ret = vx;
     return 0;
+}
+
+/* ---- destroying cm_ids, off the loop -------------------------------------- */
+
+static uint8_t vb_reaped_kind = VB_K_REAPED;
+
+static void vb_reaper_free(struct vb_reaper *r)
+{
+    if (r->ech)
+        rdma_destroy_event_channel(r->ech);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Whether @id's port is known to be down.  The CM sends a DREQ when an
+ * established cm_id is disconnected or destroyed; on rxe, a DREQ sent while
+ * the port is down left the device's CM unable to send anything afterwards
+ * (measured: after a link flap, no new connection came up from that device,
+ * while another program's connections did when no DREQ had been sent during
+ * the outage).  So both wait for the port. */
+static bool vb_port_down(struct rdma_cm_id *id)
+{
+    struct ibv_port_attr pa;
+    if (!id->verbs || !id->port_num || ibv_query_port(id->verbs, id->port_num, &pa))
+        return false;
+    return pa.state != IBV_PORT_ACTIVE;
+}
+
+static void *vb_reaper_main(void *arg)
+{
+    struct vb_reaper *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->head && !r->stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (!r->head)
+            break;
+        struct vb_reap *it = r->head;
+        r->head = it->next;
+        if (!r->head)
+            r->tail = &r->head;
+        pthread_mutex_unlock(&r->mu);
+        while (vb_port_down(it->id) && vb_now_us() - it->at < VB_REAP_PORT_WAIT_US)
+            usleep(100 * 1000);
+        rdma_destroy_id(it->id);
+        free(it);
+        pthread_mutex_lock(&r->mu);
+        r->pending--;
+        pthread_cond_broadcast(&r->cv);
+    }
+    bool orphan = r->orphan;
+    pthread_mutex_unlock(&r->mu);
+    if (orphan)
+        vb_reaper_free(r);
+    return NULL;
+}
+
+/* Destroys @id without blocking the loop: its events from now on are only
+ * acknowledged (vb_cm_cb), and the reaper thread calls rdma_destroy_id. */
+static void vb_destroy_id(struct vb_ctx *vx, struct rdma_cm_id *id)
+{
+    id->context = &vb_reaped_kind;
+    struct vb_reaper *r = vx->reaper;
+    struct vb_reap *it = malloc(sizeof(*it));
+    if (!r && it && (r = calloc(1, sizeof(*r)))) {
+        pthread_mutex_init(&r->mu, NULL);
+        pthread_cond_init(&r->cv, NULL);
+        r->tail = &r->head;
+        if (pthread_create(&r->th, NULL, vb_reaper_main, r)) {
+            vb_reaper_free(r);
+            r = NULL;
+        } else {
+            vx->reaper = r;
+        }
+    }
+    if (!r || !it) {
+        RRPCI_LOG(vx->ctx, LOG_WARNING,
+                  "verbs: no memory or thread for the cm_id reaper; destroying on the loop");
+        free(it);
+        rdma_destroy_id(id);
+        return;
+    }
+    it->id = id;
+    it->at = vb_now_us();
+    it->next = NULL;
+    pthread_mutex_lock(&r->mu);
+    *r->tail = it;
+    r->tail = &it->next;
+    r->pending++;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* At the context's end: waits VB_REAP_WAIT_S for the reaper, then leaves it
+ * to finish alone with the event channel, which it then destroys. */
+static void vb_reaper_stop(struct vb_ctx *vx)
+{
+    struct vb_reaper *r = vx->reaper;
+    if (!r) {
+        rdma_destroy_event_channel(vx->ech);
+        return;
+    }
+    vx->reaper = NULL;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += VB_REAP_WAIT_S;
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    r->ech = vx->ech;
+    pthread_cond_broadcast(&r->cv);
+    while (r->pending && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+        ;
+    unsigned left = r->pending;
+    r->orphan = left > 0;
+    pthread_mutex_unlock(&r->mu);
+    if (left) {
+        RRPCI_LOG(vx->ctx, LOG_WARNING,
+                  "verbs: %u cm_id(s) still being destroyed by the kernel after %d s (a "
+                  "disconnect towards an unreachable peer?); leaving them to a background "
+                  "thread, which the process may wait for at exit",
+                  left, VB_REAP_WAIT_S);
+        pthread_detach(r->th);
+        return;
+    }
+    pthread_join(r->th, NULL);
+    vb_reaper_free(r);
 }
 
 static struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret)
@@ -650,7 +806,7 @@ static void vb_teardown(struct vb_conn *vc)
     if (vc->next)
         vc->next->prev = vc->prev;
     for (int i = 0; i < VB_NCLS; i++)
-        if (vc->q[i].id && vc->q[i].established)
+        if (vc->q[i].id && vc->q[i].established && !vb_port_down(vc->q[i].id))
             rdma_disconnect(vc->q[i].id);
     for (int i = 0; i < VB_NCLS; i++)
         if (vc->q[i].has_qp)
@@ -683,7 +839,7 @@ static void vb_teardown(struct vb_conn *vc)
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
         if (q->id)
-            rdma_destroy_id(q->id);
+            vb_destroy_id(vx, q->id);
         free(q->rb);
         free(q->sb);
         free(q->doneq);
@@ -1978,7 +2134,7 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
     if (rc) {
         RRPCI_LOG(vx->ctx, LOG_WARNING, "verbs: refusing a connection from %s: %s", peer, why);
         vb_reject(id, rc);
-        rdma_destroy_id(id);
+        vb_destroy_id(vx, id);
         return;
     }
     struct vb_conn *vc = vb_find_pending(vx, e->listen_id, p.cookie);
@@ -1986,13 +2142,13 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         rrpc_conn *c = rrpci_listener_new_conn(vl->l);
         if (!c) {
             vb_reject(id, -ENOMEM);
-            rdma_destroy_id(id);
+            vb_destroy_id(vx, id);
             return;
         }
         vc = vb_conn_new(vx, c);
         if (!vc) {
             vb_reject(id, -ENOMEM);
-            rdma_destroy_id(id);
+            vb_destroy_id(vx, id);
             rrpci_conn_down(c, -ENOMEM, "out of memory for a verbs connection");
             return;
         }
@@ -2003,7 +2159,7 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         vb_enter(vc);
         if ((rc = vb_hello_peer(vc, &p.hello))) {
             vb_reject(id, rc);
-            rdma_destroy_id(id);
+            vb_destroy_id(vx, id);
             vb_fail(vc, rc, "handshake with %s refused", peer);
             vb_leave(vc);
             return;
@@ -2012,7 +2168,7 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         vb_enter(vc);
         if (vc->q[p.cls].id) {
             vb_reject(id, RRPC_E_PROTO);
-            rdma_destroy_id(id);
+            vb_destroy_id(vx, id);
             vb_fail(vc, RRPC_E_PROTO, "%s connected class %d twice", peer, p.cls);
             vb_leave(vc);
             return;
@@ -2053,7 +2209,7 @@ static void vb_cm_event(struct vb_ctx *vx, struct rdma_cm_event *e, const uint8_
         struct vb_listener *vl = e->listen_id ? e->listen_id->context : NULL;
         if (!vl || vl->kind != VB_K_LISTENER || !vl->id) {
             rdma_reject(e->id, NULL, 0);
-            rdma_destroy_id(e->id);
+            vb_destroy_id(vx, e->id);
             return;
         }
         vb_on_conn_req(vx, vl, e, pd, pdlen);
@@ -2073,7 +2229,20 @@ static void vb_cm_cb(struct ev_loop *loop, ev_io *w, int revents)
     struct vb_ctx *vx = w->data;
     struct rdma_cm_event *ev;
     while (vx->ech && rdma_get_cm_event(vx->ech, &ev) == 0) {
+        /* Checked before the acknowledgement, which lets the reaper free it. */
+        struct rdma_cm_id *cid = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->listen_id : ev->id;
+        if (cid && cid->context == &vb_reaped_kind) {
+            struct rdma_cm_id *nid = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+            rdma_ack_cm_event(ev);
+            if (nid) {
+                rdma_reject(nid, NULL, 0);
+                vb_destroy_id(vx, nid);
+            }
+            continue;
+        }
         struct rdma_cm_event e = *ev;
+        RRPCI_LOG(vx->ctx, LOG_DEBUG, "verbs: cm event %s (status %d) on cm_id %p",
+                  rdma_event_str(ev->event), ev->status, (void *)ev->id);
         uint8_t pd[256];
         size_t pdlen = 0;
         if ((e.event == RDMA_CM_EVENT_CONNECT_REQUEST || e.event == RDMA_CM_EVENT_ESTABLISHED ||
@@ -2148,7 +2317,7 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
         free(d);
     }
     ev_io_stop(loop, &vx->ech_w);
-    rdma_destroy_event_channel(vx->ech);
+    vb_reaper_stop(vx);
     vx->ech = NULL;
     vx->open = false;
 }
@@ -2213,7 +2382,7 @@ static void vb_listener_close(rrpc_listener *l)
     for (struct vb_conn *vc = vl->vx->vcs; vc; vc = vc->next)
         if (vc->listen_id == vl->id)
             vc->listen_id = NULL; /* its missing classes can no longer arrive */
-    rdma_destroy_id(vl->id);
+    vb_destroy_id(vl->vx, vl->id);
     vl->id = NULL;
 }
 
