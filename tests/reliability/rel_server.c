@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A small roce-rpc process for the fault tests, killed and stopped by them.
- *   rel_server                 listens on tcp://127.0.0.1:0, prints "port N",
+ *   rel_server                 listens on tcp://127.0.0.1:0 (or where the
+ *                              RRPC_TEST_* variables of test_uri.h say), prints "port N",
  *                              serves echo, hold (never answers) and stats
  *                              ("conns rss_kib") until killed
  *   rel_server --client URI N  opens N connections to URI, keeps 8 echo calls
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 #include <roce_rpc/rrpc.h>
+
+#include "test_uri.h"
 
 static atomic_int conns;
 static atomic_int answered;
@@ -96,9 +99,11 @@ int main(int argc, char **argv)
         return client(argv[2], atoi(argv[3]));
     rrpc_ctx *ctx;
     rrpc_listener *l;
+    char luri[128];
+    test_listen_uri(luri, sizeof(luri));
     if (rrpc_ctx_create(&ctx) || rrpc_register(ctx, "echo", h_echo, NULL) ||
         rrpc_register(ctx, "hold", h_hold, NULL) || rrpc_register(ctx, "stats", h_stats, NULL) ||
-        rrpc_listen(ctx, "tcp://127.0.0.1:0", on_event, NULL, &l) || rrpc_ctx_start_thread(ctx)) {
+        rrpc_listen(ctx, luri, on_event, NULL, &l) || rrpc_ctx_start_thread(ctx)) {
         fprintf(stderr, "rel_server: %s\n", rrpc_ctx_last_error(ctx));
         return 1;
     }

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where the reliability tests and rel_server listen and connect, from the
+ * environment, as in the conformance suite:
+ *   RRPC_TEST_TRANSPORT   tcp (default) | verbs
+ *   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
+ *   RRPC_TEST_CLIENT_SRC  the client's source address (optional; in the
+ *                         Soft-RoCE VM 10.77.0.1 so traffic crosses the veth)
+ */
+#ifndef RRPC_TEST_URI_H
+#define RRPC_TEST_URI_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline const char *test_env(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+static inline const char *test_transport(void)
+{
+    return test_env("RRPC_TEST_TRANSPORT", "tcp");
+}
+
+static inline const char *test_scheme(void)
+{
+    return strcmp(test_transport(), "verbs") == 0 ? "rdma" : "tcp";
+}
+
+/* "scheme://server:0" */
+static inline void test_listen_uri(char *buf, size_t n)
+{
+    snprintf(buf, n, "%s://%s:0", test_scheme(), test_env("RRPC_TEST_SERVER", "127.0.0.1"));
+}
+
+/* "scheme://server:port[?src=client_src]" */
+static inline void test_connect_uri(char *buf, size_t n, int port)
+{
+    const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
+    snprintf(buf, n, "%s://%s:%d%s%s", test_scheme(), test_env("RRPC_TEST_SERVER", "127.0.0.1"),
+             port, src ? "?src=" : "", src ? src : "");
+}
+
+#endif
