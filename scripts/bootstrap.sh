@@ -89,6 +89,8 @@ vm_step "conformance over verbs" tests/softroce/run-suite.sh build
 vm_step "tensors and KV pages over verbs" tests/softroce/run-suite.sh build tests/xfer/test_tensor
 vm_step "keepalives and kill -9 fault tests over verbs" \
   tests/softroce/run-suite.sh build tests/reliability/reliability
+vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSanitizer" \
+  tests/softroce/run-suite.sh build-asan
 vm_step "Python bindings and the Python example over verbs" tests/softroce/python-in-vm.sh build
 vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
