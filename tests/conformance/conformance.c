@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The conformance suite: written once against the public API, run once per
- * transport.  The transport and addresses come from the environment:
+ * transport.  The transport and addresses come from the environment
+ * (tests/common/test_uri.h):
  *   RRPC_TEST_TRANSPORT   tcp (default) | verbs
  *   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
  *   RRPC_TEST_CLIENT_SRC  the client's source address (optional; in the
@@ -27,13 +28,12 @@
 
 #include <roce_rpc/rrpc.h>
 
+#include "../common/test_uri.h"
 #include "raw_peer.h"
 
 static struct {
     const char *transport;
-    const char *scheme;
     const char *server_addr;
-    const char *client_src;
     char uri[256];
     rrpc_ctx *sctx, *cctx;
     rrpc_listener *lis;
@@ -188,10 +188,8 @@ static void server_notify(rrpc_conn *c, uint32_t imm, void *user)
 
 static int group_setup(void **state)
 {
-    T.transport = getenv("RRPC_TEST_TRANSPORT") ? getenv("RRPC_TEST_TRANSPORT") : "tcp";
-    T.scheme = strcmp(T.transport, "verbs") == 0 ? "rdma" : "tcp";
-    T.server_addr = getenv("RRPC_TEST_SERVER") ? getenv("RRPC_TEST_SERVER") : "127.0.0.1";
-    T.client_src = getenv("RRPC_TEST_CLIENT_SRC");
+    T.transport = test_transport();
+    T.server_addr = test_server_addr();
     pthread_mutex_init(&T.mu, NULL);
     pthread_cond_init(&T.cv, NULL);
     if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
@@ -211,7 +209,7 @@ static int group_setup(void **state)
                      &T.sregion))
         return -1;
     char luri[256];
-    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    test_listen_uri(luri, sizeof(luri));
     int r = rrpc_listen(T.sctx, luri, server_event, NULL, &T.lis);
     if (r) {
         fprintf(stderr, "listen %s: %s: %s\n", luri, rrpc_err_name(r),
@@ -219,11 +217,7 @@ static int group_setup(void **state)
         return -1;
     }
     T.port = rrpc_listener_port(T.lis);
-    if (T.client_src)
-        snprintf(T.uri, sizeof(T.uri), "%s://%s:%d?src=%s", T.scheme, T.server_addr, T.port,
-                 T.client_src);
-    else
-        snprintf(T.uri, sizeof(T.uri), "%s://%s:%d", T.scheme, T.server_addr, T.port);
+    test_connect_uri(T.uri, sizeof(T.uri), T.port);
     if (rrpc_ctx_start_thread(T.sctx) || rrpc_ctx_start_thread(T.cctx))
         return -1;
     printf("# conformance: transport %s, server %s\n", T.transport, T.uri);
@@ -256,11 +250,10 @@ static rrpc_conn *connect_client(rrpc_ctx *ctx)
 static rrpc_listener *listen_any(rrpc_ctx *s, char *curi, size_t n)
 {
     char luri[256];
-    snprintf(luri, sizeof(luri), "%s://%s:0", T.scheme, T.server_addr);
+    test_listen_uri(luri, sizeof(luri));
     rrpc_listener *l = NULL;
     assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
-    snprintf(curi, n, "%s://%s:%d%s%s", T.scheme, T.server_addr, rrpc_listener_port(l),
-             T.client_src ? "?src=" : "", T.client_src ? T.client_src : "");
+    test_connect_uri(curi, n, rrpc_listener_port(l));
     return l;
 }
 
@@ -1044,7 +1037,5 @@ int main(void)
         cmocka_unit_test(test_a_sender_overrunning_its_credits_is_cut_off),
         cmocka_unit_test(test_a_raw_write_outside_the_region_is_refused_by_the_target),
     };
-    return cmocka_run_group_tests_name(getenv("RRPC_TEST_TRANSPORT") ? getenv("RRPC_TEST_TRANSPORT")
-                                                                     : "tcp",
-                                       tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name(test_transport(), tests, group_setup, group_teardown);
 }

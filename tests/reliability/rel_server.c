@@ -2,7 +2,7 @@
 /*
  * A small roce-rpc process for the fault tests, killed and stopped by them.
  *   rel_server                 listens on tcp://127.0.0.1:0 (or where the
- *                              RRPC_TEST_* variables of test_uri.h say), prints "port N",
+ *                              RRPC_TEST_* variables of tests/common/test_uri.h say), prints "port N",
  *                              serves echo, hold (never answers) and stats
  *                              ("conns rss_kib") until killed
  *   rel_server --client URI N  opens N connections to URI, keeps 8 echo calls
@@ -19,7 +19,7 @@
 
 #include <roce_rpc/rrpc.h>
 
-#include "test_uri.h"
+#include "../common/test_uri.h"
 
 static atomic_int conns;
 static atomic_int answered;

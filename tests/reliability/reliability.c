@@ -4,7 +4,8 @@
  * for credit, a server killed mid-stream, killed clients.  Peers that are
  * stopped or killed run in their own process (rel_server: RRPC_REL_SERVER,
  * or the rel_server next to this program).  Over tcp by default; the
- * transport and addresses come from the RRPC_TEST_* variables of test_uri.h
+ * transport and addresses come from the RRPC_TEST_* variables of
+ * tests/common/test_uri.h
  * (tests/softroce/run-suite.sh BUILD tests/reliability/reliability runs it
  * over verbs in the Soft-RoCE VM).
  */
@@ -28,7 +29,7 @@
 
 #include <roce_rpc/rrpc.h>
 
-#include "test_uri.h"
+#include "../common/test_uri.h"
 
 static double now_s(void)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Where the reliability tests and rel_server listen and connect, from the
- * environment, as in the conformance suite:
+ * Where the conformance and reliability suites (and rel_server) listen and
+ * connect, from the environment:
  *   RRPC_TEST_TRANSPORT   tcp (default) | verbs
  *   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
  *   RRPC_TEST_CLIENT_SRC  the client's source address (optional; in the
@@ -25,6 +25,11 @@ static inline const char *test_transport(void)
     return test_env("RRPC_TEST_TRANSPORT", "tcp");
 }
 
+static inline const char *test_server_addr(void)
+{
+    return test_env("RRPC_TEST_SERVER", "127.0.0.1");
+}
+
 static inline const char *test_scheme(void)
 {
     return strcmp(test_transport(), "verbs") == 0 ? "rdma" : "tcp";
@@ -33,15 +38,15 @@ static inline const char *test_scheme(void)
 /* "scheme://server:0" */
 static inline void test_listen_uri(char *buf, size_t n)
 {
-    snprintf(buf, n, "%s://%s:0", test_scheme(), test_env("RRPC_TEST_SERVER", "127.0.0.1"));
+    snprintf(buf, n, "%s://%s:0", test_scheme(), test_server_addr());
 }
 
 /* "scheme://server:port[?src=client_src]" */
 static inline void test_connect_uri(char *buf, size_t n, int port)
 {
     const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
-    snprintf(buf, n, "%s://%s:%d%s%s", test_scheme(), test_env("RRPC_TEST_SERVER", "127.0.0.1"),
-             port, src ? "?src=" : "", src ? src : "");
+    snprintf(buf, n, "%s://%s:%d%s%s", test_scheme(), test_server_addr(), port, src ? "?src=" : "",
+             src ? src : "");
 }
 
 #endif
