@@ -471,7 +471,25 @@ _PY_LEVEL = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: l
 
 # ---- Context ----------------------------------------------------------------
 
-class Context:
+class _Closable:
+    """`with obj:` closes obj at the end of the block, and so does garbage
+    collection (errors are ignored there).  Subclasses define close()."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Context(_Closable):
     """An rrpc_ctx with its loop on a library thread.
 
         with roce_rpc.Context() as ctx:
@@ -517,19 +535,6 @@ class Context:
     @property
     def closed(self):
         return self._core.closing or self._core.closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def close(self):
         """Closes every child (connections, listeners, regions, pools, tensor
@@ -805,7 +810,7 @@ class Request:
 
 # ---- connections ------------------------------------------------------------
 
-class Conn:
+class Conn(_Closable):
     """A connection.  From Context.connect (owned: close() it, or let it be
     collected) or accepted by a Listener (valid until it goes down)."""
 
@@ -867,13 +872,6 @@ class Conn:
         ptr = self._ptr
         self._up = False
         self._core.retire(self, lambda: lib.rrpc_conn_close(ptr))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
-        return False
 
     def __del__(self):
         try:
@@ -1018,7 +1016,7 @@ class Conn:
                                           state)
 
 
-class Listener:
+class Listener(_Closable):
     """A listening endpoint (Context.listen).  .port, .uri, .connections."""
 
     def __init__(self, ctx, uri):
@@ -1056,19 +1054,6 @@ class Listener:
             return
         ptr = self._ptr
         self._core.retire(self, lambda: lib.rrpc_listener_close(ptr))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _with_port(uri, port):
@@ -1135,7 +1120,7 @@ class Token:
         return "<Token addr=%#x len=%d access=%d>" % (self.addr, self.length, self.access)
 
 
-class Region:
+class Region(_Closable):
     """Registered memory (Context.register_memory).  Zero copy: the library
     reads and writes @obj's own memory.  Keeps @obj and the Context alive."""
 
@@ -1225,19 +1210,6 @@ class Region:
     def _really_close(self):
         ptr = self._ptr
         self._core.retire(self, lambda: lib.rrpc_mem_dereg(ptr))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "<roce_rpc.Region %s bytes at %#x%s>" % (

@@ -297,7 +297,7 @@ def _rrpc_py_tensor_done(conn, name, dest, status, user):
         log.exception("roce_rpc: tensor done callback failed")
 
 
-class TensorServer:
+class TensorServer(_core._Closable):
     """Makes a Context accept tensors (rrpc_tensor_serve).
 
     alloc(conn, name, dtype, shape) -> a writable numpy array of that dtype
@@ -352,19 +352,6 @@ class TensorServer:
         with core.use():
             st.close_now()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 # ---- KV-cache page pools ----------------------------------------------------
 
@@ -403,7 +390,7 @@ class KvToken:
         return "<KvToken %d pages of %d bytes>" % (self.page_count, self.page_size)
 
 
-class KvPool:
+class KvPool(_core._Closable):
     """A KV-cache page pool over a writable C-contiguous buffer (zero copy).
 
     With page_size None, @array's first dimension counts the pages
@@ -446,9 +433,6 @@ class KvPool:
     _op_begin = Region._op_begin
     _op_end = Region._op_end
     close = Region.close
-    __enter__ = Region.__enter__
-    __exit__ = Region.__exit__
-    __del__ = Region.__del__
 
     @property
     def closed(self):
