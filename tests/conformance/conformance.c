@@ -29,6 +29,7 @@
 #include <roce_rpc/rrpc.h>
 
 #include "../common/test_uri.h"
+#include "../common/test_sync.h"
 #include "raw_peer.h"
 
 static struct {
@@ -39,8 +40,6 @@ static struct {
     rrpc_listener *lis;
     int port;
     /* server side bookkeeping */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     rrpc_conn *last_server_conn;
     int server_ups, server_downs, last_down_reason;
     rrpc_request *held;
@@ -53,36 +52,6 @@ static struct {
 } T;
 
 #define SMEM_LEN (4u << 20)
-
-static void lock(void)
-{
-    pthread_mutex_lock(&T.mu);
-}
-static void unlock(void)
-{
-    pthread_cond_broadcast(&T.cv);
-    pthread_mutex_unlock(&T.mu);
-}
-
-/* Waits up to @ms for *@flag >= @want; returns the value seen. */
-static int wait_for(int *flag, int want, int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&T.mu);
-    while (*flag < want)
-        if (pthread_cond_timedwait(&T.cv, &T.mu, &ts) == ETIMEDOUT)
-            break;
-    int v = *flag;
-    pthread_mutex_unlock(&T.mu);
-    return v;
-}
 
 /* ---- server handlers ------------------------------------------------------ */
 
@@ -190,8 +159,6 @@ static int group_setup(void **state)
 {
     T.transport = test_transport();
     T.server_addr = test_server_addr();
-    pthread_mutex_init(&T.mu, NULL);
-    pthread_cond_init(&T.cv, NULL);
     if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
         return -1;
     static const char *const methods[] = {"echo",  "fail",  "hold",    "async",
@@ -229,8 +196,6 @@ static int group_teardown(void **state)
     rrpc_ctx_destroy(T.cctx);
     rrpc_ctx_destroy(T.sctx);
     free(T.smem);
-    pthread_cond_destroy(&T.cv);
-    pthread_mutex_destroy(&T.mu);
     return 0;
 }
 
@@ -255,14 +220,6 @@ static rrpc_listener *listen_any(rrpc_ctx *s, char *curi, size_t n)
     assert_int_equal(rrpc_listen(s, luri, NULL, NULL, &l), 0);
     test_connect_uri(curi, n, rrpc_listener_port(l));
     return l;
-}
-
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        p[i] = (uint8_t)(seed >> 16);
-    }
 }
 
 static void echo_ok(rrpc_conn *c, size_t n, int cls)

@@ -25,6 +25,8 @@
 
 #include <roce_rpc/rrpc.h>
 
+#include "../common/test_sync.h"
+
 enum alloc_mode {
     ALLOC_EXACT,       /* the destination T.dst_region at T.dst_off, strides T.dst_strides */
     ALLOC_WRONG_DTYPE, /* a destination of another dtype */
@@ -41,8 +43,6 @@ static struct {
     rrpc_listener *lis;
     rrpc_conn *conn; /* the client's */
     rrpc_tensor_server *srv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
 
     /* receiver: where tensors go */
     uint8_t *dst_mem;
@@ -69,43 +69,6 @@ static struct {
 #define PAGE 4096u
 #define NPAGES 64u
 #define GUARD 4096u
-
-static void lock(void)
-{
-    pthread_mutex_lock(&T.mu);
-}
-static void unlock(void)
-{
-    pthread_cond_broadcast(&T.cv);
-    pthread_mutex_unlock(&T.mu);
-}
-
-static int wait_for(int *flag, int want, int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&T.mu);
-    while (*flag < want)
-        if (pthread_cond_timedwait(&T.cv, &T.mu, &ts) == ETIMEDOUT)
-            break;
-    int v = *flag;
-    pthread_mutex_unlock(&T.mu);
-    return v;
-}
-
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        p[i] = (uint8_t)(seed >> 16);
-    }
-}
 
 static bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
 {
@@ -244,8 +207,6 @@ static int group_setup(void **state)
     T.scheme = strcmp(T.transport, "verbs") == 0 ? "rdma" : "tcp";
     T.server_addr = getenv("RRPC_TEST_SERVER") ? getenv("RRPC_TEST_SERVER") : "127.0.0.1";
     T.client_src = getenv("RRPC_TEST_CLIENT_SRC");
-    pthread_mutex_init(&T.mu, NULL);
-    pthread_cond_init(&T.cv, NULL);
     if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
         return -1;
     if (rrpc_tensor_serve(T.sctx, on_alloc, on_done, NULL, &T.srv))
@@ -301,8 +262,6 @@ static int group_teardown(void **state)
     free(T.dst_mem);
     free(T.spages);
     free(T.dpages);
-    pthread_cond_destroy(&T.cv);
-    pthread_mutex_destroy(&T.mu);
     return 0;
 }
 
