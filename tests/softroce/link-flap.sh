@@ -5,12 +5,15 @@
 # the Soft-RoCE VM, link_flap (tests/softroce/link_flap.c, public API only) runs a server on
 # rdma://10.77.0.2:0 and a client bound to 10.77.0.1 (rxe0 on va), with RRPC_KEEPALIVE_MS=200
 # (so a dead peer is declared after 600 ms) and 300 ms call deadlines, makes echo calls, then runs
-# `ip link set va down`, keeps calling for half the outage and tries a connect; 2 s after the down
-# the script (in the background, not link_flap) runs `ip link set va up` and restores va's
-# permanent neighbour entry for 10.77.0.2, which the link-down flushed (guest-setup.sh made it).
+# `ip link set va down`, destroys a second client context, keeps calling for half the outage and
+# tries a connect; 4 s after the down the script (in the background, not link_flap) runs
+# `ip link set va up` and restores va's permanent neighbour entry for 10.77.0.2, which the
+# link-down flushed (guest-setup.sh made it).
 # A watchdog in link_flap prints "# STALL:" with every thread's kernel stack when it makes no
 # progress for 3 s. Checks:
 #   - calls before the outage succeed;
+#   - a context destroyed during the outage returns within 2 s + 1.5 s, leaving its cm_ids to the
+#     reaper thread with a warning (their DREQ waits for the port);
 #   - calls during the outage fail, each with RRPC_E_DEADLINE, RRPC_E_CONN_LOST or RRPC_E_CLOSED,
 #     none taking longer than its deadline + 1 s; a connect during the outage fails in bounded time;
 #   - after the link is up a NEW connection comes up (retried for up to 30 s) and carries calls;
@@ -20,8 +23,9 @@
 # On a host it compiles link_flap against BUILD_DIR/libroce_rpc into BUILD_DIR/link-flap/ and
 # re-runs itself in a VM via run-in-vm.sh with BUILD_DIR as the shared directory (as
 # dscp-capture.sh). Exit 77 and "skipped: <reason>" when no VM can be made or BUILD_DIR has no
-# verbs transport. Knobs: LINK_FLAP_OUTAGE_MS (2000), LINK_FLAP_KEEPALIVE_MS (200),
-# LINK_FLAP_DEADLINE_MS (300), LINK_FLAP_TIMEOUT (120); SOFTROCE_* as for run-in-vm.sh.
+# verbs transport. Knobs: LINK_FLAP_OUTAGE_MS (4000: longer than the 2 s a destroyed context
+# waits for its cm_ids), LINK_FLAP_KEEPALIVE_MS (200), LINK_FLAP_DEADLINE_MS (300),
+# LINK_FLAP_TIMEOUT (120); SOFTROCE_* as for run-in-vm.sh.
 # Output: "ok - ..." / "not ok - ..." per check, "# ..." observations, last line
 # "N passed, N failed"; exit 0 only if nothing failed.
 set -uo pipefail
@@ -29,7 +33,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [ $# = 1 ] || { echo "usage: tests/softroce/link-flap.sh BUILD_DIR" >&2; exit 2; }
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "link-flap: no such directory: $1" >&2; exit 2; }
 OUT=$BUILD/link-flap
-OUTAGE=${LINK_FLAP_OUTAGE_MS:-2000}
+OUTAGE=${LINK_FLAP_OUTAGE_MS:-4000}
 KA=${LINK_FLAP_KEEPALIVE_MS:-200}
 DL=${LINK_FLAP_DEADLINE_MS:-300}
 TMO=${LINK_FLAP_TIMEOUT:-120}

@@ -16,6 +16,11 @@
  *      OUTAGE_MS / 2; every call must end with a clean error
  *      (RRPC_E_CONN_LOST, RRPC_E_DEADLINE or, once the connection is down,
  *      RRPC_E_CLOSED) within its deadline plus 1 s of slack;
+ *   2b. right after the down, a second client context (with a live connection
+ *      made before the outage) is destroyed: rrpc_ctx_destroy must return in
+ *      bounded time (the verbs reaper waits 2 s for the cm_ids, whose DREQ
+ *      waits for the port, then leaves them to a background thread and says
+ *      so in a warning, which over rdma must come);
  *   3. a new connect during the outage (timeout 800 ms): must fail, in bounded time;
  *   4. at OUTAGE_MS after the down, system(UP_CMD), which returns once the
  *      link is up (the script's DOWN_CMD schedules `ip link set va up` from
@@ -114,6 +119,16 @@ static void *watchdog(void *arg)
 }
 
 /* Client-side events of the first connection. */
+static atomic_int reaper_warned; /* the second client context's warning came */
+
+static void c2_log(int level, const char *msg, void *user)
+{
+    (void)level, (void)user;
+    printf("# second client context: %s\n", msg);
+    if (strstr(msg, "still being destroyed"))
+        atomic_store(&reaper_warned, 1);
+}
+
 static atomic_int old_down;       /* 1 once DOWN came */
 static atomic_int old_reason;
 static _Atomic double old_down_at; /* ms after t_down */
@@ -204,7 +219,7 @@ int main(int argc, char **argv)
 {
     const char *saddr = "10.77.0.2", *csrc = "10.77.0.1", *scheme = "rdma";
     const char *down_cmd = NULL, *up_cmd = NULL;
-    int outage = 2000, dl = 300, reconnect_s = 30, opt, r;
+    int outage = 4000, dl = 300, reconnect_s = 30, opt, r;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     while ((opt = getopt(argc, argv, "d:u:s:c:o:t:r:x:")) != -1) {
@@ -270,10 +285,33 @@ int main(int argc, char **argv)
     check(n == 20, "20 echo calls before the outage: %d succeeded (slowest %.1f ms)%s%s", n, worst,
           err ? ", error " : "", err ? rrpc_err_name(err) : "");
 
+    rrpc_ctx *c2ctx = NULL;
+    rrpc_conn *c2 = NULL;
+    if ((r = rrpc_ctx_create(&c2ctx)) || (r = rrpc_ctx_start_thread(c2ctx)) ||
+        (rrpc_ctx_set_log(c2ctx, 4 /* LOG_WARNING */, c2_log, NULL),
+         r = rrpc_connect_sync(c2ctx, uri, 30000, NULL, NULL, &c2))) {
+        printf("not ok - a second client context: %s\n", rrpc_err_name(r));
+        return 1;
+    }
+    n = echo_burst(c2, 1, 5000, &worst, &err);
+    check(n == 1, "a second client context's connection answers before the outage");
+
     /* 2. Link down; calls during the outage. */
     progress("link down command");
     t_down = now_ms();
     int src = system(down_cmd);
+
+    /* 2b. A context destroyed while the link is down. */
+    progress("destroying a context during the outage");
+    t0 = now_ms();
+    rrpc_ctx_destroy(c2ctx);
+    double dt2 = now_ms() - t0;
+    check(dt2 <= 2000 + 1500.0,
+          "a context destroyed while the link is down returns in bounded time (%.0f ms, "
+          "bound 2 s + 1.5 s)", dt2);
+    if (strcmp(scheme, "rdma") == 0)
+        check(atomic_load(&reaper_warned),
+              "its cm_ids were left to the background reaper, with a warning");
     progress("calls during the outage");
     printf("# t=0: '%s' -> %d\n", down_cmd, src);
     int calls = 0, succ = 0, lost = 0, dead = 0, closed = 0, other = 0, other_code = 0;
@@ -411,7 +449,9 @@ int main(int argc, char **argv)
     rrpc_ctx_destroy(cctx);
     rrpc_listener_close(lis);
     rrpc_ctx_destroy(sctx);
-    check(1, "closed and destroyed both contexts (%.0f ms)", now_ms() - t0);
+    double dt = now_ms() - t0;
+    check(dt <= 2000 + 1500.0, "closed and destroyed both contexts (%.0f ms, bound 2 s + 1.5 s)",
+          dt);
     atomic_store(&done, 1);
     pthread_join(wd, NULL);
     printf("# link_flap: %d passed, %d failed\n", npass, nfail);

@@ -121,6 +121,7 @@
 #define VB_REAP_PORT_WAIT_US (30 * 1000000ull) /* a destroy waits this long for its port */
 #define VB_BACKLOG 128
 #define VB_POLL_BUDGET 64 /* completions handled per CQ visit before the loop gets a turn */
+#define VB_DRAIN_BUDGET (1u << 20) /* the same, for the last visit before a teardown */
 
 #define VB_ENV_RNDV 1u
 #define VB_ENV_DONE 2u
@@ -305,6 +306,9 @@ struct vb_conn {
 struct vb_reap {
     struct vb_reap *next;
     struct rdma_cm_id *id;
+    struct ibv_context *verbs; /* read on the loop thread, when queued */
+    uint8_t port_num;
+    bool dreq;   /* established and not disconnected: the destroy sends a DREQ */
     uint64_t at; /* vb_now_us() when queued */
 };
 
@@ -468,16 +472,19 @@ static void vb_reaper_free(struct vb_reaper *r)
     free(r);
 }
 
-/* Whether @id's port is known to be down.  The CM sends a DREQ when an
+/* Whether the port is known to be down.  The CM sends a DREQ when an
  * established cm_id is disconnected or destroyed; on rxe, a DREQ sent while
  * the port is down left the device's CM unable to send anything afterwards
  * (measured: after a link flap, no new connection came up from that device,
  * while another program's connections did when no DREQ had been sent during
- * the outage).  So both wait for the port. */
-static bool vb_port_down(struct rdma_cm_id *id)
+ * the outage).  So both wait for the port, as far as they can: the port may
+ * go down right after the check, and the reaper gives up waiting after
+ * VB_REAP_PORT_WAIT_US.  Until then the peer learns of the close only
+ * through its keepalive. */
+static bool vb_port_down(struct ibv_context *verbs, uint8_t port_num)
 {
     struct ibv_port_attr pa;
-    if (!id->verbs || !id->port_num || ibv_query_port(id->verbs, id->port_num, &pa))
+    if (!verbs || !port_num || ibv_query_port(verbs, port_num, &pa))
         return false;
     return pa.state != IBV_PORT_ACTIVE;
 }
@@ -496,7 +503,8 @@ static void *vb_reaper_main(void *arg)
         if (!r->head)
             r->tail = &r->head;
         pthread_mutex_unlock(&r->mu);
-        while (vb_port_down(it->id) && vb_now_us() - it->at < VB_REAP_PORT_WAIT_US)
+        while (it->dreq && vb_port_down(it->verbs, it->port_num) &&
+               vb_now_us() - it->at < VB_REAP_PORT_WAIT_US)
             usleep(100 * 1000);
         rdma_destroy_id(it->id);
         free(it);
@@ -512,15 +520,21 @@ static void *vb_reaper_main(void *arg)
 }
 
 /* Destroys @id without blocking the loop: its events from now on are only
- * acknowledged (vb_cm_cb), and the reaper thread calls rdma_destroy_id. */
-static void vb_destroy_id(struct vb_ctx *vx, struct rdma_cm_id *id)
+ * acknowledged (vb_cm_cb), and the reaper thread calls rdma_destroy_id.
+ * @dreq: the id is established and was not disconnected, so the destroy
+ * will send a DREQ and waits for the port first. */
+static void vb_destroy_id(struct vb_ctx *vx, struct rdma_cm_id *id, bool dreq)
 {
     id->context = &vb_reaped_kind;
     struct vb_reaper *r = vx->reaper;
     struct vb_reap *it = malloc(sizeof(*it));
     if (!r && it && (r = calloc(1, sizeof(*r)))) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_mutex_init(&r->mu, NULL);
-        pthread_cond_init(&r->cv, NULL);
+        pthread_cond_init(&r->cv, &ca);
+        pthread_condattr_destroy(&ca);
         r->tail = &r->head;
         if (pthread_create(&r->th, NULL, vb_reaper_main, r)) {
             vb_reaper_free(r);
@@ -537,6 +551,9 @@ static void vb_destroy_id(struct vb_ctx *vx, struct rdma_cm_id *id)
         return;
     }
     it->id = id;
+    it->verbs = id->verbs;
+    it->port_num = id->port_num;
+    it->dreq = dreq;
     it->at = vb_now_us();
     it->next = NULL;
     pthread_mutex_lock(&r->mu);
@@ -558,7 +575,7 @@ static void vb_reaper_stop(struct vb_ctx *vx)
     }
     vx->reaper = NULL;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += VB_REAP_WAIT_S;
     pthread_mutex_lock(&r->mu);
     r->stop = true;
@@ -568,14 +585,15 @@ static void vb_reaper_stop(struct vb_ctx *vx)
         ;
     unsigned left = r->pending;
     r->orphan = left > 0;
+    if (left)
+        pthread_detach(r->th); /* under the lock: the thread frees @r once it is released */
     pthread_mutex_unlock(&r->mu);
     if (left) {
         RRPCI_LOG(vx->ctx, LOG_WARNING,
-                  "verbs: %u cm_id(s) still being destroyed by the kernel after %d s (a "
-                  "disconnect towards an unreachable peer?); leaving them to a background "
+                  "verbs: %u cm_id(s) still being destroyed after %d s (waiting for a port "
+                  "that is down, or blocked in the kernel); leaving them to a background "
                   "thread, which the process may wait for at exit",
                   left, VB_REAP_WAIT_S);
-        pthread_detach(r->th);
         return;
     }
     pthread_join(r->th, NULL);
@@ -805,9 +823,16 @@ static void vb_teardown(struct vb_conn *vc)
         vx->vcs = vc->next;
     if (vc->next)
         vc->next->prev = vc->prev;
-    for (int i = 0; i < VB_NCLS; i++)
-        if (vc->q[i].id && vc->q[i].established && !vb_port_down(vc->q[i].id))
-            rdma_disconnect(vc->q[i].id);
+    bool dreq[VB_NCLS] = {false};
+    for (int i = 0; i < VB_NCLS; i++) {
+        struct rdma_cm_id *id = vc->q[i].id;
+        if (!id || !vc->q[i].established)
+            continue;
+        if (vb_port_down(id->verbs, id->port_num))
+            dreq[i] = true; /* left to the destroy, once the port is back */
+        else
+            rdma_disconnect(id);
+    }
     for (int i = 0; i < VB_NCLS; i++)
         if (vc->q[i].has_qp)
             rdma_destroy_qp(vc->q[i].id);
@@ -839,7 +864,7 @@ static void vb_teardown(struct vb_conn *vc)
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
         if (q->id)
-            vb_destroy_id(vx, q->id);
+            vb_destroy_id(vx, q->id, dreq[i]);
         free(q->rb);
         free(q->sb);
         free(q->doneq);
@@ -1896,7 +1921,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
  * the loop must still get its turn for timers, other connections and, in
  * driven mode, to return from rrpc_ctx_progress.  The rest is then handled
  * from a zero-delay timer, on the loop's next iteration. */
-static void vb_poll(struct vb_conn *vc)
+static void vb_poll(struct vb_conn *vc, unsigned budget)
 {
     struct ibv_wc wc[16];
     uint64_t until = 0;
@@ -1904,7 +1929,7 @@ static void vb_poll(struct vb_conn *vc)
     unsigned busy_us = vc->vx->busy_poll_us, handled = 0;
     vb_enter(vc);
     for (;;) {
-        if (handled >= VB_POLL_BUDGET) {
+        if (handled >= budget) {
             ev_timer_start(rrpci_ctx_loop(vc->ctx), &vc->repoll);
             break;
         }
@@ -1937,7 +1962,7 @@ static void vb_poll(struct vb_conn *vc)
 
 static void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    vb_poll(w->data);
+    vb_poll(w->data, VB_POLL_BUDGET);
 }
 
 static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -1947,7 +1972,7 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
     void *cq_ctx;
     while (ibv_get_cq_event(d->ch, &cq, &cq_ctx) == 0) {
         ibv_ack_cq_events(cq, 1);
-        vb_poll(cq_ctx);
+        vb_poll(cq_ctx, VB_POLL_BUDGET);
     }
 }
 
@@ -2096,9 +2121,10 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
     }
     case RDMA_CM_EVENT_DISCONNECTED:
         vc->peer_gone = true;
-        /* What already arrived goes first: an ERROR frame explains the close. */
+        /* What already arrived goes first, all of it (the connection is torn
+         * down right after): an ERROR frame explains the close. */
         if (vc->cq)
-            vb_poll(vc);
+            vb_poll(vc, VB_DRAIN_BUDGET);
         vb_fail(vc, RRPC_E_CONN_LOST, "%s disconnected", vc->peer);
         break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -2134,7 +2160,7 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
     if (rc) {
         RRPCI_LOG(vx->ctx, LOG_WARNING, "verbs: refusing a connection from %s: %s", peer, why);
         vb_reject(id, rc);
-        vb_destroy_id(vx, id);
+        vb_destroy_id(vx, id, false);
         return;
     }
     struct vb_conn *vc = vb_find_pending(vx, e->listen_id, p.cookie);
@@ -2142,13 +2168,13 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         rrpc_conn *c = rrpci_listener_new_conn(vl->l);
         if (!c) {
             vb_reject(id, -ENOMEM);
-            vb_destroy_id(vx, id);
+            vb_destroy_id(vx, id, false);
             return;
         }
         vc = vb_conn_new(vx, c);
         if (!vc) {
             vb_reject(id, -ENOMEM);
-            vb_destroy_id(vx, id);
+            vb_destroy_id(vx, id, false);
             rrpci_conn_down(c, -ENOMEM, "out of memory for a verbs connection");
             return;
         }
@@ -2159,7 +2185,7 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         vb_enter(vc);
         if ((rc = vb_hello_peer(vc, &p.hello))) {
             vb_reject(id, rc);
-            vb_destroy_id(vx, id);
+            vb_destroy_id(vx, id, false);
             vb_fail(vc, rc, "handshake with %s refused", peer);
             vb_leave(vc);
             return;
@@ -2168,7 +2194,7 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         vb_enter(vc);
         if (vc->q[p.cls].id) {
             vb_reject(id, RRPC_E_PROTO);
-            vb_destroy_id(vx, id);
+            vb_destroy_id(vx, id, false);
             vb_fail(vc, RRPC_E_PROTO, "%s connected class %d twice", peer, p.cls);
             vb_leave(vc);
             return;
@@ -2209,7 +2235,7 @@ static void vb_cm_event(struct vb_ctx *vx, struct rdma_cm_event *e, const uint8_
         struct vb_listener *vl = e->listen_id ? e->listen_id->context : NULL;
         if (!vl || vl->kind != VB_K_LISTENER || !vl->id) {
             rdma_reject(e->id, NULL, 0);
-            vb_destroy_id(vx, e->id);
+            vb_destroy_id(vx, e->id, false);
             return;
         }
         vb_on_conn_req(vx, vl, e, pd, pdlen);
@@ -2236,7 +2262,7 @@ static void vb_cm_cb(struct ev_loop *loop, ev_io *w, int revents)
             rdma_ack_cm_event(ev);
             if (nid) {
                 rdma_reject(nid, NULL, 0);
-                vb_destroy_id(vx, nid);
+                vb_destroy_id(vx, nid, false);
             }
             continue;
         }
@@ -2382,7 +2408,9 @@ static void vb_listener_close(rrpc_listener *l)
     for (struct vb_conn *vc = vl->vx->vcs; vc; vc = vc->next)
         if (vc->listen_id == vl->id)
             vc->listen_id = NULL; /* its missing classes can no longer arrive */
-    vb_destroy_id(vl->vx, vl->id);
+    /* At once, not through the reaper: the port is free for the next listen.
+     * A listening id sends no DREQ, and its events were all acknowledged. */
+    rdma_destroy_id(vl->id);
     vl->id = NULL;
 }
 
