@@ -766,6 +766,22 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
     }
 }
 
+int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
+{
+    if (c->state != RRPCI_UP || c->authenticating || c->refused ||
+        rrpci_type_is_exempt(h->type))
+        return 0; /* checked in full by rrpci_conn_recv */
+    if (h->cls != cls) {
+        protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
+        return RRPC_E_PROTO;
+    }
+    if (!rrpci_credit_rx_room(&c->cls[cls].credit)) {
+        protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
+        return RRPC_E_CREDIT;
+    }
+    return 0;
+}
+
 void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     if (c->state != RRPCI_UP)
@@ -777,25 +793,22 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         auth_frame(c, cls, h, p);
         return;
     }
-    if (h->cls != cls)
-        {
-            protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
-            return;
-        }
+    if (h->cls != cls) {
+        protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
+        return;
+    }
     struct rrpci_class_state *s = &c->cls[cls];
     if (h->credits) {
-        if (rrpci_credit_returned(&s->credit, h->credits) < 0)
-            {
-                protocol_error(c, RRPC_E_CREDIT, "peer returned more credit than it owed");
-                return;
-            }
-    }
-    bool exempt = rrpci_type_is_exempt(h->type);
-    if (!exempt && rrpci_credit_rx(&s->credit) < 0)
-        {
-            protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
+        if (rrpci_credit_returned(&s->credit, h->credits) < 0) {
+            protocol_error(c, RRPC_E_CREDIT, "peer returned more credit than it owed");
             return;
         }
+    }
+    bool exempt = rrpci_type_is_exempt(h->type);
+    if (!exempt && rrpci_credit_rx(&s->credit) < 0) {
+        protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
+        return;
+    }
     rrpci_conn_ref(c);
     switch (h->type) {
     case RRPCI_T_REQUEST:

@@ -28,9 +28,14 @@ int rrpci_credit_returned(struct rrpci_credit *c, uint32_t n)
     return 0;
 }
 
+bool rrpci_credit_rx_room(const struct rrpci_credit *c)
+{
+    return c->rx_inflight < c->rx_grant;
+}
+
 int rrpci_credit_rx(struct rrpci_credit *c)
 {
-    if (c->rx_inflight >= c->rx_grant)
+    if (!rrpci_credit_rx_room(c))
         return RRPC_E_CREDIT;
     c->rx_inflight++;
     return 0;

@@ -29,6 +29,8 @@ bool rrpci_credit_take(struct rrpci_credit *c);
 int rrpci_credit_returned(struct rrpci_credit *c, uint32_t n);
 /* A non-exempt frame arrived.  RRPC_E_CREDIT when the peer had no credit for it. */
 int rrpci_credit_rx(struct rrpci_credit *c);
+/* Whether the peer has credit for one more frame (rrpci_credit_rx would accept it). */
+bool rrpci_credit_rx_room(const struct rrpci_credit *c);
 /* The application consumed a received frame: its credit is owed back. */
 void rrpci_credit_consumed(struct rrpci_credit *c);
 /* Takes every owed credit, to send back (piggybacked or explicit); at most 65535. */

@@ -58,6 +58,8 @@ int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct 
     if (h->len > max_len)
         return bad(why, "payload length exceeds the maximum message size (RRPC_MAX_MSG)",
                    RRPC_E_TOO_BIG);
+    if (rrpci_type_is_exempt(h->type) && h->len > rrpci_exempt_max_len(h->type))
+        return bad(why, "control frame longer than its type allows", RRPC_E_PROTO);
     return 0;
 }
 

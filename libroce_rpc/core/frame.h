@@ -52,11 +52,24 @@ static inline bool rrpci_type_is_exempt(uint8_t type)
            type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE;
 }
 
+/* The largest payload of a credit-exempt frame: what bounds them, since no
+ * credit does.  Handshake records, tickets (at most 574 bytes) and ERROR
+ * messages fit in RRPCI_CTL_MAX_LEN; CREDIT, KEEPALIVE and TICKET_ACK carry
+ * nothing. */
+#define RRPCI_CTL_MAX_LEN 4096u
+static inline uint32_t rrpci_exempt_max_len(uint8_t type)
+{
+    return type == RRPCI_T_CREDIT || type == RRPCI_T_KEEPALIVE || type == RRPCI_T_TICKET_ACK
+               ? 0
+               : RRPCI_CTL_MAX_LEN;
+}
+
 void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE]);
 
 /*
  * Decodes and validates a header: magic, version, type, class, flags, the
- * reserved field, and len <= @max_len.  Returns 0, RRPC_E_PROTO,
+ * reserved field, len <= @max_len, and for credit-exempt types len <=
+ * rrpci_exempt_max_len.  Returns 0, RRPC_E_PROTO,
  * RRPC_E_VERSION or RRPC_E_TOO_BIG; @why (may be NULL) gets a static
  * explanation for the log and the DOWN reason.
  */

@@ -175,6 +175,13 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why);
  * rrpci_hdr_decode.  @payload is valid only during the call. */
 void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *payload);
 
+/* A frame's header arrived on class @cls (decoded with rrpci_hdr_decode), and
+ * its payload is still to come: a transport calls this before it buffers or
+ * reads a payload, so that a frame the peer had no credit for is refused
+ * before it costs memory.  Returns 0, or an RRPC_E_* code after taking the
+ * connection down (the transport then drops the frame). */
+int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h);
+
 /* Class @cls can take frames again after an -EAGAIN from ops->send. */
 void rrpci_conn_writable(rrpc_conn *c, int cls);
 

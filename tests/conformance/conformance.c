@@ -934,6 +934,45 @@ static void test_a_sender_overrunning_its_credits_is_cut_off(void **state)
     still_serving();
 }
 
+/* As above, but the ninth frame claims 32 MiB and none of it is ever sent:
+ * the server must refuse it from its header, not wait to buffer a payload
+ * the peer had no credit for. */
+static void test_a_frame_without_credit_is_refused_at_its_header(void **state)
+{
+    if (raw_skip())
+        return;
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint8_t burst[9 * 32];
+    for (int i = 0; i < 8; i++)
+        raw_header(burst + 32 * i, 10 /*OS_ACK*/, 3, 0, 910000 + (uint64_t)i, 0, 0, 0);
+    raw_header(burst + 32 * 8, 5 /*REQUEST*/, 3, 0, 910008, 0, 32u << 20, 0);
+    assert_true(write(rc.fd[3], burst, sizeof(burst)) == (ssize_t)sizeof(burst));
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, RRPC_E_CREDIT);
+    raw_close(&rc);
+    still_serving();
+}
+
+/* No credit bounds a control frame: its type does.  A KEEPALIVE header that
+ * claims 16 MiB is refused at once. */
+static void test_a_control_frame_claiming_a_large_payload_is_refused_at_its_header(void **state)
+{
+    if (raw_skip())
+        return;
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint8_t hdr[32];
+    raw_header(hdr, 14 /*KEEPALIVE*/, 0, 0, 0, 0, 16u << 20, 0);
+    assert_true(write(rc.fd[0], hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr));
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, RRPC_E_PROTO);
+    raw_close(&rc);
+    still_serving();
+}
+
 static void test_a_raw_write_outside_the_region_is_refused_by_the_target(void **state)
 {
     if (raw_skip())
@@ -992,6 +1031,8 @@ int main(void)
         cmocka_unit_test(test_a_peer_vanishing_mid_message_is_detected),
         cmocka_unit_test(test_a_malformed_header_closes_only_that_connection),
         cmocka_unit_test(test_a_sender_overrunning_its_credits_is_cut_off),
+        cmocka_unit_test(test_a_frame_without_credit_is_refused_at_its_header),
+        cmocka_unit_test(test_a_control_frame_claiming_a_large_payload_is_refused_at_its_header),
         cmocka_unit_test(test_a_raw_write_outside_the_region_is_refused_by_the_target),
     };
     return cmocka_run_group_tests_name(test_transport(), tests, group_setup, group_teardown);

@@ -200,11 +200,46 @@ static void test_header_accepts_every_known_type(void **state)
     for (int t = 1; t < RRPCI_T_MAX_; t++) {
         struct rrpci_hdr h = sample_hdr(), out;
         h.type = (uint8_t)t;
+        if (rrpci_type_is_exempt(h.type))
+            h.len = rrpci_exempt_max_len(h.type); /* the largest it may carry */
         uint8_t buf[RRPCI_HDR_SIZE];
         rrpci_hdr_encode(&h, buf);
         assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, NULL), 0);
         assert_int_equal(out.type, t);
+        assert_int_equal(out.len, h.len);
     }
+}
+
+/* No credit bounds a control frame, so its type does: a KEEPALIVE that claims
+ * a payload, or an ERROR that claims 64 MiB, is refused from the header. */
+static void test_header_refuses_a_control_frame_longer_than_its_type_allows(void **state)
+{
+    (void)state;
+    int n = 0;
+    for (int t = 1; t < RRPCI_T_MAX_; t++) {
+        if (!rrpci_type_is_exempt((uint8_t)t))
+            continue;
+        n++;
+        struct rrpci_hdr h = sample_hdr(), out;
+        h.type = (uint8_t)t;
+        h.len = rrpci_exempt_max_len(h.type) + 1;
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        const char *why = NULL;
+        assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, &why), RRPC_E_PROTO);
+        assert_non_null(why);
+    }
+    assert_int_equal(n, 9);
+    struct rrpci_hdr h = sample_hdr(), out;
+    h.type = RRPCI_T_KEEPALIVE;
+    h.len = 1;
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, NULL), RRPC_E_PROTO);
+    h.type = RRPCI_T_ERROR;
+    h.len = 64u << 20;
+    rrpci_hdr_encode(&h, buf);
+    assert_int_equal(rrpci_hdr_decode(buf, UINT32_MAX, &out, NULL), RRPC_E_PROTO);
 }
 
 static void test_header_rejects_type_zero_and_types_from_max_with_proto(void **state)
@@ -436,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects_other_versions_with_version),
         cmocka_unit_test(test_header_of_newer_version_reports_version_even_with_unknown_type),
         cmocka_unit_test(test_header_accepts_every_known_type),
+        cmocka_unit_test(test_header_refuses_a_control_frame_longer_than_its_type_allows),
         cmocka_unit_test(test_header_rejects_type_zero_and_types_from_max_with_proto),
         cmocka_unit_test(test_header_accepts_classes_0_to_3),
         cmocka_unit_test(test_header_rejects_class_4_and_above_with_bad_class),

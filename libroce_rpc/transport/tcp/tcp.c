@@ -323,6 +323,10 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
             ch->have_hdr = true;
             ch->roff += RRPCI_HDR_SIZE;
             avail -= RRPCI_HDR_SIZE;
+            if (rrpci_conn_rx_admit(c, ch->cls, &ch->h)) {
+                alive = false;
+                break;
+            }
         }
         if (avail >= ch->h.len) {
             const uint8_t *p = ch->rbuf + ch->roff;

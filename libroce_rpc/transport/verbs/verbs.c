@@ -1650,6 +1650,12 @@ static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const
         *why = "rendezvous segments do not add up to the frame's length";
         return RRPC_E_PROTO;
     }
+    /* Before the payload buffer is allocated (this takes the connection down
+     * when the peer had no credit for the frame). */
+    if ((rc = rrpci_conn_rx_admit(vc->conn, q->cls, &h))) {
+        *why = "frame refused at its header";
+        return rc;
+    }
     struct vb_rin *r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
