@@ -116,13 +116,21 @@ static void test_rx_beyond_grant_is_a_credit_error(void **state)
     (void)state;
     struct rrpci_credit c;
     rrpci_credit_init(&c, 2, 8);
+    assert_true(rrpci_credit_rx_room(&c));
     assert_int_equal(rrpci_credit_rx(&c), 0);
+    assert_true(rrpci_credit_rx_room(&c));
     assert_int_equal(rrpci_credit_rx(&c), 0);
+    /* The header-time check says what the full-frame check will. */
+    assert_false(rrpci_credit_rx_room(&c));
     assert_int_equal(rrpci_credit_rx(&c), RRPC_E_CREDIT);
     assert_int_equal(c.rx_inflight, 2);
     /* Consumed but not yet returned: the peer still has no credit. */
     rrpci_credit_consumed(&c);
+    assert_false(rrpci_credit_rx_room(&c));
     assert_int_equal(rrpci_credit_rx(&c), RRPC_E_CREDIT);
+    /* Returned: room again. */
+    rrpci_credit_harvest(&c);
+    assert_true(rrpci_credit_rx_room(&c));
 }
 
 static void test_zero_rx_grant_rejects_the_first_frame(void **state)
