@@ -29,8 +29,8 @@ static inline void unlock(void)
     pthread_mutex_unlock(&test_mu);
 }
 
-/* Waits up to @ms for *@flag >= @want; returns the value seen. */
-static inline int wait_for(int *flag, int want, int ms)
+/* The CLOCK_REALTIME time @ms from now, for pthread_cond_timedwait. */
+static inline struct timespec test_deadline(int ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -40,6 +40,13 @@ static inline int wait_for(int *flag, int want, int ms)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
+    return ts;
+}
+
+/* Waits up to @ms for *@flag >= @want; returns the value seen. */
+static inline int wait_for(int *flag, int want, int ms)
+{
+    struct timespec ts = test_deadline(ms);
     pthread_mutex_lock(&test_mu);
     while (*flag < want)
         if (pthread_cond_timedwait(&test_cv, &test_mu, &ts) == ETIMEDOUT)

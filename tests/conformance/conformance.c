@@ -829,6 +829,21 @@ static int downs_now(void)
     return -1;
 }
 
+/* Opens a raw connection, writes @n bytes on the socket of class @cls, and
+ * expects the server to close that connection with @reason (without the
+ * raw peer sending anything more) and to go on serving everyone else. */
+static void raw_expect_down(int cls, const void *bytes, size_t n, int reason)
+{
+    struct raw_conn rc;
+    int d0 = downs_now();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    assert_true(write(rc.fd[cls], bytes, n) == (ssize_t)n);
+    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(T.last_down_reason, reason);
+    raw_close(&rc);
+    still_serving();
+}
+
 static void test_garbage_bytes_are_refused_and_the_server_keeps_serving(void **state)
 {
     if (raw_skip())
@@ -866,16 +881,9 @@ static void test_a_4_GiB_length_closes_the_connection_before_any_allocation(void
 {
     if (raw_skip())
         return;
-    struct raw_conn rc;
-    int d0 = downs_now();
-    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
     uint8_t hdr[32];
     raw_header(hdr, 5 /*REQUEST*/, 1, 0, 1, 0, 0xFFFFFFFFu, 0);
-    assert_true(write(rc.fd[1], hdr, 32) == 32);
-    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
-    assert_int_equal(T.last_down_reason, RRPC_E_TOO_BIG);
-    raw_close(&rc);
-    still_serving();
+    raw_expect_down(1, hdr, sizeof(hdr), RRPC_E_TOO_BIG);
 }
 
 static void test_a_peer_vanishing_mid_message_is_detected(void **state)
@@ -918,20 +926,13 @@ static void test_a_sender_overrunning_its_credits_is_cut_off(void **state)
 {
     if (raw_skip())
         return;
-    struct raw_conn rc;
-    int d0 = downs_now();
-    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
     /* background grants 8 credits by default.  Nine frames that draw no
      * answer (acks of operations the server never started), in one burst:
      * the server returns no credit before the ninth, so the ninth overruns. */
     uint8_t burst[9 * 32];
     for (int i = 0; i < 9; i++)
         raw_header(burst + 32 * i, 10 /*OS_ACK*/, 3, 0, 900000 + (uint64_t)i, 0, 0, 0);
-    assert_true(write(rc.fd[3], burst, sizeof(burst)) == (ssize_t)sizeof(burst));
-    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
-    assert_int_equal(T.last_down_reason, RRPC_E_CREDIT);
-    raw_close(&rc);
-    still_serving();
+    raw_expect_down(3, burst, sizeof(burst), RRPC_E_CREDIT);
 }
 
 /* As above, but the ninth frame claims 32 MiB and none of it is ever sent:
@@ -941,18 +942,11 @@ static void test_a_frame_without_credit_is_refused_at_its_header(void **state)
 {
     if (raw_skip())
         return;
-    struct raw_conn rc;
-    int d0 = downs_now();
-    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
     uint8_t burst[9 * 32];
     for (int i = 0; i < 8; i++)
         raw_header(burst + 32 * i, 10 /*OS_ACK*/, 3, 0, 910000 + (uint64_t)i, 0, 0, 0);
     raw_header(burst + 32 * 8, 5 /*REQUEST*/, 3, 0, 910008, 0, 32u << 20, 0);
-    assert_true(write(rc.fd[3], burst, sizeof(burst)) == (ssize_t)sizeof(burst));
-    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
-    assert_int_equal(T.last_down_reason, RRPC_E_CREDIT);
-    raw_close(&rc);
-    still_serving();
+    raw_expect_down(3, burst, sizeof(burst), RRPC_E_CREDIT);
 }
 
 /* No credit bounds a control frame: its type does.  A KEEPALIVE header that
@@ -961,16 +955,9 @@ static void test_a_control_frame_claiming_a_large_payload_is_refused_at_its_head
 {
     if (raw_skip())
         return;
-    struct raw_conn rc;
-    int d0 = downs_now();
-    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
     uint8_t hdr[32];
     raw_header(hdr, 14 /*KEEPALIVE*/, 0, 0, 0, 0, 16u << 20, 0);
-    assert_true(write(rc.fd[0], hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr));
-    assert_int_equal(wait_for(&T.server_downs, d0 + 1, 5000), d0 + 1);
-    assert_int_equal(T.last_down_reason, RRPC_E_PROTO);
-    raw_close(&rc);
-    still_serving();
+    raw_expect_down(0, hdr, sizeof(hdr), RRPC_E_PROTO);
 }
 
 static void test_a_raw_write_outside_the_region_is_refused_by_the_target(void **state)

@@ -29,6 +29,7 @@
 
 #include <roce_rpc/rrpc.h>
 
+#include "../common/test_sync.h"
 #include "../common/test_uri.h"
 
 static double now_s(void)
@@ -138,14 +139,7 @@ static void tally_cb(const rrpc_result *res, void *user)
 
 static int tally_wait(struct tally *t, int want, int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = test_deadline(ms);
     pthread_mutex_lock(&t->mu);
     while (t->done < want)
         if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT)
