@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The TLS control port: libev + non-blocking OpenSSL, TLS 1.3 only.
- * Frames are a u32 little-endian length (1..MAX_FRAME) and one msgpack map
+ * Frames are a u32 little-endian length (1..CTL_MAX_FRAME) and one msgpack map
  * (docs/broker.md).  Nothing a client sends is trusted: a bad length, bad
  * msgpack or a wrong version gets an error answer and the connection closes.
  */
@@ -26,8 +26,6 @@
 
 #include "rrpcd.h"
 
-#define CTL_VERSION 1
-#define MAX_FRAME (1u << 20)
 #define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
 #define HANDSHAKE_TIMEOUT 10.0
 #define MAX_EPS 64
@@ -166,13 +164,6 @@ static int wbuf_write(void *data, const char *buf, size_t len)
     return 0;
 }
 
-static void pk_str(msgpack_packer *pk, const char *s)
-{
-    size_t n = strlen(s);
-    msgpack_pack_str(pk, n);
-    msgpack_pack_str_body(pk, s, n);
-}
-
 /* An answer: begin with @n extra map entries, pack them, then answer_end. */
 struct answer {
     msgpack_sbuffer sb;
@@ -197,8 +188,8 @@ static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
 
 static void answer_end(struct conn *c, struct answer *a)
 {
-    uint32_t n = (uint32_t)a->sb.size;
-    uint8_t hdr[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
+    uint8_t hdr[4];
+    rrpci_put_le32(hdr, (uint32_t)a->sb.size);
     if (wbuf_write(c, (const char *)hdr, 4) || wbuf_write(c, a->sb.data, a->sb.size))
         c->closing = true; /* out of memory: drop the client, not the daemon */
     msgpack_sbuffer_destroy(&a->sb);
@@ -238,8 +229,6 @@ static bool mstr(const msgpack_object *o, char *out, size_t outlen)
     out[o->via.str.size] = 0;
     return true;
 }
-
-static const char *const class_names[] = { "control", "low_latency", "bulk", "background" };
 
 static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
 {
@@ -294,11 +283,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     uint32_t classes = 0;
     for (uint32_t i = 0; i < cls->via.array.size; i++) {
         char name[32];
-        int k = -1;
-        if (mstr(&cls->via.array.ptr[i], name, sizeof(name)))
-            for (int j = 0; j < 4; j++)
-                if (!strcmp(name, class_names[j]))
-                    k = j;
+        int k = mstr(&cls->via.array.ptr[i], name, sizeof(name)) ? rrpc_class_from_name(name) : -1;
         if (k < 0) {
             answer_error(c, id, "bad_request", "unknown QoS class");
             return;
@@ -306,7 +291,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         classes |= 1u << k;
     }
     if (!classes)
-        classes = 0xf;
+        classes = (1u << RRPC_CLASS_COUNT) - 1;
     uint64_t lease = (uint64_t)cfg->lease_ms;
     const msgpack_object *lo = rrpci_mp_get(m, "lease_ms");
     if (lo) {
@@ -450,9 +435,9 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
             msgpack_pack_uint32(&a.pk, r->eps[i].port);
             pk_str(&a.pk, "classes");
             msgpack_pack_array(&a.pk, (uint32_t)__builtin_popcount(r->classes));
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < RRPC_CLASS_COUNT; k++)
                 if (r->classes & (1u << k))
-                    pk_str(&a.pk, class_names[k]);
+                    pk_str(&a.pk, rrpc_class_name(k));
         }
     }
     pk_str(&a.pk, "ticket");
@@ -520,13 +505,19 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
             n -= k;
             if (c->hdr_got < 4)
                 return;
-            uint32_t len = (uint32_t)c->hdr[0] | (uint32_t)c->hdr[1] << 8 |
-                           (uint32_t)c->hdr[2] << 16 | (uint32_t)c->hdr[3] << 24;
-            if (len == 0 || len > MAX_FRAME) {
+            uint32_t len = rrpci_get_le32(c->hdr);
+            if (len == 0 || len > CTL_MAX_FRAME) {
                 char msg[96];
-                snprintf(msg, sizeof(msg), "frame length %u is outside 1..%u", len, MAX_FRAME);
+                snprintf(msg, sizeof(msg), "frame length %u is outside 1..%u", len, CTL_MAX_FRAME);
                 answer_fatal(c, 0, "bad_request", msg);
                 return;
+            }
+            if (n >= len) { /* the whole frame is in this read: no copy */
+                handle_frame(c, p, len);
+                p += len;
+                n -= len;
+                c->hdr_got = 0;
+                continue;
             }
             c->frame = malloc(len);
             if (!c->frame) {

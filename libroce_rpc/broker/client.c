@@ -37,8 +37,6 @@
 
 #include "broker/mpcheck.h"
 
-#define CTL_VERSION 1
-#define CTL_MAX_FRAME (1u << 20)
 #define ERR_MAX 512
 #define HOST_MAX 256
 
@@ -289,13 +287,6 @@ static int is_ip(const char *s)
 
 /* ---- msgpack helpers ----------------------------------------------------- */
 
-static void pk_str(msgpack_packer *pk, const char *s)
-{
-    size_t n = strlen(s);
-    msgpack_pack_str(pk, n);
-    msgpack_pack_str_body(pk, s, n);
-}
-
 static bool mstr(const msgpack_object *o, char *out, size_t outlen)
 {
     if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= outlen ||
@@ -364,8 +355,8 @@ static int exchange(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t want_id
 {
     msgpack_unpacked *u = &rp->u;
     int64_t deadline = mono_ms() + b->timeout_ms;
-    uint8_t hdr[4] = { (uint8_t)sb->size, (uint8_t)(sb->size >> 8), (uint8_t)(sb->size >> 16),
-                       (uint8_t)(sb->size >> 24) };
+    uint8_t hdr[4];
+    rrpci_put_le32(hdr, (uint32_t)sb->size);
     *refused = false;
     int r = tls_do(b, OP_WRITE, hdr, 4, deadline);
     if (!r)
@@ -374,8 +365,7 @@ static int exchange(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t want_id
         r = tls_do(b, OP_READ, hdr, 4, deadline);
     if (r)
         return r;
-    uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                   (uint32_t)hdr[3] << 24;
+    uint32_t len = rrpci_get_le32(hdr);
     if (len == 0 || len > CTL_MAX_FRAME)
         return fail(b, -EPROTO, "rrpcd %s:%s sent a frame of %u bytes", b->host, b->port, len);
     char *buf = malloc(len);

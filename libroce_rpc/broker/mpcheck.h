@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* A structural check of untrusted msgpack before msgpack-c unpacks it. */
+/* The control protocol's framing, shared by rrpcd and the broker client, and
+ * a structural check of untrusted msgpack before msgpack-c unpacks it. */
 #ifndef RRPCI_BROKER_MPCHECK_H
 #define RRPCI_BROKER_MPCHECK_H
 
@@ -7,6 +8,33 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* docs/broker.md: each frame is a u32 little-endian length (1..CTL_MAX_FRAME)
+ * and one msgpack map whose "v" is CTL_VERSION. */
+#define CTL_VERSION 1
+#define CTL_MAX_FRAME (1u << 20)
+
+static inline void rrpci_put_le32(uint8_t out[4], uint32_t v)
+{
+    out[0] = (uint8_t)v;
+    out[1] = (uint8_t)(v >> 8);
+    out[2] = (uint8_t)(v >> 16);
+    out[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t rrpci_get_le32(const uint8_t in[4])
+{
+    return (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
+}
+
+/* Packs the C string @s as a msgpack str. */
+static inline void pk_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
 
 /*
  * 0 when @buf/@len is exactly one msgpack object, nested at most @max_depth

@@ -147,7 +147,6 @@ static void retire_if_down(struct rrpc_service *s, struct link **dead)
         return;
     s->cur = NULL;
     s->st.drops++;
-    s->st.up = 0;
     int reason = atomic_load(&l->reason);
     if (reason)
         set_err(s, "the connection to '%s' went down: %s", s->name, rrpc_strerror(reason));
@@ -306,9 +305,7 @@ RRPC_API int rrpc_service_conn(rrpc_service *svc, int wait_ms, rrpc_conn **ret_c
         if (!r) {
             s->cur = l;
             s->st.connects++;
-            s->st.up = 1;
             s->st.last_error = 0;
-            s->st.backoff_ms = 0;
             s->backoff_ms = 0;
             s->next_attempt_ms = 0;
             continue; /* borrow it above (or close it when closing) */
@@ -316,7 +313,6 @@ RRPC_API int rrpc_service_conn(rrpc_service *svc, int wait_ms, rrpc_conn **ret_c
         s->st.failures++;
         s->st.last_error = r;
         int d = next_backoff(s);
-        s->st.backoff_ms = d;
         s->next_attempt_ms = mono_ms() + d;
         set_err(s, "connecting to service '%s' failed: %s (%s); next attempt in %d ms",
                 s->name, rrpc_strerror(r), why[0] ? why : rrpc_err_name(r), d);
@@ -397,7 +393,7 @@ RRPC_API int rrpc_service_stats(rrpc_service *svc, rrpc_service_stat *ret)
         return -EINVAL;
     struct rrpc_service *s = svc;
     pthread_mutex_lock(&s->mu);
-    *ret = s->st;
+    *ret = s->st; /* up and backoff_ms are derived here, not kept */
     ret->up = s->cur && !atomic_load(&s->cur->down);
     int64_t left = s->next_attempt_ms - mono_ms();
     ret->backoff_ms = s->cur || left <= 0 ? 0 : (int)left;
