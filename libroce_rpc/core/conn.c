@@ -158,7 +158,7 @@ static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *op
     rrpci_sched_init(&c->sched, RRPCI_MAX_CLASSES, w);
     ev_timer_init(&c->connect_timer, connect_timer_cb, timeout_ms / 1000.0, 0);
     c->connect_timer.data = c;
-    ev_timer_start(ctx->loop, &c->connect_timer);
+    rrpci_timer_start(ctx, &c->connect_timer);
     ev_init(&c->ka_timer, ka_timer_cb);
     c->ka_timer.data = c;
     rrpci_list_add(&ctx->conns, &c->link);
@@ -467,8 +467,9 @@ RRPC_API int rrpc_connect_ticket(rrpc_ctx *ctx, const char *uri, const void *tic
                                  int timeout_ms, rrpc_conn_event_fn fn, void *user,
                                  rrpc_conn **ret_conn)
 {
-    if (!ticket || len == 0 || len > 4096)
-        return rrpci_set_error(ctx, -EINVAL, "a connection ticket has 1..4096 bytes");
+    if (!ticket || len == 0 || len > RRPCI_CTL_MAX_LEN)
+        return rrpci_set_error(ctx, -EINVAL, "a connection ticket has 1..%u bytes",
+                               RRPCI_CTL_MAX_LEN);
     return connect_wait(ctx, uri, timeout_ms, ticket, len, fn, user, ret_conn);
 }
 
@@ -827,7 +828,7 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
     case RRPCI_T_CREDIT:
         break;
     case RRPCI_T_KEEPALIVE:
-        if (cls != RRPC_CLASS_CONTROL || h->len != 0 || h->arg > 1)
+        if (cls != RRPC_CLASS_CONTROL || h->arg > 1) /* no payload: rrpci_hdr_decode */
             protocol_error(c, RRPC_E_PROTO, "malformed keepalive frame");
         else if (h->arg == 0)
             send_exempt(c, RRPCI_T_KEEPALIVE, 1, NULL, 0); /* the answer */

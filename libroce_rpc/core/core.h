@@ -162,6 +162,10 @@ void rrpci_lock(rrpc_ctx *ctx);
 void rrpci_unlock(rrpc_ctx *ctx);
 /* True when the calling thread is running a callback of @ctx. */
 bool rrpci_in_callback(rrpc_ctx *ctx);
+/* ev_timer_start for a timer that may be started from outside the loop's
+ * callbacks (a call's deadline, a connect timeout): libev's cached time is
+ * from the loop's last wake-up, so it is refreshed first there. */
+void rrpci_timer_start(rrpc_ctx *ctx, ev_timer *w);
 /*
  * A blocking call's rendezvous with the loop.  The completion (on the loop)
  * calls rrpci_waiter_signal; the caller sleeps in rrpci_wait on the waiter's

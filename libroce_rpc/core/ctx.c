@@ -81,8 +81,7 @@ static int cfg_load(struct rrpci_config *cfg)
         cfg_store(cfg, e, v);
     }
     if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms == 0)
-        cfg->keepalive_timeout_ms =
-            cfg->keepalive_ms > 86400000 / 3 ? 86400000 : 3 * cfg->keepalive_ms;
+        cfg->keepalive_timeout_ms = 3 * cfg->keepalive_ms; /* keepalive_ms <= 3600000 */
     if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms <= cfg->keepalive_ms) {
         fprintf(stderr,
                 "roce-rpc: RRPC_KEEPALIVE_TIMEOUT_MS=%d must exceed RRPC_KEEPALIVE_MS=%d "
@@ -231,11 +230,13 @@ void rrpci_lock(rrpc_ctx *ctx)
     atomic_fetch_add(&ctx->lock_waiters, 1);
     pthread_mutex_lock(&ctx->lock);
     atomic_fetch_sub(&ctx->lock_waiters, 1);
-    /* libev's cached time is from the loop's last wake-up: a timer (a
-     * deadline, a connect timeout) started from another thread after the
-     * loop slept would be due at once. */
+}
+
+void rrpci_timer_start(rrpc_ctx *ctx, ev_timer *w)
+{
     if (!rrpci_in_callback(ctx))
         ev_now_update(ctx->loop);
+    ev_timer_start(ctx->loop, w);
 }
 
 void rrpci_unlock(rrpc_ctx *ctx)
@@ -496,7 +497,7 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
         ev_timer_init(&t, progress_timeout, 0, 0);
         if (timeout_ms > 0) {
             ev_timer_set(&t, timeout_ms / 1000.0, 0);
-            ev_timer_start(ctx->loop, &t);
+            rrpci_timer_start(ctx, &t);
         }
         run_locked(ctx, EVRUN_ONCE);
         ev_timer_stop(ctx->loop, &t);

@@ -245,7 +245,7 @@ struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind ki
     pd->deadline_ms = deadline_ms;
     if (deadline_ms > 0) {
         ev_timer_set(&pd->deadline, deadline_ms / 1000.0, 0);
-        ev_timer_start(c->ctx->loop, &pd->deadline);
+        rrpci_timer_start(c->ctx, &pd->deadline);
     }
     if (rrpci_idmap_put(&c->pending, rrpci_conn_new_id(c), &pd->node) < 0) {
         ev_timer_stop(c->ctx->loop, &pd->deadline);

@@ -208,25 +208,11 @@ RRPC_API int rrpc_kv_pool_token(rrpc_kv_pool *pool, rrpc_conn *conn, rrpc_kv_tok
     return 0;
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 RRPC_API void rrpc_kv_token_encode(const rrpc_kv_token *t, uint8_t out[RRPC_KV_TOKEN_SIZE])
 {
     rrpc_token_encode(&t->region, out);
-    put64(out + RRPC_TOKEN_SIZE, t->page_size);
-    put64(out + RRPC_TOKEN_SIZE + 8, t->page_count);
+    rrpci_put64(out + RRPC_TOKEN_SIZE, t->page_size);
+    rrpci_put64(out + RRPC_TOKEN_SIZE + 8, t->page_count);
 }
 
 /* The pages of @t fit in its region token. */
@@ -246,8 +232,8 @@ RRPC_API int rrpc_kv_token_decode(const void *buf, size_t len, rrpc_kv_token *re
     if (r < 0)
         return r;
     const uint8_t *p = buf;
-    t.page_size = get64(p + RRPC_TOKEN_SIZE);
-    t.page_count = get64(p + RRPC_TOKEN_SIZE + 8);
+    t.page_size = rrpci_get64(p + RRPC_TOKEN_SIZE);
+    t.page_count = rrpci_get64(p + RRPC_TOKEN_SIZE + 8);
     if (!kv_token_covers(&t))
         return -EINVAL;
     *ret_token = t;

@@ -290,21 +290,17 @@ static size_t plan_make(const rrpc_tensor *s, const int64_t *dstrides, uint64_t 
     return (size_t)outer * p->pieces;
 }
 
+/* @n int64s, little-endian (the frame helpers' byte order). */
 static void put_i64s(uint8_t *out, const int64_t *v, int n)
 {
     for (int i = 0; i < n; i++)
-        for (int b = 0; b < 8; b++)
-            out[i * 8 + b] = (uint8_t)((uint64_t)v[i] >> (8 * b));
+        rrpci_put64(out + 8 * i, (uint64_t)v[i]);
 }
 
 static void get_i64s(int64_t *v, const uint8_t *in, int n)
 {
-    for (int i = 0; i < n; i++) {
-        uint64_t x = 0;
-        for (int b = 0; b < 8; b++)
-            x |= (uint64_t)in[i * 8 + b] << (8 * b);
-        v[i] = (int64_t)x;
-    }
+    for (int i = 0; i < n; i++)
+        v[i] = (int64_t)rrpci_get64(in + 8 * i);
 }
 
 /* ---- receiver -------------------------------------------------------------------- */

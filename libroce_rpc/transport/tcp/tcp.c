@@ -323,7 +323,9 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
             ch->have_hdr = true;
             ch->roff += RRPCI_HDR_SIZE;
             avail -= RRPCI_HDR_SIZE;
-            if (rrpci_conn_rx_admit(c, ch->cls, &ch->h)) {
+            /* A frame that is whole in the buffer is checked on delivery;
+             * one whose payload is still to come, before it is buffered. */
+            if (avail < ch->h.len && rrpci_conn_rx_admit(c, ch->cls, &ch->h)) {
                 alive = false;
                 break;
             }
@@ -341,6 +343,8 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
                 ch->big_cap = ch->spare_cap;
                 ch->spare = NULL;
             } else {
+                free(ch->spare); /* too small: this buffer becomes the spare */
+                ch->spare = NULL;
                 ch->big = malloc(ch->h.len);
                 ch->big_cap = ch->h.len;
             }

@@ -97,6 +97,7 @@
 #include <roce_rpc/memory.h>
 
 #include "transport/transport.h"
+#include "util/idmap.h" /* rrpci_container_of */
 
 #define VB_NCLS RRPCI_MAX_CLASSES
 #define VB_PD_VERSION 1
@@ -133,7 +134,6 @@
 
 #define VB_CACHE_BUCKETS 256
 
-#define VB_CONTAINER(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* What a cm_id's context or a work request's wr_id points at. */
 enum vb_kind {
@@ -845,9 +845,9 @@ static void vb_teardown(struct vb_conn *vc)
         while (it) {
             struct vb_item_hdr *next = it->next;
             if (it->type == VB_I_RNDV)
-                vb_rin_free(VB_CONTAINER(it, struct vb_rin, it));
+                vb_rin_free(rrpci_container_of(it, struct vb_rin, it));
             else if (it->type == VB_I_NOTIFY)
-                free(VB_CONTAINER(it, struct vb_note, it));
+                free(rrpci_container_of(it, struct vb_note, it));
             it = next;
         }
     }
@@ -1571,7 +1571,7 @@ static void vb_drain(struct vb_qp *q)
      * they wait (in their buffers, with their credits) until it is. */
     while (q->rxq && vc->up && vb_live(vc)) {
         struct vb_item_hdr *it = q->rxq;
-        if (it->type == VB_I_RNDV && !VB_CONTAINER(it, struct vb_rin, it)->complete)
+        if (it->type == VB_I_RNDV && !rrpci_container_of(it, struct vb_rin, it)->complete)
             break;
         q->rxq = it->next;
         if (!q->rxq)
@@ -1579,7 +1579,7 @@ static void vb_drain(struct vb_qp *q)
         rrpc_conn *c = vc->conn;
         rrpci_conn_ref(c);
         if (it->type == VB_I_EAGER) {
-            struct vb_rbuf *rb = VB_CONTAINER(it, struct vb_rbuf, it);
+            struct vb_rbuf *rb = rrpci_container_of(it, struct vb_rbuf, it);
             /* Re-post a spare before the handler can give the credit back. */
             struct vb_rbuf *repl = q->rfree;
             int rc = 0;
@@ -1601,11 +1601,11 @@ static void vb_drain(struct vb_qp *q)
                 }
             }
         } else if (it->type == VB_I_RNDV) {
-            struct vb_rin *r = VB_CONTAINER(it, struct vb_rin, it);
+            struct vb_rin *r = rrpci_container_of(it, struct vb_rin, it);
             rrpci_conn_recv(c, q->cls, &r->h, r->buf);
             vb_rin_free(r);
         } else {
-            struct vb_note *nt = VB_CONTAINER(it, struct vb_note, it);
+            struct vb_note *nt = rrpci_container_of(it, struct vb_note, it);
             rrpci_conn_notify(c, nt->imm);
             free(nt);
         }
@@ -1842,10 +1842,10 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
     switch (w->kind) {
     case VB_K_RECV:
         if (ok)
-            vb_on_recv(q, VB_CONTAINER(w, struct vb_rbuf, wr), wc);
+            vb_on_recv(q, rrpci_container_of(w, struct vb_rbuf, wr), wc);
         break;
     case VB_K_SEND: {
-        struct vb_sbuf *sb = VB_CONTAINER(w, struct vb_sbuf, wr);
+        struct vb_sbuf *sb = rrpci_container_of(w, struct vb_sbuf, wr);
         sb->next = q->sfree;
         q->sfree = sb;
         q->sq_sends--;
@@ -1855,7 +1855,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
         q->sq_sends--;
         break;
     case VB_K_READ: {
-        struct vb_rin *r = VB_CONTAINER(w, struct vb_rin, wr);
+        struct vb_rin *r = rrpci_container_of(w, struct vb_rin, wr);
         r->reads_out--;
         q->data_out--;
         if (ok && r->all_posted && !r->reads_out) {
@@ -1875,7 +1875,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
         break;
     }
     case VB_K_OP: {
-        struct vb_op *o = VB_CONTAINER(w, struct vb_op, wr);
+        struct vb_op *o = rrpci_container_of(w, struct vb_op, wr);
         o->out--;
         q->data_out--;
         if (o->reported || (ok && (!o->all_posted || o->out)))
