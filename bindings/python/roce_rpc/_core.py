@@ -279,6 +279,32 @@ class _Core:
         _registry.pop(key, None)
         self.keys.discard(key)
 
+    def submit(self, conn, keep, start, busy=None, enders=()):
+        """Starts one asynchronous operation on @conn and returns its Future,
+        keep[0].  @keep stays alive until the completion callback; @busy (a
+        Region or pool, if any) is marked in use first; @start(user) makes
+        the C call under the context and returns an RrpcError or None.  On an
+        error (or an exception) everything is undone: the Future is no longer
+        pending, @keep is released, and every object of @enders is ended."""
+        fut = keep[0]
+        if busy is not None:
+            busy._op_begin()
+        key, user = _keep(keep)
+        self.keys.add(key)
+        self.pending[key] = fut
+        try:
+            with self.use(conn, "connection"):
+                err = start(user)
+            if err is not None:
+                raise err
+        except BaseException:
+            self.pending.pop(key, None)
+            self.forget(key)
+            for e in enders:
+                e._op_end()
+            raise
+        return fut
+
     def conn_for(self, p):
         ip = _ptrint(p)
         c = self.accepted.get(ip) or self.client.get(ip)
@@ -892,24 +918,12 @@ class Conn(_Closable):
             fut.add_done_callback(callback)
         opts = ffi.new("rrpc_call_opts *", [_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
                                             _deadline_ms(timeout)])
-        key, user = _keep((fut, core))
-        core.keys.add(key)
-        core.pending[key] = fut
-        try:
-            with core.use(self, "connection"):
-                b, n = _cbuf(data)
-                r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts,
-                                  lib._rrpc_py_call_done, user)
-                err = _error(r, core.ptr, "call %r" % method) if r else None
-        except BaseException:
-            core.pending.pop(key, None)
-            core.forget(key)
-            raise
-        if r:
-            core.pending.pop(key, None)
-            core.forget(key)
-            raise err
-        return fut
+
+        def start(user):
+            b, n = _cbuf(data)
+            r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts, lib._rrpc_py_call_done, user)
+            return _error(r, core.ptr, "call %r" % method) if r else None
+        return core.submit(self, (fut, core), start)
 
     def call(self, method, data=b"", *, qos=None, timeout=None):
         """Calls @method and returns the response bytes; raises RrpcError
@@ -939,26 +953,14 @@ class Conn(_Closable):
             opts.notify = 1
             opts.imm = int(notify) & 0xFFFFFFFF
         tok = remote._c()
-        key, user = _keep((fut, core, result, (local,), self))
-        core.keys.add(key)
-        core.pending[key] = fut
-        local._op_begin()
-        try:
-            with core.use(self, "connection"), local._use():
+
+        def start(user):
+            with local._use():
                 r = c_fn(self._ptr, local._ptr, int(local_offset), tok, int(remote_offset),
                          int(length), opts, lib._rrpc_py_op_done, user)
-                err = _error(r, core.ptr, what) if r else None
-        except BaseException:
-            core.pending.pop(key, None)
-            core.forget(key)
-            local._op_end()
-            raise
-        if r:
-            core.pending.pop(key, None)
-            core.forget(key)
-            local._op_end()
-            raise err
-        return fut
+                return _error(r, core.ptr, what) if r else None
+        return core.submit(self, (fut, core, result, (local,), self), start, busy=local,
+                           enders=(local,))
 
     def write_async(self, local, local_offset, remote, remote_offset=0, length=None, *,
                     qos=None, notify=None):

@@ -169,28 +169,13 @@ def send_tensor_async(conn, name, array, *, qos=None):
     fut = concurrent.futures.Future()
     fut.set_running_or_notify_cancel()
     enders = (region, _Temp(region)) if temp else (region,)
-    key, user = _keep((fut, core, None, enders, conn, a))
-    core.keys.add(key)
-    core.pending[key] = fut
-    region._op_begin()
-    try:
-        with core.use(conn, "connection"):
-            r = lib.rrpc_tensor_send(conn._ptr, name.encode(), t,
-                                     _qos(qos, lib.RRPC_CLASS_BULK), lib._rrpc_py_op_done, user)
-            err = _error(r, core.ptr, "send tensor %r" % name) if r else None
-    except BaseException:
-        core.pending.pop(key, None)
-        core.forget(key)
-        for e in enders:
-            e._op_end()
-        raise
-    if r:
-        core.pending.pop(key, None)
-        core.forget(key)
-        for e in enders:
-            e._op_end()
-        raise err
-    return fut
+
+    def start(user):
+        r = lib.rrpc_tensor_send(conn._ptr, name.encode(), t, _qos(qos, lib.RRPC_CLASS_BULK),
+                                 lib._rrpc_py_op_done, user)
+        return _error(r, core.ptr, "send tensor %r" % name) if r else None
+    return core.submit(conn, (fut, core, None, enders, conn, a), start, busy=region,
+                       enders=enders)
 
 
 # ---- receiving --------------------------------------------------------------
@@ -498,23 +483,9 @@ def kv_transfer_async(conn, src, dst, pairs, *, qos=None, notify=None):
     writes = _Writes()
     fut = concurrent.futures.Future()
     fut.set_running_or_notify_cancel()
-    key, user = _keep((fut, core, writes, (src,), conn))
-    core.keys.add(key)
-    core.pending[key] = fut
-    src._op_begin()
-    try:
-        with core.use(conn, "connection"):
-            r = lib.rrpc_kv_transfer(conn._ptr, src._ptr, dst._c(), cpairs, n, opts,
-                                     lib._rrpc_py_op_done, user, writes.p)
-            err = _error(r, core.ptr, "KV transfer") if r else None
-    except BaseException:
-        core.pending.pop(key, None)
-        core.forget(key)
-        src._op_end()
-        raise
-    if r:
-        core.pending.pop(key, None)
-        core.forget(key)
-        src._op_end()
-        raise err
-    return fut
+
+    def start(user):
+        r = lib.rrpc_kv_transfer(conn._ptr, src._ptr, dst._c(), cpairs, n, opts,
+                                 lib._rrpc_py_op_done, user, writes.p)
+        return _error(r, core.ptr, "KV transfer") if r else None
+    return core.submit(conn, (fut, core, writes, (src,), conn), start, busy=src, enders=(src,))
