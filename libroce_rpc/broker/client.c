@@ -316,17 +316,34 @@ static void reply_destroy(struct reply *rp)
     rp->buf = NULL;
 }
 
-/* Starts a request map of @n entries besides "v", "op" and "id". */
-static uint64_t req_begin(struct rrpc_broker *b, msgpack_packer *pk, const char *op, uint32_t n)
+/* A request: its frame (4 bytes of length, set by exchange, then the
+ * msgpack map) and its id. */
+struct req {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    uint64_t id;
+};
+
+/* Starts a request map of @n entries besides "v", "op" and "id" (under b->io:
+ * it takes the next id).  req_free releases it. */
+static void req_start(struct rrpc_broker *b, struct req *q, const char *op, uint32_t n)
 {
-    msgpack_pack_map(pk, 3 + n);
-    pk_str(pk, "v");
-    msgpack_pack_uint32(pk, CTL_VERSION);
-    pk_str(pk, "op");
-    pk_str(pk, op);
-    pk_str(pk, "id");
-    msgpack_pack_uint64(pk, ++b->next_id);
-    return b->next_id;
+    msgpack_sbuffer_init(&q->sb);
+    msgpack_sbuffer_write(&q->sb, "\0\0\0\0", 4);
+    msgpack_packer_init(&q->pk, &q->sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&q->pk, 3 + n);
+    pk_str(&q->pk, "v");
+    msgpack_pack_uint32(&q->pk, CTL_VERSION);
+    pk_str(&q->pk, "op");
+    pk_str(&q->pk, op);
+    pk_str(&q->pk, "id");
+    q->id = ++b->next_id;
+    msgpack_pack_uint64(&q->pk, q->id);
+}
+
+static void req_free(struct req *q)
+{
+    msgpack_sbuffer_destroy(&q->sb);
 }
 
 static int map_err(const char *code)
@@ -350,17 +367,15 @@ static int map_err(const char *code)
  * connection error (-ECONN*, -ETIMEDOUT, -EPROTO: the caller may reconnect),
  * or rrpcd's refusal mapped by map_err with @refused set.
  */
-static int exchange(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t want_id,
-                    struct reply *rp, bool *refused)
+static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool *refused)
 {
     msgpack_unpacked *u = &rp->u;
+    uint64_t want_id = q->id;
     int64_t deadline = mono_ms() + b->timeout_ms;
     uint8_t hdr[4];
-    rrpci_put_le32(hdr, (uint32_t)sb->size);
+    rrpci_put_le32((uint8_t *)q->sb.data, (uint32_t)(q->sb.size - 4));
     *refused = false;
-    int r = tls_do(b, OP_WRITE, hdr, 4, deadline);
-    if (!r)
-        r = tls_do(b, OP_WRITE, sb->data, sb->size, deadline);
+    int r = tls_do(b, OP_WRITE, q->sb.data, q->sb.size, deadline); /* one TLS record */
     if (!r)
         r = tls_do(b, OP_READ, hdr, 4, deadline);
     if (r)
@@ -425,20 +440,17 @@ static int do_connect(struct rrpc_broker *b)
         disconnect(b);
         return r;
     }
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    uint64_t id = req_begin(b, &pk, "hello", b->token ? 1 : 0);
+    struct req q;
+    req_start(b, &q, "hello", b->token ? 1 : 0);
     if (b->token) {
-        pk_str(&pk, "token");
-        pk_str(&pk, b->token);
+        pk_str(&q.pk, "token");
+        pk_str(&q.pk, b->token);
     }
     struct reply u;
     reply_init(&u);
     bool refused;
-    r = exchange(b, &sb, id, &u, &refused);
-    msgpack_sbuffer_destroy(&sb);
+    r = exchange(b, &q, &u, &refused);
+    req_free(&q);
     if (!r && !mstr(rrpci_mp_get(&u.u.data, "principal"), b->principal, sizeof(b->principal)))
         r = fail(b, -EPROTO, "rrpcd did not say who we are");
     /* In TLS 1.3 the server checks our certificate after our handshake is
@@ -456,8 +468,7 @@ static int do_connect(struct rrpc_broker *b)
  * One round trip with @io held: (re)connects when needed; a request that
  * failed on a connection made earlier is sent once more on a new one.
  */
-static int roundtrip(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t id,
-                     struct reply *u)
+static int roundtrip(struct rrpc_broker *b, struct req *q, struct reply *u)
 {
     for (int attempt = 0;; attempt++) {
         bool fresh = false;
@@ -470,7 +481,7 @@ static int roundtrip(struct rrpc_broker *b, msgpack_sbuffer *sb, uint64_t id,
         bool refused;
         reply_destroy(u);
         reply_init(u);
-        int r = exchange(b, sb, id, u, &refused);
+        int r = exchange(b, q, u, &refused);
         if (!r || refused)
             return r;
         disconnect(b);
@@ -611,18 +622,15 @@ static void reg_free(struct reg *g)
 
 static int send_unregister(struct rrpc_broker *b, uint64_t id)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    uint64_t id0 = req_begin(b, &pk, "unregister", 1);
-    pk_str(&pk, "reg");
-    msgpack_pack_uint64(&pk, id);
+    struct req q;
+    req_start(b, &q, "unregister", 1);
+    pk_str(&q.pk, "reg");
+    msgpack_pack_uint64(&q.pk, id);
     struct reply u;
     reply_init(&u);
-    int r = roundtrip(b, &sb, id0, &u);
+    int r = roundtrip(b, &q, &u);
     reply_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    req_free(&q);
     return r;
 }
 
@@ -661,37 +669,34 @@ RRPC_API void rrpc_broker_close(rrpc_broker *b)
 /* Sends "register" for @g; on success @g has an id, a lease and a secret. */
 static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    uint64_t id0 = req_begin(b, &pk, "register", 3);
-    pk_str(&pk, "service");
-    pk_str(&pk, g->service);
-    pk_str(&pk, "endpoints");
-    msgpack_pack_array(&pk, (uint32_t)g->n_eps);
+    struct req q;
+    req_start(b, &q, "register", 3);
+    pk_str(&q.pk, "service");
+    pk_str(&q.pk, g->service);
+    pk_str(&q.pk, "endpoints");
+    msgpack_pack_array(&q.pk, (uint32_t)g->n_eps);
     for (size_t i = 0; i < g->n_eps; i++) {
-        msgpack_pack_map(&pk, 3);
-        pk_str(&pk, "transport");
-        pk_str(&pk, g->eps[i].transport);
-        pk_str(&pk, "host");
-        pk_str(&pk, g->eps[i].host);
-        pk_str(&pk, "port");
-        msgpack_pack_uint32(&pk, (uint32_t)g->eps[i].port);
+        msgpack_pack_map(&q.pk, 3);
+        pk_str(&q.pk, "transport");
+        pk_str(&q.pk, g->eps[i].transport);
+        pk_str(&q.pk, "host");
+        pk_str(&q.pk, g->eps[i].host);
+        pk_str(&q.pk, "port");
+        msgpack_pack_uint32(&q.pk, (uint32_t)g->eps[i].port);
     }
-    pk_str(&pk, "classes");
+    pk_str(&q.pk, "classes");
     int nc = 0;
     for (int c = 0; c < RRPC_CLASS_COUNT; c++)
         nc += !!(g->class_mask & (1u << c));
-    msgpack_pack_array(&pk, (uint32_t)nc);
+    msgpack_pack_array(&q.pk, (uint32_t)nc);
     for (int c = 0; c < RRPC_CLASS_COUNT; c++)
         if (g->class_mask & (1u << c))
-            pk_str(&pk, rrpc_class_name(c));
+            pk_str(&q.pk, rrpc_class_name(c));
 
     struct reply u;
     reply_init(&u);
-    int r = roundtrip(b, &sb, id0, &u);
-    msgpack_sbuffer_destroy(&sb);
+    int r = roundtrip(b, &q, &u);
+    req_free(&q);
     if (!r) {
         uint64_t id = 0, lease = 0;
         const msgpack_object *sec = rrpci_mp_get(&u.u.data, "secret");
@@ -711,17 +716,14 @@ static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
 
 static int do_renew(struct rrpc_broker *b, struct reg *g)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    uint64_t id0 = req_begin(b, &pk, "renew", 1);
-    pk_str(&pk, "reg");
-    msgpack_pack_uint64(&pk, g->id);
+    struct req q;
+    req_start(b, &q, "renew", 1);
+    pk_str(&q.pk, "reg");
+    msgpack_pack_uint64(&q.pk, g->id);
     struct reply u;
     reply_init(&u);
-    int r = roundtrip(b, &sb, id0, &u);
-    msgpack_sbuffer_destroy(&sb);
+    int r = roundtrip(b, &q, &u);
+    req_free(&q);
     uint64_t lease;
     if (!r && rrpci_mp_uint(rrpci_mp_get(&u.u.data, "lease_ms"), &lease) && lease >= 100 && lease <= 86400000)
         g->lease_ms = (uint32_t)lease;
@@ -957,19 +959,16 @@ RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
 {
     if (!b || !service || !*service || strlen(service) > 255 || !ret_info)
         return -EINVAL;
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    struct req q;
     struct reply u;
     reply_init(&u);
     pthread_mutex_lock(&b->io);
-    uint64_t id0 = req_begin(b, &pk, "lookup", 1);
-    pk_str(&pk, "service");
-    pk_str(&pk, service);
-    int r = roundtrip(b, &sb, id0, &u);
+    req_start(b, &q, "lookup", 1);
+    pk_str(&q.pk, "service");
+    pk_str(&q.pk, service);
+    int r = roundtrip(b, &q, &u);
     pthread_mutex_unlock(&b->io);
-    msgpack_sbuffer_destroy(&sb);
+    req_free(&q);
     rrpc_service_info *info = NULL;
     if (r)
         goto out;
