@@ -12,7 +12,7 @@
 #include "rrpcd.h"
 
 static struct service *services;
-static size_t n_regs;
+static struct rrpci_idmap by_id; /* every registration; renewals find theirs here */
 
 int64_t mono_ms(void)
 {
@@ -30,9 +30,9 @@ int64_t wall_ms(void)
 
 static void reg_free(struct registration *r)
 {
+    rrpci_idmap_del(&by_id, r->id);
     free(r->eps);
     free(r);
-    n_regs--;
 }
 
 static void service_free(struct service *s)
@@ -79,7 +79,7 @@ void registry_sweep(int64_t now)
 
 size_t registry_count(void)
 {
-    return n_regs;
+    return by_id.count;
 }
 
 struct service *registry_service(const char *name)
@@ -111,7 +111,8 @@ int registry_add(const char *name, const char *principal, struct endpoint *eps, 
         }
     }
     struct registration *r = calloc(1, sizeof(*r));
-    if (!r) {
+    if (!r || rrpci_idmap_put(&by_id, id, &r->node)) {
+        free(r);
         if (new_service)
             service_free(s);
         return -ENOMEM;
@@ -130,18 +131,14 @@ int registry_add(const char *name, const char *principal, struct endpoint *eps, 
         s->next = services;
         services = s;
     }
-    n_regs++;
     *ret = r;
     return 0;
 }
 
 struct registration *registry_find(uint64_t id)
 {
-    for (struct service *s = services; s; s = s->next)
-        for (struct registration *r = s->regs; r; r = r->next)
-            if (r->id == id)
-                return r;
-    return NULL;
+    struct rrpci_idnode *n = rrpci_idmap_get(&by_id, id);
+    return n ? rrpci_container_of(n, struct registration, node) : NULL;
 }
 
 void registry_remove(struct registration *r)
@@ -168,4 +165,5 @@ void registry_free(void)
         }
         service_free(s);
     }
+    rrpci_idmap_fini(&by_id);
 }

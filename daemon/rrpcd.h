@@ -10,6 +10,8 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
+#include "util/idmap.h"
+
 /* ---- configuration (config.c) ----------------------------------------- */
 
 struct acl_rule {
@@ -73,6 +75,7 @@ struct endpoint {
 
 struct registration {
     struct registration *next;
+    struct rrpci_idnode node; /* in the registry's map by id (key == id) */
     struct service *svc;
     uint64_t id;
     char principal[256];
