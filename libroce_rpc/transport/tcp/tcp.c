@@ -60,7 +60,6 @@ struct tcp_conn {
     struct tcp_chan ch[NCLS];
     struct rrpci_idnode node; /* passive: in the context's cookie map */
     uint64_t cookie;
-    bool passive;
     bool hello_done;
     unsigned joined; /* bit per class */
 };
@@ -289,7 +288,7 @@ static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const uint8_t *payload)
 static bool handshake_frame_or_ready(rrpc_conn *c, uint8_t type)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    return tc->passive || tc->joined == (1u << NCLS) - 1 || type == RRPCI_T_HELLO_ACK ||
+    return c->passive || tc->joined == (1u << NCLS) - 1 || type == RRPCI_T_HELLO_ACK ||
            type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
 }
 
@@ -508,7 +507,7 @@ static void tcp_conn_close(rrpc_conn *c)
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
     for (int i = 0; i < NCLS; i++)
         chan_stop(&tc->ch[i], ctx);
-    if (tc->passive && tc->cookie)
+    if (c->passive && tc->cookie)
         rrpci_idmap_del(&tctx(ctx)->cookies, tc->cookie);
     tc->cookie = 0;
 }
@@ -538,7 +537,7 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    if (tc->passive) {
+    if (c->passive) {
         rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the active side");
         return;
     }
@@ -701,7 +700,6 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
         struct tcp_conn *tc = rrpci_conn_priv(c);
         for (int i = 0; i < NCLS; i++)
             tc->ch[i].fd = -1;
-        tc->passive = true;
         struct rrpci_hello peer, mine;
         int r = rrpci_hello_decode(payload, h->len, &peer);
         if (r < 0)
