@@ -49,7 +49,10 @@ if [ "${SOFTROCE_IN_VM:-}" != 1 ]; then
   mkdir -p "$OUT" || exit 2
   export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-900}
   export SOFTROCE_PASS_VARS="${SOFTROCE_PASS_VARS:-} BENCH_DURATION BENCH_TESTS BENCH_TRANSPORTS BENCH_BUSY_POLL BENCH_PERFTEST BENCH_CLIENT_TIMEOUT PERFTEST_LAT_ITERS PERFTEST_BW_ITERS"
-  exec "$HERE/run-in-vm.sh" "$BUILD" bash "$HERE/bench-in-vm.sh" "$BUILD"
+  # The VM sees BUILD (shared) and the host's "/" minus /tmp, /root, ...: run a copy kept in
+  # BUILD, so a checkout the guest cannot see (one under /tmp, say) works too.
+  cp "$HERE/bench-in-vm.sh" "$OUT/bench-in-vm.sh" || exit 2
+  exec "$HERE/run-in-vm.sh" "$BUILD" bash "$OUT/bench-in-vm.sh" "$BUILD"
 fi
 
 # ---- in the VM -----------------------------------------------------------------------------

@@ -21,7 +21,8 @@
 #   SOFTROCE_CACHE      kernel + initramfs cache (default ${XDG_CACHE_HOME:-~/.cache}/roce-rpc/softroce)
 #   SOFTROCE_ENV        shell lines sourced in the VM before COMMAND, e.g. "export FOO=1"
 #   SOFTROCE_PASS_VARS  names of host variables to copy into the VM, e.g. "CC CFLAGS"
-#   SOFTROCE_ACCEL      tcg | kvm (default: kvm if /dev/kvm is writable, else tcg)
+#   SOFTROCE_ACCEL      tcg | kvm (default: kvm if a probe guest boots under it, else tcg;
+#                       see pick-accel.sh, which prints the choice and why on stderr)
 #   SOFTROCE_KERNEL_DEB kernel .deb file(s) to use instead of `apt-get download linux-image-amd64`
 #   SOFTROCE_VERBOSE=1  also print the guest console, the setup log and timings to stderr
 #
@@ -66,11 +67,9 @@ if [ $PRC = 77 ]; then echo "$OUT" | tail -1; exit 77; fi
 [ $PRC = 0 ] || fail "building the guest kernel/initramfs in $CACHE failed (prepare.sh exit $PRC)"
 CACHE=$(cd "$CACHE" && pwd -P)
 
-ACCEL=${SOFTROCE_ACCEL:-}
-if [ -z "$ACCEL" ]; then
-  if [ -w /dev/kvm ]; then ACCEL=kvm; else ACCEL=tcg; fi
-fi
-case $ACCEL in kvm) CPU=host ;; tcg) CPU=max ;; *) fail "SOFTROCE_ACCEL must be tcg or kvm" ;; esac
+# KVM only where a probe guest really boots under it (pick-accel.sh says which, and why).
+ACCEL=$("$HERE/pick-accel.sh" "$CACHE" "$QEMU") || fail "choosing the accelerator failed"
+case $ACCEL in kvm) CPU=host ;; tcg) CPU=max ;; *) fail "pick-accel.sh printed '$ACCEL'" ;; esac
 
 CTL=$(mktemp -d "${TMPDIR:-/tmp}/softroce-ctl.XXXXXX") || fail "mktemp failed"
 QPID='' TPID=''
