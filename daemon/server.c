@@ -25,6 +25,7 @@
 #include <openssl/x509v3.h>
 
 #include "rrpcd.h"
+#include "broker/sockbio.h"
 
 #define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
 #define HANDSHAKE_TIMEOUT 10.0
@@ -682,7 +683,7 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
         }
         struct conn *c = calloc(1, sizeof(*c));
         SSL *ssl = c ? SSL_new(sslctx) : NULL;
-        if (!ssl || !SSL_set_fd(ssl, fd)) {
+        if (!ssl || rrpci_ssl_set_socket(ssl, fd)) { /* writes never raise SIGPIPE */
             LOG(LOG_WARNING, "%s: refused: out of memory", peer);
             SSL_free(ssl);
             free(c);

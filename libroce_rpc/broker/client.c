@@ -13,7 +13,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,6 +35,7 @@
 #include <roce_rpc/rrpc.h>
 
 #include "broker/mpcheck.h"
+#include "broker/sockbio.h"
 
 #define ERR_MAX 512
 #define HOST_MAX 256
@@ -190,19 +190,7 @@ static int tls_do(struct rrpc_broker *b, enum tls_op op, void *buf, size_t len, 
         if (op == OP_HANDSHAKE) {
             ok = SSL_connect(b->ssl) == 1;
         } else if (op == OP_WRITE) {
-            /* OpenSSL writes with write(2): keep a vanished peer's SIGPIPE
-             * from the application, without touching its signal handlers. */
-            sigset_t pipe, old;
-            sigemptyset(&pipe);
-            sigaddset(&pipe, SIGPIPE);
-            pthread_sigmask(SIG_BLOCK, &pipe, &old);
             ok = SSL_write_ex(b->ssl, (char *)buf + done, len - done, &n);
-            int saved = errno;
-            struct timespec zero = { 0, 0 };
-            while (sigtimedwait(&pipe, NULL, &zero) == SIGPIPE)
-                ;
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
-            errno = saved;
         } else {
             ok = SSL_read_ex(b->ssl, (char *)buf + done, len - done, &n);
         }
@@ -425,7 +413,7 @@ static int do_connect(struct rrpc_broker *b)
     if (r)
         return r;
     b->ssl = SSL_new(b->sslctx);
-    if (!b->ssl || !SSL_set_fd(b->ssl, b->fd)) {
+    if (!b->ssl || rrpci_ssl_set_socket(b->ssl, b->fd)) { /* no SIGPIPE, ever */
         disconnect(b);
         return fail(b, -ENOMEM, "SSL_new failed");
     }

@@ -45,7 +45,7 @@ static long server_rss(rrpc_conn *c, int *conns)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
+    signal(SIGPIPE, SIG_DFL); /* default dispositions: the library must not raise SIGPIPE */
     int n = argc > 1 ? atoi(argv[1]) : 500;
     size_t bytes = argc > 2 ? (size_t)atol(argv[2]) : 4;
     char *payload = calloc(1, bytes ? bytes : 1);

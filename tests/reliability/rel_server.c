@@ -94,7 +94,7 @@ static int client(const char *uri, int n)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
+    signal(SIGPIPE, SIG_DFL); /* default dispositions: the library must not raise SIGPIPE */
     if (argc == 4 && strcmp(argv[1], "--client") == 0)
         return client(argv[2], atoi(argv[3]));
     rrpc_ctx *ctx;

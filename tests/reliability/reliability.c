@@ -443,7 +443,7 @@ static void test_killed_clients_leave_the_server_at_its_baseline(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
+    signal(SIGPIPE, SIG_DFL); /* default dispositions: the library must not raise SIGPIPE */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_stopped_server_is_declared_lost_within_the_keepalive_timeout),
         cmocka_unit_test(test_an_idle_connection_with_keepalives_off_stays_up),

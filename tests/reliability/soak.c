@@ -125,7 +125,7 @@ static double now_s(void)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
+    signal(SIGPIPE, SIG_DFL); /* default dispositions: the library must not raise SIGPIPE */
     int secs = env_int("RRPC_SOAK_SECONDS", 90), nconn = env_int("RRPC_SOAK_CONNS", 32);
     if (secs < 10 || nconn < 1) {
         fprintf(stderr, "soak: RRPC_SOAK_SECONDS >= 10 and RRPC_SOAK_CONNS >= 1\n");
