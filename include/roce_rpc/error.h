@@ -44,7 +44,8 @@ extern "C" {
     X(TRANSPORT, -1015, "transport not available in this build")                 \
     X(REGION, -1016, "memory is not inside a registered region")                 \
     X(TICKET, -1017,                                                             \
-      "connection ticket missing, forged, expired, replayed or for another service")
+      "connection ticket missing, forged, expired, replayed or for another service") \
+    X(LIMIT, -1018, "a configured limit was reached (connections, queued bytes, offers)")
 
 typedef enum rrpc_errno {
 #define RRPC_ERRNO_ENUM_(name, value, desc) RRPC_E_##name = (value),

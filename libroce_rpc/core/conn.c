@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "core/core.h"
 
@@ -74,7 +77,11 @@ static void connect_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     else if (c->refused)
         rrpci_conn_down(c, RRPC_E_TICKET, "the connection's ticket was refused");
     else if (c->authenticating)
-        rrpci_conn_down(c, RRPC_E_TICKET, "no connection ticket in time");
+        rrpci_conn_down(c, RRPC_E_TICKET,
+                        c->passive ? "no connection ticket within RRPC_AUTH_TIMEOUT_MS"
+                                   : "no answer to our connection ticket in time");
+    else if (c->passive)
+        rrpci_conn_down(c, -ETIMEDOUT, "the handshake did not finish within RRPC_AUTH_TIMEOUT_MS");
     else
         rrpci_conn_down(c, -ETIMEDOUT, "the connection did not come up in time");
 }
@@ -167,12 +174,85 @@ static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *op
     return c;
 }
 
-rrpc_conn *rrpci_listener_new_conn(rrpc_listener *l)
+/* The peer's address as 16 bytes (IPv4 mapped into IPv6); false if none. */
+static bool addr_key(const struct sockaddr *sa, uint8_t key[16], char *text, size_t n)
 {
-    rrpc_conn *c = conn_alloc(l->ctx, l->ops, l->fn, l->user, l->ctx->cfg.connect_timeout_ms);
-    if (c)
-        c->passive = true;
-    return c;
+    snprintf(text, n, "?");
+    if (sa && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        memset(key, 0, 10);
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &in->sin_addr, 4);
+        inet_ntop(AF_INET, &in->sin_addr, text, (socklen_t)n);
+        return true;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        memcpy(key, &in6->sin6_addr, 16);
+        inet_ntop(AF_INET6, &in6->sin6_addr, text, (socklen_t)n);
+        return true;
+    }
+    return false;
+}
+
+/* Passive connections held now, those from @key, and the oldest one that
+ * has not authenticated (nor come up, on a server without tickets). */
+static void count_passive(rrpc_ctx *ctx, const uint8_t *key, int *total, int *same,
+                          rrpc_conn **oldest_unauth)
+{
+    *total = *same = 0;
+    *oldest_unauth = NULL;
+    for (struct rrpci_list *n = ctx->conns.next; n != &ctx->conns; n = n->next) {
+        rrpc_conn *c = rrpci_container_of(n, rrpc_conn, link);
+        if (!c->passive || c->state == RRPCI_DOWN)
+            continue;
+        (*total)++;
+        if (key && c->has_src && memcmp(c->src, key, 16) == 0)
+            (*same)++;
+        if (!c->announced && !*oldest_unauth)
+            *oldest_unauth = c; /* the list is in order of arrival */
+    }
+}
+
+int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_conn **ret,
+                          char *why, size_t whylen)
+{
+    rrpc_ctx *ctx = l->ctx;
+    uint8_t key[16];
+    char text[INET6_ADDRSTRLEN];
+    bool has = addr_key(peer, key, text, sizeof(text));
+    int total, same;
+    rrpc_conn *unauth;
+    count_passive(ctx, has ? key : NULL, &total, &same, &unauth);
+    if (has && same >= ctx->cfg.max_conns_per_source) {
+        snprintf(why, whylen, "too many connections from %s: the server holds at most %d per "
+                 "address (RRPC_MAX_CONNS_PER_SOURCE)", text, ctx->cfg.max_conns_per_source);
+        RRPCI_LOG(ctx, LOG_NOTICE, "refused a connection: %s", why);
+        return RRPC_E_LIMIT;
+    }
+    if (total >= ctx->cfg.max_conns) {
+        if (!unauth) {
+            snprintf(why, whylen, "the server holds its maximum of %d connections "
+                     "(RRPC_MAX_CONNS), all of them authenticated", ctx->cfg.max_conns);
+            RRPCI_LOG(ctx, LOG_WARNING, "refused a connection from %s: %s", text, why);
+            return RRPC_E_LIMIT;
+        }
+        RRPCI_LOG(ctx, LOG_NOTICE, "at RRPC_MAX_CONNS=%d: closing the oldest connection that "
+                  "has not authenticated, for one from %s", ctx->cfg.max_conns, text);
+        rrpci_conn_down(unauth, RRPC_E_LIMIT, "closed to make room: the server is at "
+                        "RRPC_MAX_CONNS and this connection had not authenticated");
+    }
+    rrpc_conn *c = conn_alloc(ctx, l->ops, l->fn, l->user, ctx->cfg.auth_timeout_ms);
+    if (!c) {
+        snprintf(why, whylen, "server out of memory");
+        return -ENOMEM;
+    }
+    c->passive = true;
+    c->has_src = has;
+    if (has)
+        memcpy(c->src, key, 16);
+    *ret = c;
+    return 0;
 }
 
 void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h)
@@ -281,6 +361,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         }
         c->cls[i].head = c->cls[i].tail = NULL;
     }
+    c->answer_bytes = 0;
     int status = reason == RRPC_E_CLOSED ? RRPC_E_CLOSED : RRPC_E_CONN_LOST;
     struct rrpci_idnode *n;
     while ((n = rrpci_idmap_pop(&c->pending)))
@@ -594,6 +675,33 @@ static size_t head_size(rrpc_conn *c, int cls)
     return RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
 }
 
+/* Answers count against RRPC_MAX_ANSWER_BACKLOG while they wait here. */
+static size_t answer_size(uint8_t type, uint32_t len)
+{
+    return type == RRPCI_T_RESPONSE || type == RRPCI_T_OS_ACK ? RRPCI_HDR_SIZE + (size_t)len : 0;
+}
+
+bool rrpci_conn_backlogged(const rrpc_conn *c)
+{
+    return c->answer_bytes > (size_t)c->ctx->cfg.max_answer_backlog;
+}
+
+/* The backlog drained: the credit held back goes to the peer again. */
+static void release_held(rrpc_conn *c)
+{
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++) {
+        struct rrpci_class_state *s = &c->cls[i];
+        if (!s->held)
+            continue;
+        while (s->held) {
+            s->held--;
+            rrpci_credit_consumed(&s->credit);
+        }
+        if (rrpci_credit_should_return(&s->credit) && rrpci_list_empty(&c->dirty_link))
+            rrpci_list_add(&c->ctx->credit_dirty, &c->dirty_link);
+    }
+}
+
 static void conn_flush(rrpc_conn *c)
 {
     if (c->state != RRPCI_UP || c->in_flush)
@@ -618,6 +726,7 @@ static void conn_flush(rrpc_conn *c)
             rrpci_credit_take(&s->credit);
         m->h.credits = rrpci_credit_harvest(&s->credit);
         rrpci_hdr_encode(&m->h, m->hdr);
+        size_t answer = answer_size(m->h.type, m->h.len);
         int r = c->ops->send(c, cls, m);
         if (r == -EAGAIN) {
             /* Put everything back as it was; wait for rrpci_conn_writable. */
@@ -634,8 +743,11 @@ static void conn_flush(rrpc_conn *c)
             rrpci_conn_down(c, r, "the transport failed to send");
             break;
         }
+        c->answer_bytes -= answer; /* taken: the transport owns @m now */
     }
     c->in_flush = false;
+    if (c->state == RRPCI_UP && !rrpci_conn_backlogged(c))
+        release_held(c);
     rrpci_conn_unref(c);
 }
 
@@ -650,6 +762,7 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
     m->h.cls = (uint8_t)cls;
     m->h.len = (uint32_t)rrpci_msg_payload_len(m);
     m->next = NULL;
+    c->answer_bytes += answer_size(m->h.type, m->h.len);
     if (rrpci_type_is_exempt(m->h.type)) {
         m->next = s->head; /* control frames jump the queue */
         s->head = m;
@@ -769,9 +882,21 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
 
 int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
 {
-    if (c->state != RRPCI_UP || c->authenticating || c->refused ||
-        rrpci_type_is_exempt(h->type))
-        return 0; /* checked in full by rrpci_conn_recv */
+    if (rrpci_type_is_exempt(h->type))
+        return 0; /* bounded by rrpci_hdr_decode; checked in full by rrpci_conn_recv */
+    if (c->state == RRPCI_DOWN)
+        return RRPC_E_CLOSED;
+    if (c->state != RRPCI_UP || c->authenticating || c->refused) {
+        /* Before the handshake and the ticket only their own (small,
+         * exempt) frames may come: nothing a peer sends is buffered on
+         * credit it has not earned yet. */
+        if (c->passive && c->state == RRPCI_UP && !c->refused)
+            send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET,
+                        "this server requires a connection ticket as the first message",
+                        strlen("this server requires a connection ticket as the first message"));
+        protocol_error(c, RRPC_E_PROTO, "a data frame before the connection was authenticated");
+        return RRPC_E_PROTO;
+    }
     if (h->cls != cls) {
         protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
         return RRPC_E_PROTO;
@@ -834,12 +959,16 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
             send_exempt(c, RRPCI_T_KEEPALIVE, 1, NULL, 0); /* the answer */
         break;
     case RRPCI_T_TICKET:
-        /* This side requires no ticket: acknowledge, so the client goes on. */
-        if (c->passive && cls == RRPC_CLASS_CONTROL) {
+        /* A server without tickets acknowledges the first one, so the
+         * client goes on; a ticket is verified once, before anything else,
+         * so any other is refused (it would be acknowledged unverified). */
+        if (c->passive && cls == RRPC_CLASS_CONTROL && !c->ctx->ticket_fn && !c->ticket_acked) {
             RRPCI_LOG(c->ctx, LOG_INFO, "ticket ignored: this server requires none");
+            c->ticket_acked = true;
             send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0);
         } else {
-            protocol_error(c, RRPC_E_PROTO, "unexpected connection ticket");
+            protocol_error(c, RRPC_E_PROTO, "a connection ticket after the connection was "
+                           "accepted (a ticket is shown once, as the first message)");
         }
         break;
     case RRPCI_T_ERROR: {
@@ -855,7 +984,11 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         break;
     }
     if (c->state == RRPCI_UP) {
-        if (!exempt)
+        bool request = h->type == RRPCI_T_REQUEST || h->type == RRPCI_T_OS_READ ||
+                       h->type == RRPCI_T_OS_WRITE;
+        if (!exempt && request && rrpci_conn_backlogged(c))
+            c->cls[cls].held++; /* it does not take its answers: no new requests */
+        else if (!exempt)
             conn_consumed(c, cls);
         if (h->credits)
             conn_flush(c);

@@ -60,6 +60,10 @@ struct rrpci_config {
     int log_level;
     int keepalive_ms;         /* probe a connection idle this long; 0: off */
     int keepalive_timeout_ms; /* down when nothing arrived this long (0: 3 x the interval) */
+    int auth_timeout_ms;      /* passive: accept to authenticated (or up without tickets) */
+    int max_conns;            /* passive connections held at once (0: from RLIMIT_NOFILE) */
+    int max_conns_per_source; /* ... from one peer address */
+    long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
     long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
 };
 
@@ -117,6 +121,7 @@ struct rrpci_class_state {
     struct rrpci_credit credit;
     struct rrpci_msg *head, *tail; /* waiting for credit or for the transport */
     bool blocked;                  /* the transport said -EAGAIN */
+    uint32_t held; /* consumed requests whose credit is held back: answer backlog */
 };
 
 struct rrpc_conn {
@@ -127,6 +132,10 @@ struct rrpc_conn {
     int refs;
     enum rrpci_conn_state state;
     bool passive;        /* accepted from a listener */
+    bool has_src;        /* passive: @src holds the peer's address */
+    uint8_t src[16];     /* IPv6, or IPv4 mapped: the per-source connection cap */
+    bool ticket_acked;   /* passive, no ticket required: the one TICKET was acknowledged */
+    size_t answer_bytes; /* RESPONSE / OS_ACK bytes queued here, not yet taken by the transport */
     bool authenticating; /* transport up, ticket not yet accepted: not announced */
     bool refused;        /* ticket refused: closing after the ERROR frame goes */
     uint8_t *ticket;     /* active side: presented as the first message */
@@ -198,6 +207,9 @@ void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents);
 uint64_t rrpci_conn_new_id(rrpc_conn *c);
 /* Releases the application's reference of an rrpc_connect handle (once). */
 void rrpci_conn_release_user(rrpc_conn *c);
+/* More answer bytes are queued for the peer than RRPC_MAX_ANSWER_BACKLOG:
+ * it does not take what it asked for. */
+bool rrpci_conn_backlogged(const rrpc_conn *c);
 
 /* ---- rpc / one-sided (pending table) ---------------------------------- */
 enum rrpci_pending_kind { RRPCI_PEND_CALL, RRPCI_PEND_OS };

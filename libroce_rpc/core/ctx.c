@@ -11,6 +11,7 @@
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 
 #include "core/core.h"
 
@@ -38,6 +39,16 @@ static const struct cfg_entry cfg_table[] = {
      "probe a connection after this long without a frame from the peer, ms (0: off)"},
     {"RRPC_KEEPALIVE_TIMEOUT_MS", 0, 0, 86400000L, CFG_OFF(keepalive_timeout_ms),
      "declare the peer dead after this long without any frame, ms (0: 3 x RRPC_KEEPALIVE_MS)"},
+    {"RRPC_AUTH_TIMEOUT_MS", 5000, 1, 3600000L, CFG_OFF(auth_timeout_ms),
+     "server side: time from accept until the peer has shaken hands and shown its ticket, ms"},
+    {"RRPC_MAX_CONNS", 0, 0, 1000000L, CFG_OFF(max_conns),
+     "server side: connections held at once; at the cap the oldest unauthenticated one is "
+     "closed (0: what RLIMIT_NOFILE allows, at most 4096)"},
+    {"RRPC_MAX_CONNS_PER_SOURCE", 64, 1, 1000000L, CFG_OFF(max_conns_per_source),
+     "server side: connections held at once from one peer address"},
+    {"RRPC_MAX_ANSWER_BACKLOG", 16L << 20, 65536, 1L << 40, CFG_OFF(max_answer_backlog),
+     "answer bytes queued for a peer that does not take them; above it its requests' credit "
+     "is held back and its one-sided reads are refused"},
     {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
      "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
     {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,
@@ -58,6 +69,8 @@ static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long 
     char *p = (char *)cfg + e->off;
     if (e->off == CFG_OFF(max_msg))
         *(uint32_t *)(void *)p = (uint32_t)v;
+    else if (e->off == CFG_OFF(max_answer_backlog))
+        *(long *)(void *)p = v;
     else
         *(int *)(void *)p = (int)v;
 }
@@ -79,6 +92,19 @@ static int cfg_load(struct rrpci_config *cfg)
             }
         }
         cfg_store(cfg, e, v);
+    }
+    if (cfg->max_conns == 0) {
+        /* Room for every connection's sockets (tcp: one per class) plus the
+         * pending handshakes and the application's own files. */
+        struct rlimit rl;
+        long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                       ? (long)rl.rlim_cur
+                       : 65536;
+        long n = (fds - 64) / (RRPCI_MAX_CLASSES + 1);
+        cfg->max_conns = (int)(n < 4 ? 4 : n > 4096 ? 4096 : n);
+        for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+            if (cfg_table[i].off == CFG_OFF(max_conns))
+                cfg->all[i] = cfg->max_conns; /* what rrpci_ctx_tunable reports */
     }
     if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms == 0)
         cfg->keepalive_timeout_ms = 3 * cfg->keepalive_ms; /* keepalive_ms <= 3600000 */

@@ -415,6 +415,13 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
             os_reply(c, cls, h->id, RRPC_E_TOO_BIG, "READ larger than the reader accepts");
             return;
         }
+    if (rrpci_conn_backlogged(c)) {
+        /* 56 bytes asking for up to a frame each: refused while the reader
+         * leaves earlier answers waiting (RRPC_MAX_ANSWER_BACKLOG). */
+        os_reply(c, cls, h->id, RRPC_E_LIMIT,
+                 "READ refused: the target's answers to this reader are not being taken");
+        return;
+    }
     rrpc_region *r =
         rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_READ, &why);
     if (!r) {

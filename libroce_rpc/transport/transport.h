@@ -28,6 +28,7 @@ typedef struct rrpc_ctx rrpc_ctx;
 typedef struct rrpc_conn rrpc_conn;
 typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
+struct sockaddr;
 
 #define RRPCI_TRANSPORT_OPS_VERSION 1
 
@@ -146,11 +147,19 @@ uint64_t rrpci_region_generation(rrpc_region *r);
 /* ---- upcalls ---------------------------------------------------------- */
 
 /*
- * A passive side: a new connection arrives on @l.  Returns a connection
- * object (with its transport private state) or NULL (-ENOMEM: refuse it).
- * The connection is not announced to the application until established.
+ * A passive side: a new connection from @peer (NULL when unknown) arrives on
+ * @l.  Admission applies the context's caps: RRPC_MAX_CONNS_PER_SOURCE
+ * connections from one address, and RRPC_MAX_CONNS in all, where the oldest
+ * connection that has not yet authenticated is closed to make room (an
+ * authenticated one never is).  Returns 0 and a connection object (with its
+ * transport private state) in *@ret, or RRPC_E_LIMIT / -ENOMEM with the
+ * reason, for the peer, in @why.  The connection is not announced to the
+ * application until established and authenticated, and must be both within
+ * RRPC_AUTH_TIMEOUT_MS.
  */
-rrpc_conn *rrpci_listener_new_conn(rrpc_listener *l);
+int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_conn **ret,
+                          char *why, size_t whylen);
+
 
 /*
  * Handshake: the record this side sends (its grants), and the check of the

@@ -71,6 +71,7 @@ struct tcp_pend {
     int fd;
     ev_io io;
     ev_timer timer;
+    struct sockaddr_storage peer;
     uint8_t buf[RRPCI_HDR_SIZE + RRPCI_HELLO_SIZE];
     size_t got;
 };
@@ -78,7 +79,10 @@ struct tcp_pend {
 struct tcp_listener {
     int fd;
     ev_io io;
-    struct rrpci_list pend;
+    struct rrpci_list pend; /* oldest first */
+    int npend;
+    ev_timer resume; /* accepts paused: out of file descriptors */
+    uint64_t emfile_episodes;
 };
 
 struct tcp_ctx {
@@ -648,6 +652,7 @@ static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
     if (close_fd)
         close(p->fd);
     rrpci_list_del(&p->link);
+    ((struct tcp_listener *)rrpci_listener_priv(p->l))->npend--;
     free(p);
 }
 
@@ -691,17 +696,18 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
     rrpc_listener *l = p->l;
     struct tcp_ctx *t = tctx(ctx);
     if (h->type == RRPCI_T_HELLO && h->cls == RRPC_CLASS_CONTROL) {
-        rrpc_conn *c = rrpci_listener_new_conn(l);
-        if (!c)
-            {
-                pend_refuse(p, ctx, -ENOMEM, "server out of memory");
-                return;
-            }
+        rrpc_conn *c = NULL;
+        char why[200];
+        int r = rrpci_listener_accept(l, (struct sockaddr *)&p->peer, &c, why, sizeof(why));
+        if (r < 0) {
+            pend_refuse(p, ctx, r, why);
+            return;
+        }
         struct tcp_conn *tc = rrpci_conn_priv(c);
         for (int i = 0; i < NCLS; i++)
             tc->ch[i].fd = -1;
         struct rrpci_hello peer, mine;
-        int r = rrpci_hello_decode(payload, h->len, &peer);
+        r = rrpci_hello_decode(payload, h->len, &peer);
         if (r < 0)
             rrpci_set_error(ctx, r, "HELLO of %u bytes, expected %d", h->len, RRPCI_HELLO_SIZE);
         else
@@ -814,17 +820,82 @@ static void pend_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
     pend_refuse(p, rrpci_listener_ctx(p->l), -ETIMEDOUT, "no handshake in time");
 }
 
+static void resume_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct tcp_listener *tl = w->data;
+    ev_io_start(loop, &tl->io);
+}
+
+/* accept failed for want of a resource (EMFILE, ENFILE, ENOBUFS, ENOMEM):
+ * the pending connection stays in the backlog and the listening socket stays
+ * readable, so accepting again at once would spin.  Pause accepts for 100 ms
+ * and say so once per episode. */
+static void accept_pause(struct tcp_listener *tl, rrpc_ctx *ctx, int err)
+{
+    struct ev_loop *loop = rrpci_ctx_loop(ctx);
+    ev_io_stop(loop, &tl->io);
+    if (!ev_is_active(&tl->resume)) {
+        if (tl->emfile_episodes++ == 0 || (tl->emfile_episodes & (tl->emfile_episodes - 1)) == 0)
+            RRPCI_LOG(ctx, LOG_WARNING,
+                      "tcp accept: %s; accepts paused for 100 ms (episode %llu); raise the "
+                      "file limit (ulimit -n) or lower RRPC_MAX_CONNS",
+                      strerror(err), (unsigned long long)tl->emfile_episodes);
+        ev_timer_set(&tl->resume, 0.1, 0);
+        ev_timer_start(loop, &tl->resume);
+    }
+}
+
+static int pend_same_source(struct tcp_listener *tl, const struct sockaddr_storage *ss)
+{
+    int n = 0;
+    for (struct rrpci_list *i = tl->pend.next; i != &tl->pend; i = i->next) {
+        struct tcp_pend *q = rrpci_container_of(i, struct tcp_pend, link);
+        if (q->peer.ss_family != ss->ss_family)
+            continue;
+        if (ss->ss_family == AF_INET
+                ? memcmp(&((const struct sockaddr_in *)(const void *)&q->peer)->sin_addr,
+                         &((const struct sockaddr_in *)(const void *)ss)->sin_addr, 4) == 0
+                : memcmp(&((const struct sockaddr_in6 *)(const void *)&q->peer)->sin6_addr,
+                         &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, 16) == 0)
+            n++;
+    }
+    return n;
+}
+
 static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     rrpc_listener *l = w->data;
     struct tcp_listener *tl = rrpci_listener_priv(l);
     rrpc_ctx *ctx = rrpci_listener_ctx(l);
+    /* Sockets that have not said which connection they are hold an fd each:
+     * at most RRPC_MAX_CONNS of them (the oldest goes first), at most
+     * RRPC_MAX_CONNS_PER_SOURCE from one address, each for at most
+     * RRPC_AUTH_TIMEOUT_MS. */
+    int max_pend = (int)rrpci_ctx_tunable(ctx, "RRPC_MAX_CONNS");
+    int per_source = (int)rrpci_ctx_tunable(ctx, "RRPC_MAX_CONNS_PER_SOURCE");
+    double tmo = (double)rrpci_ctx_tunable(ctx, "RRPC_AUTH_TIMEOUT_MS") / 1000.0;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(tl->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof(peer);
+        int fd = accept4(tl->fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EINTR)
-                RRPCI_LOG(ctx, LOG_WARNING, "accept: %s", strerror(errno));
+            int e = errno;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
+                accept_pause(tl, ctx, e);
+            else if (e != EAGAIN && e != EINTR && e != ECONNABORTED)
+                RRPCI_LOG(ctx, LOG_WARNING, "tcp accept: %s", strerror(e));
             return;
+        }
+        if (pend_same_source(tl, &peer) >= per_source) {
+            RRPCI_LOG(ctx, LOG_NOTICE, "refused a tcp socket: %d handshakes already pending "
+                      "from its address (RRPC_MAX_CONNS_PER_SOURCE)", per_source);
+            close(fd);
+            continue;
+        }
+        if (tl->npend >= max_pend) {
+            RRPCI_LOG(ctx, LOG_NOTICE, "%d tcp handshakes pending (RRPC_MAX_CONNS): closing "
+                      "the oldest", tl->npend);
+            pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
         }
         struct tcp_pend *p = calloc(1, sizeof(*p));
         if (!p) {
@@ -834,13 +905,15 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         sock_setup(fd);
         p->l = l;
         p->fd = fd;
+        p->peer = peer;
         ev_io_init(&p->io, pend_read_cb, fd, EV_READ);
         p->io.data = p;
-        ev_timer_init(&p->timer, pend_timeout_cb, ctx->cfg.connect_timeout_ms / 1000.0, 0);
+        ev_timer_init(&p->timer, pend_timeout_cb, tmo, 0);
         p->timer.data = p;
         ev_io_start(loop, &p->io);
         ev_timer_start(loop, &p->timer);
         rrpci_list_add(&tl->pend, &p->link);
+        tl->npend++;
     }
 }
 
@@ -853,6 +926,8 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     const char *why = NULL;
     rrpci_list_init(&tl->pend);
     tl->fd = -1;
+    ev_init(&tl->resume, resume_cb);
+    tl->resume.data = tl;
     if (resolve_addr(u->host, u->port, true, &ss, &sl, &why) < 0)
         return rrpci_set_error(ctx, -EHOSTUNREACH, "cannot resolve \"%s\": %s", u->host, why);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -884,6 +959,7 @@ static void tcp_listener_close(rrpc_listener *l)
     rrpc_ctx *ctx = rrpci_listener_ctx(l);
     while (!rrpci_list_empty(&tl->pend))
         pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
+    ev_timer_stop(ctx->loop, &tl->resume);
     if (tl->fd >= 0) {
         ev_io_stop(ctx->loop, &tl->io);
         close(tl->fd);

@@ -2171,9 +2171,12 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
     }
     struct vb_conn *vc = vb_find_pending(vx, e->listen_id, p.cookie);
     if (!vc) {
-        rrpc_conn *c = rrpci_listener_new_conn(vl->l);
-        if (!c) {
-            vb_reject(id, -ENOMEM);
+        rrpc_conn *c = NULL;
+        char lwhy[200];
+        rc = rrpci_listener_accept(vl->l, rdma_get_peer_addr(id), &c, lwhy, sizeof(lwhy));
+        if (rc) {
+            RRPCI_LOG(vx->ctx, LOG_NOTICE, "verbs: refusing a connection from %s: %s", peer, lwhy);
+            vb_reject(id, rc);
             vb_destroy_id(vx, id, false);
             return;
         }

@@ -1,0 +1,642 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hostile peers against a roce-rpc server (tcp, in this process): every
+ * resource such a peer can make the server hold has a bound, and the server
+ * keeps serving everyone else.  The peers are hand-written (raw_peer.h), so
+ * they can break every rule the library would keep.
+ *
+ * Resource checks read this process's own /proc/self/status (the peers'
+ * own buffers are a few KiB) and count connections the server closed;
+ * none depends on timing but loose upper bounds on how long a bounded wait
+ * may take.  Each server context reads its limits from RRPC_* variables set
+ * just before it is created.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <syslog.h>
+
+#include <cmocka.h>
+
+#include <roce_rpc/rrpc.h>
+
+#include "../common/test_sync.h"
+#include "../conformance/raw_peer.h"
+
+#define REGION_LEN (1u << 20)
+
+struct server {
+    rrpc_ctx *ctx;
+    rrpc_listener *l;
+    rrpc_region *region;
+    uint8_t *mem;
+    int port;
+    char uri[64];
+    int ups, downs;
+};
+
+static struct server *cur; /* for the handlers */
+static int log_accept_lines;
+
+static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_respond(req, p, len);
+}
+
+static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_token t;
+    uint8_t buf[RRPC_TOKEN_SIZE];
+    assert_int_equal(rrpc_region_token(cur->region, rrpc_request_conn(req), &t), 0);
+    rrpc_token_encode(&t, buf);
+    rrpc_respond(req, buf, sizeof(buf));
+}
+
+static int verify_ticket(void *user, const void *t, size_t len, char *why, size_t whylen)
+{
+    if (len == 4 && memcmp(t, "good", 4) == 0)
+        return 0;
+    snprintf(why, whylen, "not a good ticket");
+    return RRPC_E_TICKET;
+}
+
+static void on_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    struct server *s = user;
+    lock();
+    if (ev == RRPC_CONN_UP)
+        s->ups++;
+    else
+        s->downs++;
+    unlock();
+}
+
+static void on_log(int level, const char *msg, void *user)
+{
+    if (strstr(msg, "accept"))
+        __atomic_add_fetch(&log_accept_lines, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A server on 127.0.0.1 with @env ("NAME=VALUE" ..., NULL-terminated) in
+ * force while its context is created. */
+static void server_start(struct server *s, bool tickets, const char *const *env)
+{
+    memset(s, 0, sizeof(*s));
+    char saved[8][64];
+    int n = 0;
+    for (; env && env[n]; n++) {
+        snprintf(saved[n], sizeof(saved[n]), "%s", env[n]);
+        char *eq = strchr(saved[n], '=');
+        *eq = 0;
+        setenv(saved[n], eq + 1, 1);
+    }
+    assert_int_equal(rrpc_ctx_create(&s->ctx), 0);
+    for (int i = 0; i < n; i++)
+        unsetenv(saved[i]);
+    rrpc_ctx_set_log(s->ctx, LOG_WARNING, on_log, NULL);
+    assert_int_equal(rrpc_register(s->ctx, "echo", h_echo, NULL), 0);
+    assert_int_equal(rrpc_register(s->ctx, "token", h_token, NULL), 0);
+    if (tickets)
+        assert_int_equal(rrpc_ctx_require_ticket(s->ctx, verify_ticket, NULL), 0);
+    s->mem = calloc(1, REGION_LEN);
+    assert_int_equal(rrpc_mem_reg(s->ctx, s->mem, REGION_LEN, RRPC_ACCESS_REMOTE_READ,
+                                  &s->region), 0);
+    assert_int_equal(rrpc_listen(s->ctx, "tcp://127.0.0.1:0", on_event, s, &s->l), 0);
+    s->port = rrpc_listener_port(s->l);
+    snprintf(s->uri, sizeof(s->uri), "tcp://127.0.0.1:%d", s->port);
+    assert_int_equal(rrpc_ctx_start_thread(s->ctx), 0);
+    cur = s;
+}
+
+static void server_stop(struct server *s)
+{
+    rrpc_ctx_destroy(s->ctx);
+    free(s->mem);
+    cur = NULL;
+}
+
+/* A legitimate client (its own context) connects, with a ticket when
+ * @ticket, and an echo works. */
+static rrpc_conn *client_ok(rrpc_ctx *cctx, struct server *s, bool ticket)
+{
+    rrpc_conn *c = NULL;
+    int r = ticket ? rrpc_connect_ticket(cctx, s->uri, "good", 4, 10000, NULL, NULL, &c)
+                   : rrpc_connect_sync(cctx, s->uri, 10000, NULL, NULL, &c);
+    if (r)
+        fail_msg("a legitimate client cannot connect: %s: %s", rrpc_err_name(r),
+                 rrpc_ctx_last_error(cctx));
+    void *out = NULL;
+    size_t len = 0;
+    rrpc_call_opts o = { .qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 10000 };
+    r = rrpc_call_sync(c, "echo", "ping", 4, &o, &out, &len);
+    if (r)
+        fail_msg("a legitimate call failed: %s: %s", rrpc_err_name(r), rrpc_ctx_last_error(cctx));
+    assert_int_equal(len, 4);
+    free(out);
+    return c;
+}
+
+static rrpc_ctx *client_ctx(void)
+{
+    rrpc_ctx *c;
+    assert_int_equal(rrpc_ctx_create(&c), 0);
+    assert_int_equal(rrpc_ctx_start_thread(c), 0);
+    return c;
+}
+
+/* This process's peak resident set (VmHWM), KiB. */
+static long hwm_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Resets VmHWM to the current resident size (Linux >= 4.0). */
+static void hwm_reset(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    assert_non_null(f);
+    fputs("5", f);
+    fclose(f);
+}
+
+/* A socket from @src (another loopback address: a different peer). */
+static int connect_from(const char *src, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    inet_pton(AF_INET, src, &sa.sin_addr);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    sa.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* raw_handshake from @src, granting @grant credits per class; the server's
+ * grants go to @srv_grant (may be NULL).  0, or -1 (refused or closed). */
+static int handshake_from(struct raw_conn *rc, const char *src, int port, int grant,
+                          int srv_grant[4])
+{
+    for (int i = 0; i < 4; i++)
+        rc->fd[i] = -1;
+    for (int i = 0; i < 4; i++)
+        if ((rc->fd[i] = connect_from(src, port)) < 0)
+            return -1;
+    uint8_t hdr[32], hello[32] = { 1, 4 }, ack[64];
+    for (int i = 0; i < 4; i++)
+        raw_le(hello + 2 + 2 * i, (uint64_t)grant, 2);
+    raw_le(hello + 12, 1u << 20, 4);
+    raw_header(hdr, 1, 0, 0, 0, 0, 32, 0);
+    if (write(rc->fd[0], hdr, 32) != 32 || write(rc->fd[0], hello, 32) != 32)
+        return -1;
+    if (raw_read_frame(rc->fd[0], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 2)
+        return -1;
+    for (int i = 0; srv_grant && i < 4; i++)
+        srv_grant[i] = (int)raw_get(ack + 2 + 2 * i, 2);
+    uint64_t cookie = raw_get(ack + 16, 8);
+    for (int i = 1; i < 4; i++) {
+        uint8_t ck[8];
+        raw_le(ck, cookie, 8);
+        raw_header(hdr, 3, i, 0, 0, 0, 8, 0);
+        if (write(rc->fd[i], hdr, 32) != 32 || write(rc->fd[i], ck, 8) != 8)
+            return -1;
+        if (raw_read_frame(rc->fd[i], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 4)
+            return -1;
+    }
+    return 0;
+}
+
+/* Whether the server has closed @fd (EOF, reset, or an ERROR frame then
+ * EOF), waiting at most @ms for it. */
+static bool closed_by_server(int fd, int ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    for (;;) {
+        if (poll(&p, 1, ms) <= 0)
+            return false;
+        uint8_t buf[4096];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return true;
+    }
+}
+
+/* ---- B: nothing buffered before authentication ---------------------------------- */
+
+/*
+ * Eight peers finish the handshake with a ticket-gated server and, instead
+ * of the ticket, send a REQUEST header announcing 60 MiB, then the bytes.
+ * The server must refuse each at its header, not buffer 480 MiB.
+ */
+static void test_a_request_before_the_ticket_is_refused_at_its_header(void **state)
+{
+    struct server s;
+    server_start(&s, true, NULL);
+    hwm_reset();
+    long before = hwm_kib();
+    const uint32_t big = 60u << 20;
+    uint8_t *chunk = calloc(1, 1u << 20);
+    struct raw_conn rc[8];
+    size_t sent[8] = { 0 };
+    bool gone[8] = { false };
+    uint8_t hdr[32];
+    raw_header(hdr, 5 /*REQUEST*/, 1, 0, 1, 0, big, 0);
+    for (int k = 0; k < 8; k++) {
+        assert_int_equal(handshake_from(&rc[k], "127.0.0.1", s.port, 64, NULL), 0);
+        assert_int_equal(send(rc[k].fd[1], hdr, 32, MSG_NOSIGNAL), 32);
+    }
+    /* All eight at once, a MiB at a time each, as long as the server reads. */
+    for (bool more = true; more;) {
+        more = false;
+        for (int k = 0; k < 8; k++) {
+            if (gone[k] || sent[k] >= big)
+                continue;
+            struct pollfd p = { .fd = rc[k].fd[1], .events = POLLOUT };
+            if (poll(&p, 1, 3000) <= 0) {
+                gone[k] = true; /* the server stopped reading */
+                continue;
+            }
+            ssize_t n = send(rc[k].fd[1], chunk, 1u << 20, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && errno == EAGAIN) {
+                more = true;
+                continue;
+            }
+            if (n <= 0) {
+                gone[k] = true; /* reset: refused */
+                continue;
+            }
+            sent[k] += (size_t)n;
+            more = true;
+        }
+    }
+    int refused = 0;
+    for (int k = 0; k < 8; k++) {
+        refused += closed_by_server(rc[k].fd[0], 3000);
+        raw_close(&rc[k]);
+    }
+    free(chunk);
+    long grew = hwm_kib() - before;
+    print_message("peak RSS grew by %ld KiB over 8 x 60 MiB announced before a ticket\n", grew);
+    assert_int_equal(refused, 8);
+    if (grew > 16 * 1024)
+        fail_msg("the server buffered a request before its ticket: peak RSS +%ld KiB", grew);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn_close(client_ok(cc, &s, true));
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
+/* ---- E: a second ticket is refused, not acknowledged unverified ----------------------- */
+
+static void second_ticket_closes(bool tickets)
+{
+    struct server s;
+    server_start(&s, tickets, NULL);
+    struct raw_conn rc;
+    assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 64, NULL), 0);
+    uint8_t hdr[32], buf[512];
+    raw_header(hdr, 12 /*TICKET*/, 0, 0, 0, 0, 4, 0);
+    assert_int_equal(write(rc.fd[0], hdr, 32), 32);
+    assert_int_equal(write(rc.fd[0], "good", 4), 4);
+    assert_int_equal(raw_read_frame(rc.fd[0], hdr, buf, sizeof(buf)), 0);
+    assert_int_equal(hdr[5], 13 /*TICKET_ACK*/);
+    raw_header(hdr, 12 /*TICKET*/, 0, 0, 0, 0, 4, 0);
+    assert_int_equal(write(rc.fd[0], hdr, 32), 32);
+    assert_int_equal(write(rc.fd[0], "evil", 4), 4);
+    /* No second TICKET_ACK: the connection is closed. */
+    for (;;) {
+        int r = raw_read_frame(rc.fd[0], hdr, buf, sizeof(buf));
+        if (r < 0)
+            break;
+        if (hdr[5] == 13)
+            fail_msg("a second ticket was acknowledged without being verified");
+    }
+    raw_close(&rc);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn_close(client_ok(cc, &s, tickets));
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
+static void test_a_second_ticket_is_refused_by_a_server_that_requires_tickets(void **state)
+{
+    second_ticket_closes(true);
+}
+
+static void test_a_second_ticket_is_refused_by_a_server_that_needs_none(void **state)
+{
+    second_ticket_closes(false);
+}
+
+/* ---- B: connection caps, fairly shared -------------------------------------------------- */
+
+/* One address opens 20 connections to a server that allows 8 per address:
+ * 8 come up, 12 are refused, and a client from another address is served. */
+static void test_connections_from_one_address_are_capped_and_others_still_served(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_MAX_CONNS_PER_SOURCE=8", NULL };
+    server_start(&s, false, env);
+    struct raw_conn rc[20];
+    int up = 0;
+    for (int i = 0; i < 20; i++)
+        if (handshake_from(&rc[i], "127.0.0.2", s.port, 64, NULL) == 0)
+            up++;
+    assert_int_equal(up, 8);
+    lock();
+    int held = s.ups - s.downs;
+    unlock();
+    assert_int_equal(held, 8);
+    rrpc_ctx *cc = client_ctx(); /* from 127.0.0.1 */
+    rrpc_conn_close(client_ok(cc, &s, false));
+    rrpc_ctx_destroy(cc);
+    for (int i = 0; i < 20; i++)
+        raw_close(&rc[i]);
+    server_stop(&s);
+}
+
+/*
+ * A ticket-gated server that holds at most 12 connections: 6 clients with
+ * tickets, then 30 anonymous peers that shake hands and never show one.
+ * The anonymous ones are evicted, oldest first, to make room; the
+ * authenticated ones are never touched, and a new client still gets in.
+ */
+static void test_unauthenticated_connections_are_evicted_before_authenticated_ones(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_MAX_CONNS=12", NULL };
+    server_start(&s, true, env);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *good[6];
+    for (int i = 0; i < 6; i++)
+        good[i] = client_ok(cc, &s, true);
+    struct raw_conn rc[30];
+    for (int i = 0; i < 30; i++)
+        assert_int_equal(handshake_from(&rc[i], "127.0.0.3", s.port, 64, NULL), 0);
+    int closed = 0;
+    for (int i = 0; i < 30; i++)
+        closed += closed_by_server(rc[i].fd[0], 0);
+    print_message("%d of 30 anonymous connections closed to make room\n", closed);
+    assert_true(closed >= 30 - 6);
+    for (int i = 0; i < 6; i++) { /* untouched */
+        void *out = NULL;
+        size_t len;
+        assert_int_equal(rrpc_call_sync(good[i], "echo", "x", 1, NULL, &out, &len), 0);
+        free(out);
+    }
+    rrpc_conn_close(client_ok(cc, &s, true));
+    for (int i = 0; i < 6; i++)
+        rrpc_conn_close(good[i]);
+    rrpc_ctx_destroy(cc);
+    for (int i = 0; i < 30; i++)
+        raw_close(&rc[i]);
+    server_stop(&s);
+}
+
+/* 64 sockets that connect and say nothing: at most RRPC_MAX_CONNS of them
+ * are held, the oldest go, and a client still connects. */
+static void test_silent_sockets_cannot_lock_out_a_client(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_MAX_CONNS=16", NULL };
+    server_start(&s, false, env);
+    int fds[64];
+    for (int i = 0; i < 64; i++)
+        assert_true((fds[i] = connect_from("127.0.0.4", s.port)) >= 0);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn_close(client_ok(cc, &s, false));
+    rrpc_ctx_destroy(cc);
+    int closed = 0;
+    for (int i = 0; i < 64; i++)
+        closed += closed_by_server(fds[i], 100);
+    print_message("%d of 64 silent sockets closed\n", closed);
+    assert_true(closed >= 64 - 16);
+    for (int i = 0; i < 64; i++)
+        close(fds[i]);
+    server_stop(&s);
+}
+
+/* A peer that shakes hands and then trickles keepalives, never a ticket, is
+ * closed at RRPC_AUTH_TIMEOUT_MS: what it sends does not extend it. */
+static void test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_AUTH_TIMEOUT_MS=300", NULL };
+    server_start(&s, true, env);
+    struct raw_conn rc;
+    assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 64, NULL), 0);
+    bool closed = false;
+    for (int i = 0; i < 60 && !closed; i++) { /* 3 s at most: ten times the deadline */
+        uint8_t hdr[32];
+        raw_header(hdr, 14 /*KEEPALIVE*/, 0, 0, 0, 0, 0, 0);
+        if (send(rc.fd[0], hdr, 32, MSG_NOSIGNAL) != 32)
+            closed = true;
+        else
+            closed = closed_by_server(rc.fd[0], 50);
+    }
+    assert_true(closed);
+    raw_close(&rc);
+    server_stop(&s);
+}
+
+/* ---- B: withheld credit must not grow the answer queue ---------------------------------- */
+
+/*
+ * The peer grants one credit and never returns any, and asks for 1 MiB
+ * one-sided READs (56 bytes each) whenever the server gives it credit.
+ * The server holds back its credit once RRPC_MAX_ANSWER_BACKLOG of answers
+ * wait, so the peer can ask for little more; the server's peak memory
+ * stays near that bound (before: 400 MiB for 400 requests).
+ */
+static void test_a_peer_withholding_credit_cannot_grow_the_answer_queue(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_MAX_ANSWER_BACKLOG=8388608", NULL };
+    server_start(&s, false, env);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *legit = client_ok(cc, &s, false);
+    void *tok = NULL;
+    size_t tlen = 0;
+    assert_int_equal(rrpc_call_sync(legit, "token", NULL, 0, NULL, &tok, &tlen), 0);
+    rrpc_token t;
+    assert_int_equal(rrpc_token_decode(tok, tlen, &t), 0);
+    free(tok);
+
+    hwm_reset();
+    long before = hwm_kib();
+    struct raw_conn rc;
+    int grant[4];
+    assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 1, grant), 0);
+    const int cls = 2; /* bulk */
+    int avail = grant[cls], sent = 0, idle_ms = 0;
+    uint8_t *sink = malloc(1u << 16);
+    uint8_t hdr[32];
+    size_t skip = 0; /* payload bytes of the current frame still to discard */
+    size_t hgot = 0;
+    while (sent < 400 && idle_ms < 1500) {
+        if (avail > 0) {
+            uint8_t req[56];
+            raw_header(req, 9 /*OS_READ*/, cls, 0, 5000 + (uint64_t)sent, 0, 24, 0);
+            raw_le(req + 32, t.addr, 8);
+            raw_le(req + 40, t.key, 8);
+            raw_le(req + 48, REGION_LEN - 4096, 4); /* within our 1 MiB max_msg */
+            raw_le(req + 52, 0, 4);
+            if (send(rc.fd[cls], req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req))
+                break;
+            avail--;
+            sent++;
+            continue;
+        }
+        /* Read what the server sends on this class: credit comes back in
+         * any frame's header; answers' payloads are discarded. */
+        struct pollfd p = { .fd = rc.fd[cls], .events = POLLIN };
+        if (poll(&p, 1, 100) <= 0) {
+            idle_ms += 100;
+            continue;
+        }
+        idle_ms = 0;
+        if (skip) {
+            ssize_t n = recv(rc.fd[cls], sink, skip < (1u << 16) ? skip : (1u << 16), 0);
+            if (n <= 0)
+                break;
+            skip -= (size_t)n;
+            continue;
+        }
+        ssize_t n = recv(rc.fd[cls], hdr + hgot, 32 - hgot, 0);
+        if (n <= 0)
+            break;
+        hgot += (size_t)n;
+        if (hgot < 32)
+            continue;
+        hgot = 0;
+        avail += (int)raw_get(hdr + 28, 2);
+        skip = (size_t)raw_get(hdr + 24, 4);
+    }
+    free(sink);
+    long grew = hwm_kib() - before;
+    print_message("%d READs of 1 MiB asked with withheld credit; peak RSS grew by %ld KiB\n", sent,
+                  grew);
+    if (sent >= 400)
+        fail_msg("the server kept returning credit while 400 answers waited");
+    if (grew > 24 * 1024)
+        fail_msg("answers to a peer that withholds credit grew the server by %ld KiB", grew);
+    /* Everyone else is still served. */
+    void *out = NULL;
+    size_t len;
+    assert_int_equal(rrpc_call_sync(legit, "echo", "y", 1, NULL, &out, &len), 0);
+    free(out);
+    raw_close(&rc);
+    rrpc_conn_close(legit);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
+/* ---- B: out of file descriptors ----------------------------------------------------------- */
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * The process runs out of fds while a connection waits in the listen
+ * backlog: the server pauses its accepts instead of spinning on the
+ * readable listening socket (CPU and log lines bounded over a second), and
+ * accepts again once fds are free.
+ */
+static void test_running_out_of_fds_pauses_accepts_and_recovers(void **state)
+{
+    struct server s;
+    server_start(&s, false, NULL);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int waiting = raw_connect("127.0.0.1", s.port); /* in the backlog, not accepted yet? */
+    /* Fill every fd. */
+    int fillers[4096], nf = 0;
+    low = old;
+    low.rlim_cur = 512 < old.rlim_cur ? 512 : old.rlim_cur;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int probe;
+    while (nf < 4096 && (probe = open("/dev/null", O_RDONLY)) >= 0)
+        fillers[nf++] = probe;
+    assert_int_equal(errno, EMFILE);
+    /* Another connection now waits in the backlog with no fd to accept it. */
+    int fd = nf > 0 ? fillers[--nf] : -1;
+    close(fd);
+    int second = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    assert_true(second >= 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port) };
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    connect(second, (struct sockaddr *)&sa, sizeof(sa));
+    __atomic_store_n(&log_accept_lines, 0, __ATOMIC_SEQ_CST);
+    double c0 = cpu_seconds();
+    usleep(1000000);
+    double used = cpu_seconds() - c0;
+    int lines = __atomic_load_n(&log_accept_lines, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < nf; i++)
+        close(fillers[i]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    print_message("out of fds for 1 s: %.3f s of CPU, %d log lines about accept\n", used, lines);
+    if (used > 0.5)
+        fail_msg("the server spun on EMFILE: %.2f s of CPU in one second", used);
+    if (lines > 10)
+        fail_msg("the server logged %d lines about accept in one second", lines);
+    /* It recovers: a client connects. */
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn_close(client_ok(cc, &s, false));
+    rrpc_ctx_destroy(cc);
+    close(second);
+    if (waiting >= 0)
+        close(waiting);
+    server_stop(&s);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_DFL); /* as a host process has it */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_request_before_the_ticket_is_refused_at_its_header),
+        cmocka_unit_test(test_a_peer_withholding_credit_cannot_grow_the_answer_queue),
+        cmocka_unit_test(test_a_second_ticket_is_refused_by_a_server_that_requires_tickets),
+        cmocka_unit_test(test_a_second_ticket_is_refused_by_a_server_that_needs_none),
+        cmocka_unit_test(test_connections_from_one_address_are_capped_and_others_still_served),
+        cmocka_unit_test(test_unauthenticated_connections_are_evicted_before_authenticated_ones),
+        cmocka_unit_test(test_silent_sockets_cannot_lock_out_a_client),
+        cmocka_unit_test(test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline),
+        cmocka_unit_test(test_running_out_of_fds_pauses_accepts_and_recovers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
