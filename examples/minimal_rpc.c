@@ -7,9 +7,9 @@
  * LISTEN_URI defaults to tcp://127.0.0.1:0 (port 0: any free port); give
  * rdma://ADDR:0 to run over verbs, and CLIENT_SRC (an address of another
  * RDMA device) to make the client bind there (?src=, docs/running-on-roce.md).
- * The server registers "add" (msgpack [a, b] -> [a + b]) and "fail" (always
- * answers application error 42); the client calls both and checks the
- * answers.  Exits 0 when everything matched, 1 otherwise.
+ * The server registers "add" (msgpack [a, b] -> [a + b], status 3 when the
+ * sum overflows) and "fail" (always answers application error 42); the
+ * client calls both and checks the answers.  Exits 0 when everything matched, 1 otherwise.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +28,12 @@ static void h_add(rrpc_request *req, const void *p, size_t len, void *user)
         rrpc_respond_error(req, 1, err); /* the caller sees status 1 and this text */
         return;
     }
-    if (rrpc_pack(&out, &n, "i", a + b) != 0) {
+    int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) { /* numbers from the network: check */
+        rrpc_respond_error(req, 3, "a + b does not fit in a 64-bit signed integer");
+        return;
+    }
+    if (rrpc_pack(&out, &n, "i", sum) != 0) {
         rrpc_respond_error(req, 2, "out of memory");
         return;
     }
@@ -99,6 +104,17 @@ int main(int argc, char **argv)
         goto out;
     if (sum != 42) {
         fprintf(stderr, "minimal_rpc: add(40, 2) returned %lld\n", (long long)sum);
+        goto out;
+    }
+
+    /* Arguments from the network are checked: an overflow is refused. */
+    if (check(cli, "pack", rrpc_pack(&req, &req_len, "ii", INT64_MAX, (int64_t)1)))
+        goto out;
+    r = rrpc_call_sync(conn, "add", req, req_len, &o, &resp, &resp_len);
+    free(req);
+    if (r != 3 || !strstr(rrpc_ctx_last_error(cli), "does not fit")) {
+        fprintf(stderr, "minimal_rpc: add(INT64_MAX, 1) returned %d (%s)\n", r,
+                rrpc_ctx_last_error(cli));
         goto out;
     }
 

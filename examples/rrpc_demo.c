@@ -47,7 +47,12 @@ static void h_add(rrpc_request *req, const void *p, size_t len, void *user)
         rrpc_respond_error(req, 1, err);
         return;
     }
-    if (rrpc_pack(&out, &n, "i", a + b) != 0) {
+    int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) { /* numbers from the network: check */
+        rrpc_respond_error(req, 3, "a + b does not fit in a 64-bit signed integer");
+        return;
+    }
+    if (rrpc_pack(&out, &n, "i", sum) != 0) {
         rrpc_respond_error(req, 2, "out of memory");
         return;
     }

@@ -90,10 +90,12 @@ typedef struct rrpc_result {
 typedef void (*rrpc_call_cb)(const rrpc_result *res, void *user);
 
 /*
- * Calls @method on the peer of @conn with @len bytes at @req (copied before
- * this returns; the caller keeps @req).  @cb runs exactly once, on the loop
- * thread, unless this call fails, in which case it never runs.  Errors:
- * -EINVAL, RRPC_E_BAD_CLASS, RRPC_E_TOO_BIG, RRPC_E_CLOSED, -ENOMEM.
+ * Calls @method (1..255 bytes, as for rrpc_register) on the peer of @conn
+ * with @len bytes at @req (copied before this returns; the caller keeps
+ * @req).  @cb runs exactly once, on the loop thread, unless this call fails,
+ * in which case it never runs.  Errors: -EINVAL (also for an empty or a
+ * longer method name; nothing goes on the wire), RRPC_E_BAD_CLASS,
+ * RRPC_E_TOO_BIG, RRPC_E_CLOSED, -ENOMEM.
  */
 RRPC_API int rrpc_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
                        const rrpc_call_opts *opts, rrpc_call_cb cb, void *user);

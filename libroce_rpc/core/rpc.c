@@ -270,6 +270,10 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     if (!c || !method || !cb || (len && !req))
         return -EINVAL;
     rrpc_ctx *ctx = c->ctx;
+    size_t mlen = strnlen(method, 256);
+    if (mlen == 0 || mlen > 255) /* the rule of rrpc_register */
+        return rrpci_set_error(ctx, -EINVAL, "a method name has 1..255 bytes (this one has %s)",
+                               mlen ? "more than 255" : "none");
     int cls = opts ? opts->qos_class : RRPC_CLASS_LOW_LATENCY;
     int r = rrpci_check_class(ctx, cls);
     if (r < 0)

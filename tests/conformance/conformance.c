@@ -490,6 +490,23 @@ static void test_handler_error_reaches_the_caller_with_code_and_message(void **s
     rrpc_conn_close(c);
 }
 
+static void test_a_method_name_outside_1_to_255_bytes_is_refused_before_the_wire(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    void *out = NULL;
+    size_t n = 0;
+    char name[300];
+    assert_int_equal(rrpc_call_sync(c, "", NULL, 0, NULL, &out, &n), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "1..255 bytes"));
+    memset(name, 'm', 256);
+    name[256] = 0;
+    assert_int_equal(rrpc_call_sync(c, name, NULL, 0, NULL, &out, &n), -EINVAL);
+    name[255] = 0; /* the longest name rrpc_register takes goes on the wire */
+    assert_int_equal(rrpc_call_sync(c, name, NULL, 0, NULL, &out, &n), RRPC_E_NO_METHOD);
+    echo_ok(c, 8, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
 static void test_async_reply_from_another_thread_completes_the_call(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
@@ -1003,6 +1020,7 @@ int main(void)
         cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
         cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),
+        cmocka_unit_test(test_a_method_name_outside_1_to_255_bytes_is_refused_before_the_wire),
         cmocka_unit_test(test_async_reply_from_another_thread_completes_the_call),
         cmocka_unit_test(test_calls_from_four_threads_on_one_connection),
         cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),
