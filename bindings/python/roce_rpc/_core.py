@@ -401,6 +401,14 @@ def _rrpc_py_op_done(status, user):
     if e is None:
         return
     fut, core, result = e[0], e[1], e[2]
+    message = None
+    if status != 0 and len(e) > 6 and core.ptr != ffi.NULL:
+        # e[6]: the prefix of the library's detail for this operation (set on
+        # this thread just before the completion); another operation's is
+        # not taken for this one's
+        last = _s(lib.rrpc_ctx_last_error(core.ptr))
+        if last.startswith(e[6]):
+            message = last
     core.pending.pop(_key(user), None)
     core.keys.discard(_key(user))
     with _InCallback(core):
@@ -410,7 +418,7 @@ def _rrpc_py_op_done(status, user):
             if status == 0:
                 fut.set_result(result() if callable(result) else result)
             else:
-                fut.set_exception(RrpcError(status, strerror(status)))
+                fut.set_exception(RrpcError(status, message or strerror(status)))
         except concurrent.futures.InvalidStateError:
             pass
         except Exception:
@@ -714,10 +722,10 @@ class Context(_Closable):
         from .tensor import KvPool
         return KvPool(self, array, page_size)
 
-    def serve_tensors(self, alloc=None, on_tensor=None):
+    def serve_tensors(self, alloc=None, on_tensor=None, *, max_bytes=None):
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
-        return TensorServer(self, alloc, on_tensor)
+        return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes)
 
     def __repr__(self):
         return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
