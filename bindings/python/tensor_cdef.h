@@ -29,6 +29,14 @@ typedef void (*rrpc_tensor_done_fn)(rrpc_conn *conn, const char *name, const rrp
                                     int status, void *user);
 int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
                       void *user, rrpc_tensor_server **ret_server);
+#define RRPC_TENSOR_MAX_BYTES_DEFAULT ...
+typedef struct rrpc_tensor_server_opts {
+    uint64_t max_bytes;
+} rrpc_tensor_server_opts;
+int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
+                         void *user, const rrpc_tensor_server_opts *opts,
+                         rrpc_tensor_server **ret_server);
+uint64_t rrpc_tensor_server_bytes_held(rrpc_tensor_server *srv);
 void rrpc_tensor_server_drop_conn(rrpc_tensor_server *srv, rrpc_conn *conn);
 void rrpc_tensor_server_close(rrpc_tensor_server *srv);
 int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tensor *src,

@@ -30,7 +30,9 @@
  *   RRPC_E_ACCESS  the peer's destination does not allow remote writes or
  *                  does not cover what is to be written;
  *   -ERANGE        a page index outside its pool;
- *   -EEXIST        the same destination page twice in one batch.
+ *   -EEXIST        the same destination page twice in one batch;
+ *   -ENOBUFS       a tensor offer that does not fit in what is left of the
+ *                  receiver's budget (rrpc_tensor_server_opts.max_bytes).
  * On any of these nothing has been written anywhere, and
  * rrpc_ctx_last_error says which dimension, page or pair is at fault.
  */
@@ -168,12 +170,51 @@ typedef void (*rrpc_tensor_done_fn)(rrpc_conn *conn, const char *name, const rrp
  * Makes @ctx accept tensors from every connection, past and future, by
  * registering the reserved methods "rrpc.tensor.offer" and
  * "rrpc.tensor.done".  @alloc and @done run on the loop thread with @user.
+ * Offers are held to the default budget (rrpc_tensor_serve_ex sets another).
  * On success *ret_server is the caller's, to be released with
  * rrpc_tensor_server_close.  Errors: -EINVAL, -EEXIST (@ctx already
  * serves tensors), -ENOMEM.
  */
 RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
                                void *user, rrpc_tensor_server **ret_server);
+
+/* The default budget for offered tensors: 1 GiB. */
+#define RRPC_TENSOR_MAX_BYTES_DEFAULT ((uint64_t)1 << 30)
+
+/*
+ * Options of rrpc_tensor_serve_ex; NULL or 0 fields take the default.
+ *   max_bytes  the budget for offered tensors: the bytes (elements times
+ *              dtype size) of every tensor that was offered, accepted, and
+ *              has not arrived yet, over all connections of the server.
+ *              Offers are checked against it before the alloc callback runs,
+ *              so a peer cannot make the receiver allocate or pin more than
+ *              this: an offer that does not fit in what is left is refused,
+ *              and the sender's completion receives -ENOBUFS with a message
+ *              giving the size offered, the budget, the bytes held, and this
+ *              option as the way to raise it.  An offer's bytes return to
+ *              the budget when its done callback has run, whether the
+ *              transfer succeeded or failed (or the alloc callback refused
+ *              it).  Default RRPC_TENSOR_MAX_BYTES_DEFAULT.
+ */
+typedef struct rrpc_tensor_server_opts {
+    uint64_t max_bytes;
+} rrpc_tensor_server_opts;
+
+/*
+ * rrpc_tensor_serve with options (@opts may be NULL: every default;
+ * rrpc_tensor_serve is this with NULL).  @opts is read during the call only.
+ */
+RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
+                                  rrpc_tensor_done_fn done, void *user,
+                                  const rrpc_tensor_server_opts *opts,
+                                  rrpc_tensor_server **ret_server);
+
+/*
+ * The bytes of @srv's budget held now: by the tensors accepted and still
+ * arriving (and, inside an alloc callback, by the offer being decided).
+ * 0 for NULL.  Any thread.
+ */
+RRPC_API uint64_t rrpc_tensor_server_bytes_held(rrpc_tensor_server *srv);
 
 /*
  * The connection @conn went down (call this from its RRPC_CONN_DOWN event):
@@ -202,7 +243,8 @@ RRPC_API void rrpc_tensor_server_close(rrpc_tensor_server *srv);
  * @qos_class (< 0: RRPC_CLASS_BULK).  @src is copied; its memory must stay
  * registered and unchanged until @cb runs.  @cb runs once on the loop
  * thread: 0 when the receiver's done callback has run after every byte
- * landed; the receiver's refusal (its alloc callback's code); -EDOM /
+ * landed; the receiver's refusal (its alloc callback's code, or -ENOBUFS when
+ * the offer does not fit in its budget, see rrpc_tensor_server_opts); -EDOM /
  * -EINVAL / RRPC_E_REGION / RRPC_E_ACCESS when the destination it chose
  * does not fit (nothing is written then); RRPC_E_NO_METHOD (the peer does
  * not serve tensors), RRPC_E_PROTO (a malformed answer), or any error of

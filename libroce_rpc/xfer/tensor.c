@@ -309,6 +309,7 @@ struct rx {
     struct rx *next;
     uint64_t id;
     rrpc_conn *conn;
+    uint64_t bytes; /* taken from the server's budget */
     rrpc_tensor dest;
     char name[NAME_MAX_LEN + 1];
 };
@@ -320,7 +321,43 @@ struct rrpc_tensor_server {
     void *user;
     uint64_t next_id;
     struct rx *rxs;
+    uint64_t max_bytes; /* the budget for offered tensors */
+    uint64_t held;      /* bytes of the offers accepted and still arriving */
 };
+
+#define BUDGET_HINT                                                                        \
+    "the receiver can raise its budget (rrpc_tensor_server_opts.max_bytes; Python: "       \
+    "serve_tensors(max_bytes=...))"
+
+/* Takes @bytes of the budget for the offer of @name, or refuses it. */
+static int budget_take(rrpc_tensor_server *srv, const char *name, uint64_t bytes)
+{
+    if (bytes > srv->max_bytes)
+        return rrpci_set_error(srv->ctx, -ENOBUFS,
+                               "tensor \"%s\": the offer of %llu bytes exceeds the receiver's "
+                               "tensor budget of %llu bytes; " BUDGET_HINT,
+                               name, (unsigned long long)bytes,
+                               (unsigned long long)srv->max_bytes);
+    if (bytes > srv->max_bytes - srv->held)
+        return rrpci_set_error(srv->ctx, -ENOBUFS,
+                               "tensor \"%s\": the offer of %llu bytes exceeds the %llu bytes "
+                               "left of the receiver's tensor budget (%llu of %llu bytes are "
+                               "held by tensors still arriving); send it when those have "
+                               "landed, or " BUDGET_HINT,
+                               name, (unsigned long long)bytes,
+                               (unsigned long long)(srv->max_bytes - srv->held),
+                               (unsigned long long)srv->held,
+                               (unsigned long long)srv->max_bytes);
+    srv->held += bytes;
+    return 0;
+}
+
+/* Frees @rx (unlinked) and returns its bytes to the budget. */
+static void rx_free(rrpc_tensor_server *srv, struct rx *rx)
+{
+    srv->held -= rx->bytes;
+    free(rx);
+}
 
 static int reply(rrpc_request *req, int64_t status, const char *msg, uint64_t id,
                  const rrpc_token *tok, uint64_t offset, const rrpc_tensor *dest)
@@ -426,11 +463,25 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
         refuse(req, r);
         return;
     }
+    /* Before the alloc callback: a receiver that allocates what it is
+     * offered must not be made to hold more than its budget. */
+    uint64_t need = rrpc_tensor_nbytes(&in);
+    r = budget_take(srv, rx->name, need);
+    if (r < 0) {
+        free(rx);
+        refuse(req, r);
+        return;
+    }
+    rx->bytes = need;
     rx->dest = in;
     r = srv->alloc(conn, rx->name, &in, &rx->dest, srv->user);
     if (r != 0) {
-        rrpci_set_error(srv->ctx, r, "the receiver refused tensor \"%s\"", rx->name);
-        free(rx);
+        if (r < 0)
+            rrpci_set_error(srv->ctx, r, "the receiver refused tensor \"%s\": %s", rx->name,
+                            rrpc_strerror(r));
+        else
+            rrpci_set_error(srv->ctx, r, "the receiver refused tensor \"%s\"", rx->name);
+        rx_free(srv, rx);
         refuse(req, r);
         return;
     }
@@ -440,7 +491,7 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
         r = rrpc_region_token(rx->dest.region, conn, &tok);
     if (r < 0) {
         srv->done(conn, rx->name, &rx->dest, r, srv->user);
-        free(rx);
+        rx_free(srv, rx);
         refuse(req, r);
         return;
     }
@@ -453,7 +504,7 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
     if (r < 0) { /* the sender will never write: release the destination */
         srv->rxs = rx->next;
         srv->done(conn, rx->name, &rx->dest, r, srv->user);
-        free(rx);
+        rx_free(srv, rx);
     }
 }
 
@@ -497,19 +548,23 @@ static void h_done(rrpc_request *req, const void *p, size_t len, void *user)
      * sender sends "done" only after every WRITE completed, so here every
      * byte is in rx->dest. */
     srv->done(rx->conn, rx->name, &rx->dest, st, srv->user);
-    free(rx);
+    rx_free(srv, rx);
     reply(req, 0, "", 0, NULL, 0, NULL);
 }
 
-RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
-                               void *user, rrpc_tensor_server **ret_server)
+RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
+                                  rrpc_tensor_done_fn done, void *user,
+                                  const rrpc_tensor_server_opts *opts,
+                                  rrpc_tensor_server **ret_server)
 {
     if (!ctx || !alloc || !done || !ret_server)
         return rrpci_set_error(ctx, -EINVAL, "rrpc_tensor_serve needs alloc and done callbacks");
     rrpc_tensor_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
         return -ENOMEM;
-    *srv = (rrpc_tensor_server){.ctx = ctx, .alloc = alloc, .done = done, .user = user};
+    uint64_t max = opts && opts->max_bytes ? opts->max_bytes : RRPC_TENSOR_MAX_BYTES_DEFAULT;
+    *srv = (rrpc_tensor_server){
+        .ctx = ctx, .alloc = alloc, .done = done, .user = user, .max_bytes = max};
     int r = rrpc_register(ctx, OFFER_METHOD, h_offer, srv);
     if (r == 0) {
         r = rrpc_register(ctx, DONE_METHOD, h_done, srv);
@@ -524,6 +579,22 @@ RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_t
     return 0;
 }
 
+RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
+                               void *user, rrpc_tensor_server **ret_server)
+{
+    return rrpc_tensor_serve_ex(ctx, alloc, done, user, NULL, ret_server);
+}
+
+RRPC_API uint64_t rrpc_tensor_server_bytes_held(rrpc_tensor_server *srv)
+{
+    if (!srv)
+        return 0;
+    rrpci_lock(srv->ctx);
+    uint64_t held = srv->held;
+    rrpci_unlock(srv->ctx);
+    return held;
+}
+
 /* Completes the receptions of @conn (all when NULL) with @status. */
 static void rx_fail(rrpc_tensor_server *srv, rrpc_conn *conn, int status)
 {
@@ -536,7 +607,7 @@ static void rx_fail(rrpc_tensor_server *srv, rrpc_conn *conn, int status)
         }
         *pp = rx->next;
         srv->done(rx->conn, rx->name, &rx->dest, status, srv->user);
-        free(rx);
+        rx_free(srv, rx);
     }
 }
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -34,7 +35,11 @@ enum alloc_mode {
     ALLOC_OUTSIDE,     /* a destination that leaves its region */
     ALLOC_READ_ONLY,   /* a region without remote write */
     ALLOC_REFUSE,      /* the application says no, with code 42 */
+    ALLOC_FRESH,       /* a fresh mapping of the offered size, registered (what a
+                          receiver without a pool does, like Python's default) */
 };
+
+#define MAX_HEAP 16
 
 static struct {
     const char *transport, *scheme, *server_addr, *client_src;
@@ -58,6 +63,12 @@ static struct {
     void *chosen_addr;  /* what the alloc callback chose */
     int verified;       /* the content checked inside the done callback */
     const rrpc_tensor *expect; /* the source, for the check */
+    rrpc_conn *rx_conn;        /* the server's side of the last offer */
+    struct {
+        void *mem;
+        size_t len;
+        rrpc_region *region;
+    } heap[MAX_HEAP]; /* ALLOC_FRESH's mappings, unmapped by on_done */
 
     /* KV */
     rrpc_kv_pool *spool, *dpool;
@@ -140,7 +151,32 @@ static int on_alloc(rrpc_conn *c, const char *name, const rrpc_tensor *in, rrpc_
     case ALLOC_REFUSE:
         r = 42;
         break;
+    case ALLOC_FRESH: {
+        /* mmap, not malloc: VmSize shows what was promised, and no
+         * MALLOC_PERTURB_ (meson sets it) touches gigabytes should the
+         * budget ever fail to stop an offer */
+        size_t n = (size_t)rrpc_tensor_nbytes(in), slot = 0;
+        while (slot < MAX_HEAP && T.heap[slot].mem)
+            slot++;
+        void *m = slot < MAX_HEAP && n ? mmap(NULL, n, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                                       : MAP_FAILED;
+        rrpc_region *reg = NULL;
+        if (m == MAP_FAILED || rrpc_mem_reg(T.sctx, m, n, RRPC_ACCESS_REMOTE_WRITE, &reg)) {
+            if (m != MAP_FAILED)
+                munmap(m, n);
+            r = -ENOMEM;
+            break;
+        }
+        T.heap[slot].mem = m;
+        T.heap[slot].len = n;
+        T.heap[slot].region = reg;
+        d->region = reg;
+        d->offset = 0;
+        break;
     }
+    }
+    T.rx_conn = c;
     T.chosen_addr = (uint8_t *)rrpc_region_addr(d->region) + d->offset;
     unlock();
     return r;
@@ -155,6 +191,13 @@ static void on_done(rrpc_conn *c, const char *name, const rrpc_tensor *d, int st
     T.done_status = status;
     T.done_addr = (uint8_t *)rrpc_region_addr(d->region) + d->offset;
     T.verified = ok;
+    for (size_t i = 0; i < MAX_HEAP; i++)
+        if (T.heap[i].mem && T.heap[i].region == d->region) {
+            rrpc_mem_dereg(T.heap[i].region);
+            munmap(T.heap[i].mem, T.heap[i].len);
+            T.heap[i].mem = NULL;
+            T.heap[i].region = NULL;
+        }
     unlock();
 }
 
@@ -587,6 +630,175 @@ static void test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method(void 
     rrpc_mem_dereg(sr);
 }
 
+/* ---- the receiver's budget for offered tensors --------------------------------------- */
+
+/* Offers a tensor as a hostile peer can: the offer RPC alone, no data, no
+ * source memory.  Returns the receiver's in-band status; *@ret_id gets the
+ * reception id (0 when refused), @msg its message. */
+static int raw_offer(const char *name, int dtype, int ndim, const int64_t *shape,
+                     uint64_t *ret_id, char *msg, size_t msglen)
+{
+    uint8_t sh[RRPC_TENSOR_MAX_DIMS * 8];
+    for (int i = 0; i < ndim; i++)
+        for (int b = 0; b < 8; b++)
+            sh[8 * i + b] = (uint8_t)((uint64_t)shape[i] >> (8 * b)); /* little-endian */
+    void *req, *out = NULL;
+    size_t len, olen = 0;
+    assert_int_equal(rrpc_pack(&req, &len, "usuy", (uint64_t)1, name, (uint64_t)dtype,
+                               (const void *)sh, (size_t)ndim * 8),
+                     0);
+    int r = rrpc_call_sync(T.conn, "rrpc.tensor.offer", req, len, NULL, &out, &olen);
+    free(req);
+    assert_int_equal(r, 0);
+    int64_t st;
+    const char *m;
+    size_t mlen, tlen, slen;
+    uint64_t id, off;
+    const void *tok, *str;
+    assert_int_equal(rrpc_unpack(out, olen, NULL, 0, "isuyuy", &st, &m, &mlen, &id, &tok, &tlen,
+                                 &off, &str, &slen),
+                     0);
+    snprintf(msg, msglen, "%.*s", (int)mlen, m);
+    *ret_id = id;
+    free(out);
+    return (int)st;
+}
+
+/* Tells the receiver reception @id ended with @status, as the sender would. */
+static void raw_done(uint64_t id, int64_t status)
+{
+    void *req, *out = NULL;
+    size_t len, olen = 0;
+    assert_int_equal(rrpc_pack(&req, &len, "ui", id, status), 0);
+    assert_int_equal(rrpc_call_sync(T.conn, "rrpc.tensor.done", req, len, NULL, &out, &olen), 0);
+    free(req);
+    free(out);
+}
+
+/* Replaces the tensor server by one with the budget @max_bytes (0: default). */
+static void reserve(uint64_t max_bytes)
+{
+    close_server();
+    rrpc_tensor_server *srv;
+    rrpc_tensor_server_opts o = {.max_bytes = max_bytes};
+    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), 0);
+    lock();
+    T.srv = srv;
+    unlock();
+}
+
+static void test_tensor_offers_beyond_the_budget_are_refused_before_any_allocation(void **state)
+{
+    /* The attack of issue 13: four offers of 4 GiB to a receiver that
+     * allocates what it is offered.  The default budget (1 GiB) refuses them
+     * before the alloc callback runs, so the address space does not grow. */
+    reset_rx(ALLOC_FRESH, 0);
+    long vm0 = status_kib("VmSize");
+    for (int i = 0; i < 4; i++) {
+        char msg[512];
+        uint64_t id;
+        int st = raw_offer("huge", RRPC_DTYPE_U8, 1, (int64_t[]){(int64_t)4 << 30}, &id, msg,
+                           sizeof(msg));
+        printf("# offer %d of 4 GiB: %s: %s\n", i, rrpc_err_name(st), msg);
+        assert_int_equal(st, -ENOBUFS);
+        assert_int_equal(id, 0);
+        assert_non_null(strstr(msg, "the offer of 4294967296 bytes exceeds the receiver's tensor "
+                                    "budget of 1073741824 bytes"));
+        assert_non_null(strstr(msg, "max_bytes"));
+    }
+    long vm1 = status_kib("VmSize");
+    printf("# VmSize grew by %ld KiB after 16 GiB of offers\n", vm1 - vm0);
+    assert_true(vm0 > 0 && vm1 > 0);
+    assert_true(vm1 - vm0 < 256 * 1024);
+    assert_int_equal(T.allocs, 0);
+    assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
+    /* a multi-dimensional offer is counted in bytes, dtype included */
+    char msg[512];
+    uint64_t id;
+    assert_int_equal(raw_offer("wide", RRPC_DTYPE_F64, 2, (int64_t[]){1 << 15, 1 << 15}, &id,
+                               msg, sizeof(msg)),
+                     -ENOBUFS);
+    assert_non_null(strstr(msg, "the offer of 8589934592 bytes"));
+    assert_int_equal(T.allocs, 0);
+}
+
+static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_done(
+    void **state)
+{
+    const uint64_t budget = 1u << 20, part = 768u << 10;
+    reserve(budget);
+    reset_rx(ALLOC_FRESH, 0);
+    char msg[512];
+    uint64_t a, b;
+    /* an offer within the budget is accepted and holds its bytes... */
+    assert_int_equal(raw_offer("a", RRPC_DTYPE_U8, 1, (int64_t[]){(int64_t)part}, &a, msg,
+                               sizeof(msg)),
+                     0);
+    assert_true(a != 0);
+    assert_int_equal(T.allocs, 1);
+    assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), part);
+    /* ...so the next one that does not fit in what is left is refused */
+    assert_int_equal(raw_offer("b", RRPC_DTYPE_U8, 1, (int64_t[]){512 << 10}, &b, msg,
+                               sizeof(msg)),
+                     -ENOBUFS);
+    printf("# %s\n", msg);
+    assert_non_null(strstr(msg, "the offer of 524288 bytes exceeds the 262144 bytes left"));
+    assert_non_null(strstr(msg, "786432 of 1048576 bytes are held"));
+    assert_non_null(strstr(msg, "max_bytes"));
+    assert_int_equal(T.allocs, 1);
+    /* a failed reception returns its bytes: the sender says the WRITEs failed */
+    raw_done(a, -EIO);
+    assert_int_equal(T.dones, 1);
+    assert_int_equal(T.done_status, -EIO);
+    assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
+    /* and so does one ended by the connection going down */
+    assert_int_equal(raw_offer("c", RRPC_DTYPE_U8, 1, (int64_t[]){(int64_t)part}, &b, msg,
+                               sizeof(msg)),
+                     0);
+    assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), part);
+    rrpc_tensor_server_drop_conn(T.srv, T.rx_conn);
+    assert_int_equal(T.done_status, RRPC_E_CONN_LOST);
+    assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
+    /* real tensors within the budget land, one after another: a finished
+     * reception returns its bytes too */
+    uint8_t *src = malloc(part);
+    assert_non_null(src);
+    fill(src, part, 11);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, src, part, 0, &sr), 0);
+    rrpc_tensor t;
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){(int64_t)part}, sr, 0),
+                     0);
+    for (int i = 0; i < 3; i++) {
+        reset_rx(ALLOC_FRESH, 0);
+        T.expect = &t;
+        assert_int_equal(rrpc_tensor_send_sync(T.conn, "fits", &t, -1), 0);
+        assert_true(T.verified);
+        assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
+    }
+    T.expect = NULL;
+    /* a real sender beyond the budget gets the code and the receiver's words */
+    rrpc_tensor big = t;
+    big.shape[0] = 2 * (int64_t)part;
+    uint8_t *src2 = malloc(2 * part);
+    assert_non_null(src2);
+    rrpc_region *sr2;
+    assert_int_equal(rrpc_mem_reg(T.cctx, src2, 2 * part, 0, &sr2), 0);
+    big.region = sr2;
+    reset_rx(ALLOC_FRESH, 0);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "too-big", &big, -1), -ENOBUFS);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "tensor \"too-big\""));
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx),
+                           "the offer of 1572864 bytes exceeds the receiver's tensor budget "
+                           "of 1048576 bytes"));
+    assert_int_equal(T.allocs, 0);
+    rrpc_mem_dereg(sr2);
+    free(src2);
+    rrpc_mem_dereg(sr);
+    free(src);
+    reserve(0); /* back to the default for the tests that follow */
+}
+
 static void test_dtype_names_round_trip(void **state)
 {
     for (int d = RRPC_DTYPE_U8; d <= RRPC_DTYPE_F64; d++) {
@@ -817,6 +1029,8 @@ int main(void)
         cmocka_unit_test(test_tensor_bad_descriptors_fail_at_once_and_send_nothing),
         cmocka_unit_test(test_tensor_unusable_destinations_are_refused_and_left_untouched),
         cmocka_unit_test(test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method),
+        cmocka_unit_test(test_tensor_offers_beyond_the_budget_are_refused_before_any_allocation),
+        cmocka_unit_test(test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_done),
         cmocka_unit_test(test_kv_random_pairs_land_byte_for_byte),
         cmocka_unit_test(test_kv_contiguous_runs_coalesce_into_one_write_each),
         cmocka_unit_test(test_kv_batch_notifies_the_target_once_with_its_imm),

@@ -46,6 +46,10 @@ TOKEN_SIZE = lib.RRPC_TOKEN_SIZE
 
 NO_DEADLINE = math.inf
 
+# The code a call fails with when its Python handler raised anything but an
+# RrpcError(code > 0), or returned something that is not a buffer.
+HANDLER_ERROR = 1
+
 
 def _s(p):
     return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
@@ -329,12 +333,13 @@ def _last_line(e):
 
 
 class _Handler:
-    __slots__ = ("fn", "with_request", "core", "key", "user")
+    __slots__ = ("fn", "with_request", "core", "method", "key", "user")
 
-    def __init__(self, fn, with_request, core):
+    def __init__(self, fn, with_request, core, method):
         self.fn = fn
         self.with_request = with_request
         self.core = core
+        self.method = method
 
 
 @ffi.def_extern()
@@ -343,7 +348,7 @@ def _rrpc_py_handler(req, payload, length, user):
     if h is None:
         lib.rrpc_respond_error(req, 1, b"the Python handler is gone")
         return
-    rq = Request(req, h.core)
+    rq = Request(req, h.core, h.method)
     try:
         with _InCallback(h.core):
             data = ffi.buffer(payload, length)[:] if length else b""
@@ -354,7 +359,7 @@ def _rrpc_py_handler(req, payload, length, user):
                 return
             except Exception as e:
                 log.debug("roce_rpc: handler raised", exc_info=True)
-                rq._answer_error(1, _last_line(e))
+                rq._answer_error(HANDLER_ERROR, _last_line(e))
                 return
             if rq._answered or rq._deferred:
                 return
@@ -396,6 +401,14 @@ def _rrpc_py_op_done(status, user):
     if e is None:
         return
     fut, core, result = e[0], e[1], e[2]
+    message = None
+    if status != 0 and len(e) > 6 and core.ptr != ffi.NULL:
+        # e[6]: the prefix of the library's detail for this operation (set on
+        # this thread just before the completion); another operation's is
+        # not taken for this one's
+        last = _s(lib.rrpc_ctx_last_error(core.ptr))
+        if last.startswith(e[6]):
+            message = last
     core.pending.pop(_key(user), None)
     core.keys.discard(_key(user))
     with _InCallback(core):
@@ -405,7 +418,7 @@ def _rrpc_py_op_done(status, user):
             if status == 0:
                 fut.set_result(result() if callable(result) else result)
             else:
-                fut.set_exception(RrpcError(status, strerror(status)))
+                fut.set_exception(RrpcError(status, message or strerror(status)))
         except concurrent.futures.InvalidStateError:
             pass
         except Exception:
@@ -613,7 +626,7 @@ class Context(_Closable):
     def add_handler(self, method, fn, *, request=False):
         """Registers @fn for @method (see handler())."""
         core = self._core
-        h = _Handler(fn, request, core)
+        h = _Handler(fn, request, core, method)
         h.key, h.user = _keep(h)
         core.keys.add(h.key)
         with core.use():
@@ -709,10 +722,10 @@ class Context(_Closable):
         from .tensor import KvPool
         return KvPool(self, array, page_size)
 
-    def serve_tensors(self, alloc=None, on_tensor=None):
+    def serve_tensors(self, alloc=None, on_tensor=None, *, max_bytes=None):
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
-        return TensorServer(self, alloc, on_tensor)
+        return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes)
 
     def __repr__(self):
         return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
@@ -759,11 +772,13 @@ class Request:
     """A call being served.  Answer it exactly once: the handler's return
     value does that unless the handler called defer() (or answered itself)."""
 
-    __slots__ = ("_ptr", "_core", "_answered", "_deferred", "_lock", "qos_class", "_conn")
+    __slots__ = ("_ptr", "_core", "_method", "_answered", "_deferred", "_lock", "qos_class",
+                 "_conn")
 
-    def __init__(self, ptr, core):
+    def __init__(self, ptr, core, method=""):
         self._ptr = ptr
         self._core = core
+        self._method = method
         self._answered = False
         self._deferred = False
         self._lock = threading.Lock()
@@ -787,31 +802,47 @@ class Request:
             self._answered = True
 
     def respond(self, data=b""):
-        """Answers with @data (any buffer; copied by the library)."""
+        """Answers with @data (any buffer; copied by the library).  Raises
+        TypeError, and leaves the request unanswered, when @data is not a
+        buffer."""
+        b, n = _cbuf(data)  # before _take: a bad @data must not use up the request
         self._take()
         with self._core.use():
-            b, n = _cbuf(data)
             r = lib.rrpc_respond(self._ptr, b, n)
         if r:
             raise RrpcError(r, strerror(r))
 
     def fail(self, code, message=""):
         """Fails the call with the application code @code (> 0)."""
+        msg = str(message).encode()[:1024]
         self._take()
         with self._core.use():
-            r = lib.rrpc_respond_error(self._ptr, int(code), str(message).encode()[:1024])
+            r = lib.rrpc_respond_error(self._ptr, int(code), msg)
         if r:
             raise RrpcError(r, strerror(r))
 
     def _answer(self, data):
+        """Answers with a handler's result: a buffer, None, or else an error."""
+        if data is None:
+            data = b""
         try:
-            self.respond(b"" if data is None else data)
+            _cbuf(data)
+        except (TypeError, ValueError, BufferError) as e:
+            if asyncio.iscoroutine(data):
+                data.close()  # never to run: no "never awaited" warning
+                hint = ("; an async def handler is not awaited: use a plain def that "
+                        "returns a concurrent.futures.Future to answer later")
+            else:
+                hint = " (%s)" % e
+            self._answer_error(HANDLER_ERROR, "handler %r returned %s; return bytes, "
+                               "bytearray, memoryview or None%s"
+                               % (self._method, type(data).__name__, hint))
+            return
+        try:
+            self.respond(data)
         except RrpcError as e:
             if e.code not in (lib.RRPC_E_CLOSED,):
                 log.warning("roce_rpc: could not respond: %s", e)
-        except (TypeError, ValueError, BufferError) as e:  # not a buffer
-            if not self._answered:
-                self._answer_error(1, "handler returned %s: %s" % (type(data).__name__, e))
 
     def _answer_error(self, code, message):
         if code <= 0:
@@ -829,7 +860,7 @@ class Request:
         except RrpcError as e:
             self._answer_error(e.code, e.message)
         except BaseException as e:
-            self._answer_error(1, _last_line(e))
+            self._answer_error(HANDLER_ERROR, _last_line(e))
         else:
             self._answer(data)
 

@@ -9,15 +9,20 @@ Receiving: srv = ctx.serve_tensors(); name, array = srv.receive().  By
 default every tensor lands in a fresh numpy array of its dtype and shape
 (registered for the transfer); alloc(conn, name, dtype, shape) may return an
 array of its own instead (for example a view of a registered buffer), and
-on_tensor(conn, name, array) replaces the queue.
+on_tensor(conn, name, array) replaces the queue.  A byte budget
+(max_bytes, default 1 GiB) bounds what peers can make the receiver hold:
+tensors offered and still arriving, plus, with the default alloc and the
+queue, arrays waiting for receive(); offers beyond it are refused.
 
 KV pages: pool = ctx.kv_pool(array) over an array whose first dimension
 counts pages; pool.token(conn) goes to the peer (KvToken, 48 bytes); the
 peer calls conn.kv_transfer(its_pool, token, [(src, dst), ...]).
 """
 import concurrent.futures
+import errno
 import logging
 import queue
+import threading
 
 import numpy as np
 
@@ -174,8 +179,8 @@ def send_tensor_async(conn, name, array, *, qos=None):
         r = lib.rrpc_tensor_send(conn._ptr, name.encode(), t, _qos(qos, lib.RRPC_CLASS_BULK),
                                  lib._rrpc_py_op_done, user)
         return _error(r, core.ptr, "send tensor %r" % name) if r else None
-    return core.submit(conn, (fut, core, None, enders, conn, a), start, busy=region,
-                       enders=enders)
+    return core.submit(conn, (fut, core, None, enders, conn, a, 'tensor "%s"' % name), start,
+                       busy=region, enders=enders)
 
 
 # ---- receiving --------------------------------------------------------------
@@ -183,14 +188,37 @@ def send_tensor_async(conn, name, array, *, qos=None):
 class _TServerState:
     """What the C callbacks of one rrpc_tensor_server reach."""
 
-    def __init__(self, core, alloc, on_tensor):
+    def __init__(self, core, alloc, on_tensor, max_bytes):
         self.core = core
         self.alloc = alloc
         self.on_tensor = on_tensor
+        self.max_bytes = max_bytes
         self.queue = queue.Queue()
-        self.inflight = {}   # (conn, region, offset) -> (array, temp region or None)
+        self.arriving = 0    # bytes of the tensors accepted and still arriving
+        self.queued = 0      # bytes of the arrays we allocated waiting in the queue
+        self.qlock = threading.Lock()  # guards arriving and queued
+        self.refusing = False
+        self.inflight = {}   # (conn, region, offset) -> (array, temp region or None, region,
+        #                       bytes arriving, bytes to count in self.queued once arrived)
         self.ptr = ffi.NULL
         self.closed = False
+
+    def check_room(self, name, nbytes):
+        """The default receiver queues what arrives until receive(): those
+        arrays hold memory as much as the ones still arriving do, so they
+        count against the same budget.  Raises RrpcError(-ENOBUFS)."""
+        with self.qlock:
+            queued, held = self.queued, self.arriving + nbytes
+        if queued + held <= self.max_bytes:
+            self.refusing = False
+            return
+        if not self.refusing:  # once per episode: a peer must not flood the log
+            self.refusing = True
+            log.warning("roce_rpc: refusing tensor %r (%d bytes): %d bytes of received "
+                        "tensors wait for receive() and %d are arriving, against a budget of "
+                        "%d bytes (TensorServer max_bytes)", name, nbytes, queued, held,
+                        self.max_bytes)
+        raise RrpcError(-errno.ENOBUFS, "the receive queue is full")
 
     def drop_conn(self, conn):
         if self.ptr != ffi.NULL and not self.closed:
@@ -219,9 +247,14 @@ def _rrpc_py_tensor_alloc(conn, name, incoming, ret_dest, user):
             shape = tuple(incoming.shape[i] for i in range(incoming.ndim))
             nm = ffi.string(name).decode("utf-8", "replace")
             a = None
+            counted = 0
             if st.alloc is not None:
                 a = st.alloc(core.conn_for(conn), nm, dtype, shape)
             if a is None:
+                # the C server checked the offer against the budget already
+                if st.on_tensor is None:
+                    counted = int(lib.rrpc_tensor_nbytes(incoming))
+                    st.check_room(nm, counted)
                 a = np.empty(shape, dtype)
             a = np.asarray(a)
             if a.shape != shape or a.dtype.itemsize != dtype.itemsize:
@@ -238,8 +271,11 @@ def _rrpc_py_tensor_alloc(conn, name, incoming, ret_dest, user):
                 _describe(ret_dest, a, region)
                 ret_dest.dtype = incoming.dtype  # (bfloat16 received as uint16)
             region._op_begin()
+            nbytes = int(lib.rrpc_tensor_nbytes(incoming))
+            with st.qlock:
+                st.arriving += nbytes
             st.inflight[(_ptrint(conn), _ptrint(ret_dest.region), int(ret_dest.offset))] = (
-                a, region if temp else None, region)
+                a, region if temp else None, region, nbytes, counted)
             return 0
     except RrpcError as e:
         return e.code
@@ -260,23 +296,28 @@ def _rrpc_py_tensor_done(conn, name, dest, status, user):
             ent = st.inflight.pop((_ptrint(conn), _ptrint(dest.region), int(dest.offset)), None)
             if ent is None:
                 return
-            a, temp, region = ent
+            a, temp, region, nbytes, counted = ent
+            with st.qlock:
+                st.arriving -= nbytes
             region._op_end()
             if temp is not None:
                 temp.close()
             c = core.conn_for(conn)
             if status == 0:
-                item = (nm, a)
+                item = (nm, a, counted)
             else:
                 err = RrpcError(status, "tensor %r: %s" % (nm, strerror(status)))
                 err.tensor_name = nm
-                item = (nm, err)
+                item = (nm, err, 0)
             if st.on_tensor is not None:
                 if status == 0:
                     st.on_tensor(c, nm, a)
                 else:
                     log.warning("roce_rpc: %s", item[1])
             else:
+                if item[2]:
+                    with st.qlock:
+                        st.queued += item[2]
                 st.queue.put(item)
     except Exception:
         log.exception("roce_rpc: tensor done callback failed")
@@ -289,19 +330,33 @@ class TensorServer(_core._Closable):
     and shape (any strides; it must lie in a Region registered with
     REMOTE_WRITE, or be C-contiguous so it can be registered), or None for a
     new array.  on_tensor(conn, name, array) runs on the loop thread once
-    every byte has landed; without it, receive() returns (name, array)."""
+    every byte has landed; without it, receive() returns (name, array).
 
-    def __init__(self, ctx, alloc=None, on_tensor=None):
+    max_bytes (None: 1 GiB, lib.RRPC_TENSOR_MAX_BYTES_DEFAULT) is the byte
+    budget for what peers can make this server hold: the tensors offered and
+    still arriving (rrpc_tensor_server_opts.max_bytes), plus the arrays the
+    default alloc made that wait in the queue for receive().  An offer that
+    does not fit is refused before anything is allocated: the sender's
+    send_tensor raises RrpcError(-errno.ENOBUFS) saying so."""
+
+    def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None):
+        if max_bytes is None:
+            max_bytes = lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
+        max_bytes = int(max_bytes)
+        if not 0 < max_bytes < 1 << 64:
+            raise ValueError("max_bytes must be a positive number of bytes (or None: 1 GiB)")
         core = ctx._core
         self._ctx = ctx
         self._core = core
-        self._st = st = _TServerState(core, alloc, on_tensor)
+        self._st = st = _TServerState(core, alloc, on_tensor, max_bytes)
         st.key, user = _keep(st)
         core.keys.add(st.key)
         pp = ffi.new("rrpc_tensor_server **")
+        opts = ffi.new("rrpc_tensor_server_opts *")
+        opts.max_bytes = max_bytes
         with core.use():
-            r = lib.rrpc_tensor_serve(ctx._ptr, lib._rrpc_py_tensor_alloc,
-                                      lib._rrpc_py_tensor_done, user, pp)
+            r = lib.rrpc_tensor_serve_ex(ctx._ptr, lib._rrpc_py_tensor_alloc,
+                                         lib._rrpc_py_tensor_done, user, opts, pp)
             err = _error(r, ctx._ptr, "serve tensors") if r else None
         if r:
             core.forget(st.key)
@@ -319,9 +374,25 @@ class TensorServer(_core._Closable):
         if item is None:
             self._st.queue.put(None)
             raise _closed_error("tensor server")
+        if item[2]:
+            with self._st.qlock:
+                self._st.queued -= item[2]
         if isinstance(item[1], RrpcError):
             raise item[1]
-        return item
+        return item[:2]
+
+    @property
+    def max_bytes(self):
+        """The byte budget (see the class)."""
+        return self._st.max_bytes
+
+    @property
+    def bytes_held(self):
+        """Bytes of the budget in use: tensors still arriving, plus arrays
+        of the default alloc waiting for receive()."""
+        st = self._st
+        with st.qlock:
+            return st.arriving + st.queued
 
     def close(self):
         """Stops serving; tensors still arriving fail with E_CLOSED."""

@@ -268,3 +268,55 @@ def test_handler_closing_its_own_context_does_not_deadlock():
         time.sleep(0.01)
     assert s._core.closed
     c.close()
+
+
+def test_handler_returning_a_non_buffer_fails_the_call_at_once_with_a_handler_error(pair):
+    """A handler's return value that is no buffer (an int, a dict, the
+    coroutine of an async def, the result of a Future) is answered with
+    HANDLER_ERROR naming the method and the type, not left unanswered until
+    the caller's deadline; the request is answered exactly once."""
+    s, lis, c = pair
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    seen = []
+
+    s.add_handler("int", lambda d: 42)
+    s.add_handler("dict", lambda d: {"a": 1})
+
+    async def coro(data):
+        return data
+
+    s.add_handler("coro", coro)
+    s.add_handler("future", lambda d: pool.submit(lambda: 42))
+
+    @s.handler("respond_int", request=True)
+    def respond_int(req, data):
+        seen.append(req)
+        req.respond(42)  # raises TypeError: the request is still to be answered
+
+    @s.handler("request_dict", request=True)
+    def request_dict(req, data):
+        seen.append(req)
+        return {"a": 1}
+
+    s.add_handler("echo", lambda d: d)
+    conn = c.connect(client_uri(lis))
+    cases = [("int", "int"), ("dict", "dict"), ("coro", "coroutine"), ("future", "int"),
+             ("request_dict", "dict")]
+    for method, tname in cases:
+        with pytest.raises(RrpcError) as ei:
+            conn.call(method, b"x", timeout=30)
+        assert ei.value.code == roce_rpc.HANDLER_ERROR, (method, ei.value)
+        assert "handler %r returned %s" % (method, tname) in ei.value.message, ei.value.message
+        assert "bytes" in ei.value.message
+    with pytest.raises(RrpcError) as ei:
+        conn.call("respond_int", timeout=30)
+    assert ei.value.code == roce_rpc.HANDLER_ERROR and "TypeError" in ei.value.message
+    # answered once: a second answer is refused, not sent on a freed request
+    assert len(seen) == 2
+    for req in seen:
+        with pytest.raises(RrpcError) as ei:
+            req.respond(b"again")
+        assert "already answered" in ei.value.message
+    # and the server goes on serving
+    assert conn.call("echo", b"still here", timeout=30) == b"still here"
+    pool.shutdown()

@@ -1,3 +1,5 @@
+import errno
+import struct
 import threading
 
 import numpy as np
@@ -144,3 +146,152 @@ def test_kv_pages_between_numpy_pools(pair):
     assert ei.value.code == -17  # -EEXIST
     spool.close()
     dpool.close()
+
+
+# ---- the receiver's byte budget ------------------------------------------------
+
+def _mp_uint(v):
+    return b"\xcf" + struct.pack(">Q", v)
+
+
+def _mp_int(v):
+    return b"\xd3" + struct.pack(">q", v)
+
+
+def _mp_raw(tag8, b):
+    return bytes([tag8, len(b)]) + b
+
+
+def _mp_decode(b):
+    """The flat msgpack array of an answer: ints, strs and bins only."""
+    assert 0x90 <= b[0] <= 0x9f
+    n, i, out = b[0] & 0x0f, 1, []
+    for _ in range(n):
+        t = b[i]
+        if t <= 0x7f or t >= 0xe0:
+            out.append(t if t <= 0x7f else t - 0x100)
+            i += 1
+        elif t in (0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd1, 0xd2, 0xd3):
+            fmt = {0xcc: ">B", 0xcd: ">H", 0xce: ">I", 0xcf: ">Q",
+                   0xd0: ">b", 0xd1: ">h", 0xd2: ">i", 0xd3: ">q"}[t]
+            size = struct.calcsize(fmt)
+            out.append(struct.unpack(fmt, b[i + 1:i + 1 + size])[0])
+            i += 1 + size
+        elif 0xa0 <= t <= 0xbf:
+            ln = t & 0x1f
+            out.append(b[i + 1:i + 1 + ln].decode())
+            i += 1 + ln
+        elif t in (0xd9, 0xc4):
+            ln = b[i + 1]
+            v = b[i + 2:i + 2 + ln]
+            out.append(v.decode() if t == 0xd9 else v)
+            i += 2 + ln
+        elif t in (0xda, 0xc5):
+            ln = struct.unpack(">H", b[i + 1:i + 3])[0]
+            v = b[i + 3:i + 3 + ln]
+            out.append(v.decode() if t == 0xda else v)
+            i += 3 + ln
+        else:
+            raise AssertionError("unexpected msgpack byte 0x%02x" % t)
+    return out
+
+
+def raw_offer(conn, name, dtype, shape):
+    """Offers a tensor as a hostile peer can: the offer RPC alone, with no
+    data and no memory behind it.  Returns (status, message, reception id)."""
+    sh = struct.pack("<%dq" % len(shape), *shape)
+    req = (b"\x94" + _mp_uint(1) + _mp_raw(0xd9, name.encode()) +
+           _mp_uint(roce_rpc.dtype_to_rrpc(dtype)) + _mp_raw(0xc4, sh))
+    st, msg, rx_id = _mp_decode(conn.call("rrpc.tensor.offer", req, timeout=30))[:3]
+    return st, msg, rx_id
+
+
+def raw_done(conn, rx_id, status):
+    conn.call("rrpc.tensor.done", b"\x92" + _mp_uint(rx_id) + _mp_int(status), timeout=30)
+
+
+def vm_kib(field="VmSize"):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/self/status" % field)
+
+
+def test_tensor_offers_beyond_the_budget_are_refused_and_the_receiver_does_not_grow(pair):
+    s, lis, c = pair
+    tensors = s.serve_tensors()
+    assert tensors.max_bytes == 1 << 30 == roce_rpc.lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
+    tensors.close()
+    tensors = s.serve_tensors(max_bytes=1 << 20)  # the default receiver: np.empty
+    conn = c.connect(client_uri(lis))
+    before = vm_kib()
+    # issue 13: four offers of 4 GiB grew VmSize by 16 GiB; here 4 x 1 GiB
+    # (1024 times the budget) keep the damage small should the budget break
+    for i in range(4):
+        st, msg, rx_id = raw_offer(conn, "huge%d" % i, "uint8", (1 << 30,))
+        assert st == -errno.ENOBUFS and rx_id == 0, (st, msg)
+        assert "the offer of 1073741824 bytes exceeds the receiver's tensor budget of " \
+            "1048576 bytes" in msg, msg
+        assert "max_bytes" in msg
+    grew = vm_kib() - before
+    assert grew < 256 << 10, "VmSize grew by %d KiB after 4 GiB of refused offers" % grew
+    assert tensors.bytes_held == 0
+    tensors.close()
+
+
+def test_tensor_budget_returns_the_bytes_of_finished_and_failed_receptions(pair):
+    s, lis, c = pair
+    tensors = s.serve_tensors(max_bytes=1 << 20)
+    conn = c.connect(client_uri(lis))
+    part = 768 << 10
+    st, msg, a = raw_offer(conn, "a", "uint8", (part,))
+    assert st == 0 and a != 0, msg
+    assert tensors.bytes_held == part
+    st, msg, _ = raw_offer(conn, "b", "uint8", (512 << 10,))
+    assert st == -errno.ENOBUFS
+    assert "the offer of 524288 bytes exceeds the 262144 bytes left" in msg, msg
+    assert "786432 of 1048576 bytes are held" in msg, msg
+    # the sender reports that its WRITEs failed: the bytes come back
+    raw_done(conn, a, -errno.EIO)
+    with pytest.raises(RrpcError) as ei:
+        tensors.receive(timeout=10)
+    assert ei.value.code == -errno.EIO and ei.value.tensor_name == "a"
+    assert tensors.bytes_held == 0
+    # tensors within the budget land one after another
+    for i in range(3):
+        x = np.arange(part, dtype=np.uint8) + i
+        conn.send_tensor("fits", x)
+        name, got = tensors.receive(timeout=10)
+        assert name == "fits" and np.array_equal(got, x)
+        assert tensors.bytes_held == 0
+    # a sender beyond the budget gets the code and the receiver's words
+    with pytest.raises(RrpcError) as ei:
+        conn.send_tensor("big", np.zeros(2 << 20, np.uint8))
+    assert ei.value.code == -errno.ENOBUFS
+    assert 'tensor "big"' in ei.value.message
+    assert "the offer of 2097152 bytes exceeds the receiver's tensor budget of 1048576 " \
+        "bytes" in ei.value.message, ei.value.message
+    assert "max_bytes" in ei.value.message
+    tensors.close()
+
+
+def test_tensors_waiting_for_receive_count_against_the_budget(pair):
+    s, lis, c = pair
+    tensors = s.serve_tensors(max_bytes=1 << 20)
+    conn = c.connect(client_uri(lis))
+    first = np.ones(768 << 10, np.uint8)
+    conn.send_tensor("first", first)  # lands, and waits in the queue
+    assert tensors.bytes_held == first.nbytes
+    with pytest.raises(RrpcError) as ei:
+        conn.send_tensor("second", np.ones(512 << 10, np.uint8))
+    assert ei.value.code == -errno.ENOBUFS, ei.value
+    name, got = tensors.receive(timeout=10)
+    assert name == "first" and np.array_equal(got, first)
+    assert tensors.bytes_held == 0
+    conn.send_tensor("second", np.ones(512 << 10, np.uint8))
+    assert tensors.receive(timeout=10)[0] == "second"
+    assert tensors.bytes_held == 0
+    with pytest.raises(ValueError):
+        s.serve_tensors(max_bytes=0)
+    tensors.close()
