@@ -194,7 +194,8 @@ RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_t
  *              option as the way to raise it.  An offer's bytes return to
  *              the budget when its done callback has run, whether the
  *              transfer succeeded or failed (or the alloc callback refused
- *              it).  Default RRPC_TENSOR_MAX_BYTES_DEFAULT.
+ *              it).  Default: the context's RRPC_TENSOR_MAX_BYTES
+ *              (environment; RRPC_TENSOR_MAX_BYTES_DEFAULT when unset).
  */
 typedef struct rrpc_tensor_server_opts {
     uint64_t max_bytes;

@@ -49,6 +49,9 @@ static const struct cfg_entry cfg_table[] = {
     {"RRPC_MAX_ANSWER_BACKLOG", 16L << 20, 65536, 1L << 40, CFG_OFF(max_answer_backlog),
      "answer bytes queued for a peer that does not take them; above it its requests' credit "
      "is held back and its one-sided reads are refused"},
+    {"RRPC_TENSOR_MAX_BYTES", 1L << 30, 1, 0x7fffffffffffffffL, CFG_TRANSPORT,
+     "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
+     "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
     {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
      "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
     {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,

@@ -562,7 +562,9 @@ RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
     rrpc_tensor_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
         return -ENOMEM;
-    uint64_t max = opts && opts->max_bytes ? opts->max_bytes : RRPC_TENSOR_MAX_BYTES_DEFAULT;
+    uint64_t max = opts && opts->max_bytes
+                       ? opts->max_bytes
+                       : (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TENSOR_MAX_BYTES");
     *srv = (rrpc_tensor_server){
         .ctx = ctx, .alloc = alloc, .done = done, .user = user, .max_bytes = max};
     int r = rrpc_register(ctx, OFFER_METHOD, h_offer, srv);

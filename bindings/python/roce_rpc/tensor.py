@@ -21,6 +21,7 @@ peer calls conn.kv_transfer(its_pool, token, [(src, dst), ...]).
 import concurrent.futures
 import errno
 import logging
+import os as _os
 import queue
 import threading
 
@@ -332,7 +333,8 @@ class TensorServer(_core._Closable):
     new array.  on_tensor(conn, name, array) runs on the loop thread once
     every byte has landed; without it, receive() returns (name, array).
 
-    max_bytes (None: 1 GiB, lib.RRPC_TENSOR_MAX_BYTES_DEFAULT) is the byte
+    max_bytes (None: the RRPC_TENSOR_MAX_BYTES environment variable, else
+    1 GiB, lib.RRPC_TENSOR_MAX_BYTES_DEFAULT; as in C) is the byte
     budget for what peers can make this server hold: the tensors offered and
     still arriving (rrpc_tensor_server_opts.max_bytes), plus the arrays the
     default alloc made that wait in the queue for receive().  An offer that
@@ -340,8 +342,9 @@ class TensorServer(_core._Closable):
     send_tensor raises RrpcError(-errno.ENOBUFS) saying so."""
 
     def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None):
-        if max_bytes is None:
-            max_bytes = lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
+        if max_bytes is None:  # the C default, which the context read when it was made
+            max_bytes = int(_os.environ.get("RRPC_TENSOR_MAX_BYTES", "0"), 0) or \
+                lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
         max_bytes = int(max_bytes)
         if not 0 < max_bytes < 1 << 64:
             raise ValueError("max_bytes must be a positive number of bytes (or None: 1 GiB)")

@@ -8,7 +8,7 @@ import pytest
 import roce_rpc
 from roce_rpc import RrpcError
 
-from conftest import client_uri
+from conftest import client_uri, listen_uri
 
 pytestmark = pytest.mark.skipif(not roce_rpc.HAVE_TENSOR,
                                 reason="libroce_rpc was built without <roce_rpc/tensor.h>")
@@ -295,3 +295,24 @@ def test_tensors_waiting_for_receive_count_against_the_budget(pair):
     with pytest.raises(ValueError):
         s.serve_tensors(max_bytes=0)
     tensors.close()
+
+
+def test_the_tensor_budget_default_comes_from_RRPC_TENSOR_MAX_BYTES(monkeypatch):
+    """The environment sets every tensor server's default budget, in C and
+    in Python alike: an offer above it is refused, one below it lands."""
+    monkeypatch.setenv("RRPC_TENSOR_MAX_BYTES", "4096")
+    with roce_rpc.Context() as s:  # the context reads RRPC_* when it is made
+        tensors = s.serve_tensors()
+        monkeypatch.delenv("RRPC_TENSOR_MAX_BYTES")
+        assert tensors.max_bytes == 4096
+        lis = s.listen(listen_uri())
+        with roce_rpc.Context() as c:
+            conn = c.connect(client_uri(lis))
+            with pytest.raises(RrpcError) as e:
+                conn.send_tensor("big", np.zeros(8192, np.uint8))
+            assert "budget of 4096 bytes" in str(e.value), str(e.value)
+            conn.send_tensor("small", np.ones(1024, np.uint8))
+            name, arr = tensors.receive(timeout=10)
+            assert name == "small" and int(arr.sum()) == 1024
+            conn.close()
+        tensors.close()
