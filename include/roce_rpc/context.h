@@ -116,10 +116,26 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx);
 
 /*
  * Driven mode: a file descriptor that becomes readable when the context has
- * work; then call rrpc_ctx_progress(ctx, 0).  The fd stays owned by the
- * context.  Errors: -EBUSY (thread mode is on).
+ * work, I/O or a timer that is due (a call's deadline, a keepalive, a
+ * connect timeout); then call rrpc_ctx_progress(ctx, 0).  An application
+ * may wait on this fd alone, with no timeout of its own: the timers are in
+ * it (after each rrpc_ctx_progress it is armed to the next one).  The
+ * library creates the fd on the first call (an epoll instance of its own)
+ * and owns it: do not close it; it is closed by rrpc_ctx_destroy, and the
+ * same fd is returned on every call.  Errors: -EBUSY (thread mode is on),
+ * -errno when it cannot be made.
  */
 RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx);
+
+/*
+ * Driven mode: how long the application may wait before it must call
+ * rrpc_ctx_progress, in *@ret_ms: the time until the context's next timer,
+ * rounded up to a millisecond; 0 when work is pending now; -1 when no timer
+ * runs (wait for the fd alone).  For loops that take a timeout rather than
+ * an fd (like libuv's uv_backend_timeout).  Returns 0, -EINVAL, or -EBUSY in
+ * thread mode.
+ */
+RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms);
 
 /*
  * Driven mode: runs the loop once, waiting at most @timeout_ms for an event

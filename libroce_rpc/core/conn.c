@@ -96,8 +96,8 @@ static int send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, 
 static void ka_arm(rrpc_conn *c, ev_tstamp at)
 {
     ev_tstamp d = at - ev_now(c->ctx->loop);
-    c->ka_timer.repeat = d > 0.001 ? d : 0.001;
-    ev_timer_again(c->ctx->loop, &c->ka_timer);
+    c->ka_timer.w.repeat = d > 0.001 ? d : 0.001;
+    rrpci_timer_again(&c->ka_timer);
 }
 
 static void ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -163,11 +163,11 @@ static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *op
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
         w[i] = ctx->cls[i].weight;
     rrpci_sched_init(&c->sched, RRPCI_MAX_CLASSES, w);
-    ev_timer_init(&c->connect_timer, connect_timer_cb, timeout_ms / 1000.0, 0);
-    c->connect_timer.data = c;
-    rrpci_timer_start(ctx, &c->connect_timer);
-    ev_init(&c->ka_timer, ka_timer_cb);
-    c->ka_timer.data = c;
+    rrpci_timer_init(ctx, &c->connect_timer, connect_timer_cb, timeout_ms / 1000.0, 0);
+    c->connect_timer.w.data = c;
+    rrpci_timer_start(&c->connect_timer);
+    rrpci_timer_init(ctx, &c->ka_timer, ka_timer_cb, 0, 0);
+    c->ka_timer.w.data = c;
     rrpci_list_add(&ctx->conns, &c->link);
     rrpci_list_init(&c->dirty_link);
     rrpci_list_init(&c->owned_link);
@@ -325,7 +325,7 @@ void rrpci_conn_established(rrpc_conn *c)
 
 static void announce(rrpc_conn *c)
 {
-    ev_timer_stop(c->ctx->loop, &c->connect_timer);
+    rrpci_timer_stop(&c->connect_timer);
     c->authenticating = false;
     c->announced = true;
     RRPCI_LOG(c->ctx, LOG_DEBUG, "%s connection up", c->ops->name);
@@ -347,8 +347,8 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
     snprintf(c->down_why, sizeof(c->down_why), "%s", why ? why : rrpc_strerror(reason));
     rrpci_list_del(&c->dirty_link);
     rrpci_conn_ref(c);
-    ev_timer_stop(c->ctx->loop, &c->connect_timer);
-    ev_timer_stop(c->ctx->loop, &c->ka_timer);
+    rrpci_timer_stop(&c->connect_timer);
+    rrpci_timer_stop(&c->ka_timer);
     RRPCI_LOG(c->ctx, reason == RRPC_E_CLOSED ? LOG_DEBUG : LOG_NOTICE,
               "%s connection down: %s (%s)", c->ops->name, why ? why : "", rrpc_err_name(reason));
     c->ops->conn_close(c);
@@ -617,9 +617,9 @@ RRPC_API void rrpc_conn_close(rrpc_conn *c)
     if (c->state != RRPCI_DOWN && !c->closed_by_app) {
         /* The DOWN callback comes from the loop, not from this call. */
         c->closed_by_app = true;
-        ev_timer_stop(ctx->loop, &c->connect_timer);
-        ev_timer_set(&c->connect_timer, 0, 0);
-        ev_timer_start(ctx->loop, &c->connect_timer);
+        rrpci_timer_stop(&c->connect_timer);
+        rrpci_timer_set(&c->connect_timer, 0, 0);
+        rrpci_timer_start(&c->connect_timer);
     }
     rrpci_conn_release_user(c);
     rrpci_unlock(ctx);
@@ -836,9 +836,9 @@ static void refuse(rrpc_conn *c, const char *why)
     rrpci_set_error(c->ctx, RRPC_E_TICKET, "connection refused: %s", why);
     send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, why, strlen(why));
     c->refused = true;
-    ev_timer_stop(c->ctx->loop, &c->connect_timer);
-    ev_timer_set(&c->connect_timer, 0.05, 0);
-    ev_timer_start(c->ctx->loop, &c->connect_timer);
+    rrpci_timer_stop(&c->connect_timer);
+    rrpci_timer_set(&c->connect_timer, 0.05, 0);
+    rrpci_timer_start(&c->connect_timer);
 }
 
 /* Frames while the ticket is being checked: nothing but the ticket exchange. */

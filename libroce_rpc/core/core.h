@@ -77,7 +77,10 @@ struct rrpc_ctx {
     bool stopping;
     pthread_t owner; /* the thread inside ev_run, valid when in_run */
     int in_run;
-    int poll_fd; /* libev's epoll fd, for driven mode */
+    int backend_fd; /* libev's epoll fd (found at creation), or -errno */
+    int drive_fd;   /* driven mode: our epoll, holding backend_fd and timer_fd; -1 until asked */
+    int timer_fd;   /* armed to the loop's next timer after every run */
+    struct rrpci_timer *timers; /* the active ones */
 
     struct rrpci_config cfg;
     struct rrpci_class_cfg cls[RRPCI_MAX_CLASSES];
@@ -155,11 +158,11 @@ struct rrpc_conn {
     struct rrpci_idmap pending;
     struct rrpci_class_state cls[RRPCI_MAX_CLASSES];
     struct rrpci_sched sched;
-    ev_timer connect_timer;
+    struct rrpci_timer connect_timer;
     /* Liveness: any received frame refreshes @last_rx; a connection idle for
      * the keepalive interval sends one probe, and goes down when nothing at
      * all arrived within the keepalive timeout. */
-    ev_timer ka_timer;
+    struct rrpci_timer ka_timer;
     ev_tstamp last_rx, ka_sent;
     bool ka_probe_out;
     void *priv;
@@ -171,10 +174,6 @@ void rrpci_lock(rrpc_ctx *ctx);
 void rrpci_unlock(rrpc_ctx *ctx);
 /* True when the calling thread is running a callback of @ctx. */
 bool rrpci_in_callback(rrpc_ctx *ctx);
-/* ev_timer_start for a timer that may be started from outside the loop's
- * callbacks (a call's deadline, a connect timeout): libev's cached time is
- * from the loop's last wake-up, so it is refreshed first there. */
-void rrpci_timer_start(rrpc_ctx *ctx, ev_timer *w);
 /*
  * A blocking call's rendezvous with the loop.  The completion (on the loop)
  * calls rrpci_waiter_signal; the caller sleeps in rrpci_wait on the waiter's
@@ -217,7 +216,7 @@ struct rrpci_pending {
     struct rrpci_idnode node;
     enum rrpci_pending_kind kind;
     rrpc_conn *conn;
-    ev_timer deadline;
+    struct rrpci_timer deadline;
     int deadline_ms;
     /* call */
     rrpc_call_cb cb;

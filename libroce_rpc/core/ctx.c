@@ -11,7 +11,11 @@
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
 
 #include "core/core.h"
 
@@ -261,11 +265,79 @@ void rrpci_lock(rrpc_ctx *ctx)
     atomic_fetch_sub(&ctx->lock_waiters, 1);
 }
 
-void rrpci_timer_start(rrpc_ctx *ctx, ev_timer *w)
+static void timer_unlink(struct rrpci_timer *t)
 {
-    if (!rrpci_in_callback(ctx))
-        ev_now_update(ctx->loop);
-    ev_timer_start(ctx->loop, w);
+    if (!t->pprev)
+        return;
+    *t->pprev = t->next;
+    if (t->next)
+        t->next->pprev = t->pprev;
+    t->next = NULL;
+    t->pprev = NULL;
+}
+
+static void timer_link(struct rrpci_timer *t)
+{
+    if (t->pprev)
+        return;
+    rrpc_ctx *ctx = t->ctx;
+    t->next = ctx->timers;
+    if (t->next)
+        t->next->pprev = &t->next;
+    ctx->timers = t;
+    t->pprev = &ctx->timers;
+}
+
+static void timer_fired(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct rrpci_timer *t = rrpci_container_of(w, struct rrpci_timer, w);
+    if (!ev_is_active(w))
+        timer_unlink(t); /* a one-shot timer: libev stopped it */
+    t->cb(loop, w, revents); /* which may free @t */
+}
+
+void rrpci_timer_init(rrpc_ctx *ctx, struct rrpci_timer *t,
+                      void (*cb)(struct ev_loop *loop, ev_timer *w, int revents), double after,
+                      double repeat)
+{
+    ev_timer_init(&t->w, timer_fired, after, repeat);
+    t->ctx = ctx;
+    t->cb = cb;
+    t->next = NULL;
+    t->pprev = NULL;
+}
+
+void rrpci_timer_set(struct rrpci_timer *t, double after, double repeat)
+{
+    ev_timer_set(&t->w, after, repeat);
+}
+
+void rrpci_timer_start(struct rrpci_timer *t)
+{
+    if (!rrpci_in_callback(t->ctx))
+        ev_now_update(t->ctx->loop);
+    ev_timer_start(t->ctx->loop, &t->w);
+    timer_link(t);
+}
+
+void rrpci_timer_stop(struct rrpci_timer *t)
+{
+    ev_timer_stop(t->ctx->loop, &t->w);
+    timer_unlink(t);
+}
+
+void rrpci_timer_again(struct rrpci_timer *t)
+{
+    ev_timer_again(t->ctx->loop, &t->w);
+    if (ev_is_active(&t->w))
+        timer_link(t);
+    else
+        timer_unlink(t);
+}
+
+bool rrpci_timer_active(const struct rrpci_timer *t)
+{
+    return ev_is_active(&t->w);
 }
 
 void rrpci_unlock(rrpc_ctx *ctx)
@@ -353,11 +425,14 @@ static bool waiter_done(struct rrpci_waiter *w)
     return d;
 }
 
+static void driven_rearm(rrpc_ctx *ctx);
+
 void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
 {
     while (!waiter_done(w)) {
         if (!ctx->thread_mode && !ctx->in_run) {
             run_locked(ctx, EVRUN_ONCE);
+            driven_rearm(ctx);
             continue;
         }
         /* The loop runs on another thread.  Let go of the context (waking
@@ -380,54 +455,73 @@ void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
     }
 }
 
-/* libev has no call that returns its backend fd.  With the epoll backend,
- * ev_loop_new creates exactly one epoll fd: find the one that is new. */
-static int find_new_epoll_fd(const char *before, size_t nbefore)
+static void probe_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -errno;
-    int found = -ENOENT;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        int fd = atoi(de->d_name);
-        if (de->d_name[0] == '.' || fd == dirfd(d))
-            continue;
-        if ((size_t)fd < nbefore && before[fd])
-            continue;
-        char path[64], target[64];
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(path, target, sizeof(target) - 1);
-        if (n > 0) {
-            target[n] = 0;
-            if (strcmp(target, "anon_inode:[eventpoll]") == 0)
-                found = fd;
-        }
+}
+
+/* Whether the epoll fdinfo text @info lists the file (@fd, @ino) as a target. */
+static bool epoll_watches(const char *info, int fd, unsigned long ino)
+{
+    for (const char *p = strstr(info, "tfd:"); p; p = strstr(p + 4, "tfd:")) {
+        int tfd = -1;
+        const char *in = strstr(p, "ino:");
+        const char *nl = strchr(p, '\n');
+        if (sscanf(p, "tfd: %d", &tfd) == 1 && tfd == fd && in && (!nl || in < nl) &&
+            strtoul(in + 4, NULL, 16) == ino)
+            return true;
     }
-    closedir(d);
+    return false;
+}
+
+/*
+ * libev has no call that returns its backend fd.  Find it without racing the
+ * other threads of the process that make fds: watch an eventfd of our own,
+ * let libev register it (one non-blocking iteration, before any other
+ * watcher of ours exists), and take the epoll instance whose fdinfo lists
+ * that eventfd, by fd number and inode, among its targets.
+ */
+static int find_backend_fd(struct ev_loop *loop)
+{
+    int probe = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct stat st;
+    if (probe < 0 || fstat(probe, &st) < 0) {
+        int e = -errno;
+        if (probe >= 0)
+            close(probe);
+        return e;
+    }
+    ev_io w;
+    ev_io_init(&w, probe_cb, probe, EV_READ);
+    ev_io_start(loop, &w);
+    ev_run(loop, EVRUN_NOWAIT);
+    int found = -ENOENT;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    while (d && found < 0 && (de = readdir(d))) {
+        int fd = atoi(de->d_name);
+        char path[64], target[64], info[8192];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        ssize_t n = de->d_name[0] == '.' ? -1 : readlink(path, target, sizeof(target) - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (strcmp(target, "anon_inode:[eventpoll]") != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+        FILE *f = fopen(path, "re");
+        size_t got = f ? fread(info, 1, sizeof(info) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        info[got] = 0;
+        if (epoll_watches(info, probe, (unsigned long)st.st_ino))
+            found = fd;
+    }
+    if (d)
+        closedir(d);
+    ev_io_stop(loop, &w);
+    close(probe);
     return found;
 }
-
-static char *open_fd_set(size_t *ret_n)
-{
-    size_t n = 4096;
-    char *set = calloc(n, 1);
-    DIR *d = set ? opendir("/proc/self/fd") : NULL;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            int fd = atoi(de->d_name);
-            /* not the directory's own fd: it is closed before the loop is made */
-            if (de->d_name[0] != '.' && fd >= 0 && (size_t)fd < n && fd != dirfd(d))
-                set[fd] = 1;
-        }
-        closedir(d);
-    }
-    *ret_n = set ? n : 0;
-    return set;
-}
-
-static pthread_mutex_t loop_create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
 {
@@ -451,13 +545,9 @@ RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
     rrpci_list_init(&ctx->credit_dirty);
     rrpci_list_init(&ctx->owned);
 
-    pthread_mutex_lock(&loop_create_lock);
-    size_t nbefore;
-    char *before = open_fd_set(&nbefore);
+    ctx->drive_fd = ctx->timer_fd = -1;
     ctx->loop = ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
-    ctx->poll_fd = ctx->loop && before ? find_new_epoll_fd(before, nbefore) : -ENOENT;
-    pthread_mutex_unlock(&loop_create_lock);
-    free(before);
+    ctx->backend_fd = ctx->loop ? find_backend_fd(ctx->loop) : -ENOMEM;
     if (!ctx->loop) {
         pthread_mutex_destroy(&ctx->lock);
         free(ctx);
@@ -494,13 +584,86 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
     return r;
 }
 
+/* Milliseconds until the loop's next timer (rounded up), 0 when work is
+ * pending already, -1 when no timer runs.  Called with the lock held. */
+static int timeout_locked(rrpc_ctx *ctx)
+{
+    if (ev_pending_count(ctx->loop) > 0)
+        return 0;
+    ev_tstamp t = -1;
+    for (struct rrpci_timer *i = ctx->timers; i; i = i->next) {
+        ev_tstamp left = ev_timer_remaining(ctx->loop, &i->w);
+        if (t < 0 || left < t)
+            t = left;
+    }
+    if (t < 0)
+        return -1;
+    double ms = t * 1000.0;
+    return ms <= 0 ? 0 : ms >= 86400000.0 ? 86400000 : (int)ms + (ms > (int)ms);
+}
+
+/* Driven mode: after the loop ran, the timer fd in the context's fd is armed
+ * to the next timer, so an application that waits on that fd alone wakes for
+ * deadlines, keepalives and connect timeouts too. */
+static void driven_rearm(rrpc_ctx *ctx)
+{
+    if (ctx->timer_fd < 0)
+        return;
+    uint64_t n;
+    while (read(ctx->timer_fd, &n, sizeof(n)) > 0) /* consumed: the loop just ran */
+        ;
+    int ms = timeout_locked(ctx);
+    struct itimerspec its = {0};
+    if (ms == 0)
+        its.it_value.tv_nsec = 1; /* at once */
+    else if (ms > 0) {
+        its.it_value.tv_sec = ms / 1000;
+        its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+    }
+    timerfd_settime(ctx->timer_fd, 0, &its, NULL);
+}
+
 RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)
 {
     if (ctx->thread_mode)
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread; no fd to poll");
-    if (ctx->poll_fd < 0)
-        return rrpci_set_error(ctx, ctx->poll_fd, "the event loop's fd could not be found");
-    return ctx->poll_fd;
+    rrpci_lock(ctx);
+    int r = ctx->drive_fd;
+    if (r < 0 && ctx->backend_fd < 0)
+        r = rrpci_set_error(ctx, ctx->backend_fd, "the event loop's fd could not be found "
+                            "(/proc/self/fdinfo is needed for driven mode); use thread mode");
+    if (r < 0 && ctx->backend_fd >= 0) {
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        int tf = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct epoll_event e1 = {.events = EPOLLIN, .data.fd = ctx->backend_fd};
+        struct epoll_event e2 = {.events = EPOLLIN, .data.fd = tf};
+        if (ep < 0 || tf < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ctx->backend_fd, &e1) < 0 ||
+            epoll_ctl(ep, EPOLL_CTL_ADD, tf, &e2) < 0) {
+            r = rrpci_set_error(ctx, -errno, "cannot make the context's fd: %s", strerror(errno));
+            if (ep >= 0)
+                close(ep);
+            if (tf >= 0)
+                close(tf);
+        } else {
+            ctx->drive_fd = r = ep;
+            ctx->timer_fd = tf;
+            driven_rearm(ctx);
+        }
+    }
+    pthread_mutex_unlock(&ctx->lock); /* not rrpci_unlock: nothing to wake */
+    return r;
+}
+
+RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms)
+{
+    if (!ctx || !ret_ms)
+        return -EINVAL;
+    if (ctx->thread_mode)
+        return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
+    rrpci_lock(ctx);
+    *ret_ms = timeout_locked(ctx);
+    pthread_mutex_unlock(&ctx->lock);
+    return 0;
 }
 
 static void progress_timeout(struct ev_loop *loop, ev_timer *w, int revents)
@@ -522,15 +685,17 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
     } else if (timeout_ms == 0) {
         run_locked(ctx, EVRUN_NOWAIT);
     } else {
-        ev_timer t;
-        ev_timer_init(&t, progress_timeout, 0, 0);
+        struct rrpci_timer t;
+        rrpci_timer_init(ctx, &t, progress_timeout, 0, 0);
         if (timeout_ms > 0) {
-            ev_timer_set(&t, timeout_ms / 1000.0, 0);
-            rrpci_timer_start(ctx, &t);
+            rrpci_timer_set(&t, timeout_ms / 1000.0, 0);
+            rrpci_timer_start(&t);
         }
         run_locked(ctx, EVRUN_ONCE);
-        ev_timer_stop(ctx->loop, &t);
+        rrpci_timer_stop(&t);
     }
+    if (r == 0)
+        driven_rearm(ctx);
     pthread_mutex_unlock(&ctx->lock);
     return r;
 }
@@ -579,6 +744,10 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
     ev_prepare_stop(ctx->loop, &ctx->credit_prep);
     pthread_mutex_unlock(&ctx->lock);
     ev_loop_destroy(ctx->loop);
+    if (ctx->drive_fd >= 0)
+        close(ctx->drive_fd);
+    if (ctx->timer_fd >= 0)
+        close(ctx->timer_fd);
     pthread_mutex_destroy(&ctx->lock);
     if (err_ctx == ctx)
         err_ctx = NULL;

@@ -270,7 +270,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     if (r < 0) {
         if (rrpci_idmap_del(&c->pending, id)) {
             /* Frames already queued are answered into nothing: the id is gone. */
-            ev_timer_stop(ctx->loop, &pd->deadline);
+            rrpci_timer_stop(&pd->deadline);
             free(pd);
         } else {
             r = 0; /* the connection went down meanwhile and @cb has had its answer */
@@ -298,7 +298,7 @@ RRPC_API int rrpc_read(rrpc_conn *c, rrpc_region *local, size_t local_off,
 static void os_complete(rrpc_conn *c, struct rrpci_pending *pd)
 {
     rrpci_idmap_del(&c->pending, pd->node.key);
-    ev_timer_stop(c->ctx->loop, &pd->deadline);
+    rrpci_timer_stop(&pd->deadline);
     pd->op_cb(pd->op_status, pd->user);
     free(pd);
 }

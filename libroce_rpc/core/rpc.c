@@ -184,8 +184,7 @@ RRPC_API int rrpc_request_class(rrpc_request *req)
 
 void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
 {
-    rrpc_ctx *ctx = pd->conn->ctx;
-    ev_timer_stop(ctx->loop, &pd->deadline);
+    rrpci_timer_stop(&pd->deadline);
     if (pd->kind == RRPCI_PEND_CALL) {
         rrpc_result res = {.status = status, .message = msg ? msg : ""};
         pd->cb(&res, pd->user);
@@ -240,15 +239,15 @@ struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind ki
     pd->conn = c;
     if (deadline_ms == 0)
         deadline_ms = c->ctx->cfg.deadline_ms;
-    ev_timer_init(&pd->deadline, deadline_cb, 0, 0);
-    pd->deadline.data = pd;
+    rrpci_timer_init(c->ctx, &pd->deadline, deadline_cb, 0, 0);
+    pd->deadline.w.data = pd;
     pd->deadline_ms = deadline_ms;
     if (deadline_ms > 0) {
-        ev_timer_set(&pd->deadline, deadline_ms / 1000.0, 0);
-        rrpci_timer_start(c->ctx, &pd->deadline);
+        rrpci_timer_set(&pd->deadline, deadline_ms / 1000.0, 0);
+        rrpci_timer_start(&pd->deadline);
     }
     if (rrpci_idmap_put(&c->pending, rrpci_conn_new_id(c), &pd->node) < 0) {
-        ev_timer_stop(c->ctx->loop, &pd->deadline);
+        rrpci_timer_stop(&pd->deadline);
         free(pd);
         return NULL;
     }
@@ -312,7 +311,7 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
 out:
     if (pd) {
         rrpci_idmap_del(&c->pending, pd->node.key);
-        ev_timer_stop(ctx->loop, &pd->deadline);
+        rrpci_timer_stop(&pd->deadline);
         free(pd);
     }
     rrpci_msg_free(m);
@@ -331,7 +330,7 @@ void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_
         return;
     }
     rrpci_idmap_del(&c->pending, h->id);
-    ev_timer_stop(c->ctx->loop, &pd->deadline);
+    rrpci_timer_stop(&pd->deadline);
     rrpc_result res = {.status = (int32_t)(uint32_t)h->arg, .message = ""};
     char msg[RRPCI_ERRMSG_WIRE_MAX + 1];
     if (res.status == 0) {

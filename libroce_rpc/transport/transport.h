@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <ev.h>
+
 #include "core/frame.h"
 #include "util/uri.h"
 
@@ -114,6 +116,33 @@ extern const struct rrpci_transport_ops rrpci_tcp_ops;
 #ifdef RRPC_HAVE_VERBS
 extern const struct rrpci_transport_ops rrpci_verbs_ops;
 #endif
+
+/* ---- timers ------------------------------------------------------------ */
+
+/*
+ * A libev timer that the context keeps account of, so that driven mode can
+ * say when the next one is due (rrpc_ctx_timeout, the timer in rrpc_ctx_fd;
+ * libev does not tell).  Every timer of the core and the transports is one.
+ * Same semantics as ev_timer_*; the callback receives the embedded ev_timer,
+ * whose data field stays the caller's.  Free the owner only with the timer
+ * stopped (as with any libev watcher).
+ */
+struct rrpci_timer {
+    ev_timer w;
+    rrpc_ctx *ctx;
+    void (*cb)(struct ev_loop *loop, ev_timer *w, int revents);
+    struct rrpci_timer *next, **pprev; /* in the context's list while active */
+};
+void rrpci_timer_init(rrpc_ctx *ctx, struct rrpci_timer *t,
+                      void (*cb)(struct ev_loop *loop, ev_timer *w, int revents), double after,
+                      double repeat);
+void rrpci_timer_set(struct rrpci_timer *t, double after, double repeat);
+/* Starts @t; outside the loop's callbacks the loop's cached time is
+ * refreshed first (a deadline counts from now, not from the last wake-up). */
+void rrpci_timer_start(struct rrpci_timer *t);
+void rrpci_timer_stop(struct rrpci_timer *t);
+void rrpci_timer_again(struct rrpci_timer *t);
+bool rrpci_timer_active(const struct rrpci_timer *t);
 
 /* ---- core services for transports ------------------------------------- */
 

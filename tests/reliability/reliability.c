@@ -10,6 +10,7 @@
  * over verbs in the Soft-RoCE VM).
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <setjmp.h>
@@ -190,6 +191,67 @@ static void test_a_stopped_server_is_declared_lost_within_the_keepalive_timeout(
     printf("# stopped server declared lost after %.0f ms (timeout 600 ms)\n", took * 1000);
     assert_int_equal(t.lost, 1);
     assert_true(took < 1.5);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(ctx);
+    tally_fini(&t);
+    child_kill(&server);
+}
+
+/* Driven mode: this thread sleeps on rrpc_ctx_fd() alone, with no timeout
+ * of its own (10 s only to fail instead of hanging), and runs the context
+ * when it is readable: the fd holds the timers too. */
+static int drive_until(rrpc_ctx *ctx, struct tally *t, int want, int *wakeups)
+{
+    int fd = rrpc_ctx_fd(ctx);
+    assert_true(fd >= 0);
+    assert_int_equal(rrpc_ctx_fd(ctx), fd); /* the same fd every time */
+    while (tally_wait(t, want, 0) < want) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) != 1)
+            return -1; /* the fd never said a timer was due */
+        (*wakeups)++;
+        assert_int_equal(rrpc_ctx_progress(ctx, 0), 0);
+    }
+    return 0;
+}
+
+static void test_a_driven_client_waiting_on_its_fd_alone_sees_deadlines_and_a_lost_peer(
+    void **state)
+{
+    (void)state;
+    server_start();
+    setenv("RRPC_KEEPALIVE_MS", "200", 1);
+    setenv("RRPC_KEEPALIVE_TIMEOUT_MS", "600", 1);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0); /* driven: no loop thread */
+    unsetenv("RRPC_KEEPALIVE_MS");
+    unsetenv("RRPC_KEEPALIVE_TIMEOUT_MS");
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(ctx, server_uri, 5000, NULL, NULL, &c), 0);
+    int ms = -2;
+    assert_int_equal(rrpc_ctx_timeout(ctx, &ms), 0);
+    if (ms < 0 || ms > 250) /* the keepalive timer (200 ms) runs */
+        fail_msg("rrpc_ctx_timeout after connect: %d ms", ms);
+    /* (1) a call the server holds: its 300 ms deadline fires through the fd */
+    struct tally t;
+    tally_init(&t);
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 300};
+    assert_int_equal(rrpc_call(c, "hold", "x", 1, &o, tally_cb, &t), 0);
+    int wakeups = 0;
+    assert_int_equal(drive_until(ctx, &t, 1, &wakeups), 0);
+    assert_int_equal(t.deadline, 1);
+    /* (2) the server stops: the keepalive timeout, also only through the fd */
+    o.deadline_ms = 30000;
+    assert_int_equal(rrpc_call(c, "hold", "x", 1, &o, tally_cb, &t), 0);
+    assert_int_equal(rrpc_ctx_progress(ctx, 0), 0);
+    kill(server.pid, SIGSTOP);
+    assert_int_equal(drive_until(ctx, &t, 2, &wakeups), 0);
+    assert_int_equal(t.lost, 1);
+    printf("# driven client: deadline and lost peer seen in %d wake-ups of its fd\n", wakeups);
+    /* Bounded work, not a spin: the timer in the fd is re-armed, not left
+     * readable (about 4 keepalive probes and answers plus two timeouts). */
+    assert_true(wakeups < 200);
+    assert_int_equal(rrpc_ctx_timeout(ctx, &ms), 0);
     rrpc_conn_close(c);
     rrpc_ctx_destroy(ctx);
     tally_fini(&t);
@@ -446,6 +508,7 @@ int main(void)
     signal(SIGPIPE, SIG_DFL); /* default dispositions: the library must not raise SIGPIPE */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_stopped_server_is_declared_lost_within_the_keepalive_timeout),
+        cmocka_unit_test(test_a_driven_client_waiting_on_its_fd_alone_sees_deadlines_and_a_lost_peer),
         cmocka_unit_test(test_an_idle_connection_with_keepalives_off_stays_up),
         cmocka_unit_test(test_a_keepalive_timeout_not_above_the_interval_is_refused),
         cmocka_unit_test(test_a_call_waiting_for_credit_fails_at_its_deadline_and_is_never_sent),

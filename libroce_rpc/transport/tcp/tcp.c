@@ -70,7 +70,7 @@ struct tcp_pend {
     rrpc_listener *l;
     int fd;
     ev_io io;
-    ev_timer timer;
+    struct rrpci_timer timer;
     struct sockaddr_storage peer;
     uint8_t buf[RRPCI_HDR_SIZE + RRPCI_HELLO_SIZE];
     size_t got;
@@ -81,7 +81,7 @@ struct tcp_listener {
     ev_io io;
     struct rrpci_list pend; /* oldest first */
     int npend;
-    ev_timer resume; /* accepts paused: out of file descriptors */
+    struct rrpci_timer resume; /* accepts paused: out of file descriptors */
     uint64_t emfile_episodes;
 };
 
@@ -648,7 +648,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
 static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
 {
     ev_io_stop(ctx->loop, &p->io);
-    ev_timer_stop(ctx->loop, &p->timer);
+    rrpci_timer_stop(&p->timer);
     if (close_fd)
         close(p->fd);
     rrpci_list_del(&p->link);
@@ -834,14 +834,14 @@ static void accept_pause(struct tcp_listener *tl, rrpc_ctx *ctx, int err)
 {
     struct ev_loop *loop = rrpci_ctx_loop(ctx);
     ev_io_stop(loop, &tl->io);
-    if (!ev_is_active(&tl->resume)) {
+    if (!rrpci_timer_active(&tl->resume)) {
         if (tl->emfile_episodes++ == 0 || (tl->emfile_episodes & (tl->emfile_episodes - 1)) == 0)
             RRPCI_LOG(ctx, LOG_WARNING,
                       "tcp accept: %s; accepts paused for 100 ms (episode %llu); raise the "
                       "file limit (ulimit -n) or lower RRPC_MAX_CONNS",
                       strerror(err), (unsigned long long)tl->emfile_episodes);
-        ev_timer_set(&tl->resume, 0.1, 0);
-        ev_timer_start(loop, &tl->resume);
+        rrpci_timer_set(&tl->resume, 0.1, 0);
+        rrpci_timer_start(&tl->resume);
     }
 }
 
@@ -908,10 +908,10 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         p->peer = peer;
         ev_io_init(&p->io, pend_read_cb, fd, EV_READ);
         p->io.data = p;
-        ev_timer_init(&p->timer, pend_timeout_cb, tmo, 0);
-        p->timer.data = p;
+        rrpci_timer_init(ctx, &p->timer, pend_timeout_cb, tmo, 0);
+        p->timer.w.data = p;
         ev_io_start(loop, &p->io);
-        ev_timer_start(loop, &p->timer);
+        rrpci_timer_start(&p->timer);
         rrpci_list_add(&tl->pend, &p->link);
         tl->npend++;
     }
@@ -926,8 +926,8 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     const char *why = NULL;
     rrpci_list_init(&tl->pend);
     tl->fd = -1;
-    ev_init(&tl->resume, resume_cb);
-    tl->resume.data = tl;
+    rrpci_timer_init(ctx, &tl->resume, resume_cb, 0, 0);
+    tl->resume.w.data = tl;
     if (resolve_addr(u->host, u->port, true, &ss, &sl, &why) < 0)
         return rrpci_set_error(ctx, -EHOSTUNREACH, "cannot resolve \"%s\": %s", u->host, why);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -959,7 +959,7 @@ static void tcp_listener_close(rrpc_listener *l)
     rrpc_ctx *ctx = rrpci_listener_ctx(l);
     while (!rrpci_list_empty(&tl->pend))
         pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
-    ev_timer_stop(ctx->loop, &tl->resume);
+    rrpci_timer_stop(&tl->resume);
     if (tl->fd >= 0) {
         ev_io_stop(ctx->loop, &tl->io);
         close(tl->fd);

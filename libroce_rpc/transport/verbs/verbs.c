@@ -295,8 +295,8 @@ struct vb_conn {
     size_t pool_len;
     struct ibv_mr *pool_mr;
     struct vb_op *ops;
-    ev_timer linger;
-    ev_timer repoll; /* a CQ visit that used its budget comes back through this */
+    struct rrpci_timer linger;
+    struct rrpci_timer repoll; /* a CQ visit that used its budget comes back through this */
     char peer[INET6_ADDRSTRLEN + 8];
     char why[256]; /* the text of the last rrpci_conn_down */
     char err[192]; /* detail of a setup step that failed */
@@ -771,10 +771,10 @@ static struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
         q->ctl.kind = VB_K_CTL;
         q->ctl.cls = (uint8_t)i;
     }
-    ev_timer_init(&vc->linger, vb_linger_cb, VB_LINGER_S, 0);
-    vc->linger.data = vc;
-    ev_timer_init(&vc->repoll, vb_repoll_cb, 0, 0);
-    vc->repoll.data = vc;
+    rrpci_timer_init(vc->ctx, &vc->linger, vb_linger_cb, VB_LINGER_S, 0);
+    vc->linger.w.data = vc;
+    rrpci_timer_init(vc->ctx, &vc->repoll, vb_repoll_cb, 0, 0);
+    vc->repoll.w.data = vc;
     vc->next = vx->vcs;
     if (vx->vcs)
         vx->vcs->prev = vc;
@@ -810,8 +810,8 @@ static void vb_rout_release(struct vb_rout *o)
 static void vb_teardown(struct vb_conn *vc)
 {
     struct vb_ctx *vx = vc->vx;
-    ev_timer_stop(rrpci_ctx_loop(vc->ctx), &vc->linger);
-    ev_timer_stop(rrpci_ctx_loop(vc->ctx), &vc->repoll);
+    rrpci_timer_stop(&vc->linger);
+    rrpci_timer_stop(&vc->repoll);
     if (vc->conn) {
         struct vb_conn_priv *p = rrpci_conn_priv(vc->conn);
         p->vc = NULL;
@@ -894,7 +894,7 @@ static void vb_close_step(struct vb_conn *vc)
     if (vb_needs_linger(vc)) {
         if (!vc->lingering) {
             vc->lingering = true;
-            ev_timer_start(rrpci_ctx_loop(vc->ctx), &vc->linger);
+            rrpci_timer_start(&vc->linger);
         }
         return;
     }
@@ -1936,7 +1936,7 @@ static void vb_poll(struct vb_conn *vc, unsigned budget)
     vb_enter(vc);
     for (;;) {
         if (handled >= budget) {
-            ev_timer_start(rrpci_ctx_loop(vc->ctx), &vc->repoll);
+            rrpci_timer_start(&vc->repoll);
             break;
         }
         int n = ibv_poll_cq(vc->cq, 16, wc);
