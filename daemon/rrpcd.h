@@ -29,8 +29,8 @@ struct config {
     char listen[300];
     char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
     bool require_client_cert;
-    int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms;
-    int max_connections, max_registrations;
+    int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms, auth_timeout_ms;
+    int max_connections, max_connections_per_source, max_registrations;
     bool syslog;
     int log_level;
     struct acl_rule *acl;

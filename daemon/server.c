@@ -28,17 +28,32 @@
 #include "broker/sockbio.h"
 
 #define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
-#define HANDSHAKE_TIMEOUT 10.0
 #define MAX_EPS 64
+#define SOURCE_BUCKETS 1024
 
+/* The sessions of one source address (for max_connections_per_source). */
+struct source {
+    struct source *next;
+    int family;
+    uint8_t addr[16];
+    int n;
+};
+
+/*
+ * A session.  Until hello succeeds it is "anonymous": one deadline from its
+ * accept (auth_timeout_ms) that nothing it sends extends, and it is the
+ * first to go when max_connections is reached.  Once authenticated, the timer is the idle timeout.
+ */
 struct conn {
-    struct conn *prev, *next;
+    struct conn *prev, *next; /* the list of sessions, oldest first */
     ev_io io;
     ev_timer timer;
     int fd;
     SSL *ssl;
+    struct source *src;
     bool handshaken, closing, draining;
     bool authed;
+    bool idle_timer; /* the timer has been switched to the idle timeout */
     char peer[64];
     char cert_cn[256]; /* "" without a verified client certificate */
     char principal[256];
@@ -56,10 +71,85 @@ static SSL_CTX *sslctx;
 static int lfd = -1;
 static ev_io accept_w;
 static ev_timer sweep_w, accept_pause_w;
-static struct conn *conns;
+static struct conn *conns, *conns_tail;
 static int n_conns;
+static struct source *sources[SOURCE_BUCKETS];
 
 static void conn_drive(struct conn *c);
+
+/* ---- sources ----------------------------------------------------------------- */
+
+static unsigned source_hash(int family, const uint8_t *a)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)family; /* FNV-1a */
+    for (int i = 0; i < 16; i++)
+        h = (h ^ a[i]) * 16777619u;
+    return h % SOURCE_BUCKETS;
+}
+
+/* The entry of @ss's address with one more session, or NULL when that
+ * address has max_connections_per_source (or no memory). */
+static struct source *source_get(const struct sockaddr_storage *ss, bool *ret_full)
+{
+    uint8_t a[16] = { 0 };
+    int family = ss->ss_family;
+    if (family == AF_INET)
+        memcpy(a, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    else if (family == AF_INET6)
+        memcpy(a, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    unsigned b = source_hash(family, a);
+    struct source *s;
+    *ret_full = false;
+    for (s = sources[b]; s; s = s->next)
+        if (s->family == family && !memcmp(s->addr, a, 16))
+            break;
+    if (s && s->n >= cfg->max_connections_per_source) {
+        *ret_full = true;
+        return NULL;
+    }
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s)
+            return NULL;
+        s->family = family;
+        memcpy(s->addr, a, 16);
+        s->next = sources[b];
+        sources[b] = s;
+    }
+    s->n++;
+    return s;
+}
+
+static void source_put(struct source *s)
+{
+    if (!s || --s->n > 0)
+        return;
+    unsigned b = source_hash(s->family, s->addr);
+    for (struct source **pp = &sources[b]; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    free(s);
+}
+
+/*
+ * A refusal at accept, logged at most once a second (a flood of them must
+ * not become a flood of log lines), with the number left unlogged.
+ */
+static void log_refusal(const char *peer, const char *why)
+{
+    static int64_t last_ms;
+    static unsigned quiet;
+    int64_t now = mono_ms();
+    if (last_ms && now - last_ms < 1000) {
+        quiet++;
+        return;
+    }
+    LOG(LOG_WARNING, "%s: refused: %s (%u more refusals not logged)", peer, why, quiet);
+    last_ms = now;
+    quiet = 0;
+}
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -83,6 +173,9 @@ static void conn_close(struct conn *c, const char *why)
         conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    else
+        conns_tail = c->prev;
+    source_put(c->src);
     n_conns--;
     free(c);
 }
@@ -99,7 +192,11 @@ static void set_events(struct conn *c, int events)
 static void conn_timeout_cb(struct ev_loop *l, ev_timer *w, int revents)
 {
     struct conn *c = w->data;
-    conn_close(c, c->draining ? NULL : c->handshaken ? "idle timeout" : "TLS handshake timeout");
+    conn_close(c, c->draining ? NULL
+                  : c->authed ? "idle timeout (idle_timeout_ms)"
+                  : c->handshaken
+                      ? "no successful hello within auth_timeout_ms of the accept"
+                      : "TLS handshake not done within auth_timeout_ms of the accept");
 }
 
 /*
@@ -583,9 +680,7 @@ static void conn_drive(struct conn *c)
         take_peer_cert(c);
         LOG(LOG_DEBUG, "%s: TLS up (%s, client certificate CN '%s')", c->peer,
             SSL_get_version(c->ssl), c->cert_cn);
-        ev_timer_stop(loop, &c->timer);
-        c->timer.repeat = (double)cfg->idle_timeout_ms / 1000.0;
-        ev_timer_again(loop, &c->timer);
+        /* The accept's deadline still runs: it covers hello too. */
     }
     for (;;) {
         /* Flush. */
@@ -635,8 +730,17 @@ static void conn_drive(struct conn *c)
             conn_close(c, e == SSL_ERROR_SSL ? ssl_reason() : NULL);
             return;
         }
-        ev_timer_again(loop, &c->timer);
+        /* Before hello only the accept's deadline counts: bytes trickling in
+         * (one a second, say) must not keep an anonymous session alive. */
+        if (c->idle_timer)
+            ev_timer_again(loop, &c->timer);
         feed(c, buf, n);
+        if (c->authed && !c->idle_timer) {
+            c->idle_timer = true;
+            ev_timer_stop(loop, &c->timer);
+            c->timer.repeat = (double)cfg->idle_timeout_ms / 1000.0;
+            ev_timer_again(loop, &c->timer);
+        }
         if (c->wlen > MAX_WBUF)
             c->closing = true; /* a client that never reads its answers */
     }
@@ -647,6 +751,22 @@ static void conn_drive(struct conn *c)
 static void accept_resume_cb(struct ev_loop *l, ev_timer *w, int revents)
 {
     ev_io_start(loop, &accept_w);
+}
+
+/*
+ * At max_connections: closes the oldest session that has not authenticated,
+ * so anonymous sessions can never push out authenticated ones (nor keep a
+ * new client out for longer than one auth_timeout_ms).  False when every
+ * session has authenticated.
+ */
+static bool evict_anonymous(void)
+{
+    for (struct conn *c = conns; c; c = c->next)
+        if (!c->authed) {
+            conn_close(c, "evicted: max_connections reached and it had not authenticated");
+            return true;
+        }
+    return false;
 }
 
 static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
@@ -675,18 +795,27 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
             port = ntohs(a->sin6_port);
         }
         snprintf(peer, sizeof(peer), "%s:%d", host, port);
-        if (n_conns >= cfg->max_connections) {
-            LOG(LOG_WARNING, "%s: refused: max_connections (%d) reached", peer,
-                cfg->max_connections);
+        bool full;
+        struct source *src = source_get(&ss, &full);
+        if (!src) {
+            log_refusal(peer, full ? "max_connections_per_source reached for this address"
+                                   : "out of memory");
+            close(fd);
+            continue;
+        }
+        if (n_conns >= cfg->max_connections && !evict_anonymous()) {
+            log_refusal(peer, "max_connections reached, every session authenticated");
+            source_put(src);
             close(fd);
             continue;
         }
         struct conn *c = calloc(1, sizeof(*c));
         SSL *ssl = c ? SSL_new(sslctx) : NULL;
         if (!ssl || rrpci_ssl_set_socket(ssl, fd)) { /* writes never raise SIGPIPE */
-            LOG(LOG_WARNING, "%s: refused: out of memory", peer);
+            log_refusal(peer, "out of memory");
             SSL_free(ssl);
             free(c);
+            source_put(src);
             close(fd);
             continue;
         }
@@ -694,17 +823,21 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->fd = fd;
         c->ssl = ssl;
+        c->src = src;
         SSL_set_accept_state(ssl);
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
-        c->next = conns;
-        if (conns)
-            conns->prev = c;
-        conns = c;
+        c->prev = conns_tail; /* the newest goes last: eviction looks from the head */
+        if (conns_tail)
+            conns_tail->next = c;
+        else
+            conns = c;
+        conns_tail = c;
         n_conns++;
         ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
         c->io.data = c;
         ev_io_start(loop, &c->io);
-        ev_timer_init(&c->timer, conn_timeout_cb, HANDSHAKE_TIMEOUT, 0);
+        /* One deadline for the handshake and hello together. */
+        ev_timer_init(&c->timer, conn_timeout_cb, (double)cfg->auth_timeout_ms / 1000.0, 0);
         c->timer.data = c;
         ev_timer_start(loop, &c->timer);
         LOG(LOG_DEBUG, "%s: accepted", peer);
