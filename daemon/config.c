@@ -41,6 +41,9 @@ static const struct setting settings[] = {
     { "auth_timeout_ms", "5000",
       "a session must finish the TLS handshake and hello within this long of its accept; "
       "bytes arriving do not extend it" },
+    { "auth_max_frame", "4096",
+      "largest control frame a session may announce before hello succeeds (512..1048576); "
+      "a larger one is refused and the session closed" },
     { "max_connections", "4096",
       "sessions at once; at the cap a new one evicts the oldest session that has not "
       "authenticated yet, or is closed at accept when every session has" },
@@ -152,6 +155,8 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = parse_ms(v, 1000, 86400000, &c->idle_timeout_ms);
     else if (!strcmp(k, "auth_timeout_ms"))
         r = parse_ms(v, 100, 600000, &c->auth_timeout_ms);
+    else if (!strcmp(k, "auth_max_frame"))
+        r = parse_int(v, 512, CTL_MAX_FRAME, &c->auth_max_frame);
     else if (!strcmp(k, "max_connections"))
         r = parse_int(v, 1, 1000000, &c->max_connections);
     else if (!strcmp(k, "max_connections_per_source"))

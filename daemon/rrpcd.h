@@ -30,6 +30,7 @@ struct config {
     char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
     bool require_client_cert;
     int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms, auth_timeout_ms;
+    int auth_max_frame; /* bytes a frame may have before hello succeeds */
     int max_connections, max_connections_per_source, max_registrations;
     bool syslog;
     int log_level;

@@ -29,6 +29,7 @@
 
 #define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
 #define MAX_EPS 64
+#define FRAME_MIN_CAP 4096u     /* a frame buffer starts this small and grows as bytes come */
 #define SOURCE_BUCKETS 1024
 
 /* The sessions of one source address (for max_connections_per_source). */
@@ -41,8 +42,9 @@ struct source {
 
 /*
  * A session.  Until hello succeeds it is "anonymous": one deadline from its
- * accept (auth_timeout_ms) that nothing it sends extends, and it is the
- * first to go when max_connections is reached.  Once authenticated, the timer is the idle timeout.
+ * accept (auth_timeout_ms) that nothing it sends extends, frames of at most
+ * auth_max_frame bytes, and it is the first to go when max_connections is
+ * reached.  Once authenticated, the timer is the idle timeout.
  */
 struct conn {
     struct conn *prev, *next; /* the list of sessions, oldest first */
@@ -59,8 +61,8 @@ struct conn {
     char principal[256];
     uint8_t hdr[4];
     size_t hdr_got;
-    uint8_t *frame;    /* the body being read, frame_len bytes */
-    size_t frame_len, frame_got;
+    uint8_t *frame;    /* the body being read: frame_got of frame_len bytes, room for frame_cap */
+    size_t frame_len, frame_got, frame_cap;
     uint8_t *wbuf;
     size_t wlen, woff, wcap;
 };
@@ -610,6 +612,16 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
                 answer_fatal(c, 0, "bad_request", msg);
                 return;
             }
+            /* Before hello, only as much as a hello needs: an anonymous
+             * session must not make us hold a large frame. */
+            if (!c->authed && len > (uint32_t)cfg->auth_max_frame) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "frame length %u is above the %d bytes allowed "
+                         "before authentication (auth_max_frame); send hello first", len,
+                         cfg->auth_max_frame);
+                answer_fatal(c, 0, "bad_request", msg);
+                return;
+            }
             if (n >= len) { /* the whole frame is in this read: no copy */
                 handle_frame(c, p, len);
                 p += len;
@@ -617,7 +629,12 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
                 c->hdr_got = 0;
                 continue;
             }
-            c->frame = malloc(len);
+            /* The buffer grows with the bytes that arrive, not with the
+             * length announced. */
+            c->frame_cap = len < FRAME_MIN_CAP ? len : FRAME_MIN_CAP;
+            if (c->frame_cap < n)
+                c->frame_cap = n;
+            c->frame = malloc(c->frame_cap);
             if (!c->frame) {
                 c->closing = true;
                 return;
@@ -627,6 +644,20 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
             continue;
         }
         size_t k = c->frame_len - c->frame_got < n ? c->frame_len - c->frame_got : n;
+        if (c->frame_got + k > c->frame_cap) {
+            size_t cap = c->frame_cap * 2;
+            if (cap < c->frame_got + k)
+                cap = c->frame_got + k;
+            if (cap > c->frame_len)
+                cap = c->frame_len;
+            uint8_t *nf = realloc(c->frame, cap);
+            if (!nf) {
+                c->closing = true; /* out of memory: drop the client, not the daemon */
+                return;
+            }
+            c->frame = nf;
+            c->frame_cap = cap;
+        }
         memcpy(c->frame + c->frame_got, p, k);
         c->frame_got += k;
         p += k;

@@ -128,6 +128,23 @@ static void stop_daemon(void)
                  dir);
 }
 
+/* A field of /proc/PID/status in kB (VmRSS, VmHWM). */
+static long proc_kb(pid_t pid, const char *field)
+{
+    char p[64], line[256];
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    long kb = -1;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, field, fl) && line[fl] == ':')
+            kb = atol(line + fl + 1);
+    fclose(f);
+    assert_true(kb > 0);
+    return kb;
+}
+
 static int group_setup(void **state)
 {
     signal(SIGPIPE, SIG_DFL);
@@ -493,6 +510,58 @@ static void test_sessions_beyond_the_per_source_cap_are_refused(void **state)
         raw_close(&s[i]);
 }
 
+#define ANON_SESSIONS 200
+
+/*
+ * 200 anonymous sessions each announce a 1 MiB frame and send it: rrpcd
+ * refuses the announcement (auth_max_frame) instead of buffering, so its
+ * peak RSS grows by less than 20 MB (it grew by about 200 MB).
+ */
+static void test_anonymous_sessions_hold_no_large_buffers(void **state)
+{
+    const char *sets[] = { "max_connections=1000", "max_connections_per_source=1000", NULL };
+    start_daemon(sets);
+    struct raw warm; /* one session first, so TLS's one-time allocations are in the base */
+    assert_int_equal(raw_open(&warm, "kv-client", NULL), 0);
+    assert_int_equal(raw_hello(&warm), 0);
+    long base = proc_kb(daemon_pid, "VmHWM");
+
+    static struct raw s[ANON_SESSIONS];
+    const size_t len = 1u << 20;
+    uint8_t *body = calloc(1, len);
+    assert_non_null(body);
+    for (int i = 0; i < ANON_SESSIONS; i++) {
+        assert_int_equal(raw_open(&s[i], NULL, NULL), 0);
+        uint8_t hdr[4] = { 0, 0, 0x10, 0 }; /* 1 MiB */
+        if (raw_write(&s[i], hdr, 4) == 0)
+            raw_write(&s[i], body, len - 1); /* all but the last byte; fails once refused */
+    }
+    /* Each session ends its sending; rrpcd reads what is left and closes. */
+    for (int i = 0; i < ANON_SESSIONS; i++)
+        shutdown(s[i].fd, SHUT_WR);
+    for (int i = 0; i < ANON_SESSIONS; i++) {
+        assert_true(ended_by_daemon(s[i].fd));
+        raw_close(&s[i]);
+    }
+    free(body);
+    long peak = proc_kb(daemon_pid, "VmHWM");
+    print_message("rrpcd peak RSS: %ld kB before, %ld kB after %d anonymous sessions\n", base,
+                  peak, ANON_SESSIONS);
+    if (peak - base > 20 * 1024)
+        fail_msg("rrpcd's peak RSS grew by %ld kB with %d anonymous sessions (bound 20 MB)",
+                 peak - base, ANON_SESSIONS);
+    /* Authenticated sessions still may send large frames. */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    char big[60000];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = 0;
+    assert_int_equal(raw_lookup(&warm, big, &u, NULL), 0); /* bad_request: name too long */
+    assert_false(answer_ok(&u));
+    msgpack_unpacked_destroy(&u);
+    raw_close(&warm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +570,7 @@ int main(void)
         cmocka_unit_test_teardown(test_authenticated_sessions_are_never_evicted_for_anonymous_ones,
                                   teardown),
         cmocka_unit_test_teardown(test_sessions_beyond_the_per_source_cap_are_refused, teardown),
+        cmocka_unit_test_teardown(test_anonymous_sessions_hold_no_large_buffers, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
