@@ -50,6 +50,9 @@ static const struct setting settings[] = {
     { "max_connections_per_source", "1024", "sessions at once from one source address; "
       "more from that address are closed at accept" },
     { "max_registrations", "65536", "registrations at once, all services together" },
+    { "max_instances_per_service", "64",
+      "registrations (server instances) of one service at once; more are refused" },
+    { "max_endpoints_per_registration", "64", "endpoints one registration may have (1..64)" },
     { "log", "stderr", "where logs go: stderr or syslog (facility daemon)" },
     { "log_level", "info", "err, warning, notice, info or debug" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
@@ -163,6 +166,10 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = parse_int(v, 1, 1000000, &c->max_connections_per_source);
     else if (!strcmp(k, "max_registrations"))
         r = parse_int(v, 1, 1000000, &c->max_registrations);
+    else if (!strcmp(k, "max_instances_per_service"))
+        r = parse_int(v, 1, 65536, &c->max_instances_per_service);
+    else if (!strcmp(k, "max_endpoints_per_registration"))
+        r = parse_int(v, 1, 64, &c->max_endpoints_per_registration);
     else if (!strcmp(k, "log")) {
         r = !strcmp(v, "syslog") ? (c->syslog = true, 0)
             : !strcmp(v, "stderr") ? (c->syslog = false, 0)

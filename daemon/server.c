@@ -268,12 +268,14 @@ static int wbuf_write(void *data, const char *buf, size_t len)
 struct answer {
     msgpack_sbuffer sb;
     msgpack_packer pk;
+    uint64_t id;
 };
 
 static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
 {
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
+    a->id = id;
     msgpack_pack_map(&a->pk, 3 + n);
     pk_str(&a->pk, "v");
     msgpack_pack_uint32(&a->pk, CTL_VERSION);
@@ -286,8 +288,19 @@ static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
         msgpack_pack_false(&a->pk);
 }
 
+static void answer_error(struct conn *c, uint64_t id, const char *code, const char *msg);
+
 static void answer_end(struct conn *c, struct answer *a)
 {
+    if (a->sb.size > CTL_MAX_FRAME) {
+        /* Never sent: the client would refuse it.  register bounds lookups;
+         * this is the last line. */
+        LOG(LOG_ERR, "%s: an answer of %zu bytes is above the frame limit; sent an error "
+            "instead", c->peer, a->sb.size);
+        msgpack_sbuffer_destroy(&a->sb);
+        answer_error(c, a->id, "internal", "the answer would exceed the 1 MiB frame limit");
+        return;
+    }
     uint8_t hdr[4];
     rrpci_put_le32(hdr, (uint32_t)a->sb.size);
     if (wbuf_write(c, (const char *)hdr, 4) || wbuf_write(c, a->sb.data, a->sb.size))
@@ -363,10 +376,86 @@ static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
     answer_end(c, &a);
 }
 
+/* The endpoints of @r as a lookup answer lists them. */
+static void pack_endpoints(msgpack_packer *pk, const struct registration *r)
+{
+    msgpack_pack_array(pk, (uint32_t)r->n_eps);
+    for (size_t i = 0; i < r->n_eps; i++) {
+        msgpack_pack_map(pk, 4);
+        pk_str(pk, "transport");
+        pk_str(pk, r->eps[i].transport);
+        pk_str(pk, "host");
+        pk_str(pk, r->eps[i].host);
+        pk_str(pk, "port");
+        msgpack_pack_uint32(pk, r->eps[i].port);
+        pk_str(pk, "classes");
+        msgpack_pack_array(pk, (uint32_t)__builtin_popcount(r->classes));
+        for (int k = 0; k < RRPC_CLASS_COUNT; k++)
+            if (r->classes & (1u << k))
+                pk_str(pk, rrpc_class_name(k));
+    }
+}
+
+/* One entry of a lookup answer's "instances": {instance, endpoints, ticket}. */
+static void pack_instance(msgpack_packer *pk, const struct registration *r, const uint8_t *t,
+                          size_t tlen)
+{
+    msgpack_pack_map(pk, r->has_instance ? 3 : 2);
+    if (r->has_instance) {
+        pk_str(pk, "instance");
+        msgpack_pack_bin(pk, sizeof(r->instance));
+        msgpack_pack_bin_body(pk, r->instance, sizeof(r->instance));
+    }
+    pk_str(pk, "endpoints");
+    pack_endpoints(pk, r);
+    pk_str(pk, "ticket");
+    msgpack_pack_bin(pk, tlen);
+    msgpack_pack_bin_body(pk, t, tlen);
+}
+
+/* What a lookup answer holds besides the instances: the envelope, expiry_ms,
+ * the keys, the array header (generously). */
+#define LOOKUP_OVERHEAD 256
+
+/* The most @r can add to a lookup answer: its entry with the longest ticket. */
+static size_t instance_bytes(const struct registration *r)
+{
+    static const uint8_t longest[RRPC_TICKET_MAX_LEN];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_instance(&pk, r, longest, sizeof(longest));
+    size_t n = sb.size;
+    msgpack_sbuffer_destroy(&sb);
+    return n;
+}
+
+/*
+ * Whether one more registration @r of @s keeps every lookup answer of @s
+ * within the frame limit: the instances, plus a copy of the first one's
+ * endpoints and ticket for clients that know no "instances" (at most the
+ * largest entry), plus the envelope.
+ */
+static bool lookup_fits(const struct service *s, const struct registration *r, size_t *ret_total)
+{
+    size_t largest = r->answer_bytes, total = r->answer_bytes + LOOKUP_OVERHEAD;
+    if (s) {
+        total += s->answer_bytes;
+        for (const struct registration *o = s->regs; o; o = o->next)
+            if (o->answer_bytes > largest)
+                largest = o->answer_bytes;
+    }
+    total += largest;
+    *ret_total = total;
+    return total <= CTL_MAX_FRAME;
+}
+
 static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
     const msgpack_object *eps = rrpci_mp_get(m, "endpoints"), *cls = rrpci_mp_get(m, "classes");
+    const msgpack_object *inst = rrpci_mp_get(m, "instance");
     if (!mstr(rrpci_mp_get(m, "service"), service, sizeof(service)) || !eps ||
         eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
         eps->via.array.size > MAX_EPS || !cls || cls->type != MSGPACK_OBJECT_ARRAY ||
@@ -375,9 +464,34 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
                      "classes");
         return;
     }
+    struct registration tmpl;
+    memset(&tmpl, 0, sizeof(tmpl));
+    if (inst) {
+        if (inst->type != MSGPACK_OBJECT_BIN || inst->via.bin.size != sizeof(tmpl.instance)) {
+            answer_error(c, id, "bad_request", "instance must be 16 bytes (bin)");
+            return;
+        }
+        memcpy(tmpl.instance, inst->via.bin.ptr, sizeof(tmpl.instance));
+        uint8_t any = 0;
+        for (size_t i = 0; i < sizeof(tmpl.instance); i++)
+            any |= tmpl.instance[i];
+        if (!any) {
+            answer_error(c, id, "bad_request", "instance must not be all zero (draw it at random)");
+            return;
+        }
+        tmpl.has_instance = true;
+    }
     if (!acl_allows(cfg, "register", service, c->principal)) {
         LOG(LOG_NOTICE, "%s: '%s' may not register '%s'", c->peer, c->principal, service);
         answer_error(c, id, "denied", "the ACL does not let this principal register it");
+        return;
+    }
+    if (eps->via.array.size > (uint32_t)cfg->max_endpoints_per_registration) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%u endpoints; this rrpcd takes at most %d per registration "
+                 "(max_endpoints_per_registration)", eps->via.array.size,
+                 cfg->max_endpoints_per_registration);
+        answer_error(c, id, "limit", msg);
         return;
     }
     uint32_t classes = 0;
@@ -406,6 +520,14 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, "busy", "too many registrations; try later");
         return;
     }
+    struct service *svc = registry_service(service);
+    if (svc && svc->n_regs >= (size_t)cfg->max_instances_per_service) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "service '%s' has %zu registrations, the most this rrpcd "
+                 "takes (max_instances_per_service)", service, svc->n_regs);
+        answer_error(c, id, "limit", msg);
+        return;
+    }
     struct endpoint *ep = calloc(eps->via.array.size, sizeof(*ep));
     if (!ep) {
         answer_error(c, id, "internal", "out of memory");
@@ -425,17 +547,31 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         }
         ep[i].port = (uint16_t)port;
     }
+    tmpl.eps = ep;
+    tmpl.n_eps = eps->via.array.size;
+    tmpl.classes = classes;
+    tmpl.lease_ms = (uint32_t)lease;
+    tmpl.answer_bytes = instance_bytes(&tmpl);
+    size_t total;
+    if (!lookup_fits(svc, &tmpl, &total)) {
+        char msg[500];
+        snprintf(msg, sizeof(msg), "with this registration a lookup of '%s' could answer %zu "
+                 "bytes, above the %u-byte frame limit: register fewer endpoints or shorter "
+                 "host names", service, total, CTL_MAX_FRAME);
+        free(ep);
+        answer_error(c, id, "limit", msg);
+        return;
+    }
     struct registration *r;
-    int e = registry_add(service, c->principal, ep, eps->via.array.size, classes,
-                         (uint32_t)lease, &r);
+    int e = registry_add(service, c->principal, ep, tmpl.n_eps, &tmpl, &r);
     if (e) {
         free(ep);
         answer_error(c, id, "internal", strerror(-e));
         return;
     }
-    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms)",
+    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms%s)",
         c->peer, c->principal, service, r->n_eps, ep[0].transport, ep[0].host, ep[0].port,
-        r->lease_ms);
+        r->lease_ms, r->has_instance ? "" : ", no instance id: its tickets are unbound");
     struct answer a;
     answer_begin(&a, id, true, 3);
     pk_str(&a.pk, "reg");
@@ -490,6 +626,24 @@ static void op_unregister(struct conn *c, uint64_t id, const msgpack_object *m)
     answer_end(c, &a);
 }
 
+/* A ticket for @principal to reach the instance @r of @s. */
+static int make_ticket(const struct service *s, const struct registration *r,
+                       const char *principal, int64_t expiry, uint8_t *t, size_t *tlen)
+{
+    if (r->has_instance)
+        return rrpc_ticket_issue_instance(s->secret, principal, s->name, r->instance, expiry,
+                                          NULL, t, RRPC_TICKET_MAX_LEN, tlen);
+    return rrpc_ticket_issue(s->secret, principal, s->name, expiry, NULL, t,
+                             RRPC_TICKET_MAX_LEN, tlen);
+}
+
+/*
+ * The answer lists every live registration ("instances", in an order that
+ * rotates from lookup to lookup), each with its endpoints and a ticket bound
+ * to that instance; "endpoints" and "ticket" repeat the first instance's for
+ * clients that know no "instances".  register keeps its size within the
+ * frame limit (lookup_fits).
+ */
 static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
@@ -503,51 +657,47 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         return;
     }
     struct service *s = registry_service(service);
-    size_t n = 0;
-    if (s)
-        for (struct registration *r = s->regs; r; r = r->next)
-            n += r->n_eps;
-    if (!n) {
+    if (!s || !s->n_regs) {
         answer_error(c, id, "not_found", "no live registration of this service");
         return;
     }
+    /* Rotate: instance k of the list comes first this time. */
+    static unsigned rotation;
+    size_t first = rotation++ % s->n_regs;
+    struct registration *r0 = s->regs;
+    for (size_t i = 0; i < first; i++)
+        r0 = r0->next;
+    int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
     uint8_t ticket[RRPC_TICKET_MAX_LEN];
     size_t tlen;
-    int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
-    int e = rrpc_ticket_issue(s->secret, c->principal, service, expiry, NULL, ticket,
-                              sizeof(ticket), &tlen);
-    if (e) {
+    if (make_ticket(s, r0, c->principal, expiry, ticket, &tlen)) {
         answer_error(c, id, "internal", "cannot make a ticket");
         return;
     }
     struct answer a;
-    answer_begin(&a, id, true, 3);
+    answer_begin(&a, id, true, 4);
     pk_str(&a.pk, "endpoints");
-    msgpack_pack_array(&a.pk, (uint32_t)n);
-    for (struct registration *r = s->regs; r; r = r->next) {
-        for (size_t i = 0; i < r->n_eps; i++) {
-            msgpack_pack_map(&a.pk, 4);
-            pk_str(&a.pk, "transport");
-            pk_str(&a.pk, r->eps[i].transport);
-            pk_str(&a.pk, "host");
-            pk_str(&a.pk, r->eps[i].host);
-            pk_str(&a.pk, "port");
-            msgpack_pack_uint32(&a.pk, r->eps[i].port);
-            pk_str(&a.pk, "classes");
-            msgpack_pack_array(&a.pk, (uint32_t)__builtin_popcount(r->classes));
-            for (int k = 0; k < RRPC_CLASS_COUNT; k++)
-                if (r->classes & (1u << k))
-                    pk_str(&a.pk, rrpc_class_name(k));
-        }
-    }
+    pack_endpoints(&a.pk, r0);
     pk_str(&a.pk, "ticket");
     msgpack_pack_bin(&a.pk, tlen);
     msgpack_pack_bin_body(&a.pk, ticket, tlen);
     pk_str(&a.pk, "expiry_ms");
     msgpack_pack_uint64(&a.pk, (uint64_t)expiry);
+    pk_str(&a.pk, "instances");
+    msgpack_pack_array(&a.pk, (uint32_t)s->n_regs);
+    struct registration *r = r0;
+    for (size_t i = 0; i < s->n_regs; i++) {
+        if (i > 0 && make_ticket(s, r, c->principal, expiry, ticket, &tlen)) {
+            msgpack_sbuffer_destroy(&a.sb);
+            answer_error(c, id, "internal", "cannot make a ticket");
+            return;
+        }
+        pack_instance(&a.pk, r, ticket, tlen);
+        r = r->next ? r->next : s->regs;
+    }
     answer_end(c, &a);
-    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu endpoints)", c->peer, c->principal, service,
-        n);
+    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances)", c->peer, c->principal, service,
+        s->n_regs);
 }
 
 static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)

@@ -562,6 +562,149 @@ static void test_anonymous_sessions_hold_no_large_buffers(void **state)
     raw_close(&warm);
 }
 
+/* ---- lookup answers --------------------------------------------------------- */
+
+/*
+ * register @service with @n_eps endpoints whose host names are @hostlen
+ * bytes, through the authenticated session @t.  Returns 0, or -1 with the
+ * error code in @err (and the message logged).
+ */
+static int raw_register_big(struct raw *t, const char *service, int n_eps, int hostlen,
+                            char *err, size_t errlen)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    char host[256];
+    memset(host, 'h', (size_t)hostlen);
+    host[hostlen] = 0;
+    req_begin(&sb, &pk, "register", 3, 3);
+    pk_str(&pk, "service");
+    pk_str(&pk, service);
+    pk_str(&pk, "endpoints");
+    msgpack_pack_array(&pk, (uint32_t)n_eps);
+    for (int i = 0; i < n_eps; i++) {
+        msgpack_pack_map(&pk, 3);
+        pk_str(&pk, "transport");
+        pk_str(&pk, "rdma");
+        pk_str(&pk, "host");
+        pk_str(&pk, host);
+        pk_str(&pk, "port");
+        msgpack_pack_uint16(&pk, (uint16_t)(10000 + i));
+    }
+    pk_str(&pk, "classes");
+    msgpack_pack_array(&pk, 0);
+    assert_int_equal(raw_rpc(t, &sb, &u, NULL), 0);
+    int r = 0;
+    if (!answer_ok(&u)) {
+        const msgpack_object *e = mget(&u.data, "err"), *m = mget(&u.data, "msg");
+        assert_non_null(e);
+        assert_non_null(m);
+        snprintf(err, errlen, "%.*s", (int)e->via.str.size, e->via.str.ptr);
+        print_message("register refused: %.*s: %.*s\n", (int)e->via.str.size, e->via.str.ptr,
+                      (int)m->via.str.size, m->via.str.ptr);
+        r = -1;
+    }
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+/*
+ * A service with many registrations of 64 endpoints with 255-byte host
+ * names: rrpcd refuses the registration that would make its lookup answer
+ * exceed the 1 MiB frame limit (error "limit"), and every lookup of it still
+ * works, by a raw session and by the library.  (rrpcd answered 4.6 MB, which
+ * every client refused.)
+ */
+static void test_lookup_answers_of_a_service_with_many_large_registrations_fit_a_frame(
+    void **state)
+{
+    const char *sets[] = { "max_instances_per_service=1000", NULL };
+    start_daemon(sets);
+    struct raw srv;
+    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&srv), 0);
+    char err[64] = "";
+    int n = 0;
+    while (n < 80 && raw_register_big(&srv, "big", 64, 255, err, sizeof(err)) == 0)
+        n++;
+    print_message("%d registrations of 64 endpoints accepted\n", n);
+    assert_true(n >= 10);
+    assert_true(n < 80);
+    assert_string_equal(err, "limit");
+
+    struct raw cli;
+    assert_int_equal(raw_open(&cli, "kv-client", NULL), 0);
+    assert_int_equal(raw_hello(&cli), 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t len = 0;
+    assert_int_equal(raw_lookup(&cli, "big", &u, &len), 0); /* the frame is <= 1 MiB */
+    assert_true(answer_ok(&u));
+    const msgpack_object *ins = mget(&u.data, "instances");
+    assert_non_null(ins);
+    assert_int_equal(ins->via.array.size, n);
+    msgpack_unpacked_destroy(&u);
+    print_message("lookup answer: %zu bytes\n", len);
+
+    rrpc_broker *b;
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/kv-client.crt", dir);
+    snprintf(key, sizeof(key), "%s/kv-client.key", dir);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 3000 };
+    assert_int_equal(rrpc_broker_open(addr, &o, &b), 0);
+    rrpc_service_info *info;
+    int r = rrpc_broker_lookup(b, "big", &info);
+    if (r)
+        fail_msg("lookup: %s", rrpc_broker_last_error(b));
+    assert_int_equal(info->n_instances, n);
+    assert_int_equal(info->n_endpoints, 64 * n);
+    rrpc_service_info_free(info);
+    rrpc_broker_close(b);
+    raw_close(&cli);
+    raw_close(&srv);
+}
+
+/* max_instances_per_service and max_endpoints_per_registration refuse at
+ * register time, with -ENOSPC from the library and the setting named. */
+static void test_registrations_beyond_the_instance_and_endpoint_caps_are_refused(void **state)
+{
+    const char *sets[] = { "max_instances_per_service=2", "max_endpoints_per_registration=2",
+                           NULL };
+    start_daemon(sets);
+    struct raw srv;
+    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&srv), 0);
+    char err[64] = "";
+    assert_int_equal(raw_register_big(&srv, "capped", 3, 9, err, sizeof(err)), -1);
+    assert_string_equal(err, "limit");
+    assert_int_equal(raw_register_big(&srv, "capped", 2, 9, err, sizeof(err)), 0);
+    assert_int_equal(raw_register_big(&srv, "capped", 1, 9, err, sizeof(err)), 0);
+
+    rrpc_broker *b;
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/kv-server.crt", dir);
+    snprintf(key, sizeof(key), "%s/kv-server.key", dir);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 3000 };
+    assert_int_equal(rrpc_broker_open(addr, &o, &b), 0);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    const char *uris[] = { "tcp://127.0.0.1:9" };
+    assert_int_equal(rrpc_broker_register(b, ctx, "capped", uris, 1, 0), -ENOSPC);
+    assert_non_null(strstr(rrpc_broker_last_error(b), "max_instances_per_service"));
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+    raw_close(&srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -571,6 +714,10 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_sessions_beyond_the_per_source_cap_are_refused, teardown),
         cmocka_unit_test_teardown(test_anonymous_sessions_hold_no_large_buffers, teardown),
+        cmocka_unit_test_teardown(
+            test_lookup_answers_of_a_service_with_many_large_registrations_fit_a_frame, teardown),
+        cmocka_unit_test_teardown(
+            test_registrations_beyond_the_instance_and_endpoint_caps_are_refused, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
