@@ -37,9 +37,22 @@ static const struct setting settings[] = {
                    "lookup or *, SERVICE and PRINCIPAL fnmatch patterns; no rule: deny" },
     { "ticket_lifetime_ms", "30000", "how long a connection ticket from a lookup is valid" },
     { "lease_ms", "10000", "longest lease of a registration; servers renew at a third of it" },
-    { "idle_timeout_ms", "120000", "a client connection silent this long is closed" },
-    { "max_connections", "4096", "client connections at once; more are closed at accept" },
+    { "idle_timeout_ms", "120000", "an authenticated session silent this long is closed" },
+    { "auth_timeout_ms", "5000",
+      "a session must finish the TLS handshake and hello within this long of its accept; "
+      "bytes arriving do not extend it" },
+    { "auth_max_frame", "4096",
+      "largest control frame a session may announce before hello succeeds (512..1048576); "
+      "a larger one is refused and the session closed" },
+    { "max_connections", "4096",
+      "sessions at once; at the cap a new one evicts the oldest session that has not "
+      "authenticated yet, or is closed at accept when every session has" },
+    { "max_connections_per_source", "1024", "sessions at once from one source address; "
+      "more from that address are closed at accept" },
     { "max_registrations", "65536", "registrations at once, all services together" },
+    { "max_instances_per_service", "64",
+      "registrations (server instances) of one service at once; more are refused" },
+    { "max_endpoints_per_registration", "64", "endpoints one registration may have (1..64)" },
     { "log", "stderr", "where logs go: stderr or syslog (facility daemon)" },
     { "log_level", "info", "err, warning, notice, info or debug" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
@@ -50,7 +63,7 @@ void config_print_table(void *fpv)
     FILE *fp = fpv;
     fprintf(fp, "Settings (config file lines \"name = value\", or -s name=value):\n");
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
-        fprintf(fp, "  %-20s default \"%s\"\n      %s\n", settings[i].name, settings[i].def,
+        fprintf(fp, "  %-26s default \"%s\"\n      %s\n", settings[i].name, settings[i].def,
                 settings[i].doc);
 }
 
@@ -63,6 +76,15 @@ static int parse_ms(const char *v, int64_t min, int64_t max, int64_t *out)
         return -EINVAL;
     *out = x;
     return 0;
+}
+
+static int parse_int(const char *v, int min, int max, int *out)
+{
+    int64_t x;
+    int r = parse_ms(v, min, max, &x);
+    if (!r)
+        *out = (int)x;
+    return r;
 }
 
 static int parse_bool(const char *v, bool *out)
@@ -134,12 +156,21 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = parse_ms(v, 300, 3600000, &c->lease_ms);
     else if (!strcmp(k, "idle_timeout_ms"))
         r = parse_ms(v, 1000, 86400000, &c->idle_timeout_ms);
-    else if (!strcmp(k, "max_connections") || !strcmp(k, "max_registrations")) {
-        int64_t x;
-        r = parse_ms(v, 1, 1000000, &x);
-        if (!r)
-            *(k[4] == 'c' ? &c->max_connections : &c->max_registrations) = (int)x;
-    } else if (!strcmp(k, "log")) {
+    else if (!strcmp(k, "auth_timeout_ms"))
+        r = parse_ms(v, 100, 600000, &c->auth_timeout_ms);
+    else if (!strcmp(k, "auth_max_frame"))
+        r = parse_int(v, 512, CTL_MAX_FRAME, &c->auth_max_frame);
+    else if (!strcmp(k, "max_connections"))
+        r = parse_int(v, 1, 1000000, &c->max_connections);
+    else if (!strcmp(k, "max_connections_per_source"))
+        r = parse_int(v, 1, 1000000, &c->max_connections_per_source);
+    else if (!strcmp(k, "max_registrations"))
+        r = parse_int(v, 1, 1000000, &c->max_registrations);
+    else if (!strcmp(k, "max_instances_per_service"))
+        r = parse_int(v, 1, 65536, &c->max_instances_per_service);
+    else if (!strcmp(k, "max_endpoints_per_registration"))
+        r = parse_int(v, 1, 64, &c->max_endpoints_per_registration);
+    else if (!strcmp(k, "log")) {
         r = !strcmp(v, "syslog") ? (c->syslog = true, 0)
             : !strcmp(v, "stderr") ? (c->syslog = false, 0)
                                    : -EINVAL;

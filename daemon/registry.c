@@ -30,6 +30,8 @@ int64_t wall_ms(void)
 
 static void reg_free(struct registration *r)
 {
+    r->svc->n_regs--;
+    r->svc->answer_bytes -= r->answer_bytes;
     rrpci_idmap_del(&by_id, r->id);
     free(r->eps);
     free(r);
@@ -91,7 +93,7 @@ struct service *registry_service(const char *name)
 }
 
 int registry_add(const char *name, const char *principal, struct endpoint *eps, size_t n_eps,
-                 uint32_t classes, uint32_t lease_ms, struct registration **ret)
+                 const struct registration *tmpl, struct registration **ret)
 {
     uint64_t id;
     do
@@ -122,11 +124,16 @@ int registry_add(const char *name, const char *principal, struct endpoint *eps, 
     snprintf(r->principal, sizeof(r->principal), "%s", principal);
     r->eps = eps;
     r->n_eps = n_eps;
-    r->classes = classes;
-    r->lease_ms = lease_ms;
-    r->expires_ms = mono_ms() + lease_ms;
+    r->classes = tmpl->classes;
+    r->lease_ms = tmpl->lease_ms;
+    r->expires_ms = mono_ms() + tmpl->lease_ms;
+    r->has_instance = tmpl->has_instance;
+    memcpy(r->instance, tmpl->instance, sizeof(r->instance));
+    r->answer_bytes = tmpl->answer_bytes;
     r->next = s->regs;
     s->regs = r;
+    s->n_regs++;
+    s->answer_bytes += r->answer_bytes;
     if (new_service) {
         s->next = services;
         services = s;

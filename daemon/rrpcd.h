@@ -29,8 +29,10 @@ struct config {
     char listen[300];
     char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
     bool require_client_cert;
-    int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms;
-    int max_connections, max_registrations;
+    int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms, auth_timeout_ms;
+    int auth_max_frame; /* bytes a frame may have before hello succeeds */
+    int max_connections, max_connections_per_source, max_registrations;
+    int max_instances_per_service, max_endpoints_per_registration;
     bool syslog;
     int log_level;
     struct acl_rule *acl;
@@ -84,6 +86,9 @@ struct registration {
     uint32_t classes; /* bit per QoS class */
     uint32_t lease_ms;
     int64_t expires_ms; /* monotonic */
+    bool has_instance;  /* the server sent an instance id: its tickets are bound to it */
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
+    size_t answer_bytes; /* the most its entry adds to a lookup answer */
 };
 
 struct service {
@@ -91,6 +96,8 @@ struct service {
     char name[256];
     uint8_t secret[RRPC_TICKET_SECRET_LEN];
     struct registration *regs;
+    size_t n_regs;
+    size_t answer_bytes; /* sum of the registrations' answer_bytes */
 };
 
 int64_t mono_ms(void);
@@ -98,9 +105,11 @@ int64_t wall_ms(void);
 /* Drops expired registrations (and services left without any). */
 void registry_sweep(int64_t now);
 size_t registry_count(void);
-/* Takes ownership of @eps on success. -ENOMEM, -EIO (no randomness). */
+/* Takes ownership of @eps on success; copies the rest of @tmpl (classes,
+ * lease_ms, has_instance, instance, answer_bytes).  -ENOMEM, -EIO (no
+ * randomness). */
 int registry_add(const char *service, const char *principal, struct endpoint *eps,
-                 size_t n_eps, uint32_t classes, uint32_t lease_ms, struct registration **ret);
+                 size_t n_eps, const struct registration *tmpl, struct registration **ret);
 struct registration *registry_find(uint64_t id);
 void registry_remove(struct registration *r);
 struct service *registry_service(const char *name);

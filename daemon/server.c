@@ -28,24 +28,41 @@
 #include "broker/sockbio.h"
 
 #define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
-#define HANDSHAKE_TIMEOUT 10.0
 #define MAX_EPS 64
+#define FRAME_MIN_CAP 4096u     /* a frame buffer starts this small and grows as bytes come */
+#define SOURCE_BUCKETS 1024
 
+/* The sessions of one source address (for max_connections_per_source). */
+struct source {
+    struct source *next;
+    int family;
+    uint8_t addr[16];
+    int n;
+};
+
+/*
+ * A session.  Until hello succeeds it is "anonymous": one deadline from its
+ * accept (auth_timeout_ms) that nothing it sends extends, frames of at most
+ * auth_max_frame bytes, and it is the first to go when max_connections is
+ * reached.  Once authenticated, the timer is the idle timeout.
+ */
 struct conn {
-    struct conn *prev, *next;
+    struct conn *prev, *next; /* the list of sessions, oldest first */
     ev_io io;
     ev_timer timer;
     int fd;
     SSL *ssl;
+    struct source *src;
     bool handshaken, closing, draining;
     bool authed;
+    bool idle_timer; /* the timer has been switched to the idle timeout */
     char peer[64];
     char cert_cn[256]; /* "" without a verified client certificate */
     char principal[256];
     uint8_t hdr[4];
     size_t hdr_got;
-    uint8_t *frame;    /* the body being read, frame_len bytes */
-    size_t frame_len, frame_got;
+    uint8_t *frame;    /* the body being read: frame_got of frame_len bytes, room for frame_cap */
+    size_t frame_len, frame_got, frame_cap;
     uint8_t *wbuf;
     size_t wlen, woff, wcap;
 };
@@ -56,10 +73,85 @@ static SSL_CTX *sslctx;
 static int lfd = -1;
 static ev_io accept_w;
 static ev_timer sweep_w, accept_pause_w;
-static struct conn *conns;
+static struct conn *conns, *conns_tail;
 static int n_conns;
+static struct source *sources[SOURCE_BUCKETS];
 
 static void conn_drive(struct conn *c);
+
+/* ---- sources ----------------------------------------------------------------- */
+
+static unsigned source_hash(int family, const uint8_t *a)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)family; /* FNV-1a */
+    for (int i = 0; i < 16; i++)
+        h = (h ^ a[i]) * 16777619u;
+    return h % SOURCE_BUCKETS;
+}
+
+/* The entry of @ss's address with one more session, or NULL when that
+ * address has max_connections_per_source (or no memory). */
+static struct source *source_get(const struct sockaddr_storage *ss, bool *ret_full)
+{
+    uint8_t a[16] = { 0 };
+    int family = ss->ss_family;
+    if (family == AF_INET)
+        memcpy(a, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    else if (family == AF_INET6)
+        memcpy(a, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    unsigned b = source_hash(family, a);
+    struct source *s;
+    *ret_full = false;
+    for (s = sources[b]; s; s = s->next)
+        if (s->family == family && !memcmp(s->addr, a, 16))
+            break;
+    if (s && s->n >= cfg->max_connections_per_source) {
+        *ret_full = true;
+        return NULL;
+    }
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s)
+            return NULL;
+        s->family = family;
+        memcpy(s->addr, a, 16);
+        s->next = sources[b];
+        sources[b] = s;
+    }
+    s->n++;
+    return s;
+}
+
+static void source_put(struct source *s)
+{
+    if (!s || --s->n > 0)
+        return;
+    unsigned b = source_hash(s->family, s->addr);
+    for (struct source **pp = &sources[b]; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    free(s);
+}
+
+/*
+ * A refusal at accept, logged at most once a second (a flood of them must
+ * not become a flood of log lines), with the number left unlogged.
+ */
+static void log_refusal(const char *peer, const char *why)
+{
+    static int64_t last_ms;
+    static unsigned quiet;
+    int64_t now = mono_ms();
+    if (last_ms && now - last_ms < 1000) {
+        quiet++;
+        return;
+    }
+    LOG(LOG_WARNING, "%s: refused: %s (%u more refusals not logged)", peer, why, quiet);
+    last_ms = now;
+    quiet = 0;
+}
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -83,6 +175,9 @@ static void conn_close(struct conn *c, const char *why)
         conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    else
+        conns_tail = c->prev;
+    source_put(c->src);
     n_conns--;
     free(c);
 }
@@ -99,7 +194,11 @@ static void set_events(struct conn *c, int events)
 static void conn_timeout_cb(struct ev_loop *l, ev_timer *w, int revents)
 {
     struct conn *c = w->data;
-    conn_close(c, c->draining ? NULL : c->handshaken ? "idle timeout" : "TLS handshake timeout");
+    conn_close(c, c->draining ? NULL
+                  : c->authed ? "idle timeout (idle_timeout_ms)"
+                  : c->handshaken
+                      ? "no successful hello within auth_timeout_ms of the accept"
+                      : "TLS handshake not done within auth_timeout_ms of the accept");
 }
 
 /*
@@ -169,12 +268,14 @@ static int wbuf_write(void *data, const char *buf, size_t len)
 struct answer {
     msgpack_sbuffer sb;
     msgpack_packer pk;
+    uint64_t id;
 };
 
 static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
 {
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
+    a->id = id;
     msgpack_pack_map(&a->pk, 3 + n);
     pk_str(&a->pk, "v");
     msgpack_pack_uint32(&a->pk, CTL_VERSION);
@@ -187,8 +288,19 @@ static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
         msgpack_pack_false(&a->pk);
 }
 
+static void answer_error(struct conn *c, uint64_t id, const char *code, const char *msg);
+
 static void answer_end(struct conn *c, struct answer *a)
 {
+    if (a->sb.size > CTL_MAX_FRAME) {
+        /* Never sent: the client would refuse it.  register bounds lookups;
+         * this is the last line. */
+        LOG(LOG_ERR, "%s: an answer of %zu bytes is above the frame limit; sent an error "
+            "instead", c->peer, a->sb.size);
+        msgpack_sbuffer_destroy(&a->sb);
+        answer_error(c, a->id, "internal", "the answer would exceed the 1 MiB frame limit");
+        return;
+    }
     uint8_t hdr[4];
     rrpci_put_le32(hdr, (uint32_t)a->sb.size);
     if (wbuf_write(c, (const char *)hdr, 4) || wbuf_write(c, a->sb.data, a->sb.size))
@@ -264,10 +376,86 @@ static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
     answer_end(c, &a);
 }
 
+/* The endpoints of @r as a lookup answer lists them. */
+static void pack_endpoints(msgpack_packer *pk, const struct registration *r)
+{
+    msgpack_pack_array(pk, (uint32_t)r->n_eps);
+    for (size_t i = 0; i < r->n_eps; i++) {
+        msgpack_pack_map(pk, 4);
+        pk_str(pk, "transport");
+        pk_str(pk, r->eps[i].transport);
+        pk_str(pk, "host");
+        pk_str(pk, r->eps[i].host);
+        pk_str(pk, "port");
+        msgpack_pack_uint32(pk, r->eps[i].port);
+        pk_str(pk, "classes");
+        msgpack_pack_array(pk, (uint32_t)__builtin_popcount(r->classes));
+        for (int k = 0; k < RRPC_CLASS_COUNT; k++)
+            if (r->classes & (1u << k))
+                pk_str(pk, rrpc_class_name(k));
+    }
+}
+
+/* One entry of a lookup answer's "instances": {instance, endpoints, ticket}. */
+static void pack_instance(msgpack_packer *pk, const struct registration *r, const uint8_t *t,
+                          size_t tlen)
+{
+    msgpack_pack_map(pk, r->has_instance ? 3 : 2);
+    if (r->has_instance) {
+        pk_str(pk, "instance");
+        msgpack_pack_bin(pk, sizeof(r->instance));
+        msgpack_pack_bin_body(pk, r->instance, sizeof(r->instance));
+    }
+    pk_str(pk, "endpoints");
+    pack_endpoints(pk, r);
+    pk_str(pk, "ticket");
+    msgpack_pack_bin(pk, tlen);
+    msgpack_pack_bin_body(pk, t, tlen);
+}
+
+/* What a lookup answer holds besides the instances: the envelope, expiry_ms,
+ * the keys, the array header (generously). */
+#define LOOKUP_OVERHEAD 256
+
+/* The most @r can add to a lookup answer: its entry with the longest ticket. */
+static size_t instance_bytes(const struct registration *r)
+{
+    static const uint8_t longest[RRPC_TICKET_MAX_LEN];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_instance(&pk, r, longest, sizeof(longest));
+    size_t n = sb.size;
+    msgpack_sbuffer_destroy(&sb);
+    return n;
+}
+
+/*
+ * Whether one more registration @r of @s keeps every lookup answer of @s
+ * within the frame limit: the instances, plus a copy of the first one's
+ * endpoints and ticket for clients that know no "instances" (at most the
+ * largest entry), plus the envelope.
+ */
+static bool lookup_fits(const struct service *s, const struct registration *r, size_t *ret_total)
+{
+    size_t largest = r->answer_bytes, total = r->answer_bytes + LOOKUP_OVERHEAD;
+    if (s) {
+        total += s->answer_bytes;
+        for (const struct registration *o = s->regs; o; o = o->next)
+            if (o->answer_bytes > largest)
+                largest = o->answer_bytes;
+    }
+    total += largest;
+    *ret_total = total;
+    return total <= CTL_MAX_FRAME;
+}
+
 static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
     const msgpack_object *eps = rrpci_mp_get(m, "endpoints"), *cls = rrpci_mp_get(m, "classes");
+    const msgpack_object *inst = rrpci_mp_get(m, "instance");
     if (!mstr(rrpci_mp_get(m, "service"), service, sizeof(service)) || !eps ||
         eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
         eps->via.array.size > MAX_EPS || !cls || cls->type != MSGPACK_OBJECT_ARRAY ||
@@ -276,9 +464,34 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
                      "classes");
         return;
     }
+    struct registration tmpl;
+    memset(&tmpl, 0, sizeof(tmpl));
+    if (inst) {
+        if (inst->type != MSGPACK_OBJECT_BIN || inst->via.bin.size != sizeof(tmpl.instance)) {
+            answer_error(c, id, "bad_request", "instance must be 16 bytes (bin)");
+            return;
+        }
+        memcpy(tmpl.instance, inst->via.bin.ptr, sizeof(tmpl.instance));
+        uint8_t any = 0;
+        for (size_t i = 0; i < sizeof(tmpl.instance); i++)
+            any |= tmpl.instance[i];
+        if (!any) {
+            answer_error(c, id, "bad_request", "instance must not be all zero (draw it at random)");
+            return;
+        }
+        tmpl.has_instance = true;
+    }
     if (!acl_allows(cfg, "register", service, c->principal)) {
         LOG(LOG_NOTICE, "%s: '%s' may not register '%s'", c->peer, c->principal, service);
         answer_error(c, id, "denied", "the ACL does not let this principal register it");
+        return;
+    }
+    if (eps->via.array.size > (uint32_t)cfg->max_endpoints_per_registration) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%u endpoints; this rrpcd takes at most %d per registration "
+                 "(max_endpoints_per_registration)", eps->via.array.size,
+                 cfg->max_endpoints_per_registration);
+        answer_error(c, id, "limit", msg);
         return;
     }
     uint32_t classes = 0;
@@ -307,6 +520,14 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, "busy", "too many registrations; try later");
         return;
     }
+    struct service *svc = registry_service(service);
+    if (svc && svc->n_regs >= (size_t)cfg->max_instances_per_service) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "service '%s' has %zu registrations, the most this rrpcd "
+                 "takes (max_instances_per_service)", service, svc->n_regs);
+        answer_error(c, id, "limit", msg);
+        return;
+    }
     struct endpoint *ep = calloc(eps->via.array.size, sizeof(*ep));
     if (!ep) {
         answer_error(c, id, "internal", "out of memory");
@@ -326,17 +547,31 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         }
         ep[i].port = (uint16_t)port;
     }
+    tmpl.eps = ep;
+    tmpl.n_eps = eps->via.array.size;
+    tmpl.classes = classes;
+    tmpl.lease_ms = (uint32_t)lease;
+    tmpl.answer_bytes = instance_bytes(&tmpl);
+    size_t total;
+    if (!lookup_fits(svc, &tmpl, &total)) {
+        char msg[500];
+        snprintf(msg, sizeof(msg), "with this registration a lookup of '%s' could answer %zu "
+                 "bytes, above the %u-byte frame limit: register fewer endpoints or shorter "
+                 "host names", service, total, CTL_MAX_FRAME);
+        free(ep);
+        answer_error(c, id, "limit", msg);
+        return;
+    }
     struct registration *r;
-    int e = registry_add(service, c->principal, ep, eps->via.array.size, classes,
-                         (uint32_t)lease, &r);
+    int e = registry_add(service, c->principal, ep, tmpl.n_eps, &tmpl, &r);
     if (e) {
         free(ep);
         answer_error(c, id, "internal", strerror(-e));
         return;
     }
-    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms)",
+    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms%s)",
         c->peer, c->principal, service, r->n_eps, ep[0].transport, ep[0].host, ep[0].port,
-        r->lease_ms);
+        r->lease_ms, r->has_instance ? "" : ", no instance id: its tickets are unbound");
     struct answer a;
     answer_begin(&a, id, true, 3);
     pk_str(&a.pk, "reg");
@@ -391,6 +626,24 @@ static void op_unregister(struct conn *c, uint64_t id, const msgpack_object *m)
     answer_end(c, &a);
 }
 
+/* A ticket for @principal to reach the instance @r of @s. */
+static int make_ticket(const struct service *s, const struct registration *r,
+                       const char *principal, int64_t expiry, uint8_t *t, size_t *tlen)
+{
+    if (r->has_instance)
+        return rrpc_ticket_issue_instance(s->secret, principal, s->name, r->instance, expiry,
+                                          NULL, t, RRPC_TICKET_MAX_LEN, tlen);
+    return rrpc_ticket_issue(s->secret, principal, s->name, expiry, NULL, t,
+                             RRPC_TICKET_MAX_LEN, tlen);
+}
+
+/*
+ * The answer lists every live registration ("instances", in an order that
+ * rotates from lookup to lookup), each with its endpoints and a ticket bound
+ * to that instance; "endpoints" and "ticket" repeat the first instance's for
+ * clients that know no "instances".  register keeps its size within the
+ * frame limit (lookup_fits).
+ */
 static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
@@ -404,51 +657,47 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         return;
     }
     struct service *s = registry_service(service);
-    size_t n = 0;
-    if (s)
-        for (struct registration *r = s->regs; r; r = r->next)
-            n += r->n_eps;
-    if (!n) {
+    if (!s || !s->n_regs) {
         answer_error(c, id, "not_found", "no live registration of this service");
         return;
     }
+    /* Rotate: instance k of the list comes first this time. */
+    static unsigned rotation;
+    size_t first = rotation++ % s->n_regs;
+    struct registration *r0 = s->regs;
+    for (size_t i = 0; i < first; i++)
+        r0 = r0->next;
+    int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
     uint8_t ticket[RRPC_TICKET_MAX_LEN];
     size_t tlen;
-    int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
-    int e = rrpc_ticket_issue(s->secret, c->principal, service, expiry, NULL, ticket,
-                              sizeof(ticket), &tlen);
-    if (e) {
+    if (make_ticket(s, r0, c->principal, expiry, ticket, &tlen)) {
         answer_error(c, id, "internal", "cannot make a ticket");
         return;
     }
     struct answer a;
-    answer_begin(&a, id, true, 3);
+    answer_begin(&a, id, true, 4);
     pk_str(&a.pk, "endpoints");
-    msgpack_pack_array(&a.pk, (uint32_t)n);
-    for (struct registration *r = s->regs; r; r = r->next) {
-        for (size_t i = 0; i < r->n_eps; i++) {
-            msgpack_pack_map(&a.pk, 4);
-            pk_str(&a.pk, "transport");
-            pk_str(&a.pk, r->eps[i].transport);
-            pk_str(&a.pk, "host");
-            pk_str(&a.pk, r->eps[i].host);
-            pk_str(&a.pk, "port");
-            msgpack_pack_uint32(&a.pk, r->eps[i].port);
-            pk_str(&a.pk, "classes");
-            msgpack_pack_array(&a.pk, (uint32_t)__builtin_popcount(r->classes));
-            for (int k = 0; k < RRPC_CLASS_COUNT; k++)
-                if (r->classes & (1u << k))
-                    pk_str(&a.pk, rrpc_class_name(k));
-        }
-    }
+    pack_endpoints(&a.pk, r0);
     pk_str(&a.pk, "ticket");
     msgpack_pack_bin(&a.pk, tlen);
     msgpack_pack_bin_body(&a.pk, ticket, tlen);
     pk_str(&a.pk, "expiry_ms");
     msgpack_pack_uint64(&a.pk, (uint64_t)expiry);
+    pk_str(&a.pk, "instances");
+    msgpack_pack_array(&a.pk, (uint32_t)s->n_regs);
+    struct registration *r = r0;
+    for (size_t i = 0; i < s->n_regs; i++) {
+        if (i > 0 && make_ticket(s, r, c->principal, expiry, ticket, &tlen)) {
+            msgpack_sbuffer_destroy(&a.sb);
+            answer_error(c, id, "internal", "cannot make a ticket");
+            return;
+        }
+        pack_instance(&a.pk, r, ticket, tlen);
+        r = r->next ? r->next : s->regs;
+    }
     answer_end(c, &a);
-    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu endpoints)", c->peer, c->principal, service,
-        n);
+    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances)", c->peer, c->principal, service,
+        s->n_regs);
 }
 
 static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
@@ -513,6 +762,16 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
                 answer_fatal(c, 0, "bad_request", msg);
                 return;
             }
+            /* Before hello, only as much as a hello needs: an anonymous
+             * session must not make us hold a large frame. */
+            if (!c->authed && len > (uint32_t)cfg->auth_max_frame) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "frame length %u is above the %d bytes allowed "
+                         "before authentication (auth_max_frame); send hello first", len,
+                         cfg->auth_max_frame);
+                answer_fatal(c, 0, "bad_request", msg);
+                return;
+            }
             if (n >= len) { /* the whole frame is in this read: no copy */
                 handle_frame(c, p, len);
                 p += len;
@@ -520,7 +779,12 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
                 c->hdr_got = 0;
                 continue;
             }
-            c->frame = malloc(len);
+            /* The buffer grows with the bytes that arrive, not with the
+             * length announced. */
+            c->frame_cap = len < FRAME_MIN_CAP ? len : FRAME_MIN_CAP;
+            if (c->frame_cap < n)
+                c->frame_cap = n;
+            c->frame = malloc(c->frame_cap);
             if (!c->frame) {
                 c->closing = true;
                 return;
@@ -530,6 +794,20 @@ static void feed(struct conn *c, const uint8_t *p, size_t n)
             continue;
         }
         size_t k = c->frame_len - c->frame_got < n ? c->frame_len - c->frame_got : n;
+        if (c->frame_got + k > c->frame_cap) {
+            size_t cap = c->frame_cap * 2;
+            if (cap < c->frame_got + k)
+                cap = c->frame_got + k;
+            if (cap > c->frame_len)
+                cap = c->frame_len;
+            uint8_t *nf = realloc(c->frame, cap);
+            if (!nf) {
+                c->closing = true; /* out of memory: drop the client, not the daemon */
+                return;
+            }
+            c->frame = nf;
+            c->frame_cap = cap;
+        }
         memcpy(c->frame + c->frame_got, p, k);
         c->frame_got += k;
         p += k;
@@ -583,9 +861,7 @@ static void conn_drive(struct conn *c)
         take_peer_cert(c);
         LOG(LOG_DEBUG, "%s: TLS up (%s, client certificate CN '%s')", c->peer,
             SSL_get_version(c->ssl), c->cert_cn);
-        ev_timer_stop(loop, &c->timer);
-        c->timer.repeat = (double)cfg->idle_timeout_ms / 1000.0;
-        ev_timer_again(loop, &c->timer);
+        /* The accept's deadline still runs: it covers hello too. */
     }
     for (;;) {
         /* Flush. */
@@ -635,8 +911,17 @@ static void conn_drive(struct conn *c)
             conn_close(c, e == SSL_ERROR_SSL ? ssl_reason() : NULL);
             return;
         }
-        ev_timer_again(loop, &c->timer);
+        /* Before hello only the accept's deadline counts: bytes trickling in
+         * (one a second, say) must not keep an anonymous session alive. */
+        if (c->idle_timer)
+            ev_timer_again(loop, &c->timer);
         feed(c, buf, n);
+        if (c->authed && !c->idle_timer) {
+            c->idle_timer = true;
+            ev_timer_stop(loop, &c->timer);
+            c->timer.repeat = (double)cfg->idle_timeout_ms / 1000.0;
+            ev_timer_again(loop, &c->timer);
+        }
         if (c->wlen > MAX_WBUF)
             c->closing = true; /* a client that never reads its answers */
     }
@@ -647,6 +932,22 @@ static void conn_drive(struct conn *c)
 static void accept_resume_cb(struct ev_loop *l, ev_timer *w, int revents)
 {
     ev_io_start(loop, &accept_w);
+}
+
+/*
+ * At max_connections: closes the oldest session that has not authenticated,
+ * so anonymous sessions can never push out authenticated ones (nor keep a
+ * new client out for longer than one auth_timeout_ms).  False when every
+ * session has authenticated.
+ */
+static bool evict_anonymous(void)
+{
+    for (struct conn *c = conns; c; c = c->next)
+        if (!c->authed) {
+            conn_close(c, "evicted: max_connections reached and it had not authenticated");
+            return true;
+        }
+    return false;
 }
 
 static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
@@ -675,18 +976,27 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
             port = ntohs(a->sin6_port);
         }
         snprintf(peer, sizeof(peer), "%s:%d", host, port);
-        if (n_conns >= cfg->max_connections) {
-            LOG(LOG_WARNING, "%s: refused: max_connections (%d) reached", peer,
-                cfg->max_connections);
+        bool full;
+        struct source *src = source_get(&ss, &full);
+        if (!src) {
+            log_refusal(peer, full ? "max_connections_per_source reached for this address"
+                                   : "out of memory");
+            close(fd);
+            continue;
+        }
+        if (n_conns >= cfg->max_connections && !evict_anonymous()) {
+            log_refusal(peer, "max_connections reached, every session authenticated");
+            source_put(src);
             close(fd);
             continue;
         }
         struct conn *c = calloc(1, sizeof(*c));
         SSL *ssl = c ? SSL_new(sslctx) : NULL;
         if (!ssl || rrpci_ssl_set_socket(ssl, fd)) { /* writes never raise SIGPIPE */
-            LOG(LOG_WARNING, "%s: refused: out of memory", peer);
+            log_refusal(peer, "out of memory");
             SSL_free(ssl);
             free(c);
+            source_put(src);
             close(fd);
             continue;
         }
@@ -694,17 +1004,21 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->fd = fd;
         c->ssl = ssl;
+        c->src = src;
         SSL_set_accept_state(ssl);
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
-        c->next = conns;
-        if (conns)
-            conns->prev = c;
-        conns = c;
+        c->prev = conns_tail; /* the newest goes last: eviction looks from the head */
+        if (conns_tail)
+            conns_tail->next = c;
+        else
+            conns = c;
+        conns_tail = c;
         n_conns++;
         ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
         c->io.data = c;
         ev_io_start(loop, &c->io);
-        ev_timer_init(&c->timer, conn_timeout_cb, HANDSHAKE_TIMEOUT, 0);
+        /* One deadline for the handshake and hello together. */
+        ev_timer_init(&c->timer, conn_timeout_cb, (double)cfg->auth_timeout_ms / 1000.0, 0);
         c->timer.data = c;
         ev_timer_start(loop, &c->timer);
         LOG(LOG_DEBUG, "%s: accepted", peer);

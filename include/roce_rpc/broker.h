@@ -15,7 +15,7 @@
  *
  * Tickets are usable without rrpcd too: rrpc_ticket_issue() makes one, a
  * verifier checks them (HMAC-SHA256, expiry with a clock-skew allowance,
- * a replay cache of nonces, the service name).
+ * a replay cache of nonces, the service name, the server instance).
  */
 #ifndef ROCE_RPC_BROKER_H
 #define ROCE_RPC_BROKER_H
@@ -33,20 +33,24 @@ extern "C" {
 /* ---- tickets -------------------------------------------------------------- */
 
 /*
- * Ticket layout (all integers little-endian; docs/broker.md §Tickets):
+ * Ticket layout (all integers little-endian; docs/broker.md §Ticket format):
  *   0   4  magic "RTKT"
- *   4   1  version (1)
+ *   4   1  version: 1 (no instance) or 2 (bound to one server instance)
  *   5   1  principal length P (1..255)
  *   6   1  service length S (1..255)
  *   7   1  reserved, 0
  *   8   8  expiry, ms since the Unix epoch (wall clock)
  *   16  16 nonce (random)
- *   32  P  principal, then S service (no NULs)
+ *   32  16 version 2 only: the server instance id (not all zero)
+ *   H   P  principal, then S service (no NULs); H = 32 (v1) or 48 (v2)
  *   ..  32 HMAC-SHA256 over every byte before it, keyed with the service secret
+ * Every field before the HMAC is signed: a later signature scheme replaces
+ * the last 32 bytes and the version, not the fields.
  */
 #define RRPC_TICKET_SECRET_LEN 32
 #define RRPC_TICKET_NONCE_LEN 16
-#define RRPC_TICKET_MAX_LEN (32 + 255 + 255 + 32)
+#define RRPC_TICKET_INSTANCE_LEN 16
+#define RRPC_TICKET_MAX_LEN (48 + 255 + 255 + 32)
 
 /*
  * Makes a ticket for @principal to connect to @service, valid until
@@ -61,6 +65,20 @@ RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
                                const uint8_t *nonce, void *buf, size_t buflen, size_t *ret_len);
 
 /*
+ * As rrpc_ticket_issue, but the ticket (version 2) is bound to the server
+ * instance @instance (RRPC_TICKET_INSTANCE_LEN bytes, not all zero): only a
+ * verifier with that instance (rrpc_ticket_verifier_set_instance) accepts
+ * it.  rrpcd issues these for servers that registered an instance.
+ * Errors: those of rrpc_ticket_issue; -EINVAL also for @instance NULL or
+ * all zero.
+ */
+RRPC_API int rrpc_ticket_issue_instance(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
+                                        const char *principal, const char *service,
+                                        const uint8_t instance[RRPC_TICKET_INSTANCE_LEN],
+                                        int64_t expiry_ms, const uint8_t *nonce, void *buf,
+                                        size_t buflen, size_t *ret_len);
+
+/*
  * Reads the unauthenticated fields of @ticket (no HMAC check; for logs and
  * tests).  @principal and @service (may be NULL) receive NUL-terminated
  * copies and need 256 bytes each.  Errors: RRPC_E_PROTO (malformed).
@@ -68,7 +86,16 @@ RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
 RRPC_API int rrpc_ticket_peek(const void *ticket, size_t len, char *principal, char *service,
                               int64_t *ret_expiry_ms);
 
-/* A verifier: one service, its secret(s), a replay cache. */
+/*
+ * Copies the (unauthenticated) instance id of @ticket to @instance
+ * (RRPC_TICKET_INSTANCE_LEN bytes).  Errors: -ENOENT (a version 1 ticket,
+ * bound to no instance), RRPC_E_PROTO (malformed).
+ */
+RRPC_API int rrpc_ticket_peek_instance(const void *ticket, size_t len,
+                                       uint8_t instance[RRPC_TICKET_INSTANCE_LEN]);
+
+/* A verifier: one service, its secret(s), a replay cache, and optionally
+ * the server instance it belongs to. */
 typedef struct rrpc_ticket_verifier rrpc_ticket_verifier;
 
 /*
@@ -91,10 +118,24 @@ RRPC_API void rrpc_ticket_verifier_set_secret(rrpc_ticket_verifier *v,
                                               const uint8_t secret[RRPC_TICKET_SECRET_LEN]);
 
 /*
+ * Binds @v to the server instance @instance (copied; RRPC_TICKET_INSTANCE_LEN
+ * bytes, not all zero).  From then on @v accepts only version 2 tickets
+ * issued for that instance: a ticket used on another instance of the same
+ * service (which shares the secret) or on an earlier run of this server
+ * (whose replay cache is gone) is refused, so a ticket is used at most once
+ * anywhere.  Without an instance, @v accepts only version 1 tickets.  Give
+ * each run of a server a new random instance (rrpc_broker_gate does).
+ * Errors: -EINVAL (NULL, or all zero).  Thread-safe.
+ */
+RRPC_API int rrpc_ticket_verifier_set_instance(rrpc_ticket_verifier *v,
+                                               const uint8_t instance[RRPC_TICKET_INSTANCE_LEN]);
+
+/*
  * Checks @ticket at time @now_ms (ms since the Unix epoch; 0: now).
  * Returns 0 and records its nonce (a second use is refused), or
  * RRPC_E_TICKET (-1017) with the reason in @why (NUL-terminated, may be
  * NULL): malformed, bad signature, expired, replayed, for another service,
+ * for another server instance (or for none when @v has one),
  * replay cache full, no secret yet.  When accepted and @principal is non-NULL it receives
  * the principal (256 bytes).  Thread-safe.
  */
@@ -171,7 +212,10 @@ RRPC_API const char *rrpc_broker_principal(rrpc_broker *b);
 /*
  * Puts a ticket gate for @service on @ctx (rrpc_ctx_require_ticket): every
  * new connection of @ctx must then present a ticket for @service, and until
- * rrpc_broker_register succeeds every ticket is refused.  The core takes a
+ * rrpc_broker_register succeeds every ticket is refused.  The gate draws a
+ * random instance id (new for every gate, so for every run of a server) and
+ * accepts only tickets rrpcd issued for that instance: a ticket used on
+ * another instance of the service, or before a restart, is refused here.  The core takes a
  * gate only before the context's first rrpc_listen, so call this (or
  * rrpc_broker_register) first, then listen, then register; this order lets
  * a server listen on port 0 and register the port it got.  Idempotent for
@@ -185,15 +229,17 @@ RRPC_API int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service
  * Registers @service (1..255 bytes) at the @n (1..64) endpoint URIs @uris
  * ("tcp://HOST:PORT", "rdma://HOST:PORT": the addresses clients should
  * dial, not a wildcard or port 0) serving the QoS classes in @class_mask
- * (bit 1<<cls; 0: all).  Puts the gate on @ctx first if rrpc_broker_gate did
- * not.  rrpcd hands back the service's ticket secret (over TLS), which the
+ * (bit 1<<cls; 0: all), with the gate's instance id.  Puts the gate on @ctx
+ * first if rrpc_broker_gate did not.  rrpcd hands back the service's ticket secret (over TLS), which the
  * gate then checks tickets with.  A lease thread renews the registration and
  * registers again by itself when rrpcd lost it (restart, expiry); the secret
  * is then updated in place (tickets signed with the previous one stay good).
  * Strings are copied.  Errors: -EINVAL, RRPC_E_URI, -EPERM (the ACL does not
- * let this principal register @service), -EEXIST (already registered through
- * @b, or @ctx serves another service), -EBUSY (no gate yet and @ctx already
- * listens), connection errors as rrpc_broker_open.
+ * let this principal register @service), -ENOSPC (a limit of rrpcd: too many
+ * endpoints, instances of @service, or bytes in its lookup answer; the detail
+ * names the setting), -EEXIST (already registered through @b, or @ctx serves
+ * another service), -EBUSY (no gate yet and @ctx already listens),
+ * connection errors as rrpc_broker_open.
  */
 RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *service,
                                   const char *const *uris, size_t n, unsigned class_mask);
@@ -210,22 +256,34 @@ RRPC_API int rrpc_broker_unregister(rrpc_broker *b, const char *service);
 typedef struct rrpc_service_endpoint {
     char uri[300];       /* "tcp://HOST:PORT" or "rdma://HOST:PORT" */
     unsigned class_mask; /* the QoS classes served (bit 1<<cls) */
+    size_t instance;     /* the server behind it: an index into rrpc_service_info.instances */
 } rrpc_service_endpoint;
+
+/* One live registration (a server instance) of a looked-up service. */
+typedef struct rrpc_service_instance {
+    uint8_t id[RRPC_TICKET_INSTANCE_LEN]; /* all zero: the server registered none */
+    uint8_t ticket[RRPC_TICKET_MAX_LEN];  /* accepted once, by this instance only */
+    size_t ticket_len;
+} rrpc_service_instance;
 
 /* The answer to a lookup: owned by the caller, freed with rrpc_service_info_free. */
 typedef struct rrpc_service_info {
     size_t n_endpoints;
-    rrpc_service_endpoint *endpoints; /* live endpoints, at least one */
-    uint8_t ticket[RRPC_TICKET_MAX_LEN];
+    rrpc_service_endpoint *endpoints; /* live endpoints, at least one, grouped by instance */
+    uint8_t ticket[RRPC_TICKET_MAX_LEN]; /* the ticket of instances[0], endpoints[0]'s */
     size_t ticket_len;
-    int64_t ticket_expiry_ms; /* ms since the Unix epoch */
+    int64_t ticket_expiry_ms; /* ms since the Unix epoch, of every ticket */
+    size_t n_instances;       /* at least one */
+    rrpc_service_instance *instances;
 } rrpc_service_info;
 
 /*
- * Looks @service up: its live endpoints and a fresh single-use ticket.  On
- * success *ret_info is the caller's.  Errors: -ENOENT (no live
- * registration), -EPERM (the ACL does not let this principal look it up),
- * connection errors as rrpc_broker_open.
+ * Looks @service up: its live instances, their endpoints, and for each
+ * instance a fresh ticket that only that instance accepts, once (rrpcd
+ * rotates the order from lookup to lookup; endpoints[0] belongs to
+ * instances[0]).  On success *ret_info is the caller's.  Errors: -ENOENT
+ * (no live registration), -EPERM (the ACL does not let this principal look
+ * it up), connection errors as rrpc_broker_open.
  */
 RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
                                 rrpc_service_info **ret_info);
@@ -235,7 +293,8 @@ RRPC_API void rrpc_service_info_free(rrpc_service_info *info);
 
 /*
  * Connects @ctx to @service by name: a lookup, then rrpc_connect_ticket to
- * each endpoint in turn (each attempt with a fresh ticket) until one is up,
+ * each endpoint in turn, with the ticket of its instance (each attempt with
+ * a ticket not presented before: a fresh lookup when one was) until one is up,
  * waiting at most @timeout_ms per attempt.  @fn/@user and *ret_conn as in
  * rrpc_connect_sync: on success the handle is the caller's until
  * rrpc_conn_close.  Errors: those of rrpc_broker_lookup, then of the last

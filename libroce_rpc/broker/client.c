@@ -28,6 +28,7 @@
 
 #include <msgpack.h>
 #include <openssl/err.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -58,6 +59,7 @@ struct reg {
     int64_t due_ms;    /* monotonic: next renew (or retry) */
     int backoff_ms;
     rrpc_ticket_verifier *v;
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN]; /* this gate's; tickets are bound to it */
 };
 
 struct rrpc_broker {
@@ -346,6 +348,8 @@ static int map_err(const char *code)
         return -ENOENT;
     if (!strcmp(code, "busy"))
         return -EAGAIN;
+    if (!strcmp(code, "limit"))
+        return -ENOSPC;
     return -EPROTO;
 }
 
@@ -658,7 +662,10 @@ RRPC_API void rrpc_broker_close(rrpc_broker *b)
 static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
 {
     struct req q;
-    req_start(b, &q, "register", 3);
+    req_start(b, &q, "register", 4);
+    pk_str(&q.pk, "instance");
+    msgpack_pack_bin(&q.pk, sizeof(g->instance));
+    msgpack_pack_bin_body(&q.pk, g->instance, sizeof(g->instance));
     pk_str(&q.pk, "service");
     pk_str(&q.pk, g->service);
     pk_str(&q.pk, "endpoints");
@@ -797,7 +804,20 @@ static int gate_locked(struct rrpc_broker *b, rrpc_ctx *ctx, const char *service
     snprintf(g->service, sizeof(g->service), "%s", service);
     g->ctx = ctx;
     g->due_ms = INT64_MAX;
+    /* A new instance id for every gate: tickets used on another instance,
+     * or on this server before a restart, are refused here. */
+    uint8_t any = 0;
+    while (!any) {
+        if (RAND_bytes(g->instance, sizeof(g->instance)) != 1) {
+            free(g);
+            return fail(b, -EIO, "no randomness for the instance id");
+        }
+        for (size_t i = 0; i < sizeof(g->instance); i++)
+            any |= g->instance[i];
+    }
     int r = rrpc_ticket_verifier_create(service, NULL, b->skew_ms, &g->v);
+    if (!r)
+        r = rrpc_ticket_verifier_set_instance(g->v, g->instance);
     if (!r) {
         r = rrpc_ctx_require_ticket(ctx, rrpc_ticket_verify_cb, g->v);
         if (r)
@@ -939,7 +959,102 @@ RRPC_API void rrpc_service_info_free(rrpc_service_info *info)
     if (!info)
         return;
     free(info->endpoints);
+    free(info->instances);
     free(info);
+}
+
+/* Appends the endpoints in the array @eps (of instance @k) to @info. */
+static int add_endpoints(struct rrpc_broker *b, const char *service, const msgpack_object *eps,
+                         size_t k, rrpc_service_info *info)
+{
+    for (uint32_t i = 0; i < eps->via.array.size; i++) {
+        const msgpack_object *e = &eps->via.array.ptr[i];
+        char tr[8], host[HOST_MAX];
+        uint64_t port;
+        const msgpack_object *cl = rrpci_mp_get(e, "classes");
+        if (!mstr(rrpci_mp_get(e, "transport"), tr, sizeof(tr)) ||
+            !mstr(rrpci_mp_get(e, "host"), host, sizeof(host)) ||
+            !rrpci_mp_uint(rrpci_mp_get(e, "port"), &port) || port == 0 || port > 65535 || !cl ||
+            cl->type != MSGPACK_OBJECT_ARRAY)
+            return fail(b, -EPROTO, "rrpcd's answer to lookup '%s': an endpoint of instance %zu "
+                        "is malformed", service, k);
+        rrpc_service_endpoint *out = &info->endpoints[info->n_endpoints++];
+        snprintf(out->uri, sizeof(out->uri), strchr(host, ':') ? "%s://[%s]:%u" : "%s://%s:%u",
+                 tr, host, (unsigned)port);
+        out->instance = k;
+        for (uint32_t j = 0; j < cl->via.array.size; j++) {
+            char name[32];
+            int c;
+            if (mstr(&cl->via.array.ptr[j], name, sizeof(name)) &&
+                (c = rrpc_class_from_name(name)) >= 0)
+                out->class_mask |= 1u << c;
+        }
+    }
+    return 0;
+}
+
+static bool ticket_ok(const msgpack_object *t)
+{
+    return t && t->type == MSGPACK_OBJECT_BIN && t->via.bin.size > 0 &&
+           t->via.bin.size <= RRPC_TICKET_MAX_LEN;
+}
+
+static bool endpoints_ok(const msgpack_object *eps)
+{
+    return eps && eps->type == MSGPACK_OBJECT_ARRAY && eps->via.array.size > 0 &&
+           eps->via.array.size <= 64;
+}
+
+/*
+ * The answer of lookup: "instances" (each with its endpoints and ticket), or
+ * from an rrpcd that knows none, "endpoints" and "ticket" as one instance
+ * without an id.
+ */
+static int parse_lookup(struct rrpc_broker *b, const char *service, const msgpack_object *m,
+                        rrpc_service_info *info)
+{
+    const msgpack_object *eps = rrpci_mp_get(m, "endpoints");
+    const msgpack_object *t = rrpci_mp_get(m, "ticket");
+    const msgpack_object *exp = rrpci_mp_get(m, "expiry_ms");
+    const msgpack_object *ins = rrpci_mp_get(m, "instances");
+    if (!exp || exp->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+        (ins && (ins->type != MSGPACK_OBJECT_ARRAY || ins->via.array.size == 0 ||
+                 ins->via.array.size > 65536)) ||
+        (!ins && (!endpoints_ok(eps) || !ticket_ok(t))))
+        return fail(b, -EPROTO, "rrpcd's answer to lookup '%s' is malformed", service);
+    size_t n_ins = ins ? ins->via.array.size : 1, n_eps = 0;
+    for (size_t k = 0; k < n_ins; k++) {
+        const msgpack_object *in = ins ? &ins->via.array.ptr[k] : NULL;
+        const msgpack_object *e = in ? rrpci_mp_get(in, "endpoints") : eps;
+        const msgpack_object *id = in ? rrpci_mp_get(in, "instance") : NULL;
+        if (!endpoints_ok(e) || (in && !ticket_ok(rrpci_mp_get(in, "ticket"))) ||
+            (id && (id->type != MSGPACK_OBJECT_BIN ||
+                    id->via.bin.size != RRPC_TICKET_INSTANCE_LEN)))
+            return fail(b, -EPROTO, "rrpcd's answer to lookup '%s': instance %zu is malformed",
+                        service, k);
+        n_eps += e->via.array.size;
+    }
+    info->instances = calloc(n_ins, sizeof(*info->instances));
+    info->endpoints = calloc(n_eps, sizeof(*info->endpoints));
+    if (!info->instances || !info->endpoints)
+        return -ENOMEM;
+    for (size_t k = 0; k < n_ins; k++) {
+        const msgpack_object *in = ins ? &ins->via.array.ptr[k] : NULL;
+        const msgpack_object *id = in ? rrpci_mp_get(in, "instance") : NULL;
+        const msgpack_object *tk = in ? rrpci_mp_get(in, "ticket") : t;
+        rrpc_service_instance *out = &info->instances[info->n_instances++];
+        if (id)
+            memcpy(out->id, id->via.bin.ptr, RRPC_TICKET_INSTANCE_LEN);
+        memcpy(out->ticket, tk->via.bin.ptr, tk->via.bin.size);
+        out->ticket_len = tk->via.bin.size;
+        int r = add_endpoints(b, service, in ? rrpci_mp_get(in, "endpoints") : eps, k, info);
+        if (r)
+            return r;
+    }
+    memcpy(info->ticket, info->instances[0].ticket, info->instances[0].ticket_len);
+    info->ticket_len = info->instances[0].ticket_len;
+    info->ticket_expiry_ms = (int64_t)exp->via.u64;
+    return 0;
 }
 
 RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
@@ -958,50 +1073,10 @@ RRPC_API int rrpc_broker_lookup(rrpc_broker *b, const char *service,
     pthread_mutex_unlock(&b->io);
     req_free(&q);
     rrpc_service_info *info = NULL;
-    if (r)
-        goto out;
-    const msgpack_object *eps = rrpci_mp_get(&u.u.data, "endpoints");
-    const msgpack_object *t = rrpci_mp_get(&u.u.data, "ticket");
-    const msgpack_object *exp = rrpci_mp_get(&u.u.data, "expiry_ms");
-    if (!eps || eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
-        eps->via.array.size > 4096 || !t || t->type != MSGPACK_OBJECT_BIN ||
-        t->via.bin.size == 0 || t->via.bin.size > RRPC_TICKET_MAX_LEN || !exp ||
-        (exp->type != MSGPACK_OBJECT_POSITIVE_INTEGER)) {
-        r = fail(b, -EPROTO, "rrpcd's answer to lookup '%s' is malformed", service);
-        goto out;
+    if (!r) {
+        info = calloc(1, sizeof(*info));
+        r = info ? parse_lookup(b, service, &u.u.data, info) : -ENOMEM;
     }
-    info = calloc(1, sizeof(*info));
-    if (!info || !(info->endpoints = calloc(eps->via.array.size, sizeof(*info->endpoints)))) {
-        r = -ENOMEM;
-        goto out;
-    }
-    for (uint32_t i = 0; i < eps->via.array.size; i++) {
-        const msgpack_object *e = &eps->via.array.ptr[i];
-        char tr[8], host[HOST_MAX];
-        uint64_t port;
-        const msgpack_object *cl = rrpci_mp_get(e, "classes");
-        if (!mstr(rrpci_mp_get(e, "transport"), tr, sizeof(tr)) ||
-            !mstr(rrpci_mp_get(e, "host"), host, sizeof(host)) || !rrpci_mp_uint(rrpci_mp_get(e, "port"), &port) ||
-            port == 0 || port > 65535 || !cl || cl->type != MSGPACK_OBJECT_ARRAY) {
-            r = fail(b, -EPROTO, "rrpcd's answer to lookup '%s': endpoint %u is malformed",
-                     service, i);
-            goto out;
-        }
-        rrpc_service_endpoint *out = &info->endpoints[info->n_endpoints++];
-        snprintf(out->uri, sizeof(out->uri), strchr(host, ':') ? "%s://[%s]:%u" : "%s://%s:%u",
-                 tr, host, (unsigned)port);
-        for (uint32_t k = 0; k < cl->via.array.size; k++) {
-            char name[32];
-            int c;
-            if (mstr(&cl->via.array.ptr[k], name, sizeof(name)) &&
-                (c = rrpc_class_from_name(name)) >= 0)
-                out->class_mask |= 1u << c;
-        }
-    }
-    memcpy(info->ticket, t->via.bin.ptr, t->via.bin.size);
-    info->ticket_len = t->via.bin.size;
-    info->ticket_expiry_ms = (int64_t)exp->via.u64;
-out:
     reply_destroy(&u);
     if (r) {
         rrpc_service_info_free(info);
@@ -1011,18 +1086,25 @@ out:
     return 0;
 }
 
-/* A fresh ticket for @service into @info (a server that saw the previous one
- * would refuse it as replayed). */
-static int fresh_ticket(rrpc_broker *b, const char *service, rrpc_service_info *info)
+/* A fresh ticket for the instance @inst of @service (a server that saw the
+ * previous one would refuse it as replayed); -ENOENT when it is gone. */
+static int fresh_ticket(rrpc_broker *b, const char *service, rrpc_service_instance *inst)
 {
     rrpc_service_info *again = NULL;
     int r = rrpc_broker_lookup(b, service, &again);
     if (r)
         return r;
-    memcpy(info->ticket, again->ticket, again->ticket_len);
-    info->ticket_len = again->ticket_len;
+    r = -ENOENT;
+    for (size_t k = 0; k < again->n_instances && r; k++)
+        if (!memcmp(again->instances[k].id, inst->id, sizeof(inst->id))) {
+            memcpy(inst->ticket, again->instances[k].ticket, again->instances[k].ticket_len);
+            inst->ticket_len = again->instances[k].ticket_len;
+            r = 0;
+        }
     rrpc_service_info_free(again);
-    return 0;
+    if (r)
+        fail(b, r, "an instance of '%s' left the broker meanwhile", service);
+    return r;
 }
 
 RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *service,
@@ -1035,17 +1117,31 @@ RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *ser
     int r = rrpc_broker_lookup(b, service, &info);
     if (r)
         return r;
+    bool *presented = calloc(info->n_instances, sizeof(bool));
+    if (!presented) {
+        rrpc_service_info_free(info);
+        return -ENOMEM;
+    }
     for (size_t i = 0; i < info->n_endpoints; i++) {
-        /* Every attempt presents a fresh ticket. */
-        if (i > 0 && (r = fresh_ticket(b, service, info)))
-            break;
-        r = rrpc_connect_ticket(ctx, info->endpoints[i].uri, info->ticket, info->ticket_len,
+        /* Every attempt presents a ticket of the endpoint's instance that no
+         * server has seen yet. */
+        rrpc_service_instance *inst = &info->instances[info->endpoints[i].instance];
+        if (presented[info->endpoints[i].instance]) {
+            r = fresh_ticket(b, service, inst);
+            if (r == -ENOENT)
+                continue; /* that server left; try the next endpoint */
+            if (r)
+                break;
+        }
+        presented[info->endpoints[i].instance] = true;
+        r = rrpc_connect_ticket(ctx, info->endpoints[i].uri, inst->ticket, inst->ticket_len,
                                 timeout_ms, fn, user, ret_conn);
         if (!r)
             break;
         fail(b, r, "connecting to '%s' at %s: %s (%s)", service, info->endpoints[i].uri,
              rrpc_strerror(r), rrpc_ctx_last_error(ctx));
     }
+    free(presented);
     rrpc_service_info_free(info);
     return r;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Connection tickets: HMAC-SHA256 under a per-service secret, a replay cache. */
+/* Connection tickets: HMAC-SHA256 under a per-service secret, bound to a
+ * server instance (version 2), a replay cache. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -18,8 +19,10 @@
 #include <roce_rpc/error.h>
 
 #define TICKET_MAGIC "RTKT"
-#define TICKET_VERSION 1
+#define TICKET_V1 1 /* no instance */
+#define TICKET_V2 2 /* bound to a server instance */
 #define TICKET_HDR 32
+#define TICKET_HDR_V2 (TICKET_HDR + RRPC_TICKET_INSTANCE_LEN)
 #define MAC_LEN 32
 /* A nonce is remembered until its ticket's expiry + skew; at most this many. */
 #define REPLAY_MAX 65536
@@ -37,7 +40,8 @@ struct rrpc_ticket_verifier {
     size_t service_len;
     uint8_t secret[RRPC_TICKET_SECRET_LEN];
     uint8_t prev_secret[RRPC_TICKET_SECRET_LEN];
-    bool have_secret, have_prev;
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
+    bool have_secret, have_prev, have_instance;
     int skew_ms;
     size_t n_nonces;
     int64_t next_prune_ms;
@@ -86,19 +90,29 @@ static int mac(const uint8_t key[RRPC_TICKET_SECRET_LEN], const uint8_t *data, s
     return 0;
 }
 
-RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                               const char *principal, const char *service, int64_t expiry_ms,
-                               const uint8_t *nonce, void *buf, size_t buflen, size_t *ret_len)
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    uint8_t x = 0;
+    for (size_t i = 0; i < n; i++)
+        x |= p[i];
+    return x == 0;
+}
+
+/* A version 1 ticket when @instance is NULL, else version 2. */
+static int issue(const uint8_t *secret, const char *principal, const char *service,
+                 const uint8_t *instance, int64_t expiry_ms, const uint8_t *nonce, void *buf,
+                 size_t buflen, size_t *ret_len)
 {
     size_t pl, sl;
     if (!secret || !buf || !ret_len || name_ok(principal, &pl) || name_ok(service, &sl))
         return -EINVAL;
-    size_t total = TICKET_HDR + pl + sl + MAC_LEN;
+    size_t hdr = instance ? TICKET_HDR_V2 : TICKET_HDR;
+    size_t total = hdr + pl + sl + MAC_LEN;
     if (buflen < total)
         return -ENOSPC;
     uint8_t *p = buf;
     memcpy(p, TICKET_MAGIC, 4);
-    p[4] = TICKET_VERSION;
+    p[4] = instance ? TICKET_V2 : TICKET_V1;
     p[5] = (uint8_t)pl;
     p[6] = (uint8_t)sl;
     p[7] = 0;
@@ -107,26 +121,50 @@ RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
         memcpy(p + 16, nonce, RRPC_TICKET_NONCE_LEN);
     else if (RAND_bytes(p + 16, RRPC_TICKET_NONCE_LEN) != 1)
         return -EIO;
-    memcpy(p + TICKET_HDR, principal, pl);
-    memcpy(p + TICKET_HDR + pl, service, sl);
-    int r = mac(secret, p, TICKET_HDR + pl + sl, p + TICKET_HDR + pl + sl);
+    if (instance)
+        memcpy(p + TICKET_HDR, instance, RRPC_TICKET_INSTANCE_LEN);
+    memcpy(p + hdr, principal, pl);
+    memcpy(p + hdr + pl, service, sl);
+    int r = mac(secret, p, hdr + pl + sl, p + hdr + pl + sl);
     if (r)
         return r;
     *ret_len = total;
     return 0;
 }
 
-/* Checks the layout; returns the principal and service lengths. */
-static int parse(const uint8_t *p, size_t len, size_t *ret_pl, size_t *ret_sl)
+RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
+                               const char *principal, const char *service, int64_t expiry_ms,
+                               const uint8_t *nonce, void *buf, size_t buflen, size_t *ret_len)
+{
+    return issue(secret, principal, service, NULL, expiry_ms, nonce, buf, buflen, ret_len);
+}
+
+RRPC_API int rrpc_ticket_issue_instance(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
+                                        const char *principal, const char *service,
+                                        const uint8_t instance[RRPC_TICKET_INSTANCE_LEN],
+                                        int64_t expiry_ms, const uint8_t *nonce, void *buf,
+                                        size_t buflen, size_t *ret_len)
+{
+    if (!instance || all_zero(instance, RRPC_TICKET_INSTANCE_LEN))
+        return -EINVAL;
+    return issue(secret, principal, service, instance, expiry_ms, nonce, buf, buflen, ret_len);
+}
+
+/* Checks the layout; returns the header, principal and service lengths. */
+static int parse(const uint8_t *p, size_t len, size_t *ret_hdr, size_t *ret_pl, size_t *ret_sl)
 {
     if (!p || len < TICKET_HDR + 2 + MAC_LEN || memcmp(p, TICKET_MAGIC, 4) != 0 ||
-        p[4] != TICKET_VERSION || p[5] == 0 || p[6] == 0 || p[7] != 0)
+        (p[4] != TICKET_V1 && p[4] != TICKET_V2) || p[5] == 0 || p[6] == 0 || p[7] != 0)
         return RRPC_E_PROTO;
+    size_t hdr = p[4] == TICKET_V2 ? TICKET_HDR_V2 : TICKET_HDR;
     size_t pl = p[5], sl = p[6];
-    if (len != TICKET_HDR + pl + sl + MAC_LEN)
+    if (len != hdr + pl + sl + MAC_LEN)
         return RRPC_E_PROTO;
-    if (memchr(p + TICKET_HDR, 0, pl + sl))
+    if (memchr(p + hdr, 0, pl + sl))
         return RRPC_E_PROTO;
+    if (hdr == TICKET_HDR_V2 && all_zero(p + TICKET_HDR, RRPC_TICKET_INSTANCE_LEN))
+        return RRPC_E_PROTO;
+    *ret_hdr = hdr;
     *ret_pl = pl;
     *ret_sl = sl;
     return 0;
@@ -136,20 +174,35 @@ RRPC_API int rrpc_ticket_peek(const void *ticket, size_t len, char *principal, c
                               int64_t *ret_expiry_ms)
 {
     const uint8_t *p = ticket;
-    size_t pl, sl;
-    int r = parse(p, len, &pl, &sl);
+    size_t hdr, pl, sl;
+    int r = parse(p, len, &hdr, &pl, &sl);
     if (r)
         return r;
     if (principal) {
-        memcpy(principal, p + TICKET_HDR, pl);
+        memcpy(principal, p + hdr, pl);
         principal[pl] = 0;
     }
     if (service) {
-        memcpy(service, p + TICKET_HDR + pl, sl);
+        memcpy(service, p + hdr + pl, sl);
         service[sl] = 0;
     }
     if (ret_expiry_ms)
         *ret_expiry_ms = (int64_t)get_le64(p + 8);
+    return 0;
+}
+
+RRPC_API int rrpc_ticket_peek_instance(const void *ticket, size_t len,
+                                       uint8_t instance[RRPC_TICKET_INSTANCE_LEN])
+{
+    const uint8_t *p = ticket;
+    size_t hdr, pl, sl;
+    int r = parse(p, len, &hdr, &pl, &sl);
+    if (r)
+        return r;
+    if (hdr != TICKET_HDR_V2)
+        return -ENOENT;
+    if (instance)
+        memcpy(instance, p + TICKET_HDR, RRPC_TICKET_INSTANCE_LEN);
     return 0;
 }
 
@@ -190,6 +243,18 @@ RRPC_API void rrpc_ticket_verifier_set_secret(rrpc_ticket_verifier *v,
         memcpy(v->secret, secret, RRPC_TICKET_SECRET_LEN);
     }
     pthread_mutex_unlock(&v->lock);
+}
+
+RRPC_API int rrpc_ticket_verifier_set_instance(rrpc_ticket_verifier *v,
+                                               const uint8_t instance[RRPC_TICKET_INSTANCE_LEN])
+{
+    if (!v || !instance || all_zero(instance, RRPC_TICKET_INSTANCE_LEN))
+        return -EINVAL;
+    pthread_mutex_lock(&v->lock);
+    memcpy(v->instance, instance, RRPC_TICKET_INSTANCE_LEN);
+    v->have_instance = true;
+    pthread_mutex_unlock(&v->lock);
+    return 0;
 }
 
 static unsigned bucket_of(const uint8_t *nonce)
@@ -237,13 +302,13 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
     if (!ticket || len == 0)
         return refuse(why, whylen, "no ticket");
     const uint8_t *p = ticket;
-    size_t pl, sl;
-    if (parse(p, len, &pl, &sl))
+    size_t hdr, pl, sl;
+    if (parse(p, len, &hdr, &pl, &sl))
         return refuse(why, whylen, "malformed ticket (%zu bytes)", len);
     if (now == 0)
         now = now_ms();
 
-    size_t body = TICKET_HDR + pl + sl;
+    size_t body = hdr + pl + sl;
     uint8_t want[MAC_LEN];
     int r = 0;
     pthread_mutex_lock(&v->lock);
@@ -261,9 +326,27 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
         r = refuse(why, whylen, "bad ticket signature (forged, or signed for another service)");
         goto out;
     }
-    if (sl != v->service_len || memcmp(p + TICKET_HDR + pl, v->service, sl) != 0) {
+    if (sl != v->service_len || memcmp(p + hdr + pl, v->service, sl) != 0) {
         r = refuse(why, whylen, "ticket is for service '%.*s', this is '%s'", (int)sl,
-                   (const char *)p + TICKET_HDR + pl, v->service);
+                   (const char *)p + hdr + pl, v->service);
+        goto out;
+    }
+    /* The instances of a service share its secret, and a restarted server
+     * has an empty replay cache: only the instance id in the ticket keeps it
+     * from being used once per instance, or once per run. */
+    bool bound = hdr == TICKET_HDR_V2;
+    if (bound != v->have_instance ||
+        (bound && CRYPTO_memcmp(p + TICKET_HDR, v->instance, RRPC_TICKET_INSTANCE_LEN) != 0)) {
+        r = refuse(why, whylen, bound ? (v->have_instance
+                                             ? "ticket is for another instance of service '%s' "
+                                               "(another server, or this one before a restart); "
+                                               "look the service up again for a fresh ticket"
+                                             : "ticket is bound to a server instance, and this "
+                                               "verifier of '%s' has none")
+                                      : "ticket is bound to no server instance, and this "
+                                        "server of '%s' accepts only its own (a broker too "
+                                        "old, or a ticket not from rrpcd)",
+                   v->service);
         goto out;
     }
     int64_t expiry = (int64_t)get_le64(p + 8);
@@ -301,7 +384,7 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
     v->bucket[b] = e;
     v->n_nonces++;
     if (principal) {
-        memcpy(principal, p + TICKET_HDR, pl);
+        memcpy(principal, p + hdr, pl);
         principal[pl] = 0;
     }
 out:

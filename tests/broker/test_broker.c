@@ -475,6 +475,109 @@ static void test_ticket_for_another_service_is_refused(void **state)
     server_stop(&s);
 }
 
+/* The endpoint URI of instance @k in @info. */
+static const char *instance_uri(const rrpc_service_info *info, size_t k)
+{
+    for (size_t i = 0; i < info->n_endpoints; i++)
+        if (info->endpoints[i].instance == k)
+            return info->endpoints[i].uri;
+    fail_msg("instance %zu has no endpoint", k);
+    return NULL;
+}
+
+/*
+ * Two servers of one service share its secret: a ticket used on one is
+ * refused by the other (each lookup gives one ticket per instance), and
+ * each accepts its own.
+ */
+static void test_ticket_used_on_one_instance_is_refused_by_another_instance(void **state)
+{
+    struct server s1, s2;
+    struct client c;
+    server_start(&s1, "kv-store");
+    server_start(&s2, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    assert_int_equal(info->n_instances, 2);
+    assert_int_equal(info->n_endpoints, 2);
+    assert_memory_not_equal(info->instances[0].id, info->instances[1].id,
+                            RRPC_TICKET_INSTANCE_LEN);
+    const rrpc_service_instance *a = &info->instances[0], *b = &info->instances[1];
+    rrpc_conn *conn, *again;
+    assert_int_equal(rrpc_connect_ticket(c.ctx, instance_uri(info, 0), a->ticket, a->ticket_len,
+                                         3000, NULL, NULL, &conn),
+                     0);
+    call_echo(conn, 0);
+    assert_int_equal(rrpc_connect_ticket(c.ctx, instance_uri(info, 1), a->ticket, a->ticket_len,
+                                         3000, NULL, NULL, &again),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "another instance"));
+    assert_int_equal(rrpc_connect_ticket(c.ctx, instance_uri(info, 1), b->ticket, b->ticket_len,
+                                         3000, NULL, NULL, &again),
+                     0);
+    call_echo(again, 0);
+    assert_int_equal(s1.calls, 1); /* one call on each */
+    assert_int_equal(s2.calls, 1);
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&s2);
+    server_stop(&s1);
+}
+
+/*
+ * A server restarted while the service stays registered (another instance
+ * keeps its secret alive) has a new instance id and an empty replay cache:
+ * a ticket used before the restart is refused after it.
+ */
+static void test_ticket_used_before_a_server_restart_is_refused_after_it(void **state)
+{
+    struct server keep, s;
+    struct client c;
+    server_start(&keep, "kv-store");
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", s.port);
+    const rrpc_service_instance *t = NULL;
+    for (size_t i = 0; i < info->n_endpoints; i++)
+        if (!strcmp(info->endpoints[i].uri, uri))
+            t = &info->instances[info->endpoints[i].instance];
+    assert_non_null(t);
+    rrpc_conn *conn;
+    assert_int_equal(rrpc_connect_ticket(c.ctx, uri, t->ticket, t->ticket_len, 3000, NULL, NULL,
+                                         &conn),
+                     0);
+    call_echo(conn, 0);
+    server_stop(&s);
+    server_start(&s, "kv-store"); /* the same server, run again */
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", s.port);
+    assert_int_equal(rrpc_connect_ticket(c.ctx, uri, t->ticket, t->ticket_len, 3000, NULL, NULL,
+                                         &conn),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "another instance"));
+    assert_int_equal(s.calls, 0);
+    rrpc_service_info_free(info);
+    /* Through a fresh lookup it is reachable. */
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    t = NULL;
+    for (size_t i = 0; i < info->n_endpoints; i++)
+        if (!strcmp(info->endpoints[i].uri, uri))
+            t = &info->instances[info->endpoints[i].instance];
+    assert_non_null(t);
+    assert_int_equal(rrpc_connect_ticket(c.ctx, uri, t->ticket, t->ticket_len, 3000, NULL, NULL,
+                                         &conn),
+                     0);
+    call_echo(conn, 0);
+    assert_int_equal(s.calls, 1);
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&s);
+    server_stop(&keep);
+}
+
 static void test_connection_without_ticket_never_reaches_a_handler(void **state)
 {
     struct server s;
@@ -890,6 +993,8 @@ int main(void)
         cmocka_unit_test(test_replayed_ticket_is_refused),
         cmocka_unit_test(test_expired_ticket_is_refused),
         cmocka_unit_test(test_ticket_for_another_service_is_refused),
+        cmocka_unit_test(test_ticket_used_on_one_instance_is_refused_by_another_instance),
+        cmocka_unit_test(test_ticket_used_before_a_server_restart_is_refused_after_it),
         cmocka_unit_test(test_connection_without_ticket_never_reaches_a_handler),
         cmocka_unit_test(test_plaintext_and_garbage_at_the_tls_port_are_dropped),
         cmocka_unit_test(test_giant_length_prefix_is_refused_and_the_connection_closed),

@@ -206,6 +206,116 @@ static void test_msgpack_precheck_refuses_lying_containers(void **state)
     assert_int_equal(rrpci_mp_check(reserved, sizeof(reserved), 8), -1);
 }
 
+static const uint8_t inst_a[RRPC_TICKET_INSTANCE_LEN] = { 0xa1, 0xa2, 0xa3 };
+static const uint8_t inst_b[RRPC_TICKET_INSTANCE_LEN] = { 0xb1, 0xb2, 0xb3 };
+
+static size_t make_for(uint8_t *buf, const uint8_t *instance)
+{
+    size_t len = 0;
+    assert_int_equal(rrpc_ticket_issue_instance(secret, "alice", "kv-store", instance, NOW + 30000,
+                                                NULL, buf, RRPC_TICKET_MAX_LEN, &len),
+                     0);
+    return len;
+}
+
+static rrpc_ticket_verifier *verifier_of(const uint8_t *instance)
+{
+    rrpc_ticket_verifier *v = verifier();
+    assert_int_equal(rrpc_ticket_verifier_set_instance(v, instance), 0);
+    return v;
+}
+
+static void test_ticket_for_an_instance_is_accepted_once_by_that_instance_only(void **state)
+{
+    uint8_t t[RRPC_TICKET_MAX_LEN];
+    size_t len = make_for(t, inst_a);
+    uint8_t got[RRPC_TICKET_INSTANCE_LEN];
+    assert_int_equal(rrpc_ticket_peek_instance(t, len, got), 0);
+    assert_memory_equal(got, inst_a, sizeof(got));
+    char principal[256], service[256], why[256];
+    assert_int_equal(rrpc_ticket_peek(t, len, principal, service, NULL), 0);
+    assert_string_equal(principal, "alice");
+    assert_string_equal(service, "kv-store");
+
+    /* Another instance of the service (same secret, its own replay cache). */
+    rrpc_ticket_verifier *b = verifier_of(inst_b);
+    assert_int_equal(rrpc_ticket_verify(b, t, len, NOW, NULL, why, sizeof(why)), RRPC_E_TICKET);
+    assert_non_null(strstr(why, "another instance"));
+    /* A verifier bound to no instance (one that knows nothing of them). */
+    rrpc_ticket_verifier *none = verifier();
+    assert_int_equal(rrpc_ticket_verify(none, t, len, NOW, NULL, why, sizeof(why)),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(why, "bound to a server instance"));
+    /* Its own instance: once. */
+    rrpc_ticket_verifier *a = verifier_of(inst_a);
+    assert_int_equal(rrpc_ticket_verify(a, t, len, NOW, principal, why, sizeof(why)), 0);
+    assert_string_equal(principal, "alice");
+    assert_int_equal(rrpc_ticket_verify(a, t, len, NOW, NULL, why, sizeof(why)), RRPC_E_TICKET);
+    assert_non_null(strstr(why, "replayed"));
+    rrpc_ticket_verifier_destroy(a);
+    rrpc_ticket_verifier_destroy(b);
+    rrpc_ticket_verifier_destroy(none);
+}
+
+static void test_instance_verifier_refuses_tickets_bound_to_no_instance(void **state)
+{
+    uint8_t t[RRPC_TICKET_MAX_LEN];
+    size_t len = make(t, secret, "kv-store", NOW + 30000);
+    assert_int_equal(rrpc_ticket_peek_instance(t, len, NULL), -ENOENT);
+    rrpc_ticket_verifier *a = verifier_of(inst_a);
+    char why[256];
+    assert_int_equal(rrpc_ticket_verify(a, t, len, NOW, NULL, why, sizeof(why)), RRPC_E_TICKET);
+    assert_non_null(strstr(why, "bound to no server instance"));
+    rrpc_ticket_verifier_destroy(a);
+}
+
+static void test_every_flipped_byte_of_an_instance_ticket_makes_it_refused(void **state)
+{
+    uint8_t t[RRPC_TICKET_MAX_LEN];
+    size_t len = make_for(t, inst_a);
+    rrpc_ticket_verifier *v = verifier_of(inst_a);
+    for (size_t i = 0; i < len; i++) {
+        uint8_t f[RRPC_TICKET_MAX_LEN];
+        memcpy(f, t, len);
+        f[i] ^= 0x01;
+        char why[256];
+        assert_int_equal(rrpc_ticket_verify(v, f, len, NOW, NULL, why, sizeof(why)),
+                         RRPC_E_TICKET);
+        assert_true(why[0] != 0);
+    }
+    /* The version byte says 1 but the instance is there: malformed. */
+    uint8_t f[RRPC_TICKET_MAX_LEN];
+    memcpy(f, t, len);
+    f[4] = 1;
+    assert_int_equal(rrpc_ticket_peek(f, len, NULL, NULL, NULL), RRPC_E_PROTO);
+    assert_int_equal(rrpc_ticket_verify(v, t, len, NOW, NULL, NULL, 0), 0);
+    rrpc_ticket_verifier_destroy(v);
+}
+
+static void test_instance_ids_must_not_be_all_zero(void **state)
+{
+    static const uint8_t zero[RRPC_TICKET_INSTANCE_LEN];
+    uint8_t t[RRPC_TICKET_MAX_LEN];
+    size_t len;
+    assert_int_equal(rrpc_ticket_issue_instance(secret, "alice", "kv-store", zero, NOW, NULL, t,
+                                                sizeof(t), &len),
+                     -EINVAL);
+    assert_int_equal(rrpc_ticket_issue_instance(secret, "alice", "kv-store", NULL, NOW, NULL, t,
+                                                sizeof(t), &len),
+                     -EINVAL);
+    rrpc_ticket_verifier *v = verifier();
+    assert_int_equal(rrpc_ticket_verifier_set_instance(v, zero), -EINVAL);
+    rrpc_ticket_verifier_destroy(v);
+    /* The longest ticket fits RRPC_TICKET_MAX_LEN. */
+    char name[256];
+    memset(name, 'n', 255);
+    name[255] = 0;
+    assert_int_equal(rrpc_ticket_issue_instance(secret, name, name, inst_a, NOW, NULL, t,
+                                                sizeof(t), &len),
+                     0);
+    assert_int_equal(len, RRPC_TICKET_MAX_LEN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +330,10 @@ int main(void)
         cmocka_unit_test(test_previous_secret_stays_valid_after_a_new_one),
         cmocka_unit_test(test_many_tickets_fill_and_drain_the_replay_cache),
         cmocka_unit_test(test_msgpack_precheck_refuses_lying_containers),
+        cmocka_unit_test(test_ticket_for_an_instance_is_accepted_once_by_that_instance_only),
+        cmocka_unit_test(test_instance_verifier_refuses_tickets_bound_to_no_instance),
+        cmocka_unit_test(test_every_flipped_byte_of_an_instance_ticket_makes_it_refused),
+        cmocka_unit_test(test_instance_ids_must_not_be_all_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,737 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What a peer of rrpcd can make it hold (issue #13): anonymous sessions
+ * (TLS up, no hello) against max_connections, max_connections_per_source,
+ * auth_timeout_ms and auth_max_frame; lookup answers of services with many
+ * large registrations against the 1 MiB frame limit.  The real rrpcd, one
+ * per test with its own settings, on 127.0.0.1, over real TLS sockets.
+ *
+ * Environment (set by meson): RRPCD = the daemon, MAKE_CERTS = the script.
+ * Signals keep their default dispositions: a SIGPIPE ends the test.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <msgpack.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <roce_rpc/broker.h>
+#include <roce_rpc/rrpc.h>
+
+#include "broker/sockbio.h" /* TLS that never raises SIGPIPE */
+
+static char dir[256];
+static pid_t daemon_pid = -1;
+static int daemon_port;
+static char addr[64];
+
+/* ---- the daemon ------------------------------------------------------------ */
+
+static void sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int r = system(cmd);
+    if (r != 0) {
+        fprintf(stderr, "command failed (%d): %s\n", r, cmd);
+        abort();
+    }
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Set by a test that measures rrpcd's RSS: under ASan, freed memory waits in
+ * a quarantine (256 MB by default) and stays resident, so the RSS would say
+ * nothing of what rrpcd holds.  Without ASan the variable is ignored. */
+static bool no_asan_quarantine;
+
+/* Starts rrpcd with the settings of the config file plus @sets ("name=value",
+ * NULL-terminated) and waits until it listens. */
+static void start_daemon(const char *const *sets)
+{
+    char portfile[300], log[300], conf[300];
+    snprintf(portfile, sizeof(portfile), "%s/port", dir);
+    snprintf(log, sizeof(log), "%s/rrpcd.log", dir);
+    snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
+    unlink(portfile);
+    const char *argv[64] = { "rrpcd", "-c", conf };
+    int argc = 3;
+    for (; sets && *sets && argc < 60; sets++) {
+        argv[argc++] = "-s";
+        argv[argc++] = *sets;
+    }
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        if (no_asan_quarantine) {
+            char opts[1024];
+            const char *o = getenv("ASAN_OPTIONS");
+            snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=0", o ? o : "",
+                     o && *o ? ":" : "");
+            setenv("ASAN_OPTIONS", opts, 1);
+        }
+        execv(getenv("RRPCD"), (char *const *)argv);
+        _exit(127);
+    }
+    daemon_pid = pid;
+    for (int i = 0; i < 1000; i++) {
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            int ok = fscanf(f, "%d", &daemon_port) == 1;
+            fclose(f);
+            if (ok) {
+                snprintf(addr, sizeof(addr), "127.0.0.1:%d", daemon_port);
+                return;
+            }
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("rrpcd exited at start (status %d); see %s", st, log);
+        sleep_ms(10);
+    }
+    fail_msg("rrpcd did not start listening; see %s", log);
+}
+
+/* SIGTERM; rrpcd must exit 0 (under ASan: nothing leaked). */
+static void stop_daemon(void)
+{
+    int st = 0;
+    kill(daemon_pid, SIGTERM);
+    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
+    daemon_pid = -1;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("rrpcd did not exit cleanly on SIGTERM (status 0x%x); see %s/rrpcd.log", st,
+                 dir);
+}
+
+/* A field of /proc/PID/status in kB (VmRSS, VmHWM). */
+static long proc_kb(pid_t pid, const char *field)
+{
+    char p[64], line[256];
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    long kb = -1;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, field, fl) && line[fl] == ':')
+            kb = atol(line + fl + 1);
+    fclose(f);
+    assert_true(kb > 0);
+    return kb;
+}
+
+static int group_setup(void **state)
+{
+    signal(SIGPIPE, SIG_DFL);
+    snprintf(dir, sizeof(dir), "/tmp/rrpc-limits-test-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    const char *mk = getenv("MAKE_CERTS");
+    if (!mk || !getenv("RRPCD"))
+        return -1;
+    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f,
+            "listen = 127.0.0.1:0\ncert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "port_file = %s/port\n"
+            "log_level = info\n"
+            "allow = register * kv-server\nallow = lookup * kv-client\n",
+            dir, dir, dir, dir);
+    fclose(f);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    if (daemon_pid > 0)
+        stop_daemon();
+    if (getenv("RRPC_TEST_KEEP"))
+        fprintf(stderr, "kept %s\n", dir);
+    else
+        sh("rm -rf %s", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    if (daemon_pid > 0)
+        stop_daemon();
+    return 0;
+}
+
+/* ---- a raw TLS client ------------------------------------------------------- */
+
+struct raw {
+    SSL_CTX *sctx;
+    SSL *ssl;
+    int fd;
+    char *last; /* the last answer: msgpack-c's objects point into it */
+};
+
+/* A TCP connection to rrpcd from @src (NULL: any), blocking, 5 s timeouts. */
+static int tcp_to_daemon(const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (src) {
+        struct sockaddr_in b = { .sin_family = AF_INET };
+        inet_pton(AF_INET, src, &b.sin_addr);
+        assert_int_equal(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0);
+    }
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)daemon_port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/*
+ * A TLS session with rrpcd as @who (a certificate of the test CA) or
+ * anonymous (@who NULL: no certificate, and no hello follows), from @src.
+ * Returns 0, or -1 when rrpcd ended it during the handshake.
+ */
+static int raw_open(struct raw *t, const char *who, const char *src)
+{
+    char p[300];
+    memset(t, 0, sizeof(*t));
+    t->sctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(t->sctx, TLS1_3_VERSION);
+    snprintf(p, sizeof(p), "%s/ca.crt", dir);
+    assert_int_equal(SSL_CTX_load_verify_locations(t->sctx, p, NULL), 1);
+    SSL_CTX_set_verify(t->sctx, SSL_VERIFY_PEER, NULL);
+    if (who) {
+        snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
+        assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
+        snprintf(p, sizeof(p), "%s/%s.key", dir, who);
+        assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
+    }
+    t->fd = tcp_to_daemon(src);
+    t->ssl = SSL_new(t->sctx);
+    assert_int_equal(rrpci_ssl_set_socket(t->ssl, t->fd), 0);
+    ERR_clear_error();
+    int r = SSL_connect(t->ssl) == 1 ? 0 : -1;
+    /* TLS 1.3: the client is done before the server has read its Finished;
+     * a session closed at accept shows up on the first read. */
+    ERR_clear_error();
+    return r;
+}
+
+static void raw_close(struct raw *t)
+{
+    free(t->last);
+    SSL_free(t->ssl);
+    close(t->fd);
+    SSL_CTX_free(t->sctx);
+    memset(t, 0, sizeof(*t));
+    t->fd = -1;
+}
+
+static int raw_write(struct raw *t, const void *p, size_t len)
+{
+    size_t n = 0;
+    ERR_clear_error();
+    int ok = SSL_write_ex(t->ssl, p, len, &n);
+    ERR_clear_error();
+    return ok && n == len ? 0 : -1;
+}
+
+static int raw_read_all(struct raw *t, void *p, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        size_t n = 0;
+        ERR_clear_error();
+        if (!SSL_read_ex(t->ssl, (char *)p + got, len - got, &n)) {
+            ERR_clear_error();
+            return -1;
+        }
+        got += n;
+    }
+    return 0;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static const msgpack_object *mget(const msgpack_object *m, const char *key)
+{
+    for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
+            !memcmp(k->via.str.ptr, key, k->via.str.size))
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* Sends the request in @sb and reads the answer into @u: 0, or -1 when the
+ * session ended.  Fills *ret_len with the answer's frame length. */
+static int raw_rpc(struct raw *t, msgpack_sbuffer *sb, msgpack_unpacked *u, size_t *ret_len)
+{
+    uint8_t hdr[4] = { (uint8_t)sb->size, (uint8_t)(sb->size >> 8), (uint8_t)(sb->size >> 16),
+                       (uint8_t)(sb->size >> 24) };
+    if (raw_write(t, hdr, 4) || raw_write(t, sb->data, sb->size) || raw_read_all(t, hdr, 4))
+        return -1;
+    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    if (ret_len)
+        *ret_len = len;
+    assert_true(len > 0 && len <= (1u << 20));
+    char *buf = malloc(len);
+    if (raw_read_all(t, buf, len)) {
+        free(buf);
+        return -1;
+    }
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+    free(t->last);
+    t->last = buf;
+    return 0;
+}
+
+static void req_begin(msgpack_sbuffer *sb, msgpack_packer *pk, const char *op, int id, int n)
+{
+    msgpack_sbuffer_clear(sb);
+    msgpack_pack_map(pk, 3 + (uint32_t)n);
+    pk_str(pk, "v");
+    msgpack_pack_uint8(pk, 1);
+    pk_str(pk, "id");
+    msgpack_pack_uint32(pk, (uint32_t)id);
+    pk_str(pk, "op");
+    pk_str(pk, op);
+}
+
+static bool answer_ok(msgpack_unpacked *u)
+{
+    const msgpack_object *ok = mget(&u->data, "ok");
+    return ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
+}
+
+/* hello: 0 when rrpcd answered ok, -1 when the session ended. */
+static int raw_hello(struct raw *t)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    req_begin(&sb, &pk, "hello", 1, 0);
+    int r = raw_rpc(t, &sb, &u, NULL);
+    if (!r)
+        assert_true(answer_ok(&u));
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+/* lookup @service: 0 with the answer in @u (ok or not), -1 when the session ended. */
+static int raw_lookup(struct raw *t, const char *service, msgpack_unpacked *u, size_t *ret_len)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    req_begin(&sb, &pk, "lookup", 2, 1);
+    pk_str(&pk, "service");
+    pk_str(&pk, service);
+    int r = raw_rpc(t, &sb, u, ret_len);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+/* True when rrpcd has ended the TCP connection @fd (FIN or reset) within 5 s. */
+static bool ended_by_daemon(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+    return poll(&p, 1, 5000) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static bool ended_now(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* ---- anonymous sessions ----------------------------------------------------- */
+
+#define TRICKLE_CAP 16
+
+/*
+ * max_connections sessions, one authenticated, the rest anonymous and
+ * trickling a byte of a frame every 100 ms: a client still gets in (an
+ * anonymous session is evicted for it), the authenticated session stays,
+ * and every anonymous one is closed by auth_timeout_ms, which the bytes
+ * they send do not extend.
+ */
+static void test_trickling_anonymous_sessions_do_not_lock_out_clients(void **state)
+{
+    const char *sets[] = { "max_connections=16", "auth_timeout_ms=1000", NULL };
+    start_daemon(sets);
+    struct raw authed;
+    assert_int_equal(raw_open(&authed, "kv-client", NULL), 0);
+    assert_int_equal(raw_hello(&authed), 0);
+
+    struct raw anon[TRICKLE_CAP - 1];
+    for (int i = 0; i < TRICKLE_CAP - 1; i++) {
+        assert_int_equal(raw_open(&anon[i], NULL, NULL), 0);
+        static const uint8_t hdr[4] = { 100, 0, 0, 0 }; /* a 100-byte frame, slowly */
+        assert_int_equal(raw_write(&anon[i], hdr, 4), 0);
+    }
+
+    /* Every slot is taken; a client comes. */
+    rrpc_broker *b = NULL;
+    char ca[300];
+    char cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/kv-client.crt", dir);
+    snprintf(key, sizeof(key), "%s/kv-client.key", dir);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 3000 };
+    int r = rrpc_broker_open(addr, &o, &b);
+    if (r)
+        fail_msg("a client could not get in: %s", rrpc_broker_last_error(NULL));
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "nothing-registered", &info), -ENOENT);
+
+    /* Trickle for up to 4 s (four auth timeouts): each must be ended. */
+    int ended = 0;
+    bool gone[TRICKLE_CAP - 1] = { false };
+    int64_t until = now_ms() + 4000;
+    while (ended < TRICKLE_CAP - 1 && now_ms() < until) {
+        for (int i = 0; i < TRICKLE_CAP - 1; i++) {
+            if (gone[i])
+                continue;
+            if (ended_now(anon[i].fd)) {
+                gone[i] = true;
+                ended++;
+                continue;
+            }
+            raw_write(&anon[i], "x", 1);
+        }
+        sleep_ms(100);
+    }
+    assert_int_equal(ended, TRICKLE_CAP - 1);
+
+    /* The authenticated sessions were never pushed out. */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(raw_lookup(&authed, "nothing-registered", &u, NULL), 0);
+    msgpack_unpacked_destroy(&u);
+    assert_int_equal(rrpc_broker_lookup(b, "nothing-registered", &info), -ENOENT);
+
+    for (int i = 0; i < TRICKLE_CAP - 1; i++)
+        raw_close(&anon[i]);
+    raw_close(&authed);
+    rrpc_broker_close(b);
+}
+
+/* At max_connections with every session authenticated, a new one is the one
+ * refused: anonymous sessions never push out authenticated ones. */
+static void test_authenticated_sessions_are_never_evicted_for_anonymous_ones(void **state)
+{
+    const char *sets[] = { "max_connections=4", NULL };
+    start_daemon(sets);
+    struct raw s[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(raw_hello(&s[i]), 0);
+    }
+    struct raw anon;
+    raw_open(&anon, NULL, NULL);
+    assert_true(ended_by_daemon(anon.fd));
+    raw_close(&anon);
+    for (int i = 0; i < 4; i++) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        assert_int_equal(raw_lookup(&s[i], "nothing-registered", &u, NULL), 0);
+        msgpack_unpacked_destroy(&u);
+        raw_close(&s[i]);
+    }
+}
+
+/* One address may hold max_connections_per_source sessions; another address
+ * still gets in. */
+static void test_sessions_beyond_the_per_source_cap_are_refused(void **state)
+{
+    const char *sets[] = { "max_connections_per_source=4", NULL };
+    start_daemon(sets);
+    struct raw s[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(raw_open(&s[i], NULL, "127.0.0.1"), 0);
+    struct raw fifth;
+    raw_open(&fifth, NULL, "127.0.0.1");
+    assert_true(ended_by_daemon(fifth.fd));
+    raw_close(&fifth);
+    for (int i = 0; i < 4; i++)
+        assert_false(ended_now(s[i].fd));
+
+    struct raw other; /* another source address on the loopback */
+    assert_int_equal(raw_open(&other, "kv-client", "127.0.0.2"), 0);
+    assert_int_equal(raw_hello(&other), 0);
+    raw_close(&other);
+
+    /* A slot of the first address frees when one of its sessions ends. */
+    raw_close(&s[0]);
+    sleep_ms(100);
+    assert_int_equal(raw_open(&s[0], "kv-client", "127.0.0.1"), 0);
+    assert_int_equal(raw_hello(&s[0]), 0);
+    for (int i = 0; i < 4; i++)
+        raw_close(&s[i]);
+}
+
+#define ANON_SESSIONS 200
+
+/*
+ * 200 anonymous sessions each announce a 1 MiB frame and send it: rrpcd
+ * refuses the announcement (auth_max_frame) instead of buffering, so its
+ * peak RSS grows by less than 20 MB (it grew by about 200 MB).
+ */
+static void test_anonymous_sessions_hold_no_large_buffers(void **state)
+{
+    const char *sets[] = { "max_connections=1000", "max_connections_per_source=1000", NULL };
+    no_asan_quarantine = true;
+    start_daemon(sets);
+    no_asan_quarantine = false;
+    struct raw warm; /* one session first, so TLS's one-time allocations are in the base */
+    assert_int_equal(raw_open(&warm, "kv-client", NULL), 0);
+    assert_int_equal(raw_hello(&warm), 0);
+    long base = proc_kb(daemon_pid, "VmHWM");
+
+    static struct raw s[ANON_SESSIONS];
+    const size_t len = 1u << 20;
+    uint8_t *body = calloc(1, len);
+    assert_non_null(body);
+    for (int i = 0; i < ANON_SESSIONS; i++) {
+        assert_int_equal(raw_open(&s[i], NULL, NULL), 0);
+        uint8_t hdr[4] = { 0, 0, 0x10, 0 }; /* 1 MiB */
+        if (raw_write(&s[i], hdr, 4) == 0)
+            raw_write(&s[i], body, len - 1); /* all but the last byte; fails once refused */
+    }
+    /* Each session ends its sending; rrpcd reads what is left and closes. */
+    for (int i = 0; i < ANON_SESSIONS; i++)
+        shutdown(s[i].fd, SHUT_WR);
+    for (int i = 0; i < ANON_SESSIONS; i++) {
+        assert_true(ended_by_daemon(s[i].fd));
+        raw_close(&s[i]);
+    }
+    free(body);
+    long peak = proc_kb(daemon_pid, "VmHWM");
+    print_message("rrpcd peak RSS: %ld kB before, %ld kB after %d anonymous sessions\n", base,
+                  peak, ANON_SESSIONS);
+    if (peak - base > 20 * 1024)
+        fail_msg("rrpcd's peak RSS grew by %ld kB with %d anonymous sessions (bound 20 MB)",
+                 peak - base, ANON_SESSIONS);
+    /* Authenticated sessions still may send large frames. */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    char big[60000];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = 0;
+    assert_int_equal(raw_lookup(&warm, big, &u, NULL), 0); /* bad_request: name too long */
+    assert_false(answer_ok(&u));
+    msgpack_unpacked_destroy(&u);
+    raw_close(&warm);
+}
+
+/* ---- lookup answers --------------------------------------------------------- */
+
+/*
+ * register @service with @n_eps endpoints whose host names are @hostlen
+ * bytes, through the authenticated session @t.  Returns 0, or -1 with the
+ * error code in @err (and the message logged).
+ */
+static int raw_register_big(struct raw *t, const char *service, int n_eps, int hostlen,
+                            char *err, size_t errlen)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    char host[256];
+    memset(host, 'h', (size_t)hostlen);
+    host[hostlen] = 0;
+    req_begin(&sb, &pk, "register", 3, 3);
+    pk_str(&pk, "service");
+    pk_str(&pk, service);
+    pk_str(&pk, "endpoints");
+    msgpack_pack_array(&pk, (uint32_t)n_eps);
+    for (int i = 0; i < n_eps; i++) {
+        msgpack_pack_map(&pk, 3);
+        pk_str(&pk, "transport");
+        pk_str(&pk, "rdma");
+        pk_str(&pk, "host");
+        pk_str(&pk, host);
+        pk_str(&pk, "port");
+        msgpack_pack_uint16(&pk, (uint16_t)(10000 + i));
+    }
+    pk_str(&pk, "classes");
+    msgpack_pack_array(&pk, 0);
+    assert_int_equal(raw_rpc(t, &sb, &u, NULL), 0);
+    int r = 0;
+    if (!answer_ok(&u)) {
+        const msgpack_object *e = mget(&u.data, "err"), *m = mget(&u.data, "msg");
+        assert_non_null(e);
+        assert_non_null(m);
+        snprintf(err, errlen, "%.*s", (int)e->via.str.size, e->via.str.ptr);
+        print_message("register refused: %.*s: %.*s\n", (int)e->via.str.size, e->via.str.ptr,
+                      (int)m->via.str.size, m->via.str.ptr);
+        r = -1;
+    }
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+/*
+ * A service with many registrations of 64 endpoints with 255-byte host
+ * names: rrpcd refuses the registration that would make its lookup answer
+ * exceed the 1 MiB frame limit (error "limit"), and every lookup of it still
+ * works, by a raw session and by the library.  (rrpcd answered 4.6 MB, which
+ * every client refused.)
+ */
+static void test_lookup_answers_of_a_service_with_many_large_registrations_fit_a_frame(
+    void **state)
+{
+    const char *sets[] = { "max_instances_per_service=1000", NULL };
+    start_daemon(sets);
+    struct raw srv;
+    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&srv), 0);
+    char err[64] = "";
+    int n = 0;
+    while (n < 80 && raw_register_big(&srv, "big", 64, 255, err, sizeof(err)) == 0)
+        n++;
+    print_message("%d registrations of 64 endpoints accepted\n", n);
+    assert_true(n >= 10);
+    assert_true(n < 80);
+    assert_string_equal(err, "limit");
+
+    struct raw cli;
+    assert_int_equal(raw_open(&cli, "kv-client", NULL), 0);
+    assert_int_equal(raw_hello(&cli), 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t len = 0;
+    assert_int_equal(raw_lookup(&cli, "big", &u, &len), 0); /* the frame is <= 1 MiB */
+    assert_true(answer_ok(&u));
+    const msgpack_object *ins = mget(&u.data, "instances");
+    assert_non_null(ins);
+    assert_int_equal(ins->via.array.size, n);
+    msgpack_unpacked_destroy(&u);
+    print_message("lookup answer: %zu bytes\n", len);
+
+    rrpc_broker *b;
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/kv-client.crt", dir);
+    snprintf(key, sizeof(key), "%s/kv-client.key", dir);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 3000 };
+    assert_int_equal(rrpc_broker_open(addr, &o, &b), 0);
+    rrpc_service_info *info;
+    int r = rrpc_broker_lookup(b, "big", &info);
+    if (r)
+        fail_msg("lookup: %s", rrpc_broker_last_error(b));
+    assert_int_equal(info->n_instances, n);
+    assert_int_equal(info->n_endpoints, 64 * n);
+    rrpc_service_info_free(info);
+    rrpc_broker_close(b);
+    raw_close(&cli);
+    raw_close(&srv);
+}
+
+/* max_instances_per_service and max_endpoints_per_registration refuse at
+ * register time, with -ENOSPC from the library and the setting named. */
+static void test_registrations_beyond_the_instance_and_endpoint_caps_are_refused(void **state)
+{
+    const char *sets[] = { "max_instances_per_service=2", "max_endpoints_per_registration=2",
+                           NULL };
+    start_daemon(sets);
+    struct raw srv;
+    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&srv), 0);
+    char err[64] = "";
+    assert_int_equal(raw_register_big(&srv, "capped", 3, 9, err, sizeof(err)), -1);
+    assert_string_equal(err, "limit");
+    assert_int_equal(raw_register_big(&srv, "capped", 2, 9, err, sizeof(err)), 0);
+    assert_int_equal(raw_register_big(&srv, "capped", 1, 9, err, sizeof(err)), 0);
+
+    rrpc_broker *b;
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/kv-server.crt", dir);
+    snprintf(key, sizeof(key), "%s/kv-server.key", dir);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 3000 };
+    assert_int_equal(rrpc_broker_open(addr, &o, &b), 0);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    const char *uris[] = { "tcp://127.0.0.1:9" };
+    assert_int_equal(rrpc_broker_register(b, ctx, "capped", uris, 1, 0), -ENOSPC);
+    assert_non_null(strstr(rrpc_broker_last_error(b), "max_instances_per_service"));
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+    raw_close(&srv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_trickling_anonymous_sessions_do_not_lock_out_clients,
+                                  teardown),
+        cmocka_unit_test_teardown(test_authenticated_sessions_are_never_evicted_for_anonymous_ones,
+                                  teardown),
+        cmocka_unit_test_teardown(test_sessions_beyond_the_per_source_cap_are_refused, teardown),
+        cmocka_unit_test_teardown(test_anonymous_sessions_hold_no_large_buffers, teardown),
+        cmocka_unit_test_teardown(
+            test_lookup_answers_of_a_service_with_many_large_registrations_fit_a_frame, teardown),
+        cmocka_unit_test_teardown(
+            test_registrations_beyond_the_instance_and_endpoint_caps_are_refused, teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
