@@ -33,7 +33,8 @@
 struct bench_opts g_opts;
 
 static const char usage_text[] =
-    "usage: rrpc-bench local  [options]                 start a server process and run the "
+    "usage: rrpc-bench --version                        print the versions and exit\n"
+    "       rrpc-bench local  [options]                 start a server process and run the "
     "client against it\n"
     "       rrpc-bench server [--host ADDR] [--port P]   serve tcp://ADDR:P, rdma://ADDR:P+1, "
     "raw-tcp ADDR:P+2\n"
@@ -606,6 +607,11 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0)) {
+        printf("rrpc-bench %s, libroce_rpc %s (wire protocol %d)\n", RRPC_VERSION_STRING,
+               rrpc_version(), RRPC_PROTOCOL_VERSION);
+        return 0;
+    }
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

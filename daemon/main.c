@@ -96,7 +96,11 @@ int main(int argc, char **argv)
         case 's': sets[nsets++] = optarg; break;
         case 'k': check = true; break;
         case 'h': usage(stdout); rc = 0; goto out;
-        case 'V': printf("rrpcd %s (control protocol 1)\n", RRPC_VERSION_STRING); rc = 0; goto out;
+        case 'V':
+            printf("rrpcd %s (control protocol 1), libroce_rpc %s\n", RRPC_VERSION_STRING,
+                   rrpc_version());
+            rc = 0;
+            goto out;
         default: usage(stderr); rc = 2; goto out;
         }
     }

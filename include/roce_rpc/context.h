@@ -109,6 +109,13 @@ RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx);
 RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx);
 
 /*
+ * The version of the libroce_rpc that is loaded ("0.1.0"), which can differ
+ * from RRPC_VERSION_STRING, the version of the headers a program was built
+ * with.  A static string.
+ */
+RRPC_API const char *rrpc_version(void);
+
+/*
  * Thread mode: starts the library thread that runs the loop.  Errors:
  * -EBUSY (already started), -errno from pthread_create.
  */

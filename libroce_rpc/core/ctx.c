@@ -566,6 +566,11 @@ RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
     return 0;
 }
 
+RRPC_API const char *rrpc_version(void)
+{
+    return RRPC_VERSION_STRING;
+}
+
 RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
 {
     rrpci_lock(ctx);

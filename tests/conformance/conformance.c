@@ -507,6 +507,11 @@ static void test_a_method_name_outside_1_to_255_bytes_is_refused_before_the_wire
     rrpc_conn_close(c);
 }
 
+static void test_the_loaded_library_reports_the_version_of_its_headers(void **state)
+{
+    assert_string_equal(rrpc_version(), RRPC_VERSION_STRING);
+}
+
 static void test_async_reply_from_another_thread_completes_the_call(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
@@ -1021,6 +1026,7 @@ int main(void)
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
         cmocka_unit_test(test_handler_error_reaches_the_caller_with_code_and_message),
         cmocka_unit_test(test_a_method_name_outside_1_to_255_bytes_is_refused_before_the_wire),
+        cmocka_unit_test(test_the_loaded_library_reports_the_version_of_its_headers),
         cmocka_unit_test(test_async_reply_from_another_thread_completes_the_call),
         cmocka_unit_test(test_calls_from_four_threads_on_one_connection),
         cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),

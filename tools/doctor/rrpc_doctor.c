@@ -1217,6 +1217,7 @@ static void usage(FILE *o)
           "  --server-name NAME   name expected in the broker's certificate (default: HOST)\n"
           "  --timeout MS         connect/handshake timeout (default 3000)\n"
           "  -h, --help           this text\n"
+          "  -V, --version        print the version and exit\n"
           "\n"
           "Exit status: 0 no errors, 1 errors found, 2 bad usage.\n",
           o);
@@ -1235,13 +1236,14 @@ int main(int argc, char **argv)
         {"server-name", required_argument, NULL, O_SNI},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     signal(SIGPIPE, SIG_IGN); /* a broker that resets the TLS session is a finding, not a crash */
     bool json = false, verbose = false;
     struct broker_opts bo = {.timeout_ms = 3000};
     int c;
-    while ((c = getopt_long(argc, argv, "hv", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hvV", lo, NULL)) != -1) {
         switch (c) {
         case O_JSON: json = true; break;
         case 'v': verbose = true; break;
@@ -1261,6 +1263,7 @@ int main(int argc, char **argv)
             break;
         }
         case 'h': usage(stdout); return 0;
+        case 'V': printf("rrpc-doctor %s\n", RRPC_DOCTOR_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }
