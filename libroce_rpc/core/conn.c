@@ -69,14 +69,10 @@ uint64_t rrpci_conn_new_id(rrpc_conn *c)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-static void connect_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void setup_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     rrpc_conn *c = w->data;
-    if (c->closed_by_app)
-        rrpci_conn_down(c, RRPC_E_CLOSED, "closed by the application");
-    else if (c->refused)
-        rrpci_conn_down(c, RRPC_E_TICKET, "the connection's ticket was refused");
-    else if (c->authenticating)
+    if (c->state == RRPCI_AUTHENTICATING)
         rrpci_conn_down(c, RRPC_E_TICKET,
                         c->passive ? "no connection ticket within RRPC_AUTH_TIMEOUT_MS"
                                    : "no answer to our connection ticket in time");
@@ -84,6 +80,57 @@ static void connect_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         rrpci_conn_down(c, -ETIMEDOUT, "the handshake did not finish within RRPC_AUTH_TIMEOUT_MS");
     else
         rrpci_conn_down(c, -ETIMEDOUT, "the connection did not come up in time");
+}
+
+static void close_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    rrpc_conn *c = w->data;
+    if (c->state == RRPCI_REFUSING)
+        rrpci_conn_down(c, RRPC_E_TICKET, "the connection's ticket was refused");
+    else
+        rrpci_conn_down(c, RRPC_E_CLOSED, "closed by the application");
+}
+
+static void ka_start(rrpc_conn *c);
+
+/*
+ * The one place a connection changes state (core/connsm.c has the table):
+ * false, and nothing done, when @ev does not apply now.  Starts and stops
+ * the timers of the states left and entered; what else a state needs (the
+ * UP callback, the transport's release) its callers do.
+ */
+static bool conn_enter(rrpc_conn *c, enum rrpci_conn_event ev)
+{
+    int next = rrpci_conn_next(c->state, ev);
+    if (next < 0)
+        return false;
+    RRPCI_LOG(c->ctx, LOG_DEBUG, "%s connection: %s -> %s", c->ops->name,
+              rrpci_conn_state_name(c->state), rrpci_conn_state_name((enum rrpci_conn_state)next));
+    c->state = (enum rrpci_conn_state)next;
+    switch (c->state) {
+    case RRPCI_AUTHENTICATING: /* the setup deadline goes on */
+    case RRPCI_CONNECTING:
+        break;
+    case RRPCI_UP:
+        rrpci_timer_stop(&c->setup_timer);
+        c->announced = true;
+        ka_start(c);
+        break;
+    case RRPCI_REFUSING: /* the ERROR frame has 50 ms to leave */
+    case RRPCI_CLOSING:  /* the DOWN callback comes from the loop, not the caller */
+        rrpci_timer_stop(&c->setup_timer);
+        rrpci_timer_stop(&c->ka_timer);
+        rrpci_timer_set(&c->close_timer, c->state == RRPCI_REFUSING ? 0.05 : 0, 0);
+        rrpci_timer_start(&c->close_timer);
+        break;
+    case RRPCI_DOWN:
+    case RRPCI_NSTATES_:
+        rrpci_timer_stop(&c->setup_timer);
+        rrpci_timer_stop(&c->close_timer);
+        rrpci_timer_stop(&c->ka_timer);
+        break;
+    }
+    return true;
 }
 
 /* ---- keepalive ---------------------------------------------------------- */
@@ -122,7 +169,7 @@ static void ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         /* One probe at a time: the transports are reliable, and it bounds
          * the exempt frames a peer must have receive buffers for. */
         int r = send_exempt(c, RRPCI_T_KEEPALIVE, 0, NULL, 0);
-        if (r < 0 || c->state != RRPCI_UP) {
+        if (r < 0 || !rrpci_conn_wire_open(c)) {
             if (c->state != RRPCI_DOWN)
                 rrpci_conn_down(c, r, "cannot send a keepalive");
             return;
@@ -163,9 +210,11 @@ static rrpc_conn *conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *op
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
         w[i] = ctx->cls[i].weight;
     rrpci_sched_init(&c->sched, RRPCI_MAX_CLASSES, w);
-    rrpci_timer_init(ctx, &c->connect_timer, connect_timer_cb, timeout_ms / 1000.0, 0);
-    c->connect_timer.w.data = c;
-    rrpci_timer_start(&c->connect_timer);
+    rrpci_timer_init(ctx, &c->setup_timer, setup_timer_cb, timeout_ms / 1000.0, 0);
+    c->setup_timer.w.data = c;
+    rrpci_timer_start(&c->setup_timer);
+    rrpci_timer_init(ctx, &c->close_timer, close_timer_cb, 0, 0);
+    c->close_timer.w.data = c;
     rrpci_timer_init(ctx, &c->ka_timer, ka_timer_cb, 0, 0);
     c->ka_timer.w.data = c;
     rrpci_list_add(&ctx->conns, &c->link);
@@ -302,53 +351,47 @@ static int send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, 
     return rrpci_conn_submit(c, RRPC_CLASS_CONTROL, m);
 }
 
-static void announce(rrpc_conn *c);
+static void announce(rrpc_conn *c, enum rrpci_conn_event ev);
 
 void rrpci_conn_established(rrpc_conn *c)
 {
-    if (c->state != RRPCI_CONNECTING)
+    if (c->wire_up)
         return;
-    c->state = RRPCI_UP;
-    if (c->passive && c->ctx->ticket_fn) {
-        c->authenticating = true; /* the connect timer bounds the wait */
-        return;
-    }
-    if (!c->passive && c->ticket) {
-        c->authenticating = true;
-        int r = send_exempt(c, RRPCI_T_TICKET, 0, c->ticket, c->ticket_len);
-        if (r < 0)
-            rrpci_conn_down(c, r, "cannot send the connection ticket");
+    c->wire_up = true;
+    bool ticket = c->passive ? c->ctx->ticket_fn != NULL : c->ticket != NULL;
+    if (!ticket) {
+        announce(c, RRPCI_EV_WIRE_UP);
         return;
     }
-    announce(c);
+    if (!conn_enter(c, RRPCI_EV_WIRE_UP_TICKET) || c->passive)
+        return; /* closing already; or wait for the peer's ticket */
+    int r = send_exempt(c, RRPCI_T_TICKET, 0, c->ticket, c->ticket_len);
+    if (r < 0)
+        rrpci_conn_down(c, r, "cannot send the connection ticket");
 }
 
-static void announce(rrpc_conn *c)
+/* UP: the application hears of the connection, and what waited is sent. */
+static void announce(rrpc_conn *c, enum rrpci_conn_event ev)
 {
-    rrpci_timer_stop(&c->connect_timer);
-    c->authenticating = false;
-    c->announced = true;
+    if (!conn_enter(c, ev))
+        return;
     RRPCI_LOG(c->ctx, LOG_DEBUG, "%s connection up", c->ops->name);
-    ka_start(c);
     rrpci_conn_ref(c);
     if (c->fn)
         c->fn(c, RRPC_CONN_UP, 0, c->user);
-    if (c->state == RRPCI_UP)
+    if (rrpci_conn_wire_open(c))
         conn_flush(c);
     rrpci_conn_unref(c);
 }
 
 void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
 {
-    if (c->state == RRPCI_DOWN)
-        return;
-    c->state = RRPCI_DOWN;
+    if (!conn_enter(c, RRPCI_EV_DOWN))
+        return; /* down already */
     c->down_reason = reason;
     snprintf(c->down_why, sizeof(c->down_why), "%s", why ? why : rrpc_strerror(reason));
     rrpci_list_del(&c->dirty_link);
     rrpci_conn_ref(c);
-    rrpci_timer_stop(&c->connect_timer);
-    rrpci_timer_stop(&c->ka_timer);
     RRPCI_LOG(c->ctx, reason == RRPC_E_CLOSED ? LOG_DEBUG : LOG_NOTICE,
               "%s connection down: %s (%s)", c->ops->name, why ? why : "", rrpc_err_name(reason));
     c->ops->conn_close(c);
@@ -614,13 +657,7 @@ RRPC_API void rrpc_conn_close(rrpc_conn *c)
         return;
     rrpc_ctx *ctx = c->ctx;
     rrpci_lock(ctx);
-    if (c->state != RRPCI_DOWN && !c->closed_by_app) {
-        /* The DOWN callback comes from the loop, not from this call. */
-        c->closed_by_app = true;
-        rrpci_timer_stop(&c->connect_timer);
-        rrpci_timer_set(&c->connect_timer, 0, 0);
-        rrpci_timer_start(&c->connect_timer);
-    }
+    conn_enter(c, RRPCI_EV_APP_CLOSE); /* DOWN follows from the loop */
     rrpci_conn_release_user(c);
     rrpci_unlock(ctx);
 }
@@ -670,7 +707,7 @@ static size_t head_size(rrpc_conn *c, int cls)
     struct rrpci_msg *m = s->head;
     if (!m || s->blocked)
         return 0;
-    if (!rrpci_type_is_exempt(m->h.type) && (s->credit.tx_avail == 0 || c->authenticating))
+    if (!rrpci_type_is_exempt(m->h.type) && (s->credit.tx_avail == 0 || !c->announced))
         return 0;
     return RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
 }
@@ -704,11 +741,11 @@ static void release_held(rrpc_conn *c)
 
 static void conn_flush(rrpc_conn *c)
 {
-    if (c->state != RRPCI_UP || c->in_flush)
+    if (!rrpci_conn_wire_open(c) || c->in_flush)
         return;
     c->in_flush = true;
     rrpci_conn_ref(c);
-    while (c->state == RRPCI_UP) {
+    while (rrpci_conn_wire_open(c)) {
         size_t heads[RRPCI_MAX_CLASSES];
         for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
             heads[i] = head_size(c, i);
@@ -746,14 +783,14 @@ static void conn_flush(rrpc_conn *c)
         c->answer_bytes -= answer; /* taken: the transport owns @m now */
     }
     c->in_flush = false;
-    if (c->state == RRPCI_UP && !rrpci_conn_backlogged(c))
+    if (rrpci_conn_wire_open(c) && !rrpci_conn_backlogged(c))
         release_held(c);
     rrpci_conn_unref(c);
 }
 
 int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
 {
-    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+    if (!rrpci_conn_takes_frames(c)) {
         rrpci_msg_free(m);
         return RRPC_E_CLOSED;
     }
@@ -802,7 +839,7 @@ void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
     while (!rrpci_list_empty(&ctx->credit_dirty)) {
         rrpc_conn *c = rrpci_container_of(ctx->credit_dirty.next, rrpc_conn, dirty_link);
         rrpci_list_del(&c->dirty_link);
-        for (int i = 0; i < RRPCI_MAX_CLASSES && c->state == RRPCI_UP; i++) {
+        for (int i = 0; i < RRPCI_MAX_CLASSES && rrpci_conn_wire_open(c); i++) {
             if (!rrpci_credit_should_return(&c->cls[i].credit))
                 continue; /* piggybacked meanwhile */
             struct rrpci_msg *m = rrpci_msg_new(0);
@@ -835,23 +872,20 @@ static void refuse(rrpc_conn *c, const char *why)
     RRPCI_LOG(c->ctx, LOG_NOTICE, "connection refused: %s", why);
     rrpci_set_error(c->ctx, RRPC_E_TICKET, "connection refused: %s", why);
     send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, why, strlen(why));
-    c->refused = true;
-    rrpci_timer_stop(&c->connect_timer);
-    rrpci_timer_set(&c->connect_timer, 0.05, 0);
-    rrpci_timer_start(&c->connect_timer);
+    conn_enter(c, RRPCI_EV_TICKET_REFUSED);
 }
 
 /* Frames while the ticket is being checked: nothing but the ticket exchange. */
 static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
-    if (c->refused)
-        return; /* closing; the ERROR frame is on its way */
+    if (c->state != RRPCI_AUTHENTICATING)
+        return; /* refusing or closing: on its way out */
     if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPC_CLASS_CONTROL) {
         char why[256] = "";
         int r = c->ctx->ticket_fn(c->ctx->ticket_user, p, h->len, why, sizeof(why));
         if (r == 0) {
             if (send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0) == 0)
-                announce(c);
+                announce(c, RRPCI_EV_TICKET_OK);
             return;
         }
         if (!why[0])
@@ -860,7 +894,7 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
         return;
     }
     if (!c->passive && h->type == RRPCI_T_TICKET_ACK) {
-        announce(c);
+        announce(c, RRPCI_EV_TICKET_OK);
         return;
     }
     if (!c->passive && h->type == RRPCI_T_ERROR) {
@@ -886,11 +920,11 @@ int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
         return 0; /* bounded by rrpci_hdr_decode; checked in full by rrpci_conn_recv */
     if (c->state == RRPCI_DOWN)
         return RRPC_E_CLOSED;
-    if (c->state != RRPCI_UP || c->authenticating || c->refused) {
+    if (!rrpci_conn_authenticated(c)) {
         /* Before the handshake and the ticket only their own (small,
          * exempt) frames may come: nothing a peer sends is buffered on
          * credit it has not earned yet. */
-        if (c->passive && c->state == RRPCI_UP && !c->refused)
+        if (c->passive && c->state == RRPCI_AUTHENTICATING)
             send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET,
                         "this server requires a connection ticket as the first message",
                         strlen("this server requires a connection ticket as the first message"));
@@ -910,12 +944,12 @@ int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
 
 void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
-    if (c->state != RRPCI_UP)
+    if (!rrpci_conn_wire_open(c))
         return;
     c->last_rx = ev_now(c->ctx->loop);
-    if (h->type == RRPCI_T_KEEPALIVE && (c->authenticating || c->refused))
+    if (h->type == RRPCI_T_KEEPALIVE && !c->announced)
         return; /* the peer is already up; this side starts probing once it is */
-    if (c->authenticating || c->refused) {
+    if (!c->announced) {
         auth_frame(c, cls, h, p);
         return;
     }
@@ -983,7 +1017,7 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         protocol_error(c, RRPC_E_PROTO, "handshake frame on an established connection");
         break;
     }
-    if (c->state == RRPCI_UP) {
+    if (rrpci_conn_wire_open(c)) {
         bool request = h->type == RRPCI_T_REQUEST || h->type == RRPCI_T_OS_READ ||
                        h->type == RRPCI_T_OS_WRITE;
         if (!exempt && request && rrpci_conn_backlogged(c))

@@ -10,6 +10,7 @@
 
 #include <roce_rpc/rrpc.h>
 
+#include "core/connsm.h"
 #include "core/credit.h"
 #include "core/frame.h"
 #include "core/sched.h"
@@ -114,11 +115,6 @@ struct rrpc_listener {
     void *priv;
 };
 
-enum rrpci_conn_state {
-    RRPCI_CONNECTING,
-    RRPCI_UP,
-    RRPCI_DOWN,
-};
 
 struct rrpci_class_state {
     struct rrpci_credit credit;
@@ -133,21 +129,19 @@ struct rrpc_conn {
     struct rrpci_list link;
     struct rrpci_list dirty_link; /* in ctx->credit_dirty when linked */
     int refs;
-    enum rrpci_conn_state state;
+    enum rrpci_conn_state state; /* changed only by conn_enter (conn.c) */
+    bool wire_up;        /* the transport said it is established (a fact, kept) */
+    bool announced;      /* it reached UP: DOWN is owed (a fact, kept) */
     bool passive;        /* accepted from a listener */
     bool has_src;        /* passive: @src holds the peer's address */
     uint8_t src[16];     /* IPv6, or IPv4 mapped: the per-source connection cap */
     bool ticket_acked;   /* passive, no ticket required: the one TICKET was acknowledged */
     size_t answer_bytes; /* RESPONSE / OS_ACK bytes queued here, not yet taken by the transport */
-    bool authenticating; /* transport up, ticket not yet accepted: not announced */
-    bool refused;        /* ticket refused: closing after the ERROR frame goes */
     uint8_t *ticket;     /* active side: presented as the first message */
     size_t ticket_len;
-    bool announced;  /* UP was delivered: DOWN is owed */
     bool user_owned; /* from rrpc_connect: DOWN is owed even before UP, and the
                       * application holds a reference until rrpc_conn_close */
     struct rrpci_list owned_link;
-    bool closed_by_app;
     bool in_flush;
     int down_reason;
     char down_why[256]; /* why it went down, for a caller waiting on another thread */
@@ -158,7 +152,8 @@ struct rrpc_conn {
     struct rrpci_idmap pending;
     struct rrpci_class_state cls[RRPCI_MAX_CLASSES];
     struct rrpci_sched sched;
-    struct rrpci_timer connect_timer;
+    struct rrpci_timer setup_timer; /* CONNECTING, AUTHENTICATING: the deadline */
+    struct rrpci_timer close_timer; /* REFUSING, CLOSING: when it goes DOWN */
     /* Liveness: any received frame refreshes @last_rx; a connection idle for
      * the keepalive interval sends one probe, and goes down when nothing at
      * all arrived within the keepalive timeout. */
@@ -195,6 +190,30 @@ const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 
 /* ---- connections ------------------------------------------------------ */
+/* Named questions about a connection's state, used everywhere instead of
+ * reading fields. */
+/* New calls, one-sided operations and tensors may start on it. */
+static inline bool rrpci_conn_accepts_calls(const rrpc_conn *c)
+{
+    return c->state == RRPCI_CONNECTING || c->state == RRPCI_AUTHENTICATING ||
+           c->state == RRPCI_UP;
+}
+/* Frames may still be queued on it (answers, the refusal's ERROR). */
+static inline bool rrpci_conn_takes_frames(const rrpc_conn *c)
+{
+    return c->state != RRPCI_CLOSING && c->state != RRPCI_DOWN;
+}
+/* The transport carries frames both ways (handshake done, not down). */
+static inline bool rrpci_conn_wire_open(const rrpc_conn *c)
+{
+    return c->wire_up && c->state != RRPCI_DOWN;
+}
+/* The peer is authenticated: data frames pass. */
+static inline bool rrpci_conn_authenticated(const rrpc_conn *c)
+{
+    return c->announced && c->state != RRPCI_DOWN;
+}
+
 /*
  * Queues @m on class @cls (taking a credit unless the type is exempt, in
  * which case it jumps the queue) and runs the scheduler.  Takes @m.

@@ -206,7 +206,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
                                (unsigned long long)remote->len);
     bool notify = opts && opts->notify && !is_read;
     rrpci_lock(ctx);
-    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+    if (!rrpci_conn_accepts_calls(c)) {
         r = rrpci_set_error(ctx, RRPC_E_CLOSED, "%s on a closed connection", what);
         goto out;
     }
@@ -243,7 +243,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
         /* A WRITE frame must fit the target's limit; a READ's answer ours. */
         uint32_t chunk = RRPCI_OS_CHUNK;
         uint32_t limit = is_read ? ctx->cfg.max_msg : c->peer_max_msg;
-        if ((is_read || c->state == RRPCI_UP) && limit - RRPCI_OS_HDR_SIZE < chunk)
+        if ((is_read || c->wire_up) && limit - RRPCI_OS_HDR_SIZE < chunk)
             chunk = limit - RRPCI_OS_HDR_SIZE;
         pd->parts_left = (uint32_t)((len + chunk - 1) / chunk);
         for (size_t off = 0; off < len && r == 0; off += chunk) {
@@ -401,7 +401,7 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
         }
         memcpy((void *)(uintptr_t)oh.addr, p + RRPCI_OS_HDR_SIZE, oh.len);
         os_reply(c, cls, h->id, 0, NULL);
-        if ((h->flags & RRPCI_F_NOTIFY) && c->state == RRPCI_UP)
+        if ((h->flags & RRPCI_F_NOTIFY) && rrpci_conn_wire_open(c))
             rrpci_conn_notify(c, oh.imm);
         return;
     }

@@ -132,7 +132,7 @@ static int respond(rrpc_request *req, int32_t status, const void *data, size_t l
     rrpc_ctx *ctx = c->ctx;
     rrpci_lock(ctx);
     int r;
-    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+    if (!rrpci_conn_takes_frames(c)) {
         r = rrpci_set_error(ctx, RRPC_E_CLOSED,
                             "the connection of this request is closed; the answer is dropped");
     } else if (status == 0 && len > c->peer_max_msg) {
@@ -278,10 +278,10 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     if (r < 0)
         return r;
     rrpci_lock(ctx);
-    uint32_t limit = c->state == RRPCI_UP ? c->peer_max_msg : ctx->cfg.max_msg;
+    uint32_t limit = c->wire_up ? c->peer_max_msg : ctx->cfg.max_msg;
     struct rrpci_pending *pd = NULL;
     struct rrpci_msg *m = NULL;
-    if (c->state == RRPCI_DOWN || c->closed_by_app) {
+    if (!rrpci_conn_accepts_calls(c)) {
         r = rrpci_set_error(ctx, RRPC_E_CLOSED, "call \"%s\" on a closed connection", method);
         goto out;
     }
