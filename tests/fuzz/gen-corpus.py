@@ -365,6 +365,9 @@ core_seed('active-ticket-error', core_rec(CTL, fr(T_ERROR, CTL, b'refused', arg=
           ticket=True, active=True)
 core_seed('active-response', core_rec(LL, req(LL, 'call', b'x'))
           + core_rec(LL, fr(T_RESPONSE, LL, b'y', id_=1)), active=True)
+# The peer grants 1 credit: the second answer waits for the CREDIT frame.
+core_seed('small-grant', core_rec(LL, req(LL, 'echo', b'1', id_=1) + req(LL, 'echo', b'2', id_=2))
+          + core_rec(LL, fr(T_CREDIT, LL, credits=1)), grant=0, big=False)
 core_seed('long-record', bytes([LL | 1 << 2]) + struct.pack('<H', 300)
           + req(LL, 'echo', b'L' * 268))
 
