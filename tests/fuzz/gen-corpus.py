@@ -5,6 +5,8 @@ reproducers are added by hand and never rewritten).  Standard library only:
 it carries its own tiny msgpack encoder.  Run from anywhere:
     python3 tests/fuzz/gen-corpus.py
 """
+import hashlib
+import hmac
 import os
 import struct
 
@@ -155,3 +157,321 @@ broker_seed('bad-version', [{'v': 2, 'id': 1, 'op': 'hello'}])
 broker_seed('not-a-map', [[1, 2, 3]])
 broker_seed('bad-length', [], raw=b'\x00\x00\x00\x00')
 broker_seed('deep', [], raw=struct.pack('<I', 12) + b'\x91' * 12)
+
+
+# ---- the receive side: fuzz_tcp_rx, fuzz_core_rx, fuzz_onesided -----------------
+# (fuzz_core.h: methods, target regions at fixed addresses and keys)
+def method_id(name):
+    """rrpc_method_id: FNV-1a, 64 bits."""
+    h = 0xcbf29ce484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001b3) & (1 << 64) - 1
+    return h
+
+
+T_HELLO, T_JOIN, T_REQUEST, T_RESPONSE, T_CREDIT = 1, 3, 5, 6, 7
+T_OS_WRITE, T_OS_READ, T_OS_ACK, T_ERROR, T_TICKET, T_TICKET_ACK, T_KEEPALIVE = \
+    8, 9, 10, 11, 12, 13, 14
+CTL, LL, BULK, BG = 0, 1, 2, 3
+REGION_BASE = 0x20000000
+RW = (REGION_BASE + 1 * 4096, 0x1000, 4096)      # address, key, length
+RO = (REGION_BASE + 3 * 4096, 0x1001, 4096)
+WO = (REGION_BASE + 5 * 4096, 0x1002, 4096)
+TINY = (REGION_BASE + 8 * 4096 - 1, 0x1003, 1)
+GONE_KEY = 0x1004
+TICKET_OK = b'fuzz-ticket-ok'
+
+
+def fr(typ, cls, payload=b'', id_=0, arg=0, flags=0, credits=0):
+    """A whole frame: header + payload."""
+    return hdr(typ, cls=cls, flags=flags, id_=id_, arg=arg, length=len(payload),
+               credits=credits) + payload
+
+
+def req(cls, method, payload=b'', id_=1, credits=0):
+    return fr(T_REQUEST, cls, payload, id_=id_, arg=method_id(method), credits=credits)
+
+
+def token(addr, key, length, access=3):
+    return struct.pack('<QQQII', addr, length, key, access, 0)
+
+
+def os_req(method_cls, method, tok, local_off, length, remote_off, notify=0, id_=1):
+    """A request to "read"/"write": the server starts a one-sided operation."""
+    return req(method_cls, method, tok + struct.pack('<IIQB', local_off, length, remote_off,
+                                                     notify), id_=id_)
+
+
+# fuzz_tcp_rx: mode byte, then records per socket.
+def rec(ch, data, nopump=False):
+    """Write records of at most 255 bytes: a frame arrives in pieces."""
+    out = b''
+    for i in range(0, len(data), 255):
+        out += bytes([ch | (16 if nopump else 0), len(data[i:i + 255])]) + data[i:i + 255]
+    return out
+
+
+def fill(ch, k, value):
+    return bytes([ch | 4, k, value])
+
+
+JOIN_OP = bytes([8])
+
+
+def shut(ch):
+    return bytes([ch | 12])
+
+
+def tcp_mode(ticket=False, raw=False, grant=3, big=True, rst=False):
+    return bytes([(1 if ticket else 0) | (2 if raw else 0) | grant << 2 | (16 if big else 0)
+                  | (32 if rst else 0)])
+
+
+def tcp_seed(name, body, **mode):
+    write('tcp_rx', name, tcp_mode(**mode) + body)
+
+
+# The same frames for fuzz_core_rx: mode byte, then (class | op << 2) records.
+def core_rec(cls, data):
+    out = b''
+    for i in range(0, len(data), 255):
+        out += bytes([cls, len(data[i:i + 255])]) + data[i:i + 255]
+    return out
+
+
+def core_mode(ticket=False, active=False, grant=3, big=True):
+    return bytes([(1 if ticket else 0) | (2 if active else 0) | grant << 2 | (16 if big else 0)])
+
+
+def core_op(cls, op):
+    return bytes([cls | op << 2])
+
+
+def core_seed(name, body, **mode):
+    write('core_rx', name, core_mode(**mode) + body)
+
+
+OSW = lambda region, off, data, notify=False, id_=1, cls=BULK: fr(  # noqa: E731
+    T_OS_WRITE, cls, os_hdr(region[0] + off, region[1], len(data), 0x77) + data, id_=id_,
+    flags=1 if notify else 0)
+OSR = lambda region, off, n, id_=1, cls=BULK: fr(  # noqa: E731
+    T_OS_READ, cls, os_hdr(region[0] + off, region[1], n), id_=id_)
+
+# Frames both harnesses start from (class, frames).
+RX_CASES = {
+    'echo': [(LL, req(LL, 'echo', b'hello'))],
+    'echo-two': [(LL, req(LL, 'echo', b'a', id_=1) + req(LL, 'echo', b'b', id_=2))],
+    'fail': [(LL, req(LL, 'fail'))],
+    'no-method': [(LL, req(LL, 'nope', b'x'))],
+    'defer': [(BG, req(BG, 'defer', b'later'))],
+    'call-response': [(LL, req(LL, 'call', b'ping')),
+                      (LL, fr(T_RESPONSE, LL, b'pong', id_=1, credits=1))],
+    'call-error-response': [(LL, req(LL, 'call', b'ping')),
+                            (LL, fr(T_RESPONSE, LL, b'no such', id_=1, arg=0xfffffc18))],
+    'read-ack': [(LL, os_req(LL, 'read', token(0x7000, 9, 4096), 0, 16, 8)),
+                 (LL, fr(T_OS_ACK, LL, os_hdr(0x7008, 9, 16) + b'R' * 16, id_=1))],
+    'read-ack-outside': [(LL, os_req(LL, 'read', token(0x7000, 9, 4096), 0, 16, 8)),
+                         (LL, fr(T_OS_ACK, LL, os_hdr(0x7000 + 4090, 9, 16) + b'R' * 16,
+                                 id_=1))],
+    'write-ack': [(LL, os_req(LL, 'write', token(0x7000, 9, 4096), 100, 32, 0, notify=1)),
+                  (LL, fr(T_OS_ACK, LL, id_=1))],
+    'write-ack-error': [(LL, os_req(LL, 'write', token(0x7000, 9, 4096), 0, 8, 0)),
+                        (LL, fr(T_OS_ACK, LL, b'denied', id_=1, arg=0xfffffc13))],
+    'os-write': [(BULK, OSW(RW, 16, b'data'))],
+    'os-write-notify': [(BULK, OSW(RW, 0, b'x' * 64, notify=True))],
+    'os-write-tiny': [(BULK, OSW(TINY, 0, b'!'))],
+    'os-write-tiny-over': [(BULK, OSW(TINY, 0, b'!!'))],
+    'os-write-readonly': [(BULK, OSW(RO, 0, b'no'))],
+    'os-write-gone': [(BULK, fr(T_OS_WRITE, BULK, os_hdr(RW[0], GONE_KEY, 1) + b'g', id_=1))],
+    'os-read': [(BULK, OSR(RO, 100, 64))],
+    'os-read-tiny': [(BULK, OSR(TINY, 0, 1))],
+    'os-read-over': [(BULK, OSR(RW, 4000, 100))],
+    'os-read-writeonly': [(BULK, OSR(WO, 0, 8))],
+    'os-read-before': [(BULK, OSR(RW, -8, 8))],
+    'os-read-too-big': [(BULK, OSR(RW, 0, 0x7fffffff))],
+    'os-read-with-data': [(BULK, fr(T_OS_READ, BULK, os_hdr(RO[0], RO[1], 4) + b'xx', id_=1))],
+    'os-short': [(BULK, fr(T_OS_WRITE, BULK, b'\x00' * 10, id_=1))],
+    'credit': [(LL, fr(T_CREDIT, LL, credits=1))],
+    'credit-too-much': [(LL, fr(T_CREDIT, LL, credits=5000))],
+    'keepalive': [(CTL, fr(T_KEEPALIVE, CTL)), (CTL, fr(T_KEEPALIVE, CTL, arg=1))],
+    'keepalive-bad': [(LL, fr(T_KEEPALIVE, LL, arg=2))],
+    'ticket-unneeded': [(CTL, fr(T_TICKET, CTL, TICKET_OK))],
+    'error': [(CTL, fr(T_ERROR, CTL, b'bye', arg=0xfffffc18))],
+    'hello-late': [(CTL, fr(T_HELLO, CTL, hello()))],
+    'wrong-class': [(LL, req(BULK, 'echo', b'x'))],
+    'bad-magic': [(LL, b'XXXX' + req(LL, 'echo')[4:])],
+    'too-big': [(BULK, hdr(T_REQUEST, cls=BULK, id_=1, arg=method_id('echo'),
+                           length=0x7fffffff))],
+    'credit-overrun': [(BG, b''.join(req(BG, 'defer', b'', id_=i) for i in range(1, 11)))],
+}
+RX_TICKET_CASES = {
+    'ticket-echo': [(CTL, fr(T_TICKET, CTL, TICKET_OK)), (LL, req(LL, 'echo', b'in'))],
+    'ticket-bad': [(CTL, fr(T_TICKET, CTL, b'forged'))],
+    'ticket-missing': [(LL, req(LL, 'echo', b'sneak'))],
+    'ticket-twice': [(CTL, fr(T_TICKET, CTL, TICKET_OK)), (CTL, fr(T_TICKET, CTL, b'again'))],
+    'ticket-keepalive-first': [(CTL, fr(T_KEEPALIVE, CTL)), (CTL, fr(T_TICKET, CTL, TICKET_OK))],
+}
+
+for name, frames in RX_CASES.items():
+    tcp_seed(name, b''.join(rec(c, f) for c, f in frames))
+    core_seed(name, b''.join(core_rec(c, f) for c, f in frames))
+for name, frames in RX_TICKET_CASES.items():
+    tcp_seed(name, b''.join(rec(c, f) for c, f in frames), ticket=True)
+    core_seed(name, b''.join(core_rec(c, f) for c, f in frames), ticket=True)
+
+# tcp only: how the bytes arrive, the handshake, the large-message path.
+ECHO = req(LL, 'echo', b'split me')
+tcp_seed('echo-bytewise', b''.join(rec(LL, ECHO[i:i + 1]) for i in range(len(ECHO))))
+tcp_seed('echo-split-header', rec(LL, ECHO[:20]) + rec(LL, ECHO[20:]))
+tcp_seed('echo-coalesced', rec(LL, ECHO[:20], nopump=True) + rec(LL, ECHO[20:]))
+BIG = 40000  # above half the 64 KiB read buffer: read into its own buffer
+tcp_seed('echo-large', rec(BULK, hdr(T_REQUEST, cls=BULK, id_=1, arg=method_id('echo'),
+                                     length=BIG)) + fill(BULK, BIG // 256, 0x41)
+         + rec(BULK, b'A' * (BIG % 256)))
+tcp_seed('echo-large-twice', (rec(BULK, hdr(T_REQUEST, cls=BULK, id_=1, arg=method_id('echo'),
+                                            length=BIG)) + fill(BULK, BIG // 256, 0x41)
+                              + rec(BULK, b'A' * (BIG % 256))) * 2)
+tcp_seed('vanish-mid-message', rec(LL, ECHO[:40]) + shut(LL))
+tcp_seed('vanish-mid-header', rec(LL, ECHO[:10]) + shut(LL), rst=True)
+tcp_seed('small-grant', rec(LL, req(LL, 'echo', b'1', id_=1) + req(LL, 'echo', b'2', id_=2))
+         + rec(LL, fr(T_CREDIT, LL, credits=1)), grant=0, big=False)
+HELLO_F = fr(T_HELLO, CTL, hello(credits=(64, 64, 64, 64), max_msg=1 << 20))
+tcp_seed('raw-handshake', rec(CTL, HELLO_F) + JOIN_OP + rec(LL, ECHO), raw=True)
+tcp_seed('raw-hello-split', rec(CTL, HELLO_F[:7]) + rec(CTL, HELLO_F[7:40]) + rec(CTL, HELLO_F[40:])
+         + JOIN_OP, raw=True)
+tcp_seed('raw-request-first', rec(CTL, ECHO), raw=True)
+# The first frame sets a socket's class: HELLO on socket 2, JOIN on 0, 1, 3
+# (classes 1, 2, 3), so low-latency frames go to socket 0.
+tcp_seed('raw-hello-on-socket-2', rec(2, HELLO_F) + JOIN_OP + rec(0, ECHO), raw=True)
+tcp_seed('raw-join-unknown', rec(LL, fr(T_JOIN, LL, struct.pack('<Q', 12345))), raw=True)
+tcp_seed('raw-hello-bad', rec(CTL, fr(T_HELLO, CTL, hello(credits=(0, 1, 1, 1)))), raw=True)
+tcp_seed('raw-hello-on-bulk', rec(BULK, fr(T_HELLO, BULK, hello())), raw=True)
+tcp_seed('raw-ticket', rec(CTL, HELLO_F) + JOIN_OP + rec(CTL, fr(T_TICKET, CTL, TICKET_OK))
+         + rec(LL, ECHO), raw=True, ticket=True)
+
+# core only: the transport's -EAGAIN, the loop, timers, the application.
+core_seed('blocked-then-writable', core_op(LL, 2) + core_rec(LL, req(LL, 'echo', b'q'))
+          + core_op(LL, 3))
+core_seed('credit-frame', core_rec(BG, b''.join(req(BG, 'echo', b'', id_=i) for i in range(1, 5)))
+          + core_op(BG, 4))
+core_seed('deferred-answered', core_rec(BG, req(BG, 'defer', b'd')) + core_op(0, 6))
+core_seed('app-close', core_rec(LL, req(LL, 'defer', b'd')) + core_op(0, 7) + core_op(0, 5))
+core_seed('ticket-timeout', core_op(0, 5), ticket=True)
+core_seed('ticket-refused-then-timer', core_rec(CTL, fr(T_TICKET, CTL, b'bad'))
+          + core_op(0, 5), ticket=True)
+core_seed('active-ticket-ack', core_rec(CTL, fr(T_TICKET_ACK, CTL))
+          + core_rec(LL, req(LL, 'echo', b'x')), ticket=True, active=True)
+core_seed('active-ticket-error', core_rec(CTL, fr(T_ERROR, CTL, b'refused', arg=0xfffffc07)),
+          ticket=True, active=True)
+core_seed('active-response', core_rec(LL, req(LL, 'call', b'x'))
+          + core_rec(LL, fr(T_RESPONSE, LL, b'y', id_=1)), active=True)
+# The peer grants 1 credit: the second answer waits for the CREDIT frame.
+core_seed('small-grant', core_rec(LL, req(LL, 'echo', b'1', id_=1) + req(LL, 'echo', b'2', id_=2))
+          + core_rec(LL, fr(T_CREDIT, LL, credits=1)), grant=0, big=False)
+core_seed('long-record', bytes([LL | 1 << 2]) + struct.pack('<H', 300)
+          + req(LL, 'echo', b'L' * 268))
+
+
+# fuzz_onesided: mode byte (the reader's maximum), then 16-byte operations.
+def os_op(kind, region, off, length, cls=BULK, imm=0, xor_key=False, off_by_one=False,
+          cut=None):
+    b0 = kind | cls << 2 | (16 if xor_key else 0) | (64 if off_by_one else 0) | \
+         (128 if cut is not None else 0)
+    if cut is not None:
+        imm = (imm & 0xff) | (cut << 8)
+    return struct.pack('<BBqIH', b0, region, off, length, imm)
+
+
+READ, WRITE, WRITE_NOTIFY, REREG = 0, 1, 2, 3
+
+
+def os_seed(name, ops, peer_max=3):
+    write('onesided', name, bytes([peer_max]) + b''.join(ops))
+
+
+os_seed('read-whole', [os_op(READ, 0, 0, 64)])
+os_seed('write-then-read', [os_op(WRITE, 0, 8, 16), os_op(READ, 0, 0, 64)])
+os_seed('write-notify', [os_op(WRITE_NOTIFY, 0, 0, 4, imm=0x1234)])
+os_seed('tiny', [os_op(READ, 1, 0, 1), os_op(WRITE, 1, 0, 1), os_op(READ, 1, 0, 2),
+                 os_op(READ, 1, 1, 0), os_op(WRITE, 1, -1, 1)])
+os_seed('write-only', [os_op(WRITE, 2, 4000, 96), os_op(READ, 2, 0, 1),
+                       os_op(WRITE, 2, 4000, 97)])
+os_seed('no-access', [os_op(READ, 3, 0, 1), os_op(WRITE, 3, 0, 1)])
+os_seed('overlap', [os_op(READ, 4, 0, 32), os_op(WRITE, 4, 0, 1), os_op(READ, 4, 16, 17),
+                    os_op(WRITE, 0, 16, 8), os_op(READ, 4, 0, 8)])
+os_seed('stale-key', [os_op(READ, 5, 0, 1), os_op(WRITE, 5, 0, 1), os_op(REREG, 5, 0, 0),
+                      os_op(WRITE, 5, 0, 32), os_op(REREG, 0, 0, 0), os_op(READ, 0, 0, 1)])
+os_seed('bounds', [os_op(READ, 0, -1, 1), os_op(READ, 0, 64, 0), os_op(READ, 0, 64, 1),
+                   os_op(READ, 0, 1, 0xffffffff), os_op(READ, 0, -(1 << 63), 1),
+                   os_op(WRITE, 0, (1 << 63) - 1, 2)])
+os_seed('wrong-key', [os_op(READ, 0, 0, 1, xor_key=True, imm=0x40)])
+os_seed('too-big', [os_op(READ, 2, 0, 4096 - 24 + 1), os_op(READ, 0, 0, 64)], peer_max=0)
+os_seed('read-with-data', [os_op(READ, 0, 0, 4, off_by_one=True)])
+os_seed('write-length-off', [os_op(WRITE, 0, 0, 4, off_by_one=True)])
+os_seed('cut', [os_op(WRITE, 0, 0, 4, cut=10)])
+os_seed('classes', [os_op(READ, 0, 0, 8, cls=c) for c in range(4)]
+        + [os_op(WRITE_NOTIFY, 0, 0, 8, cls=c, imm=c) for c in range(4)])
+
+
+# fuzz_ticket: mode, int32 now (s from T0), then a ticket (raw) or fields (issue).
+TK_A = bytes(range(0x11, 0x31))
+TK_B = bytes(range(0xb1, 0xd1))
+T0 = 1700000000000
+
+
+def ticket(secret, principal, service, expiry_ms, nonce):
+    body = b'RTKT' + bytes([1, len(principal), len(service), 0]) + \
+        struct.pack('<q', expiry_ms) + nonce + principal + service
+    return body + hmac.new(secret, body, hashlib.sha256).digest()
+
+
+def tk_mode(issue=False, resign=False, sign_a=True, rotated=False, no_secret=False, why=4):
+    return bytes([(1 if issue else 0) | (2 if resign else 0) | (4 if sign_a else 0)
+                  | (8 if rotated else 0) | (16 if no_secret else 0) | why << 5])
+
+
+def tk_seed(name, mode, now_s, rest):
+    write('ticket', name, mode + struct.pack('<i', now_s) + rest)
+
+
+NONCE = bytes(range(16))
+GOOD = ticket(TK_A, b'alice', b'fuzz-svc', T0 + 60000, NONCE)
+tk_seed('raw-valid', tk_mode(), 0, GOOD)
+tk_seed('raw-valid-previous-secret', tk_mode(rotated=True), 0, GOOD)
+tk_seed('raw-valid-current-secret', tk_mode(rotated=True, sign_a=False), 0,
+        ticket(TK_B, b'bob', b'fuzz-svc', T0 + 60000, NONCE))
+tk_seed('raw-expired', tk_mode(), 120, GOOD)
+tk_seed('raw-within-skew', tk_mode(), 60, GOOD)
+tk_seed('raw-other-service', tk_mode(), 0, ticket(TK_A, b'alice', b'other', T0 + 60000, NONCE))
+tk_seed('raw-wrong-secret', tk_mode(), 0, ticket(TK_B, b'alice', b'fuzz-svc', T0 + 60000, NONCE))
+tk_seed('raw-no-secret', tk_mode(no_secret=True), 0, GOOD)
+tk_seed('raw-resign-negative-expiry', tk_mode(resign=True), 0,
+        ticket(b'\x00' * 32, b'p', b'fuzz-svc', -5, NONCE))
+tk_seed('raw-resign-max-expiry', tk_mode(resign=True), 0,
+        ticket(b'\x00' * 32, b'p', b'fuzz-svc', (1 << 63) - 1, NONCE))
+tk_seed('raw-resign-nul-name', tk_mode(resign=True), 0,
+        ticket(b'\x00' * 32, b'a\x00c', b'fuzz-svc', T0, NONCE))
+tk_seed('raw-truncated', tk_mode(), 0, GOOD[:-1])
+tk_seed('raw-long-names', tk_mode(why=7), 0,
+        ticket(TK_A, b'p' * 255, b'fuzz-svc', T0 + 1, NONCE))
+tk_seed('raw-why-0', tk_mode(why=0), 0, GOOD[:40])
+tk_seed('raw-why-1', tk_mode(why=1), 0, GOOD[:40])
+tk_seed('raw-empty', tk_mode(), 0, b'')
+
+
+def issue_fields(principal, other_service=None, expiry_s=60, nonce=NONCE, flips=()):
+    svc = other_service or b''
+    b1 = ((len(svc) - 1) << 1 | 1) if other_service else 0
+    out = bytes([len(principal), b1]) + struct.pack('<i', expiry_s) + nonce + principal + svc
+    for pos, x in flips:
+        out += struct.pack('<HB', pos, x)
+    return out
+
+
+tk_seed('issue', tk_mode(issue=True), 0, issue_fields(b'carol'))
+tk_seed('issue-other-service', tk_mode(issue=True), 0, issue_fields(b'carol', b'svc2'))
+tk_seed('issue-flip-expiry', tk_mode(issue=True), 0, issue_fields(b'carol', flips=[(9, 1)]))
+tk_seed('issue-flip-mac', tk_mode(issue=True), 0, issue_fields(b'carol', flips=[(60, 0x80)]))
+tk_seed('issue-flip-length', tk_mode(issue=True), 0, issue_fields(b'carol', flips=[(5, 3)]))
+tk_seed('issue-empty-principal', tk_mode(issue=True), 0, issue_fields(b''))
+tk_seed('issue-expired', tk_mode(issue=True, rotated=True), 0, issue_fields(b'dave', expiry_s=-2))
