@@ -282,6 +282,8 @@ static void prune(rrpc_ticket_verifier *v, int64_t now)
 }
 
 static int refuse(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t whylen, const char *fmt, ...)
 {
     if (why && whylen) {
         va_list ap;
@@ -352,7 +354,11 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
     int64_t expiry = (int64_t)get_le64(p + 8);
     /* expiry comes from a signed ticket: keep the sum from overflowing */
     int64_t until = expiry > INT64_MAX - v->skew_ms ? INT64_MAX : expiry + v->skew_ms;
-    if (expiry < 0 || now > until) {
+    if (expiry < 0) { /* signed, yet nonsense: no "expired N ms ago" arithmetic on it */
+        r = refuse(why, whylen, "ticket has a negative expiry time");
+        goto out;
+    }
+    if (now > until) {
         r = refuse(why, whylen, "ticket expired %lld ms ago", (long long)(now - expiry));
         goto out;
     }

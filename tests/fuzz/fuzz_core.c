@@ -324,8 +324,9 @@ void fuzz_memconn_open(struct fuzz_memconn *mc, rrpc_ctx *ctx, bool passive, con
     mc->l.ops = &mem_ops;
     mc->l.fn = conn_event;
     mc->l.user = mc;
-    rrpc_conn *c = rrpci_listener_new_conn(&mc->l);
-    if (!c)
+    rrpc_conn *c = NULL;
+    char why[200];
+    if (rrpci_listener_accept(&mc->l, NULL, &c, why, sizeof(why)) < 0)
         abort();
     c->passive = passive;
     *(struct fuzz_memconn **)rrpci_conn_priv(c) = mc;
@@ -354,7 +355,7 @@ void fuzz_memconn_recv(struct fuzz_memconn *mc, int cls, const struct rrpci_hdr 
     rrpc_conn *c = mc->c;
     /* What the core counts (rrpci_conn_recv): credits only past the ticket
      * check and on the frame's own class. */
-    if (c->state == RRPCI_UP && !c->authenticating && !c->refused && h->cls == cls) {
+    if (rrpci_conn_authenticated(c) && h->cls == cls) {
         mc->returned[cls] += h->credits;
         if (!rrpci_type_is_exempt(h->type))
             mc->delivered[cls]++;

@@ -157,16 +157,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             rrpci_credit_prepare_cb(ctx->loop, &ctx->credit_prep, 0);
             break;
         case 5:
-            if (ev_is_active(&mc.c->connect_timer)) {
-                ev_timer_stop(ctx->loop, &mc.c->connect_timer);
-                ev_invoke(ctx->loop, &mc.c->connect_timer, EV_TIMER);
+            /* the state's timer fires now: setup deadline, or close due */
+            if (rrpci_timer_active(&mc.c->setup_timer)) {
+                rrpci_timer_stop(&mc.c->setup_timer);
+                ev_invoke(ctx->loop, &mc.c->setup_timer.w, EV_TIMER);
+            } else if (rrpci_timer_active(&mc.c->close_timer)) {
+                rrpci_timer_stop(&mc.c->close_timer);
+                ev_invoke(ctx->loop, &mc.c->close_timer.w, EV_TIMER);
             }
             break;
         case 6:
             fuzz_core_answer_deferred();
             break;
         case 7:
-            if (!mc.c->closed_by_app) {
+            if (rrpci_conn_accepts_calls(mc.c)) {
                 /* rrpc_conn_close would wait for the loop: its effect. */
                 rrpci_conn_ref(mc.c);
                 fuzz_core_leave(ctx);

@@ -253,6 +253,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     if (!servers[0].ctx) {
         server_up(&servers[0], false);
         server_up(&servers[1], true);
+        /* the contexts' fds (made on first use) are theirs, not a leak */
+        FUZZ_CHECK(rrpc_ctx_fd(servers[0].ctx) >= 0 && rrpc_ctx_fd(servers[1].ctx) >= 0);
         base_fds = count_fds();
     }
     if (n < 1)
