@@ -43,6 +43,10 @@ rrpc_ctx *rrpci_listener_ctx(rrpc_listener *l)
 {
     return l->ctx;
 }
+bool rrpci_conn_passive(rrpc_conn *c)
+{
+    return c->passive;
+}
 bool rrpci_conn_is_down(rrpc_conn *c)
 {
     return c->state == RRPCI_DOWN;

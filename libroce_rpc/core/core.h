@@ -16,36 +16,12 @@
 #include "core/sched.h"
 #include "transport/transport.h"
 #include "util/idmap.h"
+#include "util/list.h"
 
 #define RRPCI_NTRANSPORTS 2
 #define RRPCI_ERRMSG_MAX 512
 /* One-sided writes are emulated in frames of at most this many data bytes. */
 #define RRPCI_OS_CHUNK (1u << 20)
-
-struct rrpci_list {
-    struct rrpci_list *prev, *next;
-};
-static inline void rrpci_list_init(struct rrpci_list *l)
-{
-    l->prev = l->next = l;
-}
-static inline void rrpci_list_add(struct rrpci_list *head, struct rrpci_list *n)
-{
-    n->next = head;
-    n->prev = head->prev;
-    head->prev->next = n;
-    head->prev = n;
-}
-static inline void rrpci_list_del(struct rrpci_list *n)
-{
-    n->prev->next = n->next;
-    n->next->prev = n->prev;
-    n->prev = n->next = n;
-}
-static inline bool rrpci_list_empty(const struct rrpci_list *l)
-{
-    return l->next == l;
-}
 
 struct rrpci_class_cfg {
     int dscp;

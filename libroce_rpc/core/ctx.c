@@ -202,6 +202,11 @@ int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls)
     return ctx->cls[cls].dscp;
 }
 
+unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls)
+{
+    return ctx->cls[cls].weight;
+}
+
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx)
 {
     return ctx->cfg.max_msg;
@@ -791,6 +796,12 @@ int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops)
     int i = transport_index(ops);
     if (ctx->tops[i])
         return 0;
+    if (ops->version != RRPCI_TRANSPORT_OPS_VERSION || !ops->listen || !ops->listener_close ||
+        !ops->connect || !ops->send || !ops->conn_close)
+        return rrpci_set_error(ctx, RRPC_E_TRANSPORT,
+                               "transport %s was built for ops version %u, the core speaks %u "
+                               "(or lacks a mandatory op): rebuild it with this core",
+                               ops->name, ops->version, RRPCI_TRANSPORT_OPS_VERSION);
     if (ops->ctx_priv_size) {
         ctx->tpriv[i] = calloc(1, ops->ctx_priv_size);
         if (!ctx->tpriv[i])

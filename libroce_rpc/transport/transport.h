@@ -32,13 +32,7 @@ typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 1
-
-struct rrpci_transport_caps {
-    uint32_t max_msg;     /* largest payload of one frame the transport carries */
-    uint32_t max_inline;  /* payloads up to this go inline (informational) */
-    bool onesided_native; /* READ/WRITE done by the transport; else the core emulates */
-};
+#define RRPCI_TRANSPORT_OPS_VERSION 2 /* 2: no query op; rrpci_timer */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -83,8 +77,9 @@ struct rrpci_transport_ops {
     size_t conn_priv_size;
     size_t listener_priv_size;
 
-    /* Mandatory. */
-    int (*query)(rrpc_ctx *ctx, struct rrpci_transport_caps *caps);
+    /* Mandatory (checked when a context first uses the transport).  What a
+     * transport can do shows in which optional ops it has: one-sided
+     * operations are native when it has rdma, else the core emulates them. */
     int (*listen)(rrpc_listener *l, const struct rrpci_uri *uri);
     void (*listener_close)(rrpc_listener *l);
     /* Starts connecting; later rrpci_conn_established() or rrpci_conn_down(). */
@@ -163,8 +158,11 @@ uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
  * variable name (for example "RRPC_VERBS_EAGER"): validated when the context
  * was created.  The name must be in the table (an unknown one aborts). */
 long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env);
-/* The DSCP configured for class @cls. */
+/* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
+unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);
+/* Whether @c was accepted from a listener (else it was connected). */
+bool rrpci_conn_passive(rrpc_conn *c);
 /* Region helpers for transports. */
 void *rrpci_region_tpriv(rrpc_region *r); /* one pointer slot for the transport */
 void rrpci_region_set_tpriv(rrpc_region *r, void *p);

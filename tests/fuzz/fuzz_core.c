@@ -222,14 +222,6 @@ static struct fuzz_memconn *mc_of(rrpc_conn *c)
     return *(struct fuzz_memconn **)rrpci_conn_priv(c);
 }
 
-static int mem_query(rrpc_ctx *ctx, struct rrpci_transport_caps *caps)
-{
-    caps->max_msg = rrpci_ctx_max_msg(ctx);
-    caps->max_inline = 0;
-    caps->onesided_native = false;
-    return 0;
-}
-
 static int mem_listen(rrpc_listener *l, const struct rrpci_uri *u)
 {
     return -EOPNOTSUPP;
@@ -293,7 +285,6 @@ static const struct rrpci_transport_ops mem_ops = {
     .name = "fuzz-mem",
     .scheme = "fuzz-mem",
     .conn_priv_size = sizeof(struct fuzz_memconn *),
-    .query = mem_query,
     .listen = mem_listen,
     .listener_close = mem_listener_close,
     .connect = mem_connect,

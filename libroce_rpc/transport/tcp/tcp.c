@@ -25,7 +25,11 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "core/core.h"
+#include <roce_rpc/rrpc.h>
+
+#include "transport/transport.h"
+#include "util/idmap.h"
+#include "util/list.h"
 
 #define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
@@ -186,7 +190,7 @@ static void chan_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
         return; /* written once the connect completes */
     int r = chan_write(ch);
     if (r == -EAGAIN) {
-        ev_io_start(ctx->loop, &ch->wio);
+        ev_io_start(rrpci_ctx_loop(ctx), &ch->wio);
     } else if (r < 0 && ch->conn) {
         rrpci_conn_down(ch->conn, RRPC_E_CONN_LOST, "write to the peer failed");
     }
@@ -216,7 +220,7 @@ static int tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
         ch->want_writable = true;
         return -EAGAIN;
     }
-    chan_push(ch, c->ctx, m);
+    chan_push(ch, rrpci_conn_ctx(c), m);
     return 0;
 }
 
@@ -292,7 +296,7 @@ static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const uint8_t *payload)
 static bool handshake_frame_or_ready(rrpc_conn *c, uint8_t type)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    return c->passive || tc->joined == (1u << NCLS) - 1 || type == RRPCI_T_HELLO_ACK ||
+    return rrpci_conn_passive(c) || tc->joined == (1u << NCLS) - 1 || type == RRPCI_T_HELLO_ACK ||
            type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
 }
 
@@ -374,7 +378,7 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     /* Receive-side share of the loop: a byte budget per wakeup proportional to
      * the class weight, so a bulk stream cannot hold the loop for a whole
      * large message while a low-latency frame waits. */
-    size_t budget = (size_t)ctx->cls[ch->cls].weight * RX_BUDGET_UNIT;
+    size_t budget = (size_t)rrpci_ctx_class_weight(ctx, ch->cls) * RX_BUDGET_UNIT;
     /* Frames held back while the handshake finished come first. */
     if (!ch->big && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
         budget = 0;
@@ -467,8 +471,8 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 {
     if (ch->fd < 0 && !ch->rbuf)
         return;
-    ev_io_stop(ctx->loop, &ch->rio);
-    ev_io_stop(ctx->loop, &ch->wio);
+    ev_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
+    ev_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
     if (ch->fd >= 0)
         close(ch->fd);
     ch->fd = -1;
@@ -511,7 +515,7 @@ static void tcp_conn_close(rrpc_conn *c)
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
     for (int i = 0; i < NCLS; i++)
         chan_stop(&tc->ch[i], ctx);
-    if (c->passive && tc->cookie)
+    if (rrpci_conn_passive(c) && tc->cookie)
         rrpci_idmap_del(&tctx(ctx)->cookies, tc->cookie);
     tc->cookie = 0;
 }
@@ -528,8 +532,8 @@ static void join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
         struct tcp_chan *ch = &tc->ch[i];
         if (ch->paused) { /* parse what was held back, then read on */
             ch->paused = false;
-            ev_io_start(ctx->loop, &ch->rio);
-            ev_feed_event(ctx->loop, &ch->rio, EV_READ);
+            ev_io_start(rrpci_ctx_loop(ctx), &ch->rio);
+            ev_feed_event(rrpci_ctx_loop(ctx), &ch->rio, EV_READ);
         }
     }
     rrpci_conn_established(c);
@@ -541,7 +545,7 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    if (c->passive) {
+    if (rrpci_conn_passive(c)) {
         rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the active side");
         return;
     }
@@ -620,7 +624,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
             return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));
         chan_init(&tc->ch[i], c, i, fd, false);
         sock_setup(fd);
-        int r = set_tos(fd, ctx->cls[i].dscp);
+        int r = set_tos(fd, rrpci_ctx_class_dscp(ctx, i));
         if (r < 0)
             return rrpci_set_error(ctx, r, "cannot set the DSCP of class %s: %s",
                                    rrpc_class_name(i), strerror(-r));
@@ -630,7 +634,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
         if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
             return rrpci_set_error(ctx, -errno, "cannot connect to %s:%d: %s", u->host, u->port,
                                    strerror(errno));
-        ev_io_start(ctx->loop, &tc->ch[i].wio);
+        ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[i].wio);
     }
     struct rrpci_hello hello;
     rrpci_conn_hello_local(c, &hello);
@@ -647,7 +651,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
 
 static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
 {
-    ev_io_stop(ctx->loop, &p->io);
+    ev_io_stop(rrpci_ctx_loop(ctx), &p->io);
     rrpci_timer_stop(&p->timer);
     if (close_fd)
         close(p->fd);
@@ -683,11 +687,11 @@ static void adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
     chan_init(&tc->ch[cls], c, cls, fd, true);
-    int r = set_tos(fd, ctx->cls[cls].dscp);
+    int r = set_tos(fd, rrpci_ctx_class_dscp(ctx, cls));
     if (r < 0)
         RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpc_class_name(cls),
-                  ctx->cls[cls].dscp, strerror(-r));
-    ev_io_start(ctx->loop, &tc->ch[cls].rio);
+                  rrpci_ctx_class_dscp(ctx, cls), strerror(-r));
+    ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
 }
 
 static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
@@ -936,7 +940,7 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     /* SYN-ACKs leave with the listener's mark: the control class's. */
-    set_tos(fd, ctx->cls[RRPC_CLASS_CONTROL].dscp);
+    set_tos(fd, rrpci_ctx_class_dscp(ctx, RRPC_CLASS_CONTROL));
     if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 512) < 0) {
         int e = errno;
         close(fd);
@@ -949,7 +953,7 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     tl->fd = fd;
     ev_io_init(&tl->io, accept_cb, fd, EV_READ);
     tl->io.data = l;
-    ev_io_start(ctx->loop, &tl->io);
+    ev_io_start(rrpci_ctx_loop(ctx), &tl->io);
     return 0;
 }
 
@@ -961,7 +965,7 @@ static void tcp_listener_close(rrpc_listener *l)
         pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
     rrpci_timer_stop(&tl->resume);
     if (tl->fd >= 0) {
-        ev_io_stop(ctx->loop, &tl->io);
+        ev_io_stop(rrpci_ctx_loop(ctx), &tl->io);
         close(tl->fd);
         tl->fd = -1;
     }
@@ -1012,14 +1016,6 @@ static int tcp_peer_name(rrpc_conn *c, char *buf, size_t len)
     return 0;
 }
 
-static int tcp_query(rrpc_ctx *ctx, struct rrpci_transport_caps *caps)
-{
-    caps->max_msg = rrpci_ctx_max_msg(ctx);
-    caps->max_inline = 0;
-    caps->onesided_native = false;
-    return 0;
-}
-
 static void tcp_ctx_fini(rrpc_ctx *ctx)
 {
     rrpci_idmap_fini(&tctx(ctx)->cookies);
@@ -1032,7 +1028,6 @@ const struct rrpci_transport_ops rrpci_tcp_ops = {
     .ctx_priv_size = sizeof(struct tcp_ctx),
     .conn_priv_size = sizeof(struct tcp_conn),
     .listener_priv_size = sizeof(struct tcp_listener),
-    .query = tcp_query,
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
     .connect = tcp_connect,

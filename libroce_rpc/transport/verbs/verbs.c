@@ -2357,15 +2357,6 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
     vx->open = false;
 }
 
-static int vb_query(rrpc_ctx *ctx, struct rrpci_transport_caps *caps)
-{
-    struct vb_ctx *vx = vb_vx(ctx);
-    caps->max_msg = 1u << 30;
-    caps->max_inline = vx && vx->open ? vx->eager : (uint32_t)rrpci_ctx_tunable(ctx, "RRPC_VERBS_EAGER");
-    caps->onesided_native = true;
-    return 0;
-}
-
 static int vb_listen(rrpc_listener *l, const struct rrpci_uri *uri)
 {
     rrpc_ctx *ctx = rrpci_listener_ctx(l);
@@ -2535,7 +2526,6 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .ctx_priv_size = sizeof(struct vb_ctx),
     .conn_priv_size = sizeof(struct vb_conn_priv),
     .listener_priv_size = sizeof(struct vb_listener),
-    .query = vb_query,
     .listen = vb_listen,
     .listener_close = vb_listener_close,
     .connect = vb_connect,
