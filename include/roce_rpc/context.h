@@ -95,9 +95,36 @@ RRPC_API void rrpc_ctx_set_log(rrpc_ctx *ctx, int max_level, rrpc_log_fn fn, voi
  * Creates a context.  Tunables are read from the environment (see
  * rrpc_config_print).  On success *ret_ctx is the caller's, to be released
  * with rrpc_ctx_destroy().  Errors: -ENOMEM, -EINVAL (an RRPC_* environment
- * variable is malformed; the message in stderr names it).
+ * variable is malformed; rrpc_ctx_last_error(NULL) and stderr name it).
+ * The same as rrpc_ctx_create_with(NULL, ret_ctx).
  */
 RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx);
+
+/*
+ * Configuration from code.  An rrpc_config holds a value for every tunable
+ * that rrpc_config_print lists: the RRPC_* environment gives the starting
+ * values (else the defaults), rrpc_config_set overrides them one by one, and
+ * rrpc_ctx_create_with makes a context from it (the config stays the
+ * caller's; a context copies what it needs, so one config may make many).
+ *
+ * rrpc_config_create: 0, -ENOMEM, or -EINVAL when an RRPC_* variable is
+ * malformed (rrpc_ctx_last_error(NULL) says which).
+ * rrpc_config_set: @name is the variable's name ("RRPC_MAX_CONNS") or its
+ * short form ("max_conns", any case); @value a decimal or 0x number.
+ * Errors: -ENOENT (no such tunable), -EINVAL (not a number, or out of its
+ * range); rrpc_ctx_last_error(NULL) gives the name, the range and what the
+ * tunable means.  Nothing is changed on error.
+ * rrpc_config_get: the current value, or -ENOENT.
+ * rrpc_ctx_create_with: as rrpc_ctx_create, with @cfg's values (NULL: the
+ * environment's); -EINVAL when they do not fit together (for example a
+ * keepalive timeout not above the interval).
+ */
+typedef struct rrpc_config rrpc_config;
+RRPC_API int rrpc_config_create(rrpc_config **ret_cfg);
+RRPC_API int rrpc_config_set(rrpc_config *cfg, const char *name, const char *value);
+RRPC_API int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret_value);
+RRPC_API void rrpc_config_destroy(rrpc_config *cfg);
+RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx);
 
 /*
  * Closes every connection and listener (their callbacks run with

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,24 +83,43 @@ static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long 
         *(int *)(void *)p = (int)v;
 }
 
-static int cfg_load(struct rrpci_config *cfg)
+#define NCFG (sizeof(cfg_table) / sizeof(cfg_table[0]))
+
+struct rrpc_config {
+    long v[NCFG];
+};
+
+/* Parses @s for entry @e; -EINVAL with the detail in the thread's error. */
+static int cfg_parse(const struct cfg_entry *e, const char *s, long *ret)
 {
-    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++) {
-        const struct cfg_entry *e = &cfg_table[i];
-        long v = e->def;
-        const char *s = getenv(e->env);
-        if (s && *s) {
-            char *end;
-            errno = 0;
-            v = strtol(s, &end, 0);
-            if (errno || *end || v < e->min || v > e->max) {
-                fprintf(stderr, "roce-rpc: %s=\"%s\" is not a number from %ld to %ld (%s)\n",
-                        e->env, s, e->min, e->max, e->doc);
-                return -EINVAL;
-            }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 0);
+    if (!*s || errno || *end || v < e->min || v > e->max)
+        return rrpci_set_error(NULL, -EINVAL, "%s=\"%s\" is not a number from %ld to %ld (%s)",
+                               e->env, s, e->min, e->max, e->doc);
+    *ret = v;
+    return 0;
+}
+
+/* The environment's values, else the defaults. */
+static int cfg_from_env(long v[NCFG])
+{
+    for (size_t i = 0; i < NCFG; i++) {
+        v[i] = cfg_table[i].def;
+        const char *s = getenv(cfg_table[i].env);
+        if (s && *s && cfg_parse(&cfg_table[i], s, &v[i]) < 0) {
+            fprintf(stderr, "roce-rpc: %s\n", rrpc_ctx_last_error(NULL));
+            return -EINVAL;
         }
-        cfg_store(cfg, e, v);
     }
+    return 0;
+}
+
+static int cfg_load(struct rrpci_config *cfg, const long v[NCFG])
+{
+    for (size_t i = 0; i < NCFG; i++)
+        cfg_store(cfg, &cfg_table[i], v[i]);
     if (cfg->max_conns == 0) {
         /* Room for every connection's sockets (tcp: one per class) plus the
          * pending handshakes and the application's own files. */
@@ -109,25 +129,77 @@ static int cfg_load(struct rrpci_config *cfg)
                        : 65536;
         long n = (fds - 64) / (RRPCI_MAX_CLASSES + 1);
         cfg->max_conns = (int)(n < 4 ? 4 : n > 4096 ? 4096 : n);
-        for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+        for (size_t i = 0; i < NCFG; i++)
             if (cfg_table[i].off == CFG_OFF(max_conns))
                 cfg->all[i] = cfg->max_conns; /* what rrpci_ctx_tunable reports */
     }
     if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms == 0)
         cfg->keepalive_timeout_ms = 3 * cfg->keepalive_ms; /* keepalive_ms <= 3600000 */
-    if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms <= cfg->keepalive_ms) {
-        fprintf(stderr,
-                "roce-rpc: RRPC_KEEPALIVE_TIMEOUT_MS=%d must exceed RRPC_KEEPALIVE_MS=%d "
-                "(the peer needs time to answer a probe)\n",
-                cfg->keepalive_timeout_ms, cfg->keepalive_ms);
-        return -EINVAL;
-    }
+    if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms <= cfg->keepalive_ms)
+        return rrpci_set_error(NULL, -EINVAL,
+                               "RRPC_KEEPALIVE_TIMEOUT_MS=%d must exceed RRPC_KEEPALIVE_MS=%d "
+                               "(the peer needs time to answer a probe)",
+                               cfg->keepalive_timeout_ms, cfg->keepalive_ms);
     return 0;
+}
+
+/* The entry called @name: "RRPC_MAX_CONNS" or "max_conns", any case. */
+static const struct cfg_entry *cfg_find(const char *name)
+{
+    for (size_t i = 0; name && i < NCFG; i++) {
+        const char *env = cfg_table[i].env;
+        if (strcasecmp(name, env) == 0 || strcasecmp(name, env + 5) == 0)
+            return &cfg_table[i];
+    }
+    return NULL;
+}
+
+RRPC_API int rrpc_config_create(rrpc_config **ret_cfg)
+{
+    if (!ret_cfg)
+        return -EINVAL;
+    rrpc_config *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg)
+        return -ENOMEM;
+    int r = cfg_from_env(cfg->v);
+    if (r < 0) {
+        free(cfg);
+        return r;
+    }
+    *ret_cfg = cfg;
+    return 0;
+}
+
+RRPC_API int rrpc_config_set(rrpc_config *cfg, const char *name, const char *value)
+{
+    if (!cfg || !name || !value)
+        return rrpci_set_error(NULL, -EINVAL, "rrpc_config_set needs a config, a name, a value");
+    const struct cfg_entry *e = cfg_find(name);
+    if (!e)
+        return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\" "
+                               "(rrpc_config_print lists them)", name);
+    return cfg_parse(e, value, &cfg->v[e - cfg_table]);
+}
+
+RRPC_API int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret_value)
+{
+    const struct cfg_entry *e = cfg_find(name);
+    if (!cfg || !ret_value)
+        return -EINVAL;
+    if (!e)
+        return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\"", name ? name : "");
+    *ret_value = cfg->v[e - cfg_table];
+    return 0;
+}
+
+RRPC_API void rrpc_config_destroy(rrpc_config *cfg)
+{
+    free(cfg);
 }
 
 long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env)
 {
-    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+    for (size_t i = 0; i < NCFG; i++)
         if (strcmp(cfg_table[i].env, env) == 0)
             return ctx->cfg.all[i];
     fprintf(stderr, "roce-rpc: internal error: tunable %s is not in the table\n", env);
@@ -530,10 +602,20 @@ static int find_backend_fd(struct ev_loop *loop)
 
 RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
 {
+    return rrpc_ctx_create_with(NULL, ret_ctx);
+}
+
+RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
+{
+    if (!ret_ctx)
+        return -EINVAL;
+    long env[NCFG];
+    if (!cfg && cfg_from_env(env) < 0)
+        return -EINVAL;
     rrpc_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return -ENOMEM;
-    int r = cfg_load(&ctx->cfg);
+    int r = cfg_load(&ctx->cfg, cfg ? cfg->v : env);
     if (r < 0) {
         free(ctx);
         return r;

@@ -91,22 +91,23 @@ static void on_log(int level, const char *msg, void *user)
         __atomic_add_fetch(&log_accept_lines, 1, __ATOMIC_SEQ_CST);
 }
 
-/* A server on 127.0.0.1 with @env ("NAME=VALUE" ..., NULL-terminated) in
- * force while its context is created. */
+/* A server on 127.0.0.1 with the limits @env ("NAME=VALUE" ...,
+ * NULL-terminated), set from code through the configuration object. */
 static void server_start(struct server *s, bool tickets, const char *const *env)
 {
     memset(s, 0, sizeof(*s));
-    char saved[8][64];
-    int n = 0;
-    for (; env && env[n]; n++) {
-        snprintf(saved[n], sizeof(saved[n]), "%s", env[n]);
-        char *eq = strchr(saved[n], '=');
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    for (int n = 0; env && env[n]; n++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s", env[n]);
+        char *eq = strchr(name, '=');
         *eq = 0;
-        setenv(saved[n], eq + 1, 1);
+        if (rrpc_config_set(cfg, name, eq + 1))
+            fail_msg("%s: %s", env[n], rrpc_ctx_last_error(NULL));
     }
-    assert_int_equal(rrpc_ctx_create(&s->ctx), 0);
-    for (int i = 0; i < n; i++)
-        unsetenv(saved[i]);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &s->ctx), 0);
+    rrpc_config_destroy(cfg);
     rrpc_ctx_set_log(s->ctx, LOG_WARNING, on_log, NULL);
     assert_int_equal(rrpc_register(s->ctx, "echo", h_echo, NULL), 0);
     assert_int_equal(rrpc_register(s->ctx, "token", h_token, NULL), 0);
@@ -624,11 +625,49 @@ static void test_running_out_of_fds_pauses_accepts_and_recovers(void **state)
     server_stop(&s);
 }
 
+/* The configuration object: names, ranges and relations are checked, with
+ * a message that says which and why; a context takes its values. */
+static void test_the_config_object_checks_every_setting_and_says_why(void **state)
+{
+    rrpc_config *cfg;
+    long v;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_NO_SUCH_THING", "1"), -ENOENT);
+    assert_non_null(strstr(rrpc_ctx_last_error(NULL), "RRPC_NO_SUCH_THING"));
+    assert_int_equal(rrpc_config_set(cfg, "max_conns_per_source", "many"), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(NULL), "RRPC_MAX_CONNS_PER_SOURCE"));
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_AUTH_TIMEOUT_MS", "0"), -EINVAL); /* range */
+    assert_non_null(strstr(rrpc_ctx_last_error(NULL), "from 1 to"));
+    assert_int_equal(rrpc_config_get(cfg, "auth_timeout_ms", &v), 0);
+    assert_int_equal(v, 5000); /* unchanged by the refused settings */
+    assert_int_equal(rrpc_config_set(cfg, "Max_Conns_Per_Source", "0x10"), 0);
+    assert_int_equal(rrpc_config_get(cfg, "RRPC_MAX_CONNS_PER_SOURCE", &v), 0);
+    assert_int_equal(v, 16);
+    /* values that do not fit together are refused at creation */
+    assert_int_equal(rrpc_config_set(cfg, "keepalive_ms", "1000"), 0);
+    assert_int_equal(rrpc_config_set(cfg, "keepalive_timeout_ms", "500"), 0);
+    rrpc_ctx *ctx = NULL;
+    assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), -EINVAL);
+    assert_null(ctx);
+    assert_non_null(strstr(rrpc_ctx_last_error(NULL), "must exceed"));
+    assert_int_equal(rrpc_config_set(cfg, "keepalive_timeout_ms", "0"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), 0);
+    rrpc_ctx_destroy(ctx);
+    rrpc_config_destroy(cfg);
+    /* a malformed environment variable is refused the same way */
+    setenv("RRPC_MAX_CONNS", "-3", 1);
+    assert_int_equal(rrpc_config_create(&cfg), -EINVAL);
+    assert_int_equal(rrpc_ctx_create(&ctx), -EINVAL);
+    unsetenv("RRPC_MAX_CONNS");
+    assert_non_null(strstr(rrpc_ctx_last_error(NULL), "RRPC_MAX_CONNS"));
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_DFL); /* as a host process has it */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_request_before_the_ticket_is_refused_at_its_header),
+        cmocka_unit_test(test_the_config_object_checks_every_setting_and_says_why),
         cmocka_unit_test(test_a_peer_withholding_credit_cannot_grow_the_answer_queue),
         cmocka_unit_test(test_a_second_ticket_is_refused_by_a_server_that_requires_tickets),
         cmocka_unit_test(test_a_second_ticket_is_refused_by_a_server_that_needs_none),
