@@ -8,10 +8,15 @@
 #include <string.h>
 #include <strings.h>
 #include <syslog.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/sha.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "rrpcd.h"
 
@@ -106,6 +111,46 @@ static int set_path(char *dst, size_t len, const char *v)
     return 0;
 }
 
+/* Splits "HOST:PORT" or "[IPv6]:PORT" (HOST may be empty: every address).  The port must be
+ * decimal 0..65535: getaddrinfo() would take 99999 and listen on 99999 - 65536. */
+static int split_listen(const char *v, char *host, size_t hs, char *port, size_t ps,
+                        const char **why)
+{
+    const char *colon;
+    if (v[0] == '[') {
+        const char *rb = strchr(v, ']');
+        if (!rb || rb[1] != ':' || (size_t)(rb - v - 1) >= hs) {
+            *why = "expected [IPv6]:PORT";
+            return -EINVAL;
+        }
+        memcpy(host, v + 1, (size_t)(rb - v - 1));
+        host[rb - v - 1] = 0;
+        colon = rb + 1;
+    } else {
+        colon = strrchr(v, ':');
+        if (!colon || (size_t)(colon - v) >= hs) {
+            *why = "expected HOST:PORT or [IPv6]:PORT";
+            return -EINVAL;
+        }
+        memcpy(host, v, (size_t)(colon - v));
+        host[colon - v] = 0;
+    }
+    const char *p = colon + 1;
+    size_t n = strspn(p, "0123456789");
+    if (!*p || p[n] || n > 5 || atoi(p) > 65535 || n >= ps) {
+        *why = "the port must be a number 0..65535 (0 picks a free one)";
+        return -ERANGE;
+    }
+    snprintf(port, ps, "%s", p);
+    return 0;
+}
+
+static int check_listen(const char *v, const char **why)
+{
+    char host[256], port[8];
+    return split_listen(v, host, sizeof(host), port, sizeof(port), why);
+}
+
 static int add_rule(struct config *c, const char *v)
 {
     struct acl_rule r;
@@ -134,8 +179,12 @@ void config_init(struct config *c)
 int config_set(struct config *c, const char *k, const char *v, const char *where)
 {
     int r = -ENOENT;
-    if (!strcmp(k, "listen"))
-        r = set_path(c->listen, sizeof(c->listen), v);
+    const char *why = NULL;
+    if (!strcmp(k, "listen")) {
+        r = check_listen(v, &why);
+        if (!r)
+            r = set_path(c->listen, sizeof(c->listen), v);
+    }
     else if (!strcmp(k, "cert"))
         r = set_path(c->cert, sizeof(c->cert), v);
     else if (!strcmp(k, "key"))
@@ -187,7 +236,8 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
     if (r == -ENOENT)
         fprintf(stderr, "rrpcd: %s: unknown setting '%s' (rrpcd --help lists them)\n", where, k);
     else if (r)
-        fprintf(stderr, "rrpcd: %s: bad value '%s' for %s\n", where, v, k);
+        fprintf(stderr, "rrpcd: %s: bad value '%s' for %s%s%s\n", where, v, k, why ? ": " : "",
+                why ? why : "");
     return r;
 }
 
@@ -274,6 +324,93 @@ static int load_tokens(struct config *c)
     return r;
 }
 
+/* The listen address resolves as the start will resolve it (the port is not bound here: a
+ * running rrpcd may hold it). */
+static int check_listen_host(const struct config *c)
+{
+    char host[256], port[8];
+    const char *why = NULL;
+    if (split_listen(c->listen, host, sizeof(host), port, sizeof(port), &why))
+        return -EINVAL; /* config_set checked it */
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+    struct addrinfo *res;
+    int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (g) {
+        fprintf(stderr, "rrpcd: listen = %s: %s (give an address of this host, or a name it "
+                "resolves)\n", c->listen, gai_strerror(g));
+        return -EINVAL;
+    }
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Prints OpenSSL's reasons for the last failure (and clears them). */
+static void print_ssl_errors(void)
+{
+    unsigned long e;
+    char buf[256];
+    while ((e = ERR_get_error()) != 0) {
+        ERR_error_string_n(e, buf, sizeof(buf));
+        fprintf(stderr, "rrpcd:   %s\n", buf);
+    }
+}
+
+static int check_readable(const char *what, const char *path, const char *hint)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int r = -errno;
+        fprintf(stderr, "rrpcd: %s = %s: cannot open it: %s (%s)\n", what, path, strerror(-r),
+                hint);
+        return r;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Loads the certificate, its key and the CA bundle the way the start does (server.c
+ * tls_setup), so that --check and the start refuse the same files. */
+static int check_tls(const struct config *c)
+{
+    int r;
+    if ((r = check_readable("cert", c->cert, "the broker's PEM certificate; "
+                            "rrpc-make-dev-certs makes a development one")) ||
+        (r = check_readable("key", c->key, "the PEM private key of 'cert'")) ||
+        (c->ca[0] && (r = check_readable("ca", c->ca, "the PEM CA bundle client certificates "
+                                         "chain to; empty: tokens only"))))
+        return r;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx)
+        return -ENOMEM;
+    ERR_clear_error();
+    r = -EINVAL;
+    if (SSL_CTX_use_certificate_chain_file(ctx, c->cert) != 1) {
+        fprintf(stderr, "rrpcd: cert = %s: not a PEM certificate (chain) OpenSSL can load "
+                "(a file that begins with -----BEGIN CERTIFICATE-----):\n", c->cert);
+        print_ssl_errors();
+    } else if (SSL_CTX_use_PrivateKey_file(ctx, c->key, SSL_FILETYPE_PEM) != 1) {
+        if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH)
+            fprintf(stderr, "rrpcd: key = %s does not belong to cert = %s (use the key the "
+                    "certificate was made for):\n", c->key, c->cert);
+        else
+            fprintf(stderr, "rrpcd: key = %s: not a PEM private key OpenSSL can load (an "
+                    "unencrypted key: -----BEGIN PRIVATE KEY-----):\n", c->key);
+        print_ssl_errors();
+    } else if (SSL_CTX_check_private_key(ctx) != 1) {
+        fprintf(stderr, "rrpcd: key = %s does not belong to cert = %s (use the key the "
+                "certificate was made for):\n", c->key, c->cert);
+        print_ssl_errors();
+    } else if (c->ca[0] && SSL_CTX_load_verify_locations(ctx, c->ca, NULL) != 1) {
+        fprintf(stderr, "rrpcd: ca = %s: no PEM certificate OpenSSL can load in it:\n", c->ca);
+        print_ssl_errors();
+    } else {
+        r = 0;
+    }
+    SSL_CTX_free(ctx);
+    return r;
+}
+
 int config_finish(struct config *c)
 {
     if (!c->cert[0]) {
@@ -286,6 +423,11 @@ int config_finish(struct config *c)
         fprintf(stderr, "rrpcd: require_client_cert = yes needs 'ca'\n");
         return -EINVAL;
     }
+    int r = check_listen_host(c);
+    if (!r)
+        r = check_tls(c);
+    if (r)
+        return r;
     if (c->token_file[0])
         return load_tokens(c);
     if (!c->ca[0])

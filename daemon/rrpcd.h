@@ -47,7 +47,8 @@ void config_print_table(void *fp);
 void config_init(struct config *c);
 int config_load_file(struct config *c, const char *path);
 int config_set(struct config *c, const char *key, const char *value, const char *where);
-/* Checks what must be set and loads the token file. */
+/* Checks what must be set, resolves the listen address and loads the certificate, key and
+ * CA as the start does (so --check refuses what the start would), and loads the token file. */
 int config_finish(struct config *c);
 void config_free(struct config *c);
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# scripts/make-dev-certs.sh DIR [PRINCIPAL...]
+# scripts/make-dev-certs.sh DIR [PRINCIPAL...]   (installed as rrpc-make-dev-certs)
 #   Makes a DEVELOPMENT certificate authority and certificates for rrpcd with
 #   the openssl command line (ECDSA P-256, valid 825 days):
 #     DIR/ca.crt  DIR/ca.key          the CA (keep ca.key private)
@@ -14,7 +14,7 @@
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
   sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
+  if [ $# -ge 1 ]; then exit 0; else exit 2; fi
 fi
 DIR=$1
 shift

@@ -818,6 +818,16 @@ static int module_available(const char *mod)
     return found;
 }
 
+static int count_devices(void)
+{
+    char **devs;
+    int n = list_dir(SYSFS_IB, &devs);
+    if (n > 0)
+        free_list(devs, n);
+    return n;
+}
+
+/* The verbs transport: every device, port, GID and MTU. */
 static void check_devices(void)
 {
     char **devs;
@@ -837,16 +847,18 @@ static void check_devices(void)
             SEV_ERROR, "devices", "rdma",
             xfmt("create a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe "
                  "netdev %s (as root; the rdma tool is in iproute2); with a RoCE NIC, load its "
-                 "RDMA driver instead (e.g. modprobe mlx5_ib)%s%s%s",
+                 "RDMA driver instead (e.g. modprobe mlx5_ib)%s%s%s; or, if tcp:// is what you "
+                 "mean to use, check for that: rrpc-doctor --transport tcp",
                  ifn,
                  rxe_mod == 0 ? ". Note: kernel " : rxe_mod < 0 ? ". Note: no module list for kernel " : "",
                  rxe_mod <= 0 ? u.release : "",
                  rxe_mod == 0 ? " has no rdma_rxe module: install the distribution's full kernel "
                                 "(Debian: linux-image-amd64; Ubuntu: linux-modules-extra-$(uname -r))"
                  : rxe_mod < 0 ? " here (a container?): run this on the host or VM that owns the "
-                                 "kernel; without a device roce-rpc uses its tcp transport"
+                                 "kernel"
                                : ""),
-            "no RDMA device found (%s %s): roce-rpc can only use its tcp fallback on this host",
+            "no RDMA device found (%s %s): the verbs transport (rdma://) cannot run on this host; "
+            "tcp:// needs no device",
             SYSFS_IB, n == 0 ? "is empty" : "does not exist");
         detail_int(f, "devices", 0);
         detail_str(f, "suggested_netdev", ifn);
@@ -857,30 +869,6 @@ static void check_devices(void)
         detail_int(f, "devices", n);
         for (int i = 0; i < n; i++)
             check_device(devs[i]);
-        /* Locked memory: every registered buffer is pinned. */
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-            bool unl = rl.rlim_cur == RLIM_INFINITY;
-            unsigned long long mib = unl ? 0 : (unsigned long long)rl.rlim_cur >> 20;
-            if (unl || rl.rlim_cur >= (64ull << 20))
-                f = add(SEV_OK, "memlock", "limits", NULL, "locked-memory limit: %s%s",
-                        unl ? "unlimited" : "", unl ? "" : "large enough");
-            else if (geteuid() == 0)
-                f = add(SEV_INFO, "memlock", "limits", NULL,
-                        "locked-memory limit %llu MiB, but running as root (CAP_IPC_LOCK) lifts "
-                        "it",
-                        mib);
-            else
-                f = add(SEV_WARN, "memlock", "limits",
-                        "raise it for the processes that register memory: ulimit -l unlimited, "
-                        "LimitMEMLOCK=infinity in a systemd unit, or memlock in "
-                        "/etc/security/limits.conf",
-                        "locked-memory limit is %llu MiB: registering larger buffers will fail "
-                        "with ENOMEM",
-                        mib);
-            if (!unl)
-                detail_int(f, "memlock_bytes", (long long)rl.rlim_cur);
-        }
     }
     if (n > 0)
         free_list(devs, n);
@@ -892,6 +880,93 @@ static void check_devices(void)
         "rrpc-doctor was built without libibverbs: active_mtu is not read and the library would "
         "have no verbs transport (install libibverbs-dev librdmacm-dev and reconfigure)");
 #endif
+}
+
+/* Locked memory: on verbs every registered buffer is pinned; tcp pins nothing. */
+static void check_memlock(bool verbs)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl))
+        return;
+    struct finding *f;
+    bool unl = rl.rlim_cur == RLIM_INFINITY;
+    unsigned long long mib = unl ? 0 : (unsigned long long)rl.rlim_cur >> 20;
+    if (unl || rl.rlim_cur >= (64ull << 20))
+        f = add(SEV_OK, "memlock", "limits", NULL, "locked-memory limit: %s%s",
+                unl ? "unlimited" : "", unl ? "" : "large enough");
+    else if (!verbs)
+        f = add(SEV_INFO, "memlock", "limits", NULL,
+                "locked-memory limit %llu MiB: fine for tcp, which pins no memory; the verbs "
+                "transport would need more (ulimit -l unlimited)",
+                mib);
+    else if (geteuid() == 0)
+        f = add(SEV_INFO, "memlock", "limits", NULL,
+                "locked-memory limit %llu MiB, but running as root (CAP_IPC_LOCK) lifts "
+                "it",
+                mib);
+    else
+        f = add(SEV_WARN, "memlock", "limits",
+                "raise it for the processes that register memory: ulimit -l unlimited, "
+                "LimitMEMLOCK=infinity in a systemd unit, or memlock in "
+                "/etc/security/limits.conf",
+                "locked-memory limit is %llu MiB: registering larger buffers will fail "
+                "with ENOMEM",
+                mib);
+    if (!unl)
+        detail_int(f, "memlock_bytes", (long long)rl.rlim_cur);
+}
+
+/* The tcp transport: an address peers can reach, and file descriptors (one socket per
+ * connection and class). */
+static void check_tcp(void)
+{
+    int n = count_devices();
+    struct finding *f =
+        add(SEV_INFO, "devices", "rdma", NULL,
+            "%d RDMA device%s (not needed for tcp://; rrpc-doctor without --transport tcp "
+            "checks them for rdma://)",
+            n > 0 ? n : 0, n == 1 ? "" : "s");
+    detail_int(f, "devices", n > 0 ? n : 0);
+
+    int reach = 0;
+    char first[IF_NAMESIZE + INET6_ADDRSTRLEN + 4] = "";
+    for (int i = 0; i < nifaddrs; i++) {
+        struct hostaddr *a = &ifaddrs_v[i];
+        char st[32];
+        if (!strcmp(a->ifname, "lo") || !strncmp(a->addr, "fe80:", 5))
+            continue;
+        if (read_linef(st, sizeof(st), SYSFS_NET "/%s/operstate", a->ifname) == 0 &&
+            strcmp(st, "up") && strcmp(st, "unknown"))
+            continue;
+        if (!reach++)
+            snprintf(first, sizeof(first), "%s (%s)", a->addr, a->ifname);
+    }
+    if (reach)
+        f = add(SEV_OK, "network", "tcp", NULL,
+                "%d address%s other hosts can reach, e.g. %s: listen on tcp://ADDR:PORT", reach,
+                reach == 1 ? "" : "es", first);
+    else
+        f = add(SEV_WARN, "network", "tcp",
+                "bring an interface up with an address (ip link set IF up; ip addr add ...) "
+                "before serving other hosts",
+                "no interface other than loopback is up with an address: only tcp://127.0.0.1 "
+                "works on this host");
+    detail_int(f, "addresses", reach);
+
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        long long cur = rl.rlim_cur == RLIM_INFINITY ? -1 : (long long)rl.rlim_cur;
+        if (cur < 0 || cur >= 4096)
+            f = add(SEV_OK, "fds", "limits", NULL, "open-files limit %lld: large enough", cur);
+        else
+            f = add(SEV_INFO, "fds", "limits",
+                    "for many peers raise it: ulimit -n 65536, LimitNOFILE=65536 in a systemd "
+                    "unit",
+                    "open-files limit %lld: a tcp connection holds one socket per QoS class it "
+                    "uses, so a server with many peers may run out",
+                    cur);
+        detail_int(f, "nofile", cur);
+    }
 }
 
 /* ---- broker -------------------------------------------------------------------------------- */
@@ -1201,14 +1276,17 @@ static void print_text(FILE *o, bool verbose)
 
 static void usage(FILE *o)
 {
-    fputs("usage: rrpc-doctor [--json] [-v] [--broker HOST:PORT [--ca FILE] [--cert FILE "
-          "[--key FILE]]\n"
+    fputs("usage: rrpc-doctor [--transport verbs|tcp] [--json] [-v]\n"
+          "                   [--broker HOST:PORT [--ca FILE] [--cert FILE [--key FILE]]\n"
           "                   [--server-name NAME] [--timeout MS]]\n"
           "Inspects this host for roce-rpc: RDMA devices and ports and their state, the RoCE v2\n"
           "GID of each IP address, active MTU against the netdev MTU, ECN/DSCP settings where the\n"
-          "driver exposes them, Soft-RoCE devices, and (with --broker) whether rrpcd answers a\n"
-          "TLS 1.3 handshake with a certificate it can verify. Each finding comes with its fix.\n"
+          "driver exposes them, Soft-RoCE devices, locked memory, and (with --broker) whether\n"
+          "rrpcd answers a TLS 1.3 handshake with a certificate it can verify. Each finding comes\n"
+          "with its fix.\n"
           "\n"
+          "  --transport T        what to check for: verbs (default; rdma://, needs an RDMA\n"
+          "                       device) or tcp (tcp://: reachable addresses, open-files limit)\n"
           "  --json               one JSON object: {\"findings\":[...],\"summary\":{...}}\n"
           "  -v, --verbose        also list every GID table entry\n"
           "  --broker HOST:PORT   check the broker (rrpcd) at this address\n"
@@ -1225,9 +1303,10 @@ static void usage(FILE *o)
 
 int main(int argc, char **argv)
 {
-    enum { O_JSON = 256, O_BROKER, O_CA, O_CERT, O_KEY, O_SNI, O_TIMEOUT };
+    enum { O_JSON = 256, O_BROKER, O_CA, O_CERT, O_KEY, O_SNI, O_TIMEOUT, O_TRANSPORT };
     static const struct option lo[] = {
         {"json", no_argument, NULL, O_JSON},
+        {"transport", required_argument, NULL, O_TRANSPORT},
         {"verbose", no_argument, NULL, 'v'},
         {"broker", required_argument, NULL, O_BROKER},
         {"ca", required_argument, NULL, O_CA},
@@ -1240,13 +1319,20 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     signal(SIGPIPE, SIG_IGN); /* a broker that resets the TLS session is a finding, not a crash */
-    bool json = false, verbose = false;
+    bool json = false, verbose = false, tcp = false;
     struct broker_opts bo = {.timeout_ms = 3000};
     int c;
     while ((c = getopt_long(argc, argv, "hvV", lo, NULL)) != -1) {
         switch (c) {
         case O_JSON: json = true; break;
         case 'v': verbose = true; break;
+        case O_TRANSPORT:
+            if (!strcmp(optarg, "tcp") || !strcmp(optarg, "verbs") || !strcmp(optarg, "rdma")) {
+                tcp = !strcmp(optarg, "tcp");
+                break;
+            }
+            fprintf(stderr, "rrpc-doctor: --transport wants verbs or tcp, not '%s'\n", optarg);
+            return 2;
         case O_BROKER: bo.addr = optarg; break;
         case O_CA: bo.ca = optarg; break;
         case O_CERT: bo.cert = optarg; break;
@@ -1278,7 +1364,19 @@ int main(int argc, char **argv)
     }
 
     load_ifaddrs();
-    check_devices();
+    struct finding *t =
+        tcp ? add(SEV_INFO, "transport", "tcp", NULL,
+                  "checking for the tcp transport (--transport tcp): tcp:// URIs, no RDMA "
+                  "device needed")
+            : add(SEV_INFO, "transport", "verbs", NULL,
+                  "checking for the verbs transport (RoCE v2, rdma:// URIs; --transport tcp "
+                  "checks for tcp:// instead)");
+    detail_str(t, "transport", tcp ? "tcp" : "verbs");
+    if (tcp)
+        check_tcp();
+    else
+        check_devices();
+    check_memlock(!tcp);
     if (bo.addr)
         check_broker(&bo);
     else

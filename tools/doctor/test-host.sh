@@ -1,7 +1,9 @@
 #!/bin/bash
 # tools/doctor/test-host.sh RRPC_DOCTOR [RRPCD]
 # On a host with no RDMA device: rrpc-doctor must say so, give the "rdma link add" fix and exit 1,
-# in text and in --json; usage errors exit 2; --broker on a closed port is an error.  With RRPCD
+# in text and in --json, never call tcp a "fallback", and still show the memlock check; with
+# --transport tcp it checks what tcp needs and exits 0; usage errors exit 2; --broker on a closed
+# port is an error.  With RRPCD
 # (the rrpcd binary), also checks --broker against a live rrpcd with development certificates:
 # verified with the right CA, "not trusted" without it.  Last line: "N passed, N failed".
 # Exits 77 ("skipped: ...") on a host that has RDMA devices.
@@ -31,6 +33,35 @@ check "text: says no RDMA device" grep -q "^\[ERROR\] devices  no RDMA device fo
 check "text: gives the Soft-RoCE fix" \
   grep -Eq "fix: create a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev [^ ]+" "$WORK/out"
 check "text: summary line" grep -Eq "^rrpc-doctor: [1-9][0-9]* errors?, " "$WORK/out"
+check "text: says it checks for the verbs transport and how to check for tcp" \
+  grep -q "^\[INFO \] transport checking for the verbs transport .*--transport tcp" "$WORK/out"
+check "text: the memlock check is shown without devices" grep -Eq "^\[[A-Z ]+\] memlock " "$WORK/out"
+check "text: tcp is never called a fallback" eval '! grep -qi "fall *back" "$WORK/out"'
+
+# --transport tcp: what tcp needs; no RDMA device is not an error.
+"$DOCTOR" --transport tcp > "$WORK/tcp" 2>&1; rc=$?
+cat "$WORK/tcp"
+check "tcp: exit status 0 without RDMA devices" [ "$rc" = 0 ]
+check "tcp: says it checks for the tcp transport" \
+  grep -q "^\[INFO \] transport checking for the tcp transport" "$WORK/tcp"
+check "tcp: no RDMA device is info, not an error" \
+  grep -q "^\[INFO \] devices  0 RDMA devices (not needed for tcp://" "$WORK/tcp"
+check "tcp: the network, open-files and memlock checks are shown" \
+  eval 'grep -Eq "^\[[A-Z ]+\] network " "$WORK/tcp" && grep -Eq "^\[[A-Z ]+\] fds " "$WORK/tcp" &&
+        grep -Eq "^\[[A-Z ]+\] memlock .*" "$WORK/tcp"'
+"$DOCTOR" --transport tcp --json > "$WORK/tcpjson" 2>&1; rc=$?
+if [ "$rc" = 0 ] && $PY - "$WORK/tcpjson" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = d["findings"]
+t = [x for x in f if x["check"] == "transport"]
+assert len(t) == 1 and t[0]["details"]["transport"] == "tcp", t
+assert not [x for x in f if x["severity"] == "error"], f
+assert d["summary"]["exit_code"] == 0, d["summary"]
+assert [x for x in f if x["check"] == "memlock"], f
+PYEOF
+then ok "tcp --json: transport tcp, no error, memlock listed, exit 0"
+else bad "tcp --json: exit $rc, content (see above)"; fi
 
 # JSON.
 "$DOCTOR" --json > "$WORK/json" 2>"$WORK/err"; rc=$?
@@ -62,6 +93,8 @@ else bad "json: content (see the assertion above)"; fi
 "$DOCTOR" --bogus >/dev/null 2>&1; check "usage: unknown option exits 2" [ $? = 2 ]
 "$DOCTOR" extra >/dev/null 2>&1; check "usage: stray argument exits 2" [ $? = 2 ]
 "$DOCTOR" --ca x >/dev/null 2>&1; check "usage: --ca without --broker exits 2" [ $? = 2 ]
+"$DOCTOR" --transport carrier-pigeon >/dev/null 2>&1
+check "usage: an unknown --transport exits 2" [ $? = 2 ]
 "$DOCTOR" --help > "$WORK/help"; rc=$?
 check "--help exits 0 and documents --json" eval '[ $rc = 0 ] && grep -q -- "--json" "$WORK/help"'
 

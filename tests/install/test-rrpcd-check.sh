@@ -1,0 +1,85 @@
+#!/bin/bash
+# tests/install/test-rrpcd-check.sh RRPCD SRC_ROOT: `rrpcd --check` refuses what the start
+# would refuse (and the start refuses it too), each with a message naming the setting:
+# a port out of range, a listen host that does not resolve, a certificate, key, CA bundle or
+# token file that is missing or does not parse, a key of another certificate.  A good
+# configuration passes --check and starts.  Needs the openssl command (development CA).
+set -u
+RRPCD=${1:?usage: test-rrpcd-check.sh RRPCD SRC_ROOT}
+SRC=${2:?usage: test-rrpcd-check.sh RRPCD SRC_ROOT}
+command -v openssl > /dev/null || { echo "skipped: the openssl command is missing"; exit 77; }
+WORK=$(mktemp -d)
+PID=
+cleanup() { [ -n "$PID" ] && kill "$PID" 2> /dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+PASS=0 FAIL=0
+ok() { echo "ok   - $*"; PASS=$((PASS + 1)); }
+bad() { echo "FAIL - $*"; FAIL=$((FAIL + 1)); }
+
+"$SRC/scripts/make-dev-certs.sh" "$WORK/c" kv-server > /dev/null 2>&1 ||
+  { echo "FAIL - make-dev-certs"; exit 1; }
+C=$WORK/c
+echo "not a certificate" > "$WORK/garbage.pem"
+printf 'kv-client s3cr3t-t0ken\n' > "$WORK/tokens"; chmod 600 "$WORK/tokens"
+printf 'kv-client\n' > "$WORK/bad-tokens"; chmod 600 "$WORK/bad-tokens"
+GOOD=(-s "cert=$C/rrpcd.crt" -s "key=$C/rrpcd.key" -s "ca=$C/ca.crt" -s "token_file=$WORK/tokens"
+      -s "listen=127.0.0.1:0" -s "port_file=$WORK/port")
+
+# A configuration --check must refuse with MESSAGE (a grep -E pattern), and the start too.
+refused() {
+  local what=$1 msg=$2; shift 2
+  local out rc
+  out=$("$RRPCD" "${GOOD[@]}" "$@" --check 2>&1); rc=$?
+  if [ $rc = 1 ] && grep -Eq -- "$msg" <<< "$out" && ! grep -q "configuration OK" <<< "$out"; then
+    ok "--check refuses $what: $(head -1 <<< "$out")"
+  else
+    bad "--check on $what: exit $rc, said: $out"
+  fi
+  rm -f "$WORK/port"
+  timeout 10 "$RRPCD" "${GOOD[@]}" "$@" > "$WORK/start.log" 2>&1; rc=$?
+  if [ $rc = 1 ] && [ ! -s "$WORK/port" ]; then
+    ok "the start refuses $what too"
+  else
+    bad "the start with $what: exit $rc (124: it kept running), port file: $(cat "$WORK/port" 2>/dev/null)"
+  fi
+}
+
+refused "listen=127.0.0.1:99999 (port out of range)" \
+  "bad value '127.0.0.1:99999' for listen: the port must be a number 0..65535" \
+  -s listen=127.0.0.1:99999
+refused "listen=127.0.0.1:http (a port that is not a number)" "for listen: the port must be" \
+  -s listen=127.0.0.1:http
+refused "a listen host that does not resolve" "listen = no-such-host.invalid:7700: " \
+  -s listen=no-such-host.invalid:7700
+refused "a certificate file that does not exist" "cert = $C/missing.crt: cannot open it: No such file" \
+  -s "cert=$C/missing.crt"
+refused "a certificate file that does not parse" "cert = $WORK/garbage.pem: not a PEM certificate" \
+  -s "cert=$WORK/garbage.pem"
+refused "a key file that does not exist" "key = $C/missing.key: cannot open it" \
+  -s "key=$C/missing.key"
+refused "a key file that does not parse" "key = $WORK/garbage.pem: not a PEM private key" \
+  -s "key=$WORK/garbage.pem"
+refused "the key of another certificate" "key = $C/kv-server.key does not belong to cert" \
+  -s "key=$C/kv-server.key"
+refused "a CA file that does not exist" "ca = $C/missing-ca.crt: cannot open it" \
+  -s "ca=$C/missing-ca.crt"
+refused "a CA file that does not parse" "ca = $WORK/garbage.pem: no PEM certificate" \
+  -s "ca=$WORK/garbage.pem"
+refused "a token file that does not exist" "cannot open the token file $WORK/missing-tokens" \
+  -s "token_file=$WORK/missing-tokens"
+refused "a token file that does not parse" "bad-tokens:1: expected \"PRINCIPAL TOKEN\"" \
+  -s "token_file=$WORK/bad-tokens"
+
+# The good configuration: --check says so, and it starts.
+out=$("$RRPCD" "${GOOD[@]}" --check 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts the good configuration" ||
+  bad "--check on the good configuration: exit $rc: $out"
+rm -f "$WORK/port"
+"$RRPCD" "${GOOD[@]}" 2> "$WORK/rrpcd.log" &
+PID=$!
+for _ in $(seq 200); do [ -s "$WORK/port" ] && break; sleep 0.05; done
+[ -s "$WORK/port" ] && ok "the good configuration starts (port $(cat "$WORK/port"))" ||
+  bad "the good configuration did not start: $(cat "$WORK/rrpcd.log")"
+
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
