@@ -37,6 +37,8 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
+#include "broker_test.h"
+
 #include "broker/sockbio.h" /* TLS that never raises SIGPIPE */
 
 static char dir[256];
@@ -45,33 +47,6 @@ static int daemon_port;
 static char addr[64];
 
 /* ---- the daemon ------------------------------------------------------------ */
-
-static void sh(const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int r = system(cmd);
-    if (r != 0) {
-        fprintf(stderr, "command failed (%d): %s\n", r, cmd);
-        abort();
-    }
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-    nanosleep(&ts, NULL);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Set by a test that measures rrpcd's RSS: under ASan, freed memory waits in
  * a quarantine (256 MB by default) and stays resident, so the RSS would say

@@ -30,36 +30,11 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
+#include "broker_test.h"
+
 static char dir[256];
 static pid_t daemon_pid = -1;
 static char addr[64];
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-    nanosleep(&ts, NULL);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sh(const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int r = system(cmd);
-    if (r != 0) {
-        fprintf(stderr, "command failed (%d): %s\n", r, cmd);
-        abort();
-    }
-}
 
 static int open_as(const char *who, const char *broker_addr, rrpc_broker **ret)
 {

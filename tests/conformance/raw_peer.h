@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static inline void raw_le(uint8_t *p, uint64_t v, int n)
@@ -44,10 +45,19 @@ static inline void raw_header(uint8_t h[32], int type, int cls, int flags, uint6
     raw_le(h + 28, credits, 2);
 }
 
-static inline int raw_connect(const char *host, int port)
+/* A TCP connection to @host:@port, from the address @src when not NULL. */
+static inline int raw_connect_from(const char *src, const char *host, int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    if (fd >= 0 && src) {
+        inet_pton(AF_INET, src, &sa.sin_addr);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    sa.sin_port = htons((uint16_t)port);
     inet_pton(AF_INET, host, &sa.sin_addr);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         if (fd >= 0)
@@ -57,6 +67,11 @@ static inline int raw_connect(const char *host, int port)
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     return fd;
+}
+
+static inline int raw_connect(const char *host, int port)
+{
+    return raw_connect_from(NULL, host, port);
 }
 
 static inline int raw_read_full(int fd, void *buf, size_t n)
@@ -97,15 +112,20 @@ struct raw_conn {
     int fd[4];
 };
 
-/* HELLO on the control socket, JOIN on the three others; grants 64 each. */
-static inline int raw_handshake(struct raw_conn *rc, const char *host, int port)
+/* HELLO on the control socket, JOIN on the three others, from @src (NULL:
+ * any address), granting @grant credits per class; the server's grants go to
+ * @srv_grant (may be NULL).  0, or -1 (refused or closed). */
+static inline int raw_handshake_ex(struct raw_conn *rc, const char *src, const char *host,
+                                   int port, int grant, int srv_grant[4])
 {
     for (int i = 0; i < 4; i++)
-        if ((rc->fd[i] = raw_connect(host, port)) < 0)
+        rc->fd[i] = -1;
+    for (int i = 0; i < 4; i++)
+        if ((rc->fd[i] = raw_connect_from(src, host, port)) < 0)
             return -1;
     uint8_t hdr[32], hello[32] = {1, 4};
     for (int i = 0; i < 4; i++)
-        raw_le(hello + 2 + 2 * i, 64, 2);
+        raw_le(hello + 2 + 2 * i, (uint64_t)grant, 2);
     raw_le(hello + 12, 1u << 20, 4);
     raw_header(hdr, 1, 0, 0, 0, 0, 32, 0);
     if (write(rc->fd[0], hdr, 32) != 32 || write(rc->fd[0], hello, 32) != 32)
@@ -113,6 +133,8 @@ static inline int raw_handshake(struct raw_conn *rc, const char *host, int port)
     uint8_t ack[64];
     if (raw_read_frame(rc->fd[0], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 2)
         return -1;
+    for (int i = 0; srv_grant && i < 4; i++)
+        srv_grant[i] = (int)raw_get(ack + 2 + 2 * i, 2);
     uint64_t cookie = raw_get(ack + 16, 8);
     for (int i = 1; i < 4; i++) {
         uint8_t ck[8];
@@ -124,6 +146,12 @@ static inline int raw_handshake(struct raw_conn *rc, const char *host, int port)
             return -1;
     }
     return 0;
+}
+
+/* raw_handshake_ex from any address, granting 64 per class. */
+static inline int raw_handshake(struct raw_conn *rc, const char *host, int port)
+{
+    return raw_handshake_ex(rc, NULL, host, port, 64, NULL);
 }
 
 static inline void raw_close(struct raw_conn *rc)

@@ -182,59 +182,16 @@ static void hwm_reset(void)
     fclose(f);
 }
 
-/* A socket from @src (another loopback address: a different peer). */
-static int connect_from(const char *src, int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    inet_pton(AF_INET, src, &sa.sin_addr);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        close(fd);
-        return -1;
-    }
-    sa.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        close(fd);
-        return -1;
-    }
-    struct timeval tv = { 5, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
-/* raw_handshake from @src, granting @grant credits per class; the server's
- * grants go to @srv_grant (may be NULL).  0, or -1 (refused or closed). */
+/* A handshake from another loopback address @src (a different peer). */
 static int handshake_from(struct raw_conn *rc, const char *src, int port, int grant,
                           int srv_grant[4])
 {
-    for (int i = 0; i < 4; i++)
-        rc->fd[i] = -1;
-    for (int i = 0; i < 4; i++)
-        if ((rc->fd[i] = connect_from(src, port)) < 0)
-            return -1;
-    uint8_t hdr[32], hello[32] = { 1, 4 }, ack[64];
-    for (int i = 0; i < 4; i++)
-        raw_le(hello + 2 + 2 * i, (uint64_t)grant, 2);
-    raw_le(hello + 12, 1u << 20, 4);
-    raw_header(hdr, 1, 0, 0, 0, 0, 32, 0);
-    if (write(rc->fd[0], hdr, 32) != 32 || write(rc->fd[0], hello, 32) != 32)
-        return -1;
-    if (raw_read_frame(rc->fd[0], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 2)
-        return -1;
-    for (int i = 0; srv_grant && i < 4; i++)
-        srv_grant[i] = (int)raw_get(ack + 2 + 2 * i, 2);
-    uint64_t cookie = raw_get(ack + 16, 8);
-    for (int i = 1; i < 4; i++) {
-        uint8_t ck[8];
-        raw_le(ck, cookie, 8);
-        raw_header(hdr, 3, i, 0, 0, 0, 8, 0);
-        if (write(rc->fd[i], hdr, 32) != 32 || write(rc->fd[i], ck, 8) != 8)
-            return -1;
-        if (raw_read_frame(rc->fd[i], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 4)
-            return -1;
-    }
-    return 0;
+    return raw_handshake_ex(rc, src, "127.0.0.1", port, grant, srv_grant);
+}
+
+static int connect_from(const char *src, int port)
+{
+    return raw_connect_from(src, "127.0.0.1", port);
 }
 
 /* Whether the server has closed @fd (EOF, reset, or an ERROR frame then
