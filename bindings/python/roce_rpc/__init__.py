@@ -15,6 +15,8 @@ RoCEv2, and TCP).  See docs/python.md.
 from ._rrpc import ffi, lib  # noqa: F401  (the cffi module, for experts)
 from ._core import *  # noqa: F401,F403  (E_* codes)
 from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, RpcError,
+                    RrpcTimeoutError, RrpcConnectionError, RrpcConnectionRefusedError,
+                    RrpcPermissionError, RrpcValueError,
                     strerror, err_name, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ, REMOTE_WRITE,
                     CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND)
 

@@ -16,6 +16,7 @@ before it destroys the C context (which frees what is still open).
 import asyncio
 import collections
 import concurrent.futures
+import errno
 import itertools
 import logging
 import math
@@ -73,13 +74,44 @@ class RrpcError(Exception):
     code     0 < code: the handler's application code; code < 0: a library
              code (E_DEADLINE, E_NO_METHOD, ...) or a negated errno
     name     rrpc_err_name(code)
-    message  the handler's message, or rrpc_ctx_last_error's detail
+    message  the handler's message, or the library's detail (for a call,
+             'call "METHOD" failed: ...', as rrpc_call_sync says it)
+
+    RrpcError(code, message) gives the subclass that matches @code, and
+    the subclasses are also Python's built-in exceptions (like OSError(
+    errno.ENOENT, ...) gives a FileNotFoundError):
+
+      RrpcTimeoutError            TimeoutError            E_DEADLINE, -ETIMEDOUT
+      RrpcConnectionError         ConnectionError         E_CONN_LOST, -ECONNRESET,
+                                                          -ECONNABORTED, -EPIPE, ...
+      RrpcConnectionRefusedError  ConnectionRefusedError  -ECONNREFUSED
+      RrpcPermissionError         PermissionError         E_TICKET, E_ACCESS, -EACCES,
+                                                          -EPERM
+      RrpcValueError              ValueError              E_ARGS, E_URI, E_BAD_CLASS,
+                                                          E_REGION, -EINVAL
+
+    The OSError ones carry the matching positive .errno (ETIMEDOUT, ...).
     """
 
-    def __init__(self, code, message=""):
+    _errno = None  # the OSError subclasses' errno when @code is no errno
+
+    def __new__(cls, code=0, message="", *rest):
+        if cls is RrpcError:
+            cls = _ERROR_CLASSES.get(int(code), RrpcError)
+        if issubclass(cls, OSError):
+            code = int(code)
+            eno = -code if -1000 < code < 0 else cls._errno
+            return super().__new__(cls, eno, message or "")
+        return super().__new__(cls, code, message)
+
+    def __init__(self, code=0, message=""):
         self.code = int(code)
         self.message = message or ""
         super().__init__(self.code, self.message)
+        self.args = (self.code, self.message)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
 
     @property
     def name(self):
@@ -92,6 +124,47 @@ class RrpcError(Exception):
         if self.message and self.message != desc:
             return "%s (%d): %s" % (self.name, self.code, self.message)
         return "%s (%d): %s" % (self.name, self.code, desc)
+
+
+class RrpcTimeoutError(RrpcError, TimeoutError):
+    """A deadline passed: of a call, a connect, wait_notify(), receive()."""
+    _errno = errno.ETIMEDOUT
+
+
+class RrpcConnectionError(RrpcError, ConnectionError):
+    """The connection was lost (or could not be made)."""
+    _errno = errno.ECONNRESET
+
+
+class RrpcConnectionRefusedError(RrpcConnectionError, ConnectionRefusedError):
+    """Nobody listens at the address."""
+    _errno = errno.ECONNREFUSED
+
+
+class RrpcPermissionError(RrpcError, PermissionError):
+    """A connection ticket was refused, or remote memory access denied."""
+    _errno = errno.EACCES
+
+
+class RrpcValueError(RrpcError, ValueError):
+    """Bad arguments: a malformed URI, an unknown QoS class, bad msgpack
+    arguments, memory outside its region, an invalid value."""
+
+
+_ERROR_CLASSES = {}
+for _cls, _codes in (
+        (RrpcTimeoutError, (lib.RRPC_E_DEADLINE, -errno.ETIMEDOUT)),
+        (RrpcConnectionError, (lib.RRPC_E_CONN_LOST, -errno.ECONNRESET, -errno.ECONNABORTED,
+                               -errno.EPIPE, -errno.ENOTCONN, -errno.EHOSTUNREACH,
+                               -errno.ENETUNREACH)),
+        (RrpcConnectionRefusedError, (-errno.ECONNREFUSED,)),
+        (RrpcPermissionError, (lib.RRPC_E_TICKET, lib.RRPC_E_ACCESS, -errno.EACCES,
+                               -errno.EPERM)),
+        (RrpcValueError, (lib.RRPC_E_ARGS, lib.RRPC_E_URI, lib.RRPC_E_BAD_CLASS,
+                          lib.RRPC_E_REGION, -errno.EINVAL))):
+    for _c in _codes:
+        _ERROR_CLASSES[int(_c)] = _cls
+del _cls, _codes, _c
 
 
 RpcError = RrpcError  # the name a handler may prefer to raise
@@ -375,6 +448,15 @@ def _rrpc_py_handler(req, payload, length, user):
             lib.rrpc_respond_error(req, 1, b"internal error in the Python binding")
 
 
+def _call_error(status, message, method):
+    """The error of a failed call: the handler's code and message as they
+    are; a library code with rrpc_call_sync's detail, the method named."""
+    if status > 0:
+        return RrpcError(status, message)
+    return RrpcError(status, 'call "%s" failed: %s%s%s' % (
+        method, strerror(status), ": " if message else "", message))
+
+
 @ffi.def_extern()
 def _rrpc_py_call_done(res, user):
     e = _registry.pop(_key(user), None)
@@ -388,7 +470,7 @@ def _rrpc_py_call_done(res, user):
             if res.status == 0:
                 fut.set_result(ffi.buffer(res.data, res.len)[:] if res.len else b"")
             else:
-                fut.set_exception(RrpcError(res.status, _s(res.message)))
+                fut.set_exception(_call_error(res.status, _s(res.message), e[2]))
         except concurrent.futures.InvalidStateError:
             pass
         except Exception:
@@ -665,11 +747,12 @@ class Context(_Closable):
         return fn
 
     def wait_notify(self, timeout=None):
-        """The oldest queued notification value; TimeoutError after @timeout s."""
+        """The oldest queued notification value; RrpcTimeoutError (a
+        TimeoutError) after @timeout s."""
         core = self._core
         with core.cv:
             if not core.cv.wait_for(lambda: core.notes or core.closed, timeout):
-                raise TimeoutError("no notification within %s s" % timeout)
+                raise RrpcError(lib.RRPC_E_DEADLINE, "no notification within %s s" % timeout)
             if not core.notes:
                 raise _closed_error("context")
             return core.notes.popleft()
@@ -954,7 +1037,7 @@ class Conn(_Closable):
             b, n = _cbuf(data)
             r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts, lib._rrpc_py_call_done, user)
             return _error(r, core.ptr, "call %r" % method) if r else None
-        return core.submit(self, (fut, core), start)
+        return core.submit(self, (fut, core, method), start)
 
     def call(self, method, data=b"", *, qos=None, timeout=None):
         """Calls @method and returns the response bytes; raises RrpcError

@@ -369,11 +369,12 @@ class TensorServer(_core._Closable):
 
     def receive(self, timeout=None):
         """(name, array) of the next tensor that arrived; raises the
-        RrpcError of a failed one (with .tensor_name), TimeoutError."""
+        RrpcError of a failed one (with .tensor_name), RrpcTimeoutError (a
+        TimeoutError) after @timeout s."""
         try:
             item = self._st.queue.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError("no tensor within %s s" % timeout) from None
+            raise RrpcError(lib.RRPC_E_DEADLINE, "no tensor within %s s" % timeout) from None
         if item is None:
             self._st.queue.put(None)
             raise _closed_error("tensor server")
