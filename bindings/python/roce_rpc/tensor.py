@@ -32,6 +32,9 @@ from . import _core
 from ._core import (RrpcError, Region, Token, _cbuf, _closed_error, _error, _InCallback, _keep,
                     _key, _last_line, _ptrint, _qos, _registry, strerror)
 
+__all__ = ["KvPool", "KvToken", "TensorServer", "dtype_to_rrpc", "dtype_from_rrpc",
+           "send_tensor_async", "kv_transfer_async", "MAX_DIMS", "KV_TOKEN_SIZE"]
+
 log = logging.getLogger("roce_rpc")
 
 MAX_DIMS = lib.RRPC_TENSOR_MAX_DIMS
