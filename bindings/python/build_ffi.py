@@ -1,14 +1,22 @@
 #!/usr/bin/python3
 """Builds the cffi extension of the roce_rpc Python package (API mode).
 
-    /usr/bin/python3 bindings/python/build_ffi.py [build] [--build-dir DIR] [--out-dir DIR]
+meson builds and installs the extension itself (bindings/python/roce_rpc/
+meson.build runs "build_ffi.py emit"); this script is also the quick way to
+build it by hand for a library that is already built or installed.
 
-compiles roce_rpc/_rrpc*.so against the public headers in include/roce_rpc/
-and links it with the libroce_rpc.so of a meson build directory (default:
-$RRPC_BUILD_DIR, else <repo>/build), with an rpath to that directory, so no
-LD_LIBRARY_PATH is needed.  The extension lands next to the package sources
-(bindings/python/roce_rpc/); with --out-dir DIR the whole package is copied to
-DIR/roce_rpc/ instead (for example a meson build directory).
+    /usr/bin/python3 bindings/python/build_ffi.py emit OUT.c [--include-dir DIR]
+        writes the extension's C source (what meson compiles and installs)
+
+    /usr/bin/python3 bindings/python/build_ffi.py [build] [--build-dir DIR] [--out-dir DIR]
+        compiles roce_rpc/_rrpc*.so against the public headers and links it
+        with the libroce_rpc.so of DIR: a meson build directory (default:
+        $RRPC_BUILD_DIR, else <repo>/build) or an install prefix (DIR/lib,
+        DIR/lib64 or DIR/lib/<multiarch>; headers from DIR/include), with an
+        rpath to the directory that holds the library, so no LD_LIBRARY_PATH
+        is needed while that library stays where it is.  The extension lands
+        next to the package sources (bindings/python/roce_rpc/); with
+        --out-dir DIR the whole package is copied to DIR/roce_rpc/ instead.
 
 Uses Debian's python3-cffi: run it with /usr/bin/python3.
 """
@@ -17,6 +25,7 @@ import glob
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,10 +33,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 PKG = os.path.join(HERE, "roce_rpc")
 
 
-def have_tensor(libdir):
-    """Tensors are bound when the header exists and the library exports them."""
-    if not os.path.exists(os.path.join(REPO, "include", "roce_rpc", "tensor.h")):
-        return False
+def lib_exports_tensor(libdir):
+    """Whether the libroce_rpc.so in @libdir exports the tensor API."""
     import ctypes
     try:
         so = ctypes.CDLL(os.path.join(libdir, "libroce_rpc.so"))
@@ -45,48 +52,63 @@ def cdef_text(tensor):
     return "\n".join(parts)
 
 
-def make_ffi(build_dir):
+def make_ffi(include_dir, tensor, **set_source_kw):
+    """The cffi builder for roce_rpc._rrpc over the headers in @include_dir."""
     import cffi
 
-    libdir = os.path.join(build_dir, "libroce_rpc")
-    if not glob.glob(os.path.join(libdir, "libroce_rpc.so*")):
-        sys.exit("build_ffi: no libroce_rpc.so in %s; build the library first:\n"
-                 "    meson setup build && ninja -C build" % libdir)
     includes = "#include <stdlib.h>\n#include <roce_rpc/rrpc.h>\n"
-    tensor = have_tensor(libdir)
     if tensor:
         includes += "#include <roce_rpc/tensor.h>\n"
-    else:
-        print("build_ffi: the library has no tensor API; building without it")
     ffi = cffi.FFI()
     ffi.cdef(cdef_text(tensor) + "\nvoid free(void *);\n")
-    ffi.set_source(
-        "roce_rpc._rrpc", includes,
-        include_dirs=[os.path.join(REPO, "include")],
-        library_dirs=[libdir],
-        libraries=["roce_rpc"],
-        extra_compile_args=["-D_GNU_SOURCE", "-Wno-unused-parameter"],
-        extra_link_args=["-Wl,-rpath," + os.path.abspath(libdir)],
-    )
+    ffi.set_source("roce_rpc._rrpc", includes, include_dirs=[include_dir], **set_source_kw)
     return ffi
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", nargs="?", default="build", choices=["build"])
-    ap.add_argument("--build-dir", default=os.environ.get("RRPC_BUILD_DIR",
-                                                          os.path.join(REPO, "build")))
-    ap.add_argument("--out-dir", default=None,
-                    help="copy the package with its extension to OUT_DIR/roce_rpc")
-    args = ap.parse_args()
-    build_dir = os.path.abspath(args.build_dir)
-    ffi = make_ffi(build_dir)
+def has_tensor_header(include_dir):
+    return os.path.exists(os.path.join(include_dir, "roce_rpc", "tensor.h"))
+
+
+def find_library(top):
+    """(libdir, include_dir) of a meson build directory or an install prefix."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    candidates = [os.path.join(top, "libroce_rpc"),          # a meson build directory
+                  os.path.join(top, "lib", multiarch) if multiarch else None,
+                  os.path.join(top, "lib64"), os.path.join(top, "lib")]
+    for libdir in filter(None, candidates):
+        if glob.glob(os.path.join(libdir, "libroce_rpc.so*")):
+            prefix_inc = os.path.join(top, "include")
+            if libdir != candidates[0] and os.path.exists(
+                    os.path.join(prefix_inc, "roce_rpc", "rrpc.h")):
+                return libdir, prefix_inc
+            return libdir, os.path.join(REPO, "include")
+    sys.exit("build_ffi: no libroce_rpc.so in %s (a build directory: DIR/libroce_rpc; an "
+             "install prefix: DIR/lib, DIR/lib64, DIR/lib/%s); build the library first:\n"
+             "    meson setup build && ninja -C build" % (top, multiarch or "<multiarch>"))
+
+
+def emit(args):
+    include_dir = os.path.abspath(args.include_dir)
+    ffi = make_ffi(include_dir, has_tensor_header(include_dir))
+    ffi.emit_c_code(args.output)
+
+
+def build(args):
+    libdir, include_dir = find_library(os.path.abspath(args.build_dir))
+    tensor = has_tensor_header(include_dir) and lib_exports_tensor(libdir)
+    if not tensor:
+        print("build_ffi: the library has no tensor API; building without it")
+    ffi = make_ffi(include_dir, tensor,
+                   library_dirs=[libdir], libraries=["roce_rpc"],
+                   extra_compile_args=["-D_GNU_SOURCE", "-Wno-unused-parameter"],
+                   extra_link_args=["-Wl,-rpath," + os.path.abspath(libdir)])
     dest = PKG
     if args.out_dir:
         dest = os.path.join(os.path.abspath(args.out_dir), "roce_rpc")
         if os.path.abspath(dest) != os.path.abspath(PKG):
             shutil.rmtree(dest, ignore_errors=True)
-            shutil.copytree(PKG, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+            shutil.copytree(PKG, dest, ignore=shutil.ignore_patterns(
+                "*.so", "__pycache__", "meson.build"))
     tmp = tempfile.mkdtemp(prefix="rrpc-ffi-")
     try:
         so = ffi.compile(tmpdir=tmp, verbose=bool(os.environ.get("RRPC_FFI_VERBOSE")))
@@ -96,7 +118,27 @@ def main():
         shutil.copy2(so, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("build_ffi: %s (library: %s)" % (os.path.relpath(out), build_dir))
+    print("build_ffi: %s (library: %s)" % (os.path.relpath(out), libdir))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command")
+    em = sub.add_parser("emit", help="write the extension's C source (for meson)")
+    em.add_argument("output")
+    em.add_argument("--include-dir", default=os.path.join(REPO, "include"))
+    bd = sub.add_parser("build", help="compile the extension (the default)")
+    for p, dflt in ((ap, None), (bd, argparse.SUPPRESS)):  # before or after "build"
+        p.add_argument("--build-dir", default=dflt or os.environ.get(
+            "RRPC_BUILD_DIR", os.path.join(REPO, "build")),
+            help="a meson build directory or an install prefix")
+        p.add_argument("--out-dir", default=dflt,
+                       help="copy the package with its extension to OUT_DIR/roce_rpc")
+    args = ap.parse_args()
+    if args.command == "emit":
+        emit(args)
+    else:
+        build(args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/bin/sh
 # bindings/python/run-tests.sh [BUILD_DIR] [pytest args...]
-#   Builds the cffi extension against BUILD_DIR's libroce_rpc (default: build)
-#   into BUILD_DIR/bindings/python/ and runs the Python tests there.
+#   Runs the Python tests against the package ninja assembled in
+#   BUILD_DIR/bindings/python/roce_rpc/ (default BUILD_DIR: build).
 #   Transport from RRPC_TEST_TRANSPORT / RRPC_TEST_SERVER / RRPC_TEST_CLIENT_SRC.
 #   Exit 77 (skipped) when Debian's python3-cffi, python3-numpy or
 #   python3-pytest is missing.
@@ -15,7 +15,11 @@ if ! $PY -c 'import cffi, numpy, pytest' 2>/dev/null; then
   exit 77
 fi
 OUT=$(cd "$BUILD" && pwd)/bindings/python
-$PY "$HERE/build_ffi.py" --build-dir "$BUILD" --out-dir "$OUT"
+if ! ls "$OUT"/roce_rpc/_rrpc*.so >/dev/null 2>&1; then
+  echo "python bindings: no extension in $OUT/roce_rpc: configure with python3-cffi" \
+       "installed (meson setup --reconfigure $BUILD) and run ninja -C $BUILD" >&2
+  exit 1
+fi
 cd "$OUT"  # not bindings/python: "python -m" would import the sources from there
 PYTHONPATH="$OUT" $PY -m pytest -q -p no:cacheprovider "$@" "$HERE/tests"
 # The Python example (64 MiB tensor + KV pages, verified), on the same transport.

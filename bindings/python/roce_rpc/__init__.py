@@ -12,15 +12,21 @@ RoCEv2, and TCP).  See docs/python.md.
         conn = client.connect(lis.uri)
         assert conn.call("echo", b"hi") == b"hi"
 """
-from ._rrpc import ffi, lib  # noqa: F401  (the cffi module, for experts)
-from ._core import *  # noqa: F401,F403  (E_* codes)
+from ._rrpc import ffi, lib  # noqa: F401  (the cffi module, for experts; not in __all__)
+from . import _core
 from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, RpcError,
-                    strerror, err_name, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ, REMOTE_WRITE,
-                    CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND)
+                    RrpcTimeoutError, RrpcConnectionError, RrpcConnectionRefusedError,
+                    RrpcPermissionError, RrpcValueError,
+                    strerror, err_name, HANDLER_ERROR, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ,
+                    REMOTE_WRITE, CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND)
 
-HAVE_TENSOR = hasattr(lib, "rrpc_tensor_send")
+__version__ = "0.1.0"
+
+__all__ = list(_core.__all__) + ["HAVE_TENSOR", "__version__"]
+globals().update({n: getattr(_core, n) for n in _core.__all__ if n.startswith("E_")})
+
+HAVE_TENSOR: bool = hasattr(lib, "rrpc_tensor_send")
 if HAVE_TENSOR:
     from .tensor import (KvPool, KvToken, TensorServer, dtype_to_rrpc,  # noqa: F401
                          dtype_from_rrpc)
-
-__version__ = "0.1.0"
+    __all__ += ["KvPool", "KvToken", "TensorServer", "dtype_to_rrpc", "dtype_from_rrpc"]

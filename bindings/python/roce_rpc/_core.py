@@ -16,14 +16,28 @@ before it destroys the C context (which frees what is still open).
 import asyncio
 import collections
 import concurrent.futures
+import errno
 import itertools
 import logging
 import math
 import threading
 import traceback
 import weakref
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 from ._rrpc import ffi, lib
+
+__all__ = ["Context", "Conn", "Listener", "Region", "Request", "Token",
+           "RrpcError", "RpcError", "RrpcTimeoutError", "RrpcConnectionError",
+           "RrpcConnectionRefusedError", "RrpcPermissionError", "RrpcValueError",
+           "strerror", "err_name", "HANDLER_ERROR", "NO_DEADLINE", "TOKEN_SIZE",
+           "REMOTE_READ", "REMOTE_WRITE", "CLASS_CONTROL", "CLASS_LOW_LATENCY", "CLASS_BULK",
+           "CLASS_BACKGROUND"]  # and the E_* codes, added below
+
+_Buffer = Any  # bytes, bytearray, memoryview, a numpy array: the buffer protocol
+_QoS = Union[int, str]  # a class number (CLASS_*) or name ("low_latency")
+_TokenLike = Union["Token", bytes]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 log = logging.getLogger("roce_rpc")
 
@@ -31,9 +45,10 @@ log = logging.getLogger("roce_rpc")
 
 _ERR_NAMES = ("PROTO", "VERSION", "NO_METHOD", "BAD_CLASS", "TOO_BIG", "ACCESS",
               "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED", "DROPPED",
-              "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET")
+              "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET", "LIMIT")
 for _n in _ERR_NAMES:
     globals()["E_" + _n] = getattr(lib, "RRPC_E_" + _n)
+    __all__.append("E_" + _n)
 
 CLASS_CONTROL = lib.RRPC_CLASS_CONTROL
 CLASS_LOW_LATENCY = lib.RRPC_CLASS_LOW_LATENCY
@@ -55,12 +70,12 @@ def _s(p):
     return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
 
 
-def strerror(code):
+def strerror(code: int) -> str:
     """A one-line description of any code (rrpc_strerror)."""
     return _s(lib.rrpc_strerror(int(code)))
 
 
-def err_name(code):
+def err_name(code: int) -> str:
     """The symbolic name of a code, e.g. 'RRPC_E_DEADLINE' or 'ENOMEM'."""
     return _s(lib.rrpc_err_name(int(code)))
 
@@ -73,13 +88,44 @@ class RrpcError(Exception):
     code     0 < code: the handler's application code; code < 0: a library
              code (E_DEADLINE, E_NO_METHOD, ...) or a negated errno
     name     rrpc_err_name(code)
-    message  the handler's message, or rrpc_ctx_last_error's detail
+    message  the handler's message, or the library's detail (for a call,
+             'call "METHOD" failed: ...', as rrpc_call_sync says it)
+
+    RrpcError(code, message) gives the subclass that matches @code, and
+    the subclasses are also Python's built-in exceptions (like OSError(
+    errno.ENOENT, ...) gives a FileNotFoundError):
+
+      RrpcTimeoutError            TimeoutError            E_DEADLINE, -ETIMEDOUT
+      RrpcConnectionError         ConnectionError         E_CONN_LOST, -ECONNRESET,
+                                                          -ECONNABORTED, -EPIPE, ...
+      RrpcConnectionRefusedError  ConnectionRefusedError  -ECONNREFUSED
+      RrpcPermissionError         PermissionError         E_TICKET, E_ACCESS, -EACCES,
+                                                          -EPERM
+      RrpcValueError              ValueError              E_ARGS, E_URI, E_BAD_CLASS,
+                                                          E_REGION, -EINVAL
+
+    The OSError ones carry the matching positive .errno (ETIMEDOUT, ...).
     """
 
-    def __init__(self, code, message=""):
+    _errno = None  # the OSError subclasses' errno when @code is no errno
+
+    def __new__(cls, code=0, message="", *rest):
+        if cls is RrpcError:
+            cls = _ERROR_CLASSES.get(int(code), RrpcError)
+        if issubclass(cls, OSError):
+            code = int(code)
+            eno = -code if -1000 < code < 0 else cls._errno
+            return super().__new__(cls, eno, message or "")
+        return super().__new__(cls, code, message)
+
+    def __init__(self, code=0, message=""):
         self.code = int(code)
         self.message = message or ""
         super().__init__(self.code, self.message)
+        self.args = (self.code, self.message)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
 
     @property
     def name(self):
@@ -92,6 +138,47 @@ class RrpcError(Exception):
         if self.message and self.message != desc:
             return "%s (%d): %s" % (self.name, self.code, self.message)
         return "%s (%d): %s" % (self.name, self.code, desc)
+
+
+class RrpcTimeoutError(RrpcError, TimeoutError):
+    """A deadline passed: of a call, a connect, wait_notify(), receive()."""
+    _errno = errno.ETIMEDOUT
+
+
+class RrpcConnectionError(RrpcError, ConnectionError):
+    """The connection was lost (or could not be made)."""
+    _errno = errno.ECONNRESET
+
+
+class RrpcConnectionRefusedError(RrpcConnectionError, ConnectionRefusedError):
+    """Nobody listens at the address."""
+    _errno = errno.ECONNREFUSED
+
+
+class RrpcPermissionError(RrpcError, PermissionError):
+    """A connection ticket was refused, or remote memory access denied."""
+    _errno = errno.EACCES
+
+
+class RrpcValueError(RrpcError, ValueError):
+    """Bad arguments: a malformed URI, an unknown QoS class, bad msgpack
+    arguments, memory outside its region, an invalid value."""
+
+
+_ERROR_CLASSES = {}
+for _cls, _codes in (
+        (RrpcTimeoutError, (lib.RRPC_E_DEADLINE, -errno.ETIMEDOUT)),
+        (RrpcConnectionError, (lib.RRPC_E_CONN_LOST, -errno.ECONNRESET, -errno.ECONNABORTED,
+                               -errno.EPIPE, -errno.ENOTCONN, -errno.EHOSTUNREACH,
+                               -errno.ENETUNREACH)),
+        (RrpcConnectionRefusedError, (-errno.ECONNREFUSED,)),
+        (RrpcPermissionError, (lib.RRPC_E_TICKET, lib.RRPC_E_ACCESS, -errno.EACCES,
+                               -errno.EPERM)),
+        (RrpcValueError, (lib.RRPC_E_ARGS, lib.RRPC_E_URI, lib.RRPC_E_BAD_CLASS,
+                          lib.RRPC_E_REGION, -errno.EINVAL))):
+    for _c in _codes:
+        _ERROR_CLASSES[int(_c)] = _cls
+del _cls, _codes, _c
 
 
 RpcError = RrpcError  # the name a handler may prefer to raise
@@ -375,6 +462,15 @@ def _rrpc_py_handler(req, payload, length, user):
             lib.rrpc_respond_error(req, 1, b"internal error in the Python binding")
 
 
+def _call_error(status, message, method):
+    """The error of a failed call: the handler's code and message as they
+    are; a library code with rrpc_call_sync's detail, the method named."""
+    if status > 0:
+        return RrpcError(status, message)
+    return RrpcError(status, 'call "%s" failed: %s%s%s' % (
+        method, strerror(status), ": " if message else "", message))
+
+
 @ffi.def_extern()
 def _rrpc_py_call_done(res, user):
     e = _registry.pop(_key(user), None)
@@ -388,7 +484,7 @@ def _rrpc_py_call_done(res, user):
             if res.status == 0:
                 fut.set_result(ffi.buffer(res.data, res.len)[:] if res.len else b"")
             else:
-                fut.set_exception(RrpcError(res.status, _s(res.message)))
+                fut.set_exception(_call_error(res.status, _s(res.message), e[2]))
         except concurrent.futures.InvalidStateError:
             pass
         except Exception:
@@ -575,7 +671,7 @@ class Context(_Closable):
     def closed(self):
         return self._core.closing or self._core.closed
 
-    def close(self):
+    def close(self) -> None:
         """Closes every child (connections, listeners, regions, pools, tensor
         servers), fails pending calls with E_CLOSED and stops the loop.
         Idempotent.  From inside one of this context's callbacks, the
@@ -594,14 +690,14 @@ class Context(_Closable):
             _destroy(core)
 
     # -- configuration --
-    def set_class(self, cls, dscp, weight, credits):
+    def set_class(self, cls: _QoS, dscp: int, weight: int, credits: int) -> None:
         """rrpc_class_set: before the first listen/connect."""
         with self._core.use():
             r = lib.rrpc_class_set(self._ptr, _qos(cls, 0), dscp, weight, credits)
             if r:
                 raise _error(r, self._ptr, "rrpc_class_set")
 
-    def get_class(self, cls):
+    def get_class(self, cls: _QoS) -> Tuple[int, int, int]:
         """(dscp, weight, credits) of a QoS class."""
         v = ffi.new("int[3]")
         with self._core.use():
@@ -611,7 +707,7 @@ class Context(_Closable):
         return (v[0], v[1], v[2])
 
     # -- RPC server side --
-    def handler(self, method, *, request=False):
+    def handler(self, method: str, *, request: bool = False) -> Callable[[_F], _F]:
         """Decorator: registers fn(data: bytes) -> bytes-like for @method.
 
         With request=True the function is fn(req: Request, data).  It may
@@ -623,7 +719,7 @@ class Context(_Closable):
             return fn
         return deco
 
-    def add_handler(self, method, fn, *, request=False):
+    def add_handler(self, method: str, fn: Callable[..., Any], *, request: bool = False) -> None:
         """Registers @fn for @method (see handler())."""
         core = self._core
         h = _Handler(fn, request, core, method)
@@ -636,7 +732,7 @@ class Context(_Closable):
                 raise _error(r, self._ptr, "register %r" % method)
         core.handlers[method] = h
 
-    def remove_handler(self, method):
+    def remove_handler(self, method: str) -> None:
         core = self._core
         with core.use():
             r = lib.rrpc_unregister(self._ptr, method.encode())
@@ -646,40 +742,42 @@ class Context(_Closable):
         if h is not None:
             core.forget(h.key)
 
-    def on_connect(self, fn):
+    def on_connect(self, fn: _F) -> _F:
         """Decorator: fn(conn) for every accepted or opened connection
         (runs on the loop thread)."""
         self._core.on_connect = fn
         return fn
 
-    def on_disconnect(self, fn):
+    def on_disconnect(self, fn: _F) -> _F:
         """Decorator: fn(conn, RrpcError reason)."""
         self._core.on_disconnect = fn
         return fn
 
-    def on_notify(self, fn):
+    def on_notify(self, fn: _F) -> _F:
         """Decorator: fn(conn, imm) for every write-with-notify that landed in
         this context's memory.  Without one, notifications queue up for
         wait_notify()."""
         self._core.notify_fn = fn
         return fn
 
-    def wait_notify(self, timeout=None):
-        """The oldest queued notification value; TimeoutError after @timeout s."""
+    def wait_notify(self, timeout: Optional[float] = None) -> int:
+        """The oldest queued notification value; RrpcTimeoutError (a
+        TimeoutError) after @timeout s."""
         core = self._core
         with core.cv:
             if not core.cv.wait_for(lambda: core.notes or core.closed, timeout):
-                raise TimeoutError("no notification within %s s" % timeout)
+                raise RrpcError(lib.RRPC_E_DEADLINE, "no notification within %s s" % timeout)
             if not core.notes:
                 raise _closed_error("context")
             return core.notes.popleft()
 
     # -- endpoints --
-    def listen(self, uri):
+    def listen(self, uri: str) -> "Listener":
         """Listens on @uri (tcp://HOST:PORT or rdma://HOST:PORT; port 0 picks one)."""
         return Listener(self, uri)
 
-    def connect(self, uri, *, timeout=10.0, ticket=None):
+    def connect(self, uri: str, *, timeout: float = 10.0,
+                ticket: Optional[_Buffer] = None) -> "Conn":
         """Connects to @uri and waits until it is up (rrpc_connect_sync, or
         rrpc_connect_ticket with @ticket bytes).  Returns a Conn."""
         core = self._core
@@ -708,7 +806,8 @@ class Context(_Closable):
         return c
 
     # -- memory --
-    def register(self, obj, access=REMOTE_READ | REMOTE_WRITE):
+    def register(self, obj: _Buffer,
+                 access: Union[int, str] = REMOTE_READ | REMOTE_WRITE) -> "Region":
         """Registers the memory of @obj (anything with the buffer protocol:
         bytearray, memoryview, mmap, a C-contiguous numpy array) with zero
         copy; the Region keeps @obj alive.  @access: REMOTE_READ|REMOTE_WRITE
@@ -717,12 +816,14 @@ class Context(_Closable):
 
     register_memory = register
 
-    def kv_pool(self, array, page_size=None):
+    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> Any:
         """A KV-cache page pool over @array (see KvPool)."""
         from .tensor import KvPool
         return KvPool(self, array, page_size)
 
-    def serve_tensors(self, alloc=None, on_tensor=None, *, max_bytes=None):
+    def serve_tensors(self, alloc: Optional[Callable[..., Any]] = None,
+                      on_tensor: Optional[Callable[..., Any]] = None, *,
+                      max_bytes: Optional[int] = None) -> Any:
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
         return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes)
@@ -790,7 +891,7 @@ class Request:
         """The Conn the request came on (valid while the request is)."""
         return self._core.conn_for(self._conn)
 
-    def defer(self):
+    def defer(self) -> None:
         """The handler returns without answering; respond()/fail() later."""
         self._deferred = True
         return self
@@ -801,7 +902,7 @@ class Request:
                 raise RrpcError(-22, "the request was already answered")
             self._answered = True
 
-    def respond(self, data=b""):
+    def respond(self, data: Optional[_Buffer] = b"") -> None:
         """Answers with @data (any buffer; copied by the library).  Raises
         TypeError, and leaves the request unanswered, when @data is not a
         buffer."""
@@ -812,7 +913,7 @@ class Request:
         if r:
             raise RrpcError(r, strerror(r))
 
-    def fail(self, code, message=""):
+    def fail(self, code: int, message: str = "") -> None:
         """Fails the call with the application code @code (> 0)."""
         msg = str(message).encode()[:1024]
         self._take()
@@ -914,7 +1015,7 @@ class Conn(_Closable):
             raise RrpcError(r, strerror(r))
         return _s(buf)
 
-    def class_dscp(self, qos):
+    def class_dscp(self, qos: _QoS) -> int:
         v = ffi.new("int *")
         with self._core.use(self, "connection"):
             r = lib.rrpc_conn_class_dscp(self._ptr, _qos(qos, 0), v)
@@ -922,7 +1023,7 @@ class Conn(_Closable):
             raise RrpcError(r, strerror(r))
         return v[0]
 
-    def close(self):
+    def close(self) -> None:
         """Closes the connection: pending calls fail with E_CLOSED."""
         if getattr(self, "_core", None) is None:
             return
@@ -938,7 +1039,10 @@ class Conn(_Closable):
             pass
 
     # -- RPC --
-    def call_async(self, method, data=b"", *, qos=None, timeout=None, callback=None):
+    def call_async(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
+                   timeout: Optional[float] = None,
+                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None
+                   ) -> "concurrent.futures.Future[bytes]":
         """Calls @method; returns a concurrent.futures.Future whose result is
         the response bytes (or RrpcError).  @callback(future), if given, is
         added as a done callback; it runs on the loop thread."""
@@ -954,15 +1058,17 @@ class Conn(_Closable):
             b, n = _cbuf(data)
             r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts, lib._rrpc_py_call_done, user)
             return _error(r, core.ptr, "call %r" % method) if r else None
-        return core.submit(self, (fut, core), start)
+        return core.submit(self, (fut, core, method), start)
 
-    def call(self, method, data=b"", *, qos=None, timeout=None):
+    def call(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
+             timeout: Optional[float] = None) -> bytes:
         """Calls @method and returns the response bytes; raises RrpcError
         (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
         self._core.check_blocking("call")
         return self.call_async(method, data, qos=qos, timeout=timeout).result()
 
-    def acall(self, method, data=b"", *, qos=None, timeout=None):
+    def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
+              timeout: Optional[float] = None) -> "asyncio.Future[bytes]":
         """asyncio: await conn.acall(...)."""
         return asyncio.wrap_future(self.call_async(method, data, qos=qos, timeout=timeout))
 
@@ -993,8 +1099,10 @@ class Conn(_Closable):
         return core.submit(self, (fut, core, result, (local,), self), start, busy=local,
                            enders=(local,))
 
-    def write_async(self, local, local_offset, remote, remote_offset=0, length=None, *,
-                    qos=None, notify=None):
+    def write_async(self, local: "Region", local_offset: int, remote: _TokenLike,
+                    remote_offset: int = 0, length: Optional[int] = None, *,
+                    qos: Optional[_QoS] = None, notify: Optional[int] = None
+                    ) -> "concurrent.futures.Future[None]":
         """One-sided WRITE of @length bytes of Region @local at @local_offset
         into the peer memory of Token @remote at @remote_offset.  @notify: a
         32-bit value the target's notify callback receives once the data
@@ -1002,41 +1110,49 @@ class Conn(_Closable):
         return self._op(lib.rrpc_write, "write", local, local_offset, remote, remote_offset,
                         length, qos, notify)
 
-    def read_async(self, local, local_offset, remote, remote_offset=0, length=None, *, qos=None):
+    def read_async(self, local: "Region", local_offset: int, remote: _TokenLike,
+                   remote_offset: int = 0, length: Optional[int] = None, *,
+                   qos: Optional[_QoS] = None) -> "concurrent.futures.Future[None]":
         """One-sided READ from the peer into Region @local; returns a Future."""
         if local._readonly:
             raise RrpcError(lib.RRPC_E_REGION, "cannot READ into a read-only buffer")
         return self._op(lib.rrpc_read, "read", local, local_offset, remote, remote_offset,
                         length, qos, None)
 
-    def write(self, local, local_offset, remote, remote_offset=0, length=None, *,
-              qos=None, notify=None):
+    def write(self, local: "Region", local_offset: int, remote: _TokenLike,
+              remote_offset: int = 0, length: Optional[int] = None, *,
+              qos: Optional[_QoS] = None, notify: Optional[int] = None) -> None:
         """Blocking write_async: returns when the data is in the peer's memory."""
         self._core.check_blocking("write")
         self.write_async(local, local_offset, remote, remote_offset, length, qos=qos,
                          notify=notify).result()
 
-    def read(self, local, local_offset, remote, remote_offset=0, length=None, *, qos=None):
+    def read(self, local: "Region", local_offset: int, remote: _TokenLike,
+             remote_offset: int = 0, length: Optional[int] = None, *,
+             qos: Optional[_QoS] = None) -> None:
         """Blocking read_async: returns when the data is in @local."""
         self._core.check_blocking("read")
         self.read_async(local, local_offset, remote, remote_offset, length, qos=qos).result()
 
     # -- tensors and KV pages (roce_rpc.tensor) --
-    def send_tensor_async(self, name, array, *, qos=None):
+    def send_tensor_async(self, name: str, array: Any, *, qos: Optional[_QoS] = None
+                          ) -> "concurrent.futures.Future[None]":
         from .tensor import send_tensor_async
         return send_tensor_async(self, name, array, qos=qos)
 
-    def send_tensor(self, name, array, *, qos=None):
+    def send_tensor(self, name: str, array: Any, *, qos: Optional[_QoS] = None) -> None:
         """Sends numpy @array as tensor @name (dtype, shape and strides
         travel with it); returns when the receiver has it all."""
         self._core.check_blocking("send_tensor")
         self.send_tensor_async(name, array, qos=qos).result()
 
-    def kv_transfer_async(self, src, dst, pairs, *, qos=None, notify=None):
+    def kv_transfer_async(self, src: Any, dst: Any, pairs: Any, *, qos: Optional[_QoS] = None,
+                          notify: Optional[int] = None) -> "concurrent.futures.Future[int]":
         from .tensor import kv_transfer_async
         return kv_transfer_async(self, src, dst, pairs, qos=qos, notify=notify)
 
-    def kv_transfer(self, src, dst, pairs, *, qos=None, notify=None):
+    def kv_transfer(self, src: Any, dst: Any, pairs: Any, *, qos: Optional[_QoS] = None,
+                    notify: Optional[int] = None) -> int:
         """Copies pages of KvPool @src into the peer's pool (KvToken @dst):
         @pairs is [(src_page, dst_page), ...] or an (n, 2) integer array.
         Returns the number of WRITEs the batch used."""
@@ -1078,11 +1194,11 @@ class Listener(_Closable):
     def connections(self):
         return list(self._core.accepted.values())
 
-    def client_uri(self, src=None):
+    def client_uri(self, src: Optional[str] = None) -> str:
         """The URI a client connects to, optionally with ?src=ADDR."""
         return self.uri + ("?src=%s" % src if src else "")
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "_core", None) is None or not hasattr(self, "_ptr"):
             return
         ptr = self._ptr
@@ -1121,7 +1237,7 @@ class Token:
         self.addr, self.length, self.key, self.access = addr, length, key, access
 
     @classmethod
-    def from_bytes(cls, b):
+    def from_bytes(cls, b: _Buffer) -> "Token":
         t = ffi.new("rrpc_token *")
         buf, n = _cbuf(b)
         r = lib.rrpc_token_decode(buf, n, t)
@@ -1138,7 +1254,7 @@ class Token:
         t.addr, t.len, t.key, t.access = self.addr, self.length, self.key, self.access
         return t
 
-    def to_bytes(self):
+    def to_bytes(self) -> bytes:
         out = ffi.new("uint8_t[32]")
         lib.rrpc_token_encode(self._c(), out)
         return bytes(ffi.buffer(out))
@@ -1193,7 +1309,7 @@ class Region(_Closable):
     def closed(self):
         return self._closed
 
-    def token(self, conn):
+    def token(self, conn: "Conn") -> Token:
         """The Token with which the peer of @conn may access this region."""
         t = ffi.new("rrpc_token *")
         with self._core.use(self, "region"), self._core_conn(conn):
@@ -1230,7 +1346,7 @@ class Region(_Closable):
         if run:
             self._really_close()
 
-    def close(self):
+    def close(self) -> None:
         """Deregisters (deferred until operations in flight complete)."""
         if getattr(self, "_core", None) is None or not hasattr(self, "_ptr"):
             return

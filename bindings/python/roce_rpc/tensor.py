@@ -32,6 +32,9 @@ from . import _core
 from ._core import (RrpcError, Region, Token, _cbuf, _closed_error, _error, _InCallback, _keep,
                     _key, _last_line, _ptrint, _qos, _registry, strerror)
 
+__all__ = ["KvPool", "KvToken", "TensorServer", "dtype_to_rrpc", "dtype_from_rrpc",
+           "send_tensor_async", "kv_transfer_async", "MAX_DIMS", "KV_TOKEN_SIZE"]
+
 log = logging.getLogger("roce_rpc")
 
 MAX_DIMS = lib.RRPC_TENSOR_MAX_DIMS
@@ -369,11 +372,12 @@ class TensorServer(_core._Closable):
 
     def receive(self, timeout=None):
         """(name, array) of the next tensor that arrived; raises the
-        RrpcError of a failed one (with .tensor_name), TimeoutError."""
+        RrpcError of a failed one (with .tensor_name), RrpcTimeoutError (a
+        TimeoutError) after @timeout s."""
         try:
             item = self._st.queue.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError("no tensor within %s s" % timeout) from None
+            raise RrpcError(lib.RRPC_E_DEADLINE, "no tensor within %s s" % timeout) from None
         if item is None:
             self._st.queue.put(None)
             raise _closed_error("tensor server")

@@ -3,6 +3,7 @@ transport comes from the environment:
   RRPC_TEST_TRANSPORT   tcp (default) | verbs
   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
   RRPC_TEST_CLIENT_SRC  the client's source address (optional)
+  RRPC_TEST_PACKAGE_UNDER  fail unless roce_rpc is imported from under it
 """
 import os
 import sys
@@ -16,8 +17,16 @@ except ImportError:
     try:
         import roce_rpc  # noqa: F401
     except ImportError as e:
-        raise ImportError("%s\nbuild the extension first: /usr/bin/python3 "
-                          "bindings/python/build_ffi.py" % e)
+        raise ImportError("%s\nbuild the package first: ninja -C build, then "
+                          "PYTHONPATH=build/bindings/python (docs/python.md)" % e)
+
+# test-install.sh runs this suite against an installed package: make sure
+# that is the one imported.
+_UNDER = os.environ.get("RRPC_TEST_PACKAGE_UNDER")
+if _UNDER and not os.path.realpath(roce_rpc.__file__).startswith(
+        os.path.realpath(_UNDER) + os.sep):
+    raise ImportError("roce_rpc imported from %s, not from the installed package under %s"
+                      % (roce_rpc.__file__, _UNDER))
 
 TRANSPORT = os.environ.get("RRPC_TEST_TRANSPORT", "tcp")
 SCHEME = "rdma" if TRANSPORT == "verbs" else "tcp"

@@ -1,0 +1,39 @@
+#!/usr/bin/python3
+"""check-installed.py ROOT: imports roce_rpc and checks that the package and
+the libroce_rpc code it runs were loaded from under ROOT (an install prefix,
+a DESTDIR or a venv), not from a source or build tree, then makes one RPC over
+tcp on 127.0.0.1.  Run it from outside the source tree, with only the
+installed package on the path.  Exit 0 and one "ok" line, or a message."""
+import os
+import sys
+
+
+def main():
+    root = os.path.realpath(sys.argv[1]) + os.sep
+    import roce_rpc
+    pkg = os.path.realpath(roce_rpc.__file__)
+    if not pkg.startswith(root):
+        sys.exit("check-installed: roce_rpc imported from %s, not from under %s" % (pkg, root))
+    with open("/proc/self/maps") as f:
+        mapped = sorted({line.split()[-1] for line in f
+                         if "roce_rpc" in line and line.split()[-1].startswith("/")})
+    stray = [p for p in mapped if not os.path.realpath(p).startswith(root)]
+    if stray or not mapped:
+        sys.exit("check-installed: roce_rpc code mapped from outside %s: %s" % (root, stray or mapped))
+    with roce_rpc.Context() as server, roce_rpc.Context() as client:
+        lis = server.listen("tcp://127.0.0.1:0")
+
+        @server.handler("echo")
+        def echo(data):
+            return data
+
+        conn = client.connect(lis.uri)
+        got = conn.call("echo", b"installed", timeout=10)
+        if got != b"installed":
+            sys.exit("check-installed: echo returned %r" % got)
+    print("ok - roce_rpc %s from %s (%s): one echo over %s" % (
+        roce_rpc.__version__, os.path.dirname(pkg), ", ".join(mapped), lis.uri))
+
+
+if __name__ == "__main__":
+    main()
