@@ -727,20 +727,15 @@ bool rrpci_conn_backlogged(const rrpc_conn *c)
     return c->answer_bytes > (size_t)c->ctx->cfg.max_answer_backlog;
 }
 
-/* The backlog drained: the credit held back goes to the peer again. */
+static void conn_consumed(rrpc_conn *c, int cls);
+
+/* The backlog drained: the requests whose credit was held back count as
+ * consumed now, and their credit goes back the usual way. */
 static void release_held(rrpc_conn *c)
 {
-    for (int i = 0; i < RRPCI_MAX_CLASSES; i++) {
-        struct rrpci_class_state *s = &c->cls[i];
-        if (!s->held)
-            continue;
-        while (s->held) {
-            s->held--;
-            rrpci_credit_consumed(&s->credit);
-        }
-        if (rrpci_credit_should_return(&s->credit) && rrpci_list_empty(&c->dirty_link))
-            rrpci_list_add(&c->ctx->credit_dirty, &c->dirty_link);
-    }
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        for (; c->cls[i].held; c->cls[i].held--)
+            conn_consumed(c, i);
 }
 
 static void conn_flush(rrpc_conn *c)
@@ -928,10 +923,10 @@ int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
         /* Before the handshake and the ticket only their own (small,
          * exempt) frames may come: nothing a peer sends is buffered on
          * credit it has not earned yet. */
+        static const char need[] = "this server requires a connection ticket as the first "
+                                   "message";
         if (c->passive && c->state == RRPCI_AUTHENTICATING)
-            send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET,
-                        "this server requires a connection ticket as the first message",
-                        strlen("this server requires a connection ticket as the first message"));
+            send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, need, sizeof(need) - 1);
         protocol_error(c, RRPC_E_PROTO, "a data frame before the connection was authenticated");
         return RRPC_E_PROTO;
     }
