@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 /* Runs a shell command; a failure aborts the test program (setup is broken). */
 static inline void sh(const char *fmt, ...)
@@ -35,6 +37,30 @@ static inline int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Waits (10 s at most) for the rrpcd started as @pid to write its port to
+ * @portfile; fails the test when it exits first or never does (its stderr
+ * is in @log).  Returns the port.
+ */
+static inline int rrpcd_wait_port(pid_t pid, const char *portfile, const char *log)
+{
+    for (int i = 0; i < 1000; i++) {
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            int port, ok = fscanf(f, "%d", &port) == 1;
+            fclose(f);
+            if (ok)
+                return port;
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("rrpcd exited at start (status %d); see %s", st, log);
+        sleep_ms(10);
+    }
+    fail_msg("rrpcd did not start listening; see %s", log);
+    return -1;
 }
 
 #endif

@@ -85,22 +85,8 @@ static void start_daemon(const char *const *sets)
         _exit(127);
     }
     daemon_pid = pid;
-    for (int i = 0; i < 1000; i++) {
-        FILE *f = fopen(portfile, "r");
-        if (f) {
-            int ok = fscanf(f, "%d", &daemon_port) == 1;
-            fclose(f);
-            if (ok) {
-                snprintf(addr, sizeof(addr), "127.0.0.1:%d", daemon_port);
-                return;
-            }
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            fail_msg("rrpcd exited at start (status %d); see %s", st, log);
-        sleep_ms(10);
-    }
-    fail_msg("rrpcd did not start listening; see %s", log);
+    daemon_port = rrpcd_wait_port(pid, portfile, log);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", daemon_port);
 }
 
 /* SIGTERM; rrpcd must exit 0 (under ASan: nothing leaked). */
