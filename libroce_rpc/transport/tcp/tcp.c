@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -33,13 +34,14 @@
 
 #define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
-/* Class isolation: one loop wakeup moves at most (class weight x UNIT) bytes
- * of one class in each direction, so a bulk stream never holds the loop (or
- * the socket's share of it) for a whole large message while a low-latency
- * frame waits; libev then runs the other ready watchers, the higher-priority
- * classes first (chan_init). */
-#define RX_BUDGET_UNIT (16 * 1024) /* x class weight: bytes read per wakeup */
-#define TX_BUDGET_UNIT (32 * 1024) /* x class weight: bytes written per wakeup */
+/* Class isolation: one loop wakeup serves one class for at most (class
+ * weight x SLICE_UNIT_NS) in each direction, in pieces of at most CHUNK bytes
+ * per system call, so a bulk stream never holds the loop for a whole large
+ * message while a low-latency frame waits; libev then runs the other ready
+ * watchers, the heavier classes first (chan_init).  A slice is measured in
+ * time, not bytes, so bulk keeps the loop while nothing else is ready. */
+#define SLICE_UNIT_NS (20 * 1000ull)
+#define CHUNK (64 * 1024) /* bytes per read or write system call, at most */
 #define SPARE_MAX (8u << 20)       /* largest receive buffer kept for reuse */
 #define NCLS RRPCI_MAX_CLASSES
 
@@ -145,18 +147,31 @@ static void rbuf_free(uint8_t *p)
 /* Writes queued frames, at most the class's slice per call.  Returns 0 when
  * the queue is empty, -EAGAIN when the socket is full or the slice is used
  * (the caller keeps the write watcher armed), or a negative errno. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The end of a slice of class @cls starting now. */
+static uint64_t slice_end(rrpc_ctx *ctx, int cls)
+{
+    return mono_ns() + rrpci_ctx_class_weight(ctx, cls) * SLICE_UNIT_NS;
+}
+
 static int chan_write(struct tcp_chan *ch)
 {
-    rrpc_ctx *ctx = rrpci_conn_ctx(ch->conn);
-    size_t budget = (size_t)rrpci_ctx_class_weight(ctx, ch->cls) * TX_BUDGET_UNIT;
-    size_t sent = 0;
+    uint64_t end = 0;
     while (ch->txh) {
-        if (sent >= budget)
+        if (!end)
+            end = slice_end(rrpci_conn_ctx(ch->conn), ch->cls);
+        else if (mono_ns() >= end)
             return -EAGAIN;
         struct rrpci_msg *m = ch->txh;
         struct iovec iov[3];
         int n = 0;
-        size_t off = ch->tx_off, room = budget - sent;
+        size_t off = ch->tx_off, room = CHUNK;
         const size_t parts[3] = {RRPCI_HDR_SIZE, m->len, m->ext_len};
         const uint8_t *bases[3] = {m->hdr, m->data, m->ext};
         for (int i = 0; i < 3; i++) {
@@ -181,7 +196,6 @@ static int chan_write(struct tcp_chan *ch)
                 continue;
             return -errno;
         }
-        sent += (size_t)w;
         ch->tx_off += (size_t)w;
         ch->tx_bytes -= (size_t)w;
         if (ch->tx_off == RRPCI_HDR_SIZE + rrpci_msg_payload_len(m)) {
@@ -393,20 +407,20 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     rrpc_conn *c = ch->conn;
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
     rrpci_conn_ref(c);
-    /* Receive-side share of the loop: a byte budget per wakeup proportional to
-     * the class weight, so a bulk stream cannot hold the loop for a whole
-     * large message while a low-latency frame waits. */
-    size_t budget = (size_t)rrpci_ctx_class_weight(ctx, ch->cls) * RX_BUDGET_UNIT;
+    /* Receive-side share of the loop: a time slice per wakeup proportional to
+     * the class weight (see SLICE_UNIT_NS). */
+    uint64_t end = slice_end(ctx, ch->cls);
+    bool slice_open = true;
     /* Frames held back while the handshake finished come first. */
     if (!ch->big && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
-        budget = 0;
-    for (size_t taken = 0; taken < budget && !ch->paused;) {
+        slice_open = false;
+    while (slice_open && !ch->paused) {
         ssize_t n;
         size_t want;
         if (ch->big) {
             want = ch->h.len - ch->big_got;
-            if (want > budget - taken)
-                want = budget - taken;
+            if (want > CHUNK)
+                want = CHUNK;
             n = read(ch->fd, ch->big + ch->big_got, want);
         } else {
             if (ch->roff == ch->rlen)
@@ -425,8 +439,8 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
-        if (n > 0)
-            taken += (size_t)n;
+        if (n > 0 && mono_ns() >= end)
+            slice_open = false; /* this piece is handled, then the loop moves on */
         if (n <= 0) {
             bool mid = ch->have_hdr || ch->rlen > ch->roff;
             int err = n < 0 ? errno : 0;
