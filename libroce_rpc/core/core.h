@@ -29,7 +29,7 @@ struct rrpci_class_cfg {
     uint32_t credits;
 };
 
-#define RRPCI_MAX_TUNABLES 16
+#define RRPCI_MAX_TUNABLES 32
 struct rrpci_config {
     uint32_t max_msg;
     int deadline_ms;
@@ -41,6 +41,8 @@ struct rrpci_config {
     int max_conns;            /* passive connections held at once (0: from RLIMIT_NOFILE) */
     int max_conns_per_source; /* ... from one peer address */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
+    int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
+    int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
     long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
 };
 
@@ -70,6 +72,8 @@ struct rrpc_ctx {
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
     struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
     ev_prepare credit_prep;         /* returns it before the loop sleeps */
+    ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
+    ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
 
@@ -198,6 +202,9 @@ static inline bool rrpci_conn_authenticated(const rrpc_conn *c)
 int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m);
 /* Before the loop sleeps: explicit CREDIT frames for what is owed. */
 void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents);
+/* Traffic arrived: with RRPC_BUSY_POLL_US, the loop polls for that long
+ * before it sleeps again. */
+void rrpci_ctx_activity(rrpc_ctx *ctx);
 uint64_t rrpci_conn_new_id(rrpc_conn *c);
 /* Releases the application's reference of an rrpc_connect handle (once). */
 void rrpci_conn_release_user(rrpc_conn *c);

@@ -54,6 +54,12 @@ static const struct cfg_entry cfg_table[] = {
     {"RRPC_MAX_ANSWER_BACKLOG", 16L << 20, 65536, 1L << 40, CFG_OFF(max_answer_backlog),
      "answer bytes queued for a peer that does not take them; above it its requests' credit "
      "is held back and its one-sided reads are refused"},
+    {"RRPC_SYNC_SPIN_US", 50, 0, 100000, CFG_OFF(sync_spin_us),
+     "thread mode: a blocking (_sync) call watches for its answer this long before it sleeps, "
+     "us (0: sleep at once); saves a wake-up per call when answers come fast"},
+    {"RRPC_BUSY_POLL_US", 0, 0, 100000, CFG_OFF(busy_poll_us),
+     "after traffic the loop keeps polling its fds without sleeping this long, us (0: off); "
+     "trades CPU for latency, an idle context sleeps again once it passes"},
     {"RRPC_TENSOR_MAX_BYTES", 1L << 30, 1, 0x7fffffffffffffffL, CFG_TRANSPORT,
      "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
      "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
@@ -447,6 +453,29 @@ static void loop_acquire(struct ev_loop *loop)
     pthread_mutex_lock(&ctx->lock);
 }
 
+/*
+ * Adaptive polling: while the idle watcher is active libev polls its fds
+ * with a zero timeout instead of sleeping, so an answer that follows traffic
+ * closely is picked up without a wake-up.  It stops itself once
+ * RRPC_BUSY_POLL_US has passed without traffic: an idle context sleeps, and
+ * the CPU it spends is bounded by that window after each burst.
+ */
+static void busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    rrpc_ctx *ctx = w->data;
+    if (ev_now(loop) >= ctx->busy_until)
+        ev_idle_stop(loop, w);
+}
+
+void rrpci_ctx_activity(rrpc_ctx *ctx)
+{
+    if (ctx->cfg.busy_poll_us <= 0)
+        return;
+    ctx->busy_until = ev_now(ctx->loop) + ctx->cfg.busy_poll_us * 1e-6;
+    if (!ev_is_active(&ctx->busy_idle))
+        ev_idle_start(ctx->loop, &ctx->busy_idle);
+}
+
 static void wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 {
     rrpc_ctx *ctx = w->data;
@@ -489,7 +518,7 @@ void rrpci_waiter_fini(struct rrpci_waiter *w)
 void rrpci_waiter_signal(struct rrpci_waiter *w)
 {
     pthread_mutex_lock(&w->mu);
-    w->done = true;
+    __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -504,6 +533,28 @@ static bool waiter_done(struct rrpci_waiter *w)
 
 static void driven_rearm(rrpc_ctx *ctx);
 
+/* Watches @w for up to @us without sleeping: an answer that comes within it
+ * costs no wake-up of this thread.  Whether it came. */
+static bool spin_for(struct rrpci_waiter *w, int us)
+{
+    if (us <= 0)
+        return false;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        if (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+            return true;
+        if ((i & 63) == 63) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 >= us)
+                return false;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
 {
     while (!waiter_done(w)) {
@@ -517,6 +568,10 @@ void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
          * the waiter.  The timeout re-checks who drives the loop in driven
          * mode. */
         rrpci_unlock(ctx);
+        if (spin_for(w, ctx->cfg.sync_spin_us)) {
+            rrpci_lock(ctx);
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000 * 1000;
@@ -649,6 +704,8 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     ctx->credit_prep.data = ctx;
     ev_prepare_start(ctx->loop, &ctx->credit_prep);
     ev_unref(ctx->loop); /* the prepare watcher alone does not keep the loop alive */
+    ev_idle_init(&ctx->busy_idle, busy_idle_cb);
+    ctx->busy_idle.data = ctx;
     *ret_ctx = ctx;
     return 0;
 }
@@ -680,8 +737,8 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
  * pending already, -1 when no timer runs.  Called with the lock held. */
 static int timeout_locked(rrpc_ctx *ctx)
 {
-    if (ev_pending_count(ctx->loop) > 0)
-        return 0;
+    if (ev_pending_count(ctx->loop) > 0 || ev_is_active(&ctx->busy_idle))
+        return 0; /* work pending, or polling after traffic */
     ev_tstamp t = -1;
     for (struct rrpci_timer *i = ctx->timers; i; i = i->next) {
         ev_tstamp left = ev_timer_remaining(ctx->loop, &i->w);
@@ -834,6 +891,7 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
     ev_async_stop(ctx->loop, &ctx->wake);
     ev_ref(ctx->loop);
     ev_prepare_stop(ctx->loop, &ctx->credit_prep);
+    ev_idle_stop(ctx->loop, &ctx->busy_idle);
     pthread_mutex_unlock(&ctx->lock);
     ev_loop_destroy(ctx->loop);
     if (ctx->drive_fd >= 0)

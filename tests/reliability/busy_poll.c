@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Adaptive polling (RRPC_BUSY_POLL_US): after traffic a context polls instead
+ * of sleeping, and once the window has passed without traffic it sleeps
+ * again.  A server context (its own loop thread) and a client context
+ * (driven from this thread), both polling for 20 ms after traffic, exchange
+ * calls; then both go idle and the process's CPU time over an idle stretch
+ * is measured.  CPU time, not wall time: a context that kept polling spends
+ * about a core for each spinning loop.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <roce_rpc/rrpc.h>
+
+#define POLL_US "20000"
+#define IDLE_MS 400
+
+static void echo(rrpc_request *req, const void *p, size_t n, void *user)
+{
+    (void)user;
+    rrpc_respond(req, p, n);
+}
+
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
+}
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+static void drive_for(rrpc_ctx *ctx, double ms)
+{
+    double end = wall_ms() + ms;
+    while (wall_ms() < end)
+        rrpc_ctx_progress(ctx, 10);
+}
+
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                         \
+            fprintf(stderr, "\n");                                                                \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_DFL);
+    rrpc_config *cfg;
+    CHECK(rrpc_config_create(&cfg) == 0, "config");
+    CHECK(rrpc_config_set(cfg, "RRPC_BUSY_POLL_US", POLL_US) == 0, "set: %s",
+          rrpc_ctx_last_error(NULL));
+    CHECK(rrpc_config_set(cfg, "RRPC_KEEPALIVE_MS", "0") == 0, "keepalive off");
+    rrpc_ctx *srv, *cli;
+    CHECK(rrpc_ctx_create_with(cfg, &srv) == 0 && rrpc_ctx_create_with(cfg, &cli) == 0,
+          "contexts");
+    rrpc_config_destroy(cfg);
+    CHECK(rrpc_register(srv, "echo", echo, NULL) == 0, "register");
+    rrpc_listener *l;
+    CHECK(rrpc_listen(srv, "tcp://127.0.0.1:0", NULL, NULL, &l) == 0, "listen: %s",
+          rrpc_ctx_last_error(srv));
+    CHECK(rrpc_ctx_start_thread(srv) == 0, "server thread");
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(l));
+    rrpc_conn *c;
+    CHECK(rrpc_connect_sync(cli, uri, 5000, NULL, NULL, &c) == 0, "connect: %s",
+          rrpc_ctx_last_error(cli));
+
+    /* Traffic: the client's loop must have been polling right after it. */
+    for (int i = 0; i < 200; i++) {
+        void *out;
+        size_t n;
+        CHECK(rrpc_call_sync(c, "echo", "ping", 4, NULL, &out, &n) == 0, "call %d: %s", i,
+              rrpc_ctx_last_error(cli));
+        free(out);
+    }
+    int ms = -1;
+    CHECK(rrpc_ctx_timeout(cli, &ms) == 0 && ms == 0,
+          "right after traffic the client must be told to poll at once (timeout %d ms)", ms);
+
+    /* Idle: both contexts must go back to sleeping. */
+    drive_for(cli, 100); /* past the 20 ms window */
+    double c0 = cpu_ms(), w0 = wall_ms();
+    drive_for(cli, IDLE_MS);
+    double used = cpu_ms() - c0, wall = wall_ms() - w0;
+    printf("idle: %.1f ms CPU over %.0f ms (%.1f%% of a core)\n", used, wall,
+           100.0 * used / wall);
+    CHECK(rrpc_ctx_timeout(cli, &ms) == 0 && ms != 0,
+          "an idle client must not be told to poll (timeout %d ms)", ms);
+    CHECK(used < wall * 0.10,
+          "an idle process with two polling contexts spent %.1f ms CPU in %.0f ms: "
+          "a context kept polling after its window",
+          used, wall);
+
+    rrpc_conn_close(c);
+    rrpc_listener_close(l);
+    rrpc_ctx_destroy(cli);
+    rrpc_ctx_destroy(srv);
+    printf("ok\n");
+    return 0;
+}
