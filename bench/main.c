@@ -38,6 +38,8 @@ static const char usage_text[] =
     "client against it\n"
     "       rrpc-bench server [--host ADDR] [--port P]   serve tcp://ADDR:P, rdma://ADDR:P+1, "
     "raw-tcp ADDR:P+2\n"
+    "                      (ADDR defaults to 127.0.0.1: the server is unauthenticated and lets\n"
+    "                      any client write to a 4 MiB region; give --host only on a trusted net)\n"
     "       rrpc-bench client --host SERVER [--port P] [options]\n"
     "\n"
     "options of local and client:\n"
@@ -496,6 +498,9 @@ static int cmd_server(const char *host, int port)
         fprintf(stderr, "rrpc-bench server: %s\n", err);
         return 1;
     }
+    if (strcmp(host, "127.0.0.1") && strcmp(host, "::1") && strcmp(host, "localhost"))
+        fprintf(stderr, "rrpc-bench server: WARNING: listening on %s without authentication; any "
+                        "host that reaches it may write to the bench's memory region\n", host);
     printf("rrpc-bench server: tcp://%s:%d\n", host, tp);
     if (rp > 0)
         printf("rrpc-bench server: rdma://%s:%d\n", host, rp);
@@ -734,7 +739,7 @@ int main(int argc, char **argv)
     snprintf(g_meta.mode, sizeof(g_meta.mode), "%s", cmd);
 
     if (strcmp(cmd, "server") == 0)
-        return cmd_server(host ? host : "0.0.0.0", (int)port);
+        return cmd_server(host ? host : "127.0.0.1", (int)port);
     signal(SIGPIPE, SIG_IGN);
     if (strcmp(cmd, "local") == 0)
         return cmd_local(transports, rdma_host, src);
