@@ -33,7 +33,13 @@
 
 #define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
+/* Class isolation: one loop wakeup moves at most (class weight x UNIT) bytes
+ * of one class in each direction, so a bulk stream never holds the loop (or
+ * the socket's share of it) for a whole large message while a low-latency
+ * frame waits; libev then runs the other ready watchers, the higher-priority
+ * classes first (chan_init). */
 #define RX_BUDGET_UNIT (16 * 1024) /* x class weight: bytes read per wakeup */
+#define TX_BUDGET_UNIT (32 * 1024) /* x class weight: bytes written per wakeup */
 #define SPARE_MAX (8u << 20)       /* largest receive buffer kept for reuse */
 #define NCLS RRPCI_MAX_CLASSES
 
@@ -136,13 +142,21 @@ static void rbuf_free(uint8_t *p)
 
 /* ---- transmit ------------------------------------------------------------ */
 
+/* Writes queued frames, at most the class's slice per call.  Returns 0 when
+ * the queue is empty, -EAGAIN when the socket is full or the slice is used
+ * (the caller keeps the write watcher armed), or a negative errno. */
 static int chan_write(struct tcp_chan *ch)
 {
+    rrpc_ctx *ctx = rrpci_conn_ctx(ch->conn);
+    size_t budget = (size_t)rrpci_ctx_class_weight(ctx, ch->cls) * TX_BUDGET_UNIT;
+    size_t sent = 0;
     while (ch->txh) {
+        if (sent >= budget)
+            return -EAGAIN;
         struct rrpci_msg *m = ch->txh;
         struct iovec iov[3];
         int n = 0;
-        size_t off = ch->tx_off;
+        size_t off = ch->tx_off, room = budget - sent;
         const size_t parts[3] = {RRPCI_HDR_SIZE, m->len, m->ext_len};
         const uint8_t *bases[3] = {m->hdr, m->data, m->ext};
         for (int i = 0; i < 3; i++) {
@@ -151,9 +165,12 @@ static int chan_write(struct tcp_chan *ch)
                 continue;
             }
             iov[n].iov_base = (void *)(bases[i] + off);
-            iov[n].iov_len = parts[i] - off;
+            iov[n].iov_len = parts[i] - off < room ? parts[i] - off : room;
+            room -= iov[n].iov_len;
             off = 0;
             n++;
+            if (!room)
+                break;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(ch->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -164,6 +181,7 @@ static int chan_write(struct tcp_chan *ch)
                 continue;
             return -errno;
         }
+        sent += (size_t)w;
         ch->tx_off += (size_t)w;
         ch->tx_bytes -= (size_t)w;
         if (ch->tx_off == RRPCI_HDR_SIZE + rrpci_msg_payload_len(m)) {
@@ -387,6 +405,8 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
         size_t want;
         if (ch->big) {
             want = ch->h.len - ch->big_got;
+            if (want > budget - taken)
+                want = budget - taken;
             n = read(ch->fd, ch->big + ch->big_got, want);
         } else {
             if (ch->roff == ch->rlen)
@@ -455,6 +475,17 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- channels -------------------------------------------------------------- */
 
+/* libev priority of a class's watchers: by its weight against the others'. */
+static int tcp_class_priority(rrpc_ctx *ctx, int cls)
+{
+    unsigned w = rrpci_ctx_class_weight(ctx, cls), above = 0;
+    for (int i = 0; i < NCLS; i++)
+        above += rrpci_ctx_class_weight(ctx, i) > w;
+    /* The heaviest class gets EV_MAXPRI, the next EV_MAXPRI - 1, ... */
+    int pri = EV_MAXPRI - (int)above;
+    return pri < EV_MINPRI ? EV_MINPRI : pri;
+}
+
 static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
 {
     ch->conn = c;
@@ -465,6 +496,11 @@ static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool c
     ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
     ev_io_init(&ch->wio, chan_writable_cb, fd, EV_WRITE);
     ch->rio.data = ch->wio.data = ch;
+    /* Within one loop iteration, the heavier-weighted classes' ready
+     * watchers run first (libev invokes pending watchers by priority). */
+    int pri = tcp_class_priority(rrpci_conn_ctx(c), cls);
+    ev_set_priority(&ch->rio, pri);
+    ev_set_priority(&ch->wio, pri);
 }
 
 static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
