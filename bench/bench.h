@@ -28,8 +28,15 @@ enum {
     T_READ = 1 << 4,
     T_SWEEP = 1 << 5,
     T_QOS = 1 << 6,
-    T_ALL = (1 << 7) - 1,
+    T_IDLE = 1 << 7,
+    T_ALL = (1 << 8) - 1,
 };
+
+/* The library's adaptive-polling tunables, set in the environment of the
+ * contexts of the "polling on" / "polling off" variants (server and client).
+ * One place to follow the library if it renames them. */
+#define BENCH_TCP_POLL_ENV "RRPC_BUSY_POLL_US"
+#define BENCH_VERBS_POLL_ENV "RRPC_VERBS_BUSY_POLL_US"
 
 struct bench_opts {
     double duration;       /* seconds measured per test */
@@ -47,6 +54,7 @@ struct bench_opts {
     bool client_thread_mode; /* library client: thread mode + *_sync calls for depth 1 */
     double ref_send_lat_us;  /* perftest ib_send_lat t_typical (one-way), 0 = not given */
     double ref_write_bw_mibs; /* perftest ib_write_bw BW average (MiB/s), 0 = not given */
+    long poll_us;             /* the "polling on" variant's value of BENCH_*_POLL_ENV */
 };
 extern struct bench_opts g_opts;
 
@@ -99,6 +107,19 @@ struct outcome {
     char err[256];
 };
 
+/* ---- CPU time: cpu.c ------------------------------------------------------------- */
+
+/* A snapshot of the CPU time used so far by this process (all threads) and by
+ * the bench server (a child's /proc entry in local mode, else its "cpu" RPC). */
+struct cpu_mark {
+    uint64_t t_ns, self_ns, srv_ns;
+    bool srv_ok;
+};
+struct driver;
+void cpu_server_is_local(int pid);
+void cpu_server_query_by(struct driver *d);
+void cpu_mark(struct cpu_mark *m);
+
 struct driver {
     const char *name; /* "tcp", "verbs", "raw-tcp" */
     bool onesided;    /* WRITE / READ */
@@ -108,17 +129,20 @@ struct driver {
     int (*run)(struct driver *d, const struct spec *sp, int n, const struct phase *ph,
                struct outcome *out);
     void (*close)(struct driver *d);
+    /* The bench server process's CPU time so far (NULL: cannot tell). */
+    int (*server_cpu)(struct driver *d, uint64_t *ret_ns);
 };
 
 /* Library transports (tcp://, rdma://): lib.c */
+/* @env, when not NULL, is "NAME=VALUE" set while the context is created. */
 int lib_driver_open(struct driver *d, const char *name, const char *uri, bool thread_mode,
-                    char *err, size_t errlen);
+                    const char *env, char *err, size_t errlen);
 /* The library server: listens on @tcp_uri and/or @rdma_uri (NULL: not that one).
  * *ret_tcp_port / *ret_rdma_port get the bound ports (or a negative code, with
  * the reason in @rdma_err for rdma). */
-int lib_server_start(const char *tcp_uri, const char *rdma_uri, int *ret_tcp_port,
-                     int *ret_rdma_port, char *rdma_err, size_t errlen, char *err,
-                     size_t elen);
+int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
+                     int *ret_tcp_port, int *ret_rdma_port, char *rdma_err, size_t errlen,
+                     char *err, size_t elen);
 void lib_server_stop(void);
 
 /* Plain sockets: raw.c */
@@ -142,6 +166,11 @@ struct result {
     double ops_per_s;
     double mib_per_s;      /* payload bandwidth, 2^20 bytes/s (as perftest's "MB/sec") */
     double load_mib_per_s; /* qos: the bandwidth of the bulk load */
+    bool has_cpu;          /* CPU time per operation, microseconds (< 0: unknown) */
+    double cpu_cli_us, cpu_srv_us;
+    double cli_core_pct, srv_core_pct; /* CPU use in % of one core (< 0: unknown) */
+    int ncdf;                          /* latency at the quantiles cdf_q[0..ncdf) */
+    double cdf[112];
     bool skipped;
     char error[600];
 };
@@ -170,6 +199,7 @@ void report_table(FILE *f);
 void report_json(FILE *f);
 void report_csv(FILE *f);
 void report_targets(FILE *f);
+void report_peers(FILE *f);
 
 void progress_begin(const char *fmt, ...) BENCH_PRINTF(1, 2);
 void progress_tick(double frac);
@@ -177,5 +207,27 @@ void progress_end(const char *status);
 void note(const char *fmt, ...) BENCH_PRINTF(1, 2);
 
 void fmt_size(char *buf, size_t len, size_t bytes);
+extern const double cdf_q[];
+extern const int cdf_nq;
+/* The CPU fields of @r from two marks around a run whose measured window was
+ * @o->seconds long. */
+void result_cpu(struct result *r, const struct cpu_mark *a, const struct cpu_mark *b,
+                const struct outcome *o);
+
+/* ---- the peers: peers.c -------------------------------------------------------------- */
+
+enum peer_kind { PEER_TCP_LAT, PEER_TCP_BW, PEER_VERBS_LAT, PEER_VERBS_BW };
+struct peer_env {
+    const char *host;   /* where the tcp peers' servers listen (this host) */
+    char why_not[200];  /* non-empty: the tcp peers cannot run, why */
+    int port;           /* next port for a peer's server */
+    int cpu_srv, cpu_cli;
+    char pt_srv_dev[64], pt_cli_dev[64], pt_srv_gid[16], pt_cli_gid[16];
+    const char *pt_host; /* perftest's server address */
+    char why_not_pt[200];
+    unsigned done;       /* 1 << peer_kind: already run */
+};
+extern struct peer_env g_peer;
+void peers_run(enum peer_kind k);
 
 #endif

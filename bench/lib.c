@@ -12,11 +12,12 @@
  * bench thread (the README's usage) and deeper tests resubmit from the
  * callbacks on the loop thread.
  *
- * Server: one context in thread mode with "echo", "sink" and "token"
- * methods and a 4 MiB region open to remote READ and WRITE.
+ * Server: a context in thread mode per configuration with "echo", "sink",
+ * "token" and "cpu" methods and a 4 MiB region open to remote READ and WRITE.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,10 +28,16 @@
 
 /* ---- server ---------------------------------------------------------------- */
 
-static rrpc_ctx *srv_ctx;
-static rrpc_region *srv_region;
-static void *srv_mem;
-static rrpc_listener *srv_tcp, *srv_rdma;
+/* One server context per configuration (defaults, polling on, polling off):
+ * each its own listeners, region and loop thread. */
+struct lib_srv {
+    rrpc_ctx *ctx;
+    rrpc_region *region;
+    void *mem;
+    rrpc_listener *tcp, *rdma;
+};
+static struct lib_srv srvs[4];
+static int nsrvs;
 
 static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
 {
@@ -44,9 +51,10 @@ static void h_sink(rrpc_request *req, const void *p, size_t len, void *user)
 
 static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
 {
+    struct lib_srv *s = user;
     rrpc_token t;
     uint8_t buf[RRPC_TOKEN_SIZE];
-    int r = rrpc_region_token(srv_region, rrpc_request_conn(req), &t);
+    int r = rrpc_region_token(s->region, rrpc_request_conn(req), &t);
     if (r) {
         rrpc_respond_error(req, 1, rrpc_strerror(r));
         return;
@@ -55,53 +63,100 @@ static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_respond(req, buf, sizeof(buf));
 }
 
-int lib_server_start(const char *tcp_uri, const char *rdma_uri, int *ret_tcp_port,
-                     int *ret_rdma_port, char *rdma_err, size_t errlen, char *err, size_t elen)
+/* The server process's CPU time (all threads), nanoseconds, little-endian:
+ * what a remote client reports as the server's CPU cost. */
+static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
 {
-    int r = rrpc_ctx_create(&srv_ctx);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    uint64_t ns = (uint64_t)ru.ru_utime.tv_sec * 1000000000u + (uint64_t)ru.ru_utime.tv_usec * 1000u +
+                  (uint64_t)ru.ru_stime.tv_sec * 1000000000u + (uint64_t)ru.ru_stime.tv_usec * 1000u;
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(ns >> (8 * i));
+    rrpc_respond(req, b, sizeof(b));
+}
+
+/* Creates a context with "NAME=VALUE" @env in the environment (NULL: none),
+ * restoring the caller's value after: the library reads its tunables then. */
+static int ctx_create_with(const char *env, rrpc_ctx **ret)
+{
+    char name[128] = "", *old = NULL;
+    if (env) {
+        const char *eq = strchr(env, '=');
+        snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - env) : 0, env);
+        const char *o = getenv(name);
+        old = o ? strdup(o) : NULL;
+        setenv(name, eq ? eq + 1 : "", 1);
+    }
+    int r = rrpc_ctx_create(ret);
+    if (env) {
+        if (old)
+            setenv(name, old, 1);
+        else
+            unsetenv(name);
+        free(old);
+    }
+    return r;
+}
+
+int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
+                     int *ret_tcp_port, int *ret_rdma_port, char *rdma_err, size_t errlen,
+                     char *err, size_t elen)
+{
+    if (nsrvs == (int)(sizeof(srvs) / sizeof(srvs[0]))) {
+        snprintf(err, elen, "too many server contexts");
+        return -ENOSPC;
+    }
+    struct lib_srv *s = &srvs[nsrvs++];
+    int r = ctx_create_with(env, &s->ctx);
     if (r) {
-        snprintf(err, elen, "rrpc_ctx_create: %s", rrpc_strerror(r));
+        snprintf(err, elen, "rrpc_ctx_create%s%s: %s", env ? " with " : "", env ? env : "",
+                 rrpc_strerror(r));
         return r;
     }
-    srv_mem = aligned_alloc(4096, BENCH_MAX_SIZE);
-    if (!srv_mem) {
+    s->mem = aligned_alloc(4096, BENCH_MAX_SIZE);
+    if (!s->mem) {
         snprintf(err, elen, "out of memory");
         return -ENOMEM;
     }
-    memset(srv_mem, 0x5a, BENCH_MAX_SIZE);
-    r = rrpc_mem_reg(srv_ctx, srv_mem, BENCH_MAX_SIZE,
-                     RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE, &srv_region);
+    memset(s->mem, 0x5a, BENCH_MAX_SIZE);
+    r = rrpc_mem_reg(s->ctx, s->mem, BENCH_MAX_SIZE,
+                     RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE, &s->region);
     if (r) {
-        snprintf(err, elen, "rrpc_mem_reg: %s: %s", rrpc_strerror(r), rrpc_ctx_last_error(srv_ctx));
+        snprintf(err, elen, "rrpc_mem_reg: %s: %s", rrpc_strerror(r), rrpc_ctx_last_error(s->ctx));
         return r;
     }
-    if ((r = rrpc_register(srv_ctx, "echo", h_echo, NULL)) ||
-        (r = rrpc_register(srv_ctx, "sink", h_sink, NULL)) ||
-        (r = rrpc_register(srv_ctx, "token", h_token, NULL))) {
+    if ((r = rrpc_register(s->ctx, "echo", h_echo, NULL)) ||
+        (r = rrpc_register(s->ctx, "sink", h_sink, NULL)) ||
+        (r = rrpc_register(s->ctx, "token", h_token, s)) ||
+        (r = rrpc_register(s->ctx, "cpu", h_cpu, NULL))) {
         snprintf(err, elen, "rrpc_register: %s", rrpc_strerror(r));
         return r;
     }
-    *ret_tcp_port = *ret_rdma_port = -1;
+    *ret_tcp_port = -1;
+    if (ret_rdma_port)
+        *ret_rdma_port = -1;
     if (tcp_uri) {
-        r = rrpc_listen(srv_ctx, tcp_uri, NULL, NULL, &srv_tcp);
+        r = rrpc_listen(s->ctx, tcp_uri, NULL, NULL, &s->tcp);
         if (r) {
             snprintf(err, elen, "listen %s: %s: %s", tcp_uri, rrpc_strerror(r),
-                     rrpc_ctx_last_error(srv_ctx));
+                     rrpc_ctx_last_error(s->ctx));
             return r;
         }
-        *ret_tcp_port = rrpc_listener_port(srv_tcp);
+        *ret_tcp_port = rrpc_listener_port(s->tcp);
     }
     if (rdma_uri) {
-        r = rrpc_listen(srv_ctx, rdma_uri, NULL, NULL, &srv_rdma);
+        r = rrpc_listen(s->ctx, rdma_uri, NULL, NULL, &s->rdma);
         if (r) {
             snprintf(rdma_err, errlen, "listen %s: %s (%s) %s", rdma_uri, rrpc_strerror(r),
-                     rrpc_err_name(r), rrpc_ctx_last_error(srv_ctx));
+                     rrpc_err_name(r), rrpc_ctx_last_error(s->ctx));
             *ret_rdma_port = r < 0 ? r : -1;
         } else {
-            *ret_rdma_port = rrpc_listener_port(srv_rdma);
+            *ret_rdma_port = rrpc_listener_port(s->rdma);
         }
     }
-    r = rrpc_ctx_start_thread(srv_ctx);
+    r = rrpc_ctx_start_thread(s->ctx);
     if (r) {
         snprintf(err, elen, "rrpc_ctx_start_thread: %s", rrpc_strerror(r));
         return r;
@@ -111,10 +166,13 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, int *ret_tcp_por
 
 void lib_server_stop(void)
 {
-    rrpc_listener_close(srv_tcp);
-    rrpc_listener_close(srv_rdma);
-    rrpc_ctx_destroy(srv_ctx); /* frees the region too */
-    free(srv_mem);
+    for (int i = 0; i < nsrvs; i++) {
+        rrpc_listener_close(srvs[i].tcp);
+        rrpc_listener_close(srvs[i].rdma);
+        rrpc_ctx_destroy(srvs[i].ctx); /* frees the region too */
+        free(srvs[i].mem);
+    }
+    nsrvs = 0;
 }
 
 /* ---- client ------------------------------------------------------------------ */
@@ -436,8 +494,28 @@ static void lib_close(struct driver *drv)
     drv->priv = NULL;
 }
 
+static int lib_server_cpu(struct driver *drv, uint64_t *ret_ns)
+{
+    struct lib_drv *d = drv->priv;
+    void *resp = NULL;
+    size_t len = 0;
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_CONTROL, .deadline_ms = 5000};
+    int r = rrpc_call_sync(d->conn, "cpu", NULL, 0, &o, &resp, &len);
+    if (r == 0 && len == 8) {
+        const uint8_t *b = resp;
+        uint64_t ns = 0;
+        for (int i = 0; i < 8; i++)
+            ns |= (uint64_t)b[i] << (8 * i);
+        *ret_ns = ns;
+    } else if (r == 0) {
+        r = -EPROTO; /* an older bench server without "cpu" */
+    }
+    free(resp);
+    return r;
+}
+
 int lib_driver_open(struct driver *drv, const char *name, const char *uri, bool thread_mode,
-                    char *err, size_t errlen)
+                    const char *env, char *err, size_t errlen)
 {
     struct lib_drv *d = calloc(1, sizeof(*d));
     if (!d) {
@@ -447,7 +525,7 @@ int lib_driver_open(struct driver *drv, const char *name, const char *uri, bool 
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     d->thread_mode = thread_mode;
-    int r = rrpc_ctx_create(&d->ctx);
+    int r = ctx_create_with(env, &d->ctx);
     if (r) {
         snprintf(err, errlen, "rrpc_ctx_create: %s", rrpc_strerror(r));
         free(d);
@@ -499,6 +577,7 @@ int lib_driver_open(struct driver *drv, const char *name, const char *uri, bool 
     drv->qos = true;
     drv->run = lib_run;
     drv->close = lib_close;
+    drv->server_cpu = lib_server_cpu;
     return 0;
 fail:
     lib_close(drv);

@@ -38,12 +38,14 @@ static const char usage_text[] =
     "client against it\n"
     "       rrpc-bench server [--host ADDR] [--port P]   serve tcp://ADDR:P, rdma://ADDR:P+1, "
     "raw-tcp ADDR:P+2\n"
+    "                      (ADDR defaults to 127.0.0.1: the server is unauthenticated and lets\n"
+    "                      any client write to a 4 MiB region; give --host only on a trusted net)\n"
     "       rrpc-bench client --host SERVER [--port P] [options]\n"
     "\n"
     "options of local and client:\n"
     "  --transport LIST    tcp,verbs,raw-tcp | all | auto (default auto: tcp,raw-tcp, and verbs\n"
     "                      when this host has an RDMA device)\n"
-    "  --tests LIST        rtt,rate,large,write,read,sweep,qos | all (default all)\n"
+    "  --tests LIST        rtt,rate,large,write,read,sweep,qos,idle | all (default all)\n"
     "  --quick             short run (0.2 s per test, 0.05 s per sweep point): meson benchmark\n"
     "  --duration S        seconds measured per test (default 2; a sweep point gets S/4)\n"
     "  --warmup N          warm-up operations per test (default 200; at most 20% of S, <= 1 s)\n"
@@ -63,6 +65,12 @@ static const char usage_text[] =
     "  --ref-write-bw MIBS perftest ib_write_bw -s 1048576 BW average, for the verbs bandwidth "
     "target\n"
     "  --pin S,C           local mode: pin the server process to CPU S and the client to CPU C\n"
+    "                      (the peers' servers and clients get the same placement)\n"
+    "  --poll-us N         the \"polling on\" variant's " BENCH_TCP_POLL_ENV " (default 1000)\n"
+    "  --perftest SDEV:SGID,CDEV:CGID\n"
+    "                      run perftest between these RDMA devices (GID indexes) as the verbs\n"
+    "                      peer (default in local mode: the first device on both ends, -R)\n"
+    "  --plot DIR          write DIR/rrpc-bench.json, .csv and the PNG plots (python3-matplotlib)\n"
     "  --no-progress       no progress lines on stderr\n"
     "Sizes take K and M suffixes (KiB, MiB).  Latencies are round trips; see docs/performance.md.\n";
 
@@ -121,7 +129,8 @@ static bool parse_tests(const char *s, unsigned *ret)
         const char *n;
         unsigned bit;
     } names[] = {{"rtt", T_RTT},     {"rate", T_RATE},   {"large", T_LARGE}, {"write", T_WRITE},
-                 {"read", T_READ},   {"sweep", T_SWEEP}, {"qos", T_QOS},     {"all", T_ALL}};
+                 {"read", T_READ},   {"sweep", T_SWEEP}, {"qos", T_QOS},     {"idle", T_IDLE},
+                 {"all", T_ALL}};
     unsigned bits = 0;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", s);
@@ -180,6 +189,8 @@ static bool parse_transports(const char *s, unsigned *ret)
 
 /* The IPv4 address of the netdev under the first RDMA device (Soft-RoCE: the
  * interface rxe0 was added on). */
+static char rdma_dev[64]; /* the device rdma_netdev_addr found */
+
 static int rdma_netdev_addr(char *out, size_t len, char *why, size_t wlen)
 {
     DIR *d = opendir("/sys/class/infiniband");
@@ -223,7 +234,33 @@ static int rdma_netdev_addr(char *out, size_t len, char *why, size_t wlen)
     }
     if (rc)
         snprintf(why, wlen, "RDMA device %s sits on %s, which has no IPv4 address", dev, ndev);
+    else
+        snprintf(rdma_dev, sizeof(rdma_dev), "%s", dev);
     return rc;
+}
+
+static bool is_local_addr(const char *host)
+{
+    if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0)
+        return true;
+    struct ifaddrs *ifa = NULL;
+    bool found = false;
+    if (getifaddrs(&ifa) == 0) {
+        for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next) {
+            char a[INET6_ADDRSTRLEN] = "";
+            if (!i->ifa_addr)
+                continue;
+            if (i->ifa_addr->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, a,
+                          sizeof(a));
+            else if (i->ifa_addr->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr, a,
+                          sizeof(a));
+            found = strcmp(a, host) == 0;
+        }
+        freeifaddrs(ifa);
+    }
+    return found;
 }
 
 static void make_uri(char *buf, size_t len, const char *scheme, const char *host, int port,
@@ -253,7 +290,8 @@ static const char *cls_name(int cls)
     return n ? n : "?";
 }
 
-static void run_single(struct driver *d, const char *test, struct spec sp, double dur)
+static void run_single_note(struct driver *d, const char *test, struct spec sp, double dur,
+                            const char *extra)
 {
     char sz[16], variant[96];
     fmt_size(sz, sizeof(sz), sp.size);
@@ -263,19 +301,30 @@ static void run_single(struct driver *d, const char *test, struct spec sp, doubl
         snprintf(variant, sizeof(variant), "%s, class %s", what, cls_name(sp.cls));
     else
         snprintf(variant, sizeof(variant), "%s, plain socket", what);
-    if (g_opts.client_thread_mode && d->qos && sp.depth == 1)
+    if (extra)
+        snprintf(variant + strlen(variant), sizeof(variant) - strlen(variant), ", %s", extra);
+    else if (g_opts.client_thread_mode && d->qos && sp.depth == 1)
         snprintf(variant + strlen(variant), sizeof(variant) - strlen(variant), ", *_sync");
     progress_begin("%-7s %-14s %7s depth %d", d->name, test, sz, sp.depth);
     struct outcome o;
     memset(&o, 0, sizeof(o));
     struct phase ph = mk_phase(dur);
+    struct cpu_mark c0, c1;
+    cpu_mark(&c0);
     d->run(d, &sp, 1, &ph, &o);
+    cpu_mark(&c1);
     struct result *r = result_add(d->name, test, sp.size, sp.depth, variant);
     result_fill(r, &o, sp.lat);
+    result_cpu(r, &c0, &c1, &o);
     samples_free(&o.lat);
     progress_end(o.status ? "FAILED" : "done");
     if (o.status)
         note("%s %s: %s", d->name, test, r->error);
+}
+
+static void run_single(struct driver *d, const char *test, struct spec sp, double dur)
+{
+    run_single_note(d, test, sp, dur, NULL);
 }
 
 /* A 64 B probe (one in flight) while a 1 MiB bulk load saturates the link. */
@@ -297,9 +346,16 @@ static void run_qos(struct driver *d, bool separated)
     struct outcome o[2];
     memset(o, 0, sizeof(o));
     struct phase ph = mk_phase(g_opts.duration);
+    struct cpu_mark c0, c1;
+    cpu_mark(&c0);
     d->run(d, sp, 2, &ph, o);
+    cpu_mark(&c1);
     struct result *r = result_add(d->name, test, g_opts.size, 1, variant);
     result_fill(r, &o[0], true);
+    /* CPU per operation of the whole mix: probe and bulk operations */
+    struct outcome mix = o[0];
+    mix.ops += o[1].ops;
+    result_cpu(r, &c0, &c1, &mix);
     if (!r->error[0] && o[1].status)
         snprintf(r->error, sizeof(r->error), "bulk load: %s", o[1].err);
     if (o[1].seconds > 0)
@@ -311,14 +367,147 @@ static void run_qos(struct driver *d, bool separated)
         note("%s %s: %s", d->name, test, r->error);
 }
 
+static struct driver *find_driver(const char *name)
+{
+    for (int i = 0; i < ndrivers; i++)
+        if (strcmp(drivers[i].name, name) == 0)
+            return &drivers[i];
+    return NULL;
+}
+
+/* ---- variants of a transport: polling on / off, the other client mode ---------------- */
+
+struct endpoints {
+    const char *host;      /* tcp and raw-tcp */
+    const char *rdma_host; /* NULL: verbs unavailable, see rdma_why */
+    int tcp_port, rdma_port, raw_port;
+    int tcp_poll_port, tcp_nopoll_port; /* servers with polling on / off (tcp) */
+    const char *src;
+    char rdma_why[512];
+};
+static struct endpoints *g_ep;
+
+enum variant_kind { V_POLL_ON, V_POLL_OFF, V_MODE };
+
+/* Runs the 64 B round trip on a second connection of @transport configured
+ * as @kind, server and client alike (polling) or client only (mode). */
+static void run_variant(const char *transport, enum variant_kind kind)
+{
+    bool verbs = strcmp(transport, "verbs") == 0;
+    bool thread = kind == V_MODE ? !g_opts.client_thread_mode : g_opts.client_thread_mode;
+    const char *test = kind == V_POLL_ON    ? "rtt_poll_on"
+                       : kind == V_POLL_OFF ? "rtt_poll_off"
+                       : thread            ? "rtt_thread_sync"
+                                           : "rtt_driven";
+    char env[160] = "", note_[160], uri[300], err[400] = "";
+    const char *pe = verbs ? BENCH_VERBS_POLL_ENV : BENCH_TCP_POLL_ENV;
+    if (kind != V_MODE)
+        snprintf(env, sizeof(env), "%s=%ld", pe, kind == V_POLL_ON ? g_opts.poll_us : 0L);
+    if (kind == V_MODE)
+        snprintf(note_, sizeof(note_), "%s", thread ? "thread mode, rrpc_call_sync" : "driven mode");
+    else
+        snprintf(note_, sizeof(note_), "%s both ends", env);
+    int port = verbs ? g_ep->rdma_port
+               : kind == V_POLL_ON  ? g_ep->tcp_poll_port
+               : kind == V_POLL_OFF ? g_ep->tcp_nopoll_port
+                                    : g_ep->tcp_port;
+    struct driver d;
+    memset(&d, 0, sizeof(d));
+    progress_begin("connecting %s (%s)", transport, note_);
+    int r = -EINVAL;
+    if (port > 0) {
+        make_uri(uri, sizeof(uri), verbs ? "rdma" : "tcp", verbs ? g_ep->rdma_host : g_ep->host,
+                 port, g_ep->src);
+        r = lib_driver_open(&d, transport, uri, thread, env[0] ? env : NULL, err, sizeof(err));
+    } else {
+        snprintf(err, sizeof(err), "the server has no listener for this variant");
+    }
+    progress_end(r ? "FAILED" : "up");
+    if (r) {
+        struct result *res = result_add(transport, test, g_opts.size, 1, note_);
+        snprintf(res->error, sizeof(res->error), "%s", err);
+        note("%s %s: %s", transport, test, err);
+        return;
+    }
+    bool saved = g_opts.client_thread_mode;
+    g_opts.client_thread_mode = thread;
+    run_single_note(&d, test, (struct spec){OP_ECHO, g_opts.size, 1, RRPC_CLASS_LOW_LATENCY, true},
+                    g_opts.duration, note_);
+    g_opts.client_thread_mode = saved;
+    d.close(&d);
+}
+
+/* An idle context with polling on: after some traffic and 100 ms of quiet,
+ * the CPU both processes use over the next second (thread mode, so the
+ * client's loop thread is there to poll). */
+static void run_idle(void)
+{
+    char env[160], uri[300], err[400] = "";
+    snprintf(env, sizeof(env), "%s=%ld", BENCH_TCP_POLL_ENV, g_opts.poll_us);
+    const char *what = "tcp, polling on both ends, thread mode";
+    struct driver d;
+    memset(&d, 0, sizeof(d));
+    int r = -EINVAL;
+    if (g_ep->tcp_poll_port > 0) {
+        make_uri(uri, sizeof(uri), "tcp", g_ep->host, g_ep->tcp_poll_port, g_ep->src);
+        r = lib_driver_open(&d, "tcp", uri, true, env, err, sizeof(err));
+    } else {
+        snprintf(err, sizeof(err), "the server has no listener with polling on");
+    }
+    struct result *res = result_add("tcp", "idle_cpu", 0, 0, NULL);
+    snprintf(res->variant, sizeof(res->variant), "%.50s; CPU over 1 s after 100 ms idle", env);
+    if (r) {
+        snprintf(res->error, sizeof(res->error), "%s", err);
+        return;
+    }
+    progress_begin("tcp     idle_cpu       %s", what);
+    struct spec sp = {OP_ECHO, g_opts.size, 1, RRPC_CLASS_LOW_LATENCY, false};
+    struct phase ph = {.warm_max_s = 0, .warm_ops = 0, .dur_s = 0.2};
+    struct outcome o;
+    memset(&o, 0, sizeof(o));
+    bool saved = g_opts.client_thread_mode;
+    g_opts.client_thread_mode = true;
+    d.run(&d, &sp, 1, &ph, &o);
+    g_opts.client_thread_mode = saved;
+    samples_free(&o.lat);
+    usleep(100000);
+    struct cpu_mark c0, c1;
+    cpu_mark(&c0);
+    usleep(1000000);
+    cpu_mark(&c1);
+    d.close(&d);
+    if (o.status) {
+        snprintf(res->error, sizeof(res->error), "traffic before the idle second failed: %s", o.err);
+    } else {
+        struct outcome none = {.seconds = 1};
+        result_cpu(res, &c0, &c1, &none);
+        res->seconds = (double)(c1.t_ns - c0.t_ns) / 1e9;
+    }
+    progress_end(res->error[0] ? "FAILED" : "done");
+}
+
 static void run_tests(void)
 {
     const int ll = RRPC_CLASS_LOW_LATENCY, bulk = g_opts.large_class;
     const double dur = g_opts.duration;
-    if (g_opts.tests & T_RTT)
+    struct driver *tcp = find_driver("tcp"), *verbs = find_driver("verbs");
+    bool tcpish = tcp || find_driver("raw-tcp");
+    if (g_opts.tests & T_RTT) {
         for (int i = 0; i < ndrivers; i++)
             run_single(&drivers[i], "rpc_rtt",
                        (struct spec){OP_ECHO, g_opts.size, 1, ll, true}, dur);
+        if (tcp) {
+            run_variant("tcp", V_POLL_ON);
+            run_variant("tcp", V_POLL_OFF);
+            run_variant("tcp", V_MODE);
+        }
+        if (verbs)
+            run_variant("verbs", V_MODE);
+        if (tcpish)
+            peers_run(PEER_TCP_LAT);
+        if (verbs)
+            peers_run(PEER_VERBS_LAT);
+    }
     if (g_opts.tests & T_RATE)
         for (int i = 0; i < ndrivers; i++)
             run_single(&drivers[i], "rpc_rate",
@@ -331,6 +520,8 @@ static void run_tests(void)
             run_single(&drivers[i], "rpc_large_bw",
                        (struct spec){OP_SINK, g_opts.large_size, g_opts.bw_depth, bulk, true},
                        dur);
+        if (tcpish)
+            peers_run(PEER_TCP_BW);
     }
     for (int w = 0; w < 2; w++) {
         unsigned bit = w == 0 ? T_WRITE : T_READ;
@@ -345,12 +536,18 @@ static void run_tests(void)
             if (drivers[i].onesided)
                 run_single(&drivers[i], w == 0 ? "write_bw" : "read_bw",
                            (struct spec){k, g_opts.large_size, g_opts.bw_depth, bulk, true}, dur);
+        if (w == 0 && tcp)
+            peers_run(PEER_TCP_BW);
+        if (w == 0 && verbs)
+            peers_run(PEER_VERBS_BW);
     }
     if (g_opts.tests & T_QOS)
         for (int sep = 1; sep >= 0; sep--)
             for (int i = 0; i < ndrivers; i++)
                 if (drivers[i].qos)
                     run_qos(&drivers[i], sep);
+    if ((g_opts.tests & T_IDLE) && tcp)
+        run_idle();
     if (g_opts.tests & T_SWEEP) {
         static const size_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1u << 20, 4u << 20};
         for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
@@ -372,15 +569,7 @@ static void run_tests(void)
 
 /* ---- client side: connect, run, report ------------------------------------------ */
 
-struct endpoints {
-    const char *host;      /* tcp and raw-tcp */
-    const char *rdma_host; /* NULL: verbs unavailable, see rdma_why */
-    int tcp_port, rdma_port, raw_port;
-    const char *src;
-    char rdma_why[512];
-};
-
-static const char *json_path, *csv_path;
+static const char *json_path, *csv_path, *plot_dir;
 
 static int write_machine(const char *path, void (*fn)(FILE *))
 {
@@ -398,6 +587,41 @@ static int write_machine(const char *path, void (*fn)(FILE *))
     fn(f);
     fclose(f);
     note("wrote %s", path);
+    return 0;
+}
+
+#ifndef BENCH_PLOT_SCRIPT
+#define BENCH_PLOT_SCRIPT "bench/plot.py"
+#endif
+
+/* --plot DIR: the JSON and CSV into DIR (unless named elsewhere), then the
+ * PNGs drawn by plot.py with Debian's matplotlib. */
+static int plot(const char *dir)
+{
+    char json[1024], csv[1024];
+    snprintf(json, sizeof(json), "%s/rrpc-bench.json", dir);
+    snprintf(csv, sizeof(csv), "%s/rrpc-bench.csv", dir);
+    if (!json_path || strcmp(json_path, "-") == 0)
+        if (write_machine(json, report_json))
+            return 1;
+    if (!csv_path || strcmp(csv_path, "-") == 0)
+        write_machine(csv, report_csv);
+    const char *script = getenv("RRPC_BENCH_PLOT");
+    if (!script || !*script)
+        script = BENCH_PLOT_SCRIPT;
+    const char *src = json_path && strcmp(json_path, "-") ? json_path : json;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/usr/bin/python3", "python3", script, src, dir, (char *)NULL);
+        fprintf(stderr, "rrpc-bench: cannot run /usr/bin/python3 %s: %s\n", script, strerror(errno));
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        note("plotting failed (%s %s; needs python3-matplotlib)", script, src);
+        return 1;
+    }
     return 0;
 }
 
@@ -420,7 +644,7 @@ static int run_client(unsigned transports, struct endpoints *ep)
         progress_begin("connecting %s", name);
         if (t == 0) {
             make_uri(uri, sizeof(uri), "tcp", ep->host, ep->tcp_port, ep->src);
-            r = lib_driver_open(d, "tcp", uri, g_opts.client_thread_mode, err, sizeof(err));
+            r = lib_driver_open(d, "tcp", uri, g_opts.client_thread_mode, NULL, err, sizeof(err));
         } else if (t == 1) {
             if (!ep->rdma_host) {
                 progress_end("skipped");
@@ -432,7 +656,7 @@ static int run_client(unsigned transports, struct endpoints *ep)
                 continue;
             }
             make_uri(uri, sizeof(uri), "rdma", ep->rdma_host, ep->rdma_port, ep->src);
-            r = lib_driver_open(d, "verbs", uri, g_opts.client_thread_mode, err, sizeof(err));
+            r = lib_driver_open(d, "verbs", uri, g_opts.client_thread_mode, NULL, err, sizeof(err));
         } else {
             r = raw_driver_open(d, ep->host, ep->raw_port, ep->src, err, sizeof(err));
         }
@@ -444,8 +668,10 @@ static int run_client(unsigned transports, struct endpoints *ep)
             failed++;
             continue;
         }
+        cpu_server_query_by(d); /* (local mode reads the server's /proc entry instead) */
         ndrivers++;
     }
+    g_ep = ep;
     snprintf(g_meta.transports, sizeof(g_meta.transports), "%s", tl);
     if (ndrivers)
         run_tests();
@@ -456,12 +682,15 @@ static int run_client(unsigned transports, struct endpoints *ep)
                  !(csv_path && strcmp(csv_path, "-") == 0);
     if (table) {
         report_table(stdout);
+        report_peers(stdout);
         report_targets(stdout);
     } else {
         report_targets(stderr);
     }
     fflush(stdout);
     int rc = write_machine(json_path, report_json) | write_machine(csv_path, report_csv);
+    if (plot_dir)
+        rc |= plot(plot_dir);
     if (wanted && skipped == wanted)
         return 77; /* everything asked for is unavailable here: a skip for meson */
     return rc || failed ? 1 : 0;
@@ -478,6 +707,21 @@ static void block_signals(sigset_t *set)
     pthread_sigmask(SIG_BLOCK, set, NULL);
 }
 
+/* The tcp servers of the polling variants: @port_on with polling on, @port_off
+ * with it off (0: any port). */
+static int start_poll_servers(const char *host, int port_on, int port_off, int *ret_on,
+                              int *ret_off, char *err, size_t elen)
+{
+    char uri[300], env[160];
+    make_uri(uri, sizeof(uri), "tcp", host, port_on, NULL);
+    snprintf(env, sizeof(env), "%s=%ld", BENCH_TCP_POLL_ENV, g_opts.poll_us);
+    if (lib_server_start(uri, NULL, env, ret_on, NULL, NULL, 0, err, elen))
+        return -1;
+    make_uri(uri, sizeof(uri), "tcp", host, port_off, NULL);
+    snprintf(env, sizeof(env), "%s=0", BENCH_TCP_POLL_ENV);
+    return lib_server_start(uri, NULL, env, ret_off, NULL, NULL, 0, err, elen) ? -1 : 0;
+}
+
 static int cmd_server(const char *host, int port)
 {
     sigset_t set;
@@ -486,9 +730,10 @@ static int cmd_server(const char *host, int port)
     char tcp_uri[300], rdma_uri[300], rdma_err[512] = "", err[400] = "";
     make_uri(tcp_uri, sizeof(tcp_uri), "tcp", host, port, NULL);
     make_uri(rdma_uri, sizeof(rdma_uri), "rdma", host, port + 1, NULL);
-    int tp, rp, xp;
-    if (lib_server_start(tcp_uri, rdma_uri, &tp, &rp, rdma_err, sizeof(rdma_err), err,
-                         sizeof(err))) {
+    int tp, rp, xp, pon, poff;
+    if (lib_server_start(tcp_uri, rdma_uri, NULL, &tp, &rp, rdma_err, sizeof(rdma_err), err,
+                         sizeof(err)) ||
+        start_poll_servers(host, port + 3, port + 4, &pon, &poff, err, sizeof(err))) {
         fprintf(stderr, "rrpc-bench server: %s\n", err);
         return 1;
     }
@@ -496,12 +741,18 @@ static int cmd_server(const char *host, int port)
         fprintf(stderr, "rrpc-bench server: %s\n", err);
         return 1;
     }
+    if (strcmp(host, "127.0.0.1") && strcmp(host, "::1") && strcmp(host, "localhost"))
+        fprintf(stderr, "rrpc-bench server: WARNING: listening on %s without authentication; any "
+                        "host that reaches it may write to the bench's memory region\n", host);
     printf("rrpc-bench server: tcp://%s:%d\n", host, tp);
     if (rp > 0)
         printf("rrpc-bench server: rdma://%s:%d\n", host, rp);
     else
         printf("rrpc-bench server: no rdma:// (%s)\n", rdma_err);
-    printf("rrpc-bench server: raw-tcp %s:%d\nrrpc-bench server: running; Ctrl-C stops\n", host, xp);
+    printf("rrpc-bench server: raw-tcp %s:%d\n", host, xp);
+    printf("rrpc-bench server: tcp://%s:%d with polling on (%s=%ld), tcp://%s:%d with it off\n",
+           host, pon, BENCH_TCP_POLL_ENV, g_opts.poll_us, host, poff);
+    printf("rrpc-bench server: running; Ctrl-C stops\n");
     fflush(stdout);
     int sig;
     sigwait(&set, &sig);
@@ -558,17 +809,19 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
         char rdma_uri[300], rdma_err[512] = "", err[400] = "";
         if (rdma_host[0])
             make_uri(rdma_uri, sizeof(rdma_uri), "rdma", rdma_host, 0, NULL);
-        int tp = -1, rp = -1, xp = -1;
+        int tp = -1, rp = -1, xp = -1, pon = -1, poff = -1;
         FILE *w = fdopen(p[1], "w");
         if (lib_server_start((transports & TR_TCP) ? "tcp://127.0.0.1:0" : NULL,
-                             rdma_host[0] ? rdma_uri : NULL, &tp, &rp, rdma_err, sizeof(rdma_err),
-                             err, sizeof(err)) ||
+                             rdma_host[0] ? rdma_uri : NULL, NULL, &tp, &rp, rdma_err,
+                             sizeof(rdma_err), err, sizeof(err)) ||
+            ((transports & TR_TCP) &&
+             start_poll_servers("127.0.0.1", 0, 0, &pon, &poff, err, sizeof(err))) ||
             raw_server_start("127.0.0.1", 0, &xp, err, sizeof(err))) {
             fprintf(w, "ERR %s\n", err);
             fclose(w);
             _exit(1);
         }
-        fprintf(w, "OK %d %d %d\n%s\n", tp, rp, xp, rdma_err);
+        fprintf(w, "OK %d %d %d %d %d\n%s\n", tp, rp, xp, pon, poff, rdma_err);
         fclose(w);
         int sig;
         sigwait(&set, &sig);
@@ -585,7 +838,8 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
         why[strcspn(why, "\n")] = 0;
     fclose(rd);
     int rc;
-    if (!ok || sscanf(line, "OK %d %d %d", &ep.tcp_port, &ep.rdma_port, &ep.raw_port) != 3) {
+    if (!ok || sscanf(line, "OK %d %d %d %d %d", &ep.tcp_port, &ep.rdma_port, &ep.raw_port,
+                      &ep.tcp_poll_port, &ep.tcp_nopoll_port) != 5) {
         line[strcspn(line, "\n")] = 0;
         note("the local server did not start: %s", line[0] ? line : "no answer");
         rc = 1;
@@ -595,6 +849,15 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
         } else if (rdma_host[0]) {
             snprintf(ep.rdma_why, sizeof(ep.rdma_why), "%s", why);
         }
+        cpu_server_is_local(pid);
+        g_peer.host = "127.0.0.1";
+        g_peer.cpu_srv = pin_cpus[0];
+        g_peer.cpu_cli = pin_cpus[1];
+        if (!g_peer.pt_srv_dev[0] && ep.rdma_host) {
+            snprintf(g_peer.pt_srv_dev, sizeof(g_peer.pt_srv_dev), "%s", rdma_dev);
+            snprintf(g_peer.pt_cli_dev, sizeof(g_peer.pt_cli_dev), "%s", rdma_dev);
+        }
+        g_peer.pt_host = ep.rdma_host;
         rc = run_client(transports, &ep);
     }
     kill(pid, SIGTERM);
@@ -623,7 +886,8 @@ int main(int argc, char **argv)
         return 2;
     }
     g_opts = (struct bench_opts){.size = 64, .large_size = 1u << 20, .depth = 16, .bw_depth = 8,
-                                 .large_class = RRPC_CLASS_BULK, .tests = T_ALL, .progress = true};
+                                 .large_class = RRPC_CLASS_BULK, .tests = T_ALL, .progress = true,
+                                 .poll_us = 1000};
     double duration = -1;
     long warmup = -1;
     unsigned transports = 0;
@@ -631,7 +895,8 @@ int main(int argc, char **argv)
     long port = DEFAULT_PORT;
     static const char valued[] =
         " --transport --tests --duration --warmup --size --large --depth --bw-depth --large-class"
-        " --client-mode --host --port --src --rdma-host --pin --json --csv --ref-send-lat --ref-write-bw ";
+        " --client-mode --host --port --src --rdma-host --pin --json --csv --ref-send-lat --ref-write-bw"
+        " --poll-us --perftest --plot ";
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -695,6 +960,13 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--pin") == 0) {
             ok = sscanf(v, "%d,%d", &pin_cpus[0], &pin_cpus[1]) == 2 && pin_cpus[0] >= 0 &&
                  pin_cpus[1] >= 0;
+        } else if (strcmp(a, "--poll-us") == 0) {
+            ok = parse_int(v, 0, 100000000, &g_opts.poll_us);
+        } else if (strcmp(a, "--perftest") == 0) {
+            ok = sscanf(v, "%63[^:,]:%15[0-9],%63[^:,]:%15[0-9]", g_peer.pt_srv_dev,
+                        g_peer.pt_srv_gid, g_peer.pt_cli_dev, g_peer.pt_cli_gid) == 4;
+        } else if (strcmp(a, "--plot") == 0) {
+            plot_dir = v;
         } else if (strcmp(a, "--json") == 0) {
             json_path = v;
         } else if (strcmp(a, "--csv") == 0) {
@@ -730,11 +1002,14 @@ int main(int argc, char **argv)
     }
     if (!transports)
         parse_transports("auto", &transports);
+    g_peer.cpu_srv = g_peer.cpu_cli = -1;
+    g_peer.port = 20000 + (int)(getpid() % 8000) * 5;
+    snprintf(g_peer.why_not_pt, sizeof(g_peer.why_not_pt), "no RDMA device for perftest");
     meta_collect(argc, argv);
     snprintf(g_meta.mode, sizeof(g_meta.mode), "%s", cmd);
 
     if (strcmp(cmd, "server") == 0)
-        return cmd_server(host ? host : "0.0.0.0", (int)port);
+        return cmd_server(host ? host : "127.0.0.1", (int)port);
     signal(SIGPIPE, SIG_IGN);
     if (strcmp(cmd, "local") == 0)
         return cmd_local(transports, rdma_host, src);
@@ -744,6 +1019,17 @@ int main(int argc, char **argv)
     }
     struct endpoints ep = {.host = host, .rdma_host = rdma_host ? rdma_host : host,
                            .tcp_port = (int)port, .rdma_port = (int)port + 1,
-                           .raw_port = (int)port + 2, .src = src};
+                           .raw_port = (int)port + 2, .tcp_poll_port = (int)port + 3,
+                           .tcp_nopoll_port = (int)port + 4, .src = src};
+    /* The peers' servers run here: beside a remote bench server they would
+     * measure something else, so they run only when SERVER is this host. */
+    g_peer.host = host;
+    if (!is_local_addr(host))
+        snprintf(g_peer.why_not, sizeof(g_peer.why_not),
+                 "%s is not an address of this host (the peers run both ends here)", host);
+    g_peer.pt_host = ep.rdma_host;
+    if (!g_peer.pt_srv_dev[0])
+        snprintf(g_peer.why_not_pt, sizeof(g_peer.why_not_pt),
+                 "client mode: give --perftest SDEV:SGID,CDEV:CGID (or --ref-send-lat/--ref-write-bw)");
     return run_client(transports, &ep);
 }

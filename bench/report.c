@@ -82,6 +82,37 @@ struct result *result_add(const char *transport, const char *test, size_t size, 
     return r;
 }
 
+/* The quantiles (in %) kept of each latency distribution for the CDF plot. */
+const double cdf_q[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 12, 14, 16, 18, 20, 22, 24,
+                        26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60,
+                        62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86, 88, 90, 91, 92, 93,
+                        94, 95, 96, 97, 98, 99, 99.5, 99.9, 99.95, 99.99, 100};
+const int cdf_nq = (int)(sizeof(cdf_q) / sizeof(cdf_q[0]));
+
+void result_cpu(struct result *r, const struct cpu_mark *a, const struct cpu_mark *b,
+                const struct outcome *o)
+{
+    double wall = (double)(b->t_ns - a->t_ns);
+    r->cli_core_pct = r->srv_core_pct = -1;
+    r->cpu_cli_us = r->cpu_srv_us = -1;
+    if (wall <= 0)
+        return;
+    double cli = (double)(b->self_ns - a->self_ns);
+    double srv = b->srv_ok && a->srv_ok ? (double)(b->srv_ns - a->srv_ns) : -1;
+    r->cli_core_pct = cli / wall * 100;
+    if (srv >= 0)
+        r->srv_core_pct = srv / wall * 100;
+    /* The marks bracket warm-up and drain too: the CPU of the measured window
+     * is taken as its share of the wall time. */
+    double share = o->seconds * 1e9 / wall;
+    if (o->ops == 0)
+        return;
+    r->has_cpu = true;
+    r->cpu_cli_us = cli * share / (double)o->ops / 1e3;
+    if (srv >= 0)
+        r->cpu_srv_us = srv * share / (double)o->ops / 1e3;
+}
+
 void result_fill(struct result *r, const struct outcome *o, bool lat)
 {
     r->ops = o->ops;
@@ -110,6 +141,9 @@ void result_fill(struct result *r, const struct outcome *o, bool lat)
         r->p999 = pct(v, n, 99.9);
         r->lat_max = (double)v[n - 1] / 1e3;
         r->mean = sum / (double)n / 1e3;
+        for (int i = 0; i < cdf_nq; i++)
+            r->cdf[i] = pct(v, n, cdf_q[i] > 0 ? cdf_q[i] : 1e-9);
+        r->ncdf = cdf_nq;
     }
 }
 
@@ -223,11 +257,11 @@ void report_table(FILE *f)
             g_opts.client_thread_mode ? "thread" : "driven");
     fputs(legend, f);
     fputc('\n', f);
-    fprintf(f, "%-8s %-14s %8s %5s %8s | %8s %8s %8s %8s %9s | %10s %9s  %s\n", "transp.", "test",
-            "size", "depth", "samples", "p50", "p90", "p99", "p99.9", "max", "ops/s", "MiB/s",
-            "notes");
-    fprintf(f, "%-8s %-14s %8s %5s %8s | %8s %8s %8s %8s %9s | %10s %9s\n", "", "", "", "", "",
-            "RTT us", "RTT us", "RTT us", "RTT us", "RTT us", "", "");
+    fprintf(f, "%-8s %-15s %8s %5s %8s | %8s %8s %8s %8s %9s | %10s %9s | %7s %7s  %s\n",
+            "transp.", "test", "size", "depth", "samples", "p50", "p90", "p99", "p99.9", "max",
+            "ops/s", "MiB/s", "cli CPU", "srv CPU", "notes");
+    fprintf(f, "%-8s %-15s %8s %5s %8s | %8s %8s %8s %8s %9s | %10s %9s | %7s %7s\n", "", "", "",
+            "", "", "RTT us", "RTT us", "RTT us", "RTT us", "RTT us", "", "", "us/op", "us/op");
     char last_test[24] = "";
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
@@ -239,32 +273,46 @@ void report_table(FILE *f)
         char sz[16];
         fmt_size(sz, sizeof(sz), r->size);
         if (strcmp(r->test, "connect") == 0) {
-            fprintf(f, "%-8s %-14s %s: %s\n", r->transport, r->test,
+            fprintf(f, "%-8s %-15s %s: %s\n", r->transport, r->test,
                     r->skipped ? "skipped" : "FAILED", r->error);
             continue;
         }
         if (r->skipped || r->error[0]) {
-            fprintf(f, "%-8s %-14s %8s %5d  %s: %s\n", r->transport, r->test, sz, r->depth,
+            fprintf(f, "%-8s %-15s %8s %5d  %s: %s\n", r->transport, r->test, sz, r->depth,
                     r->skipped ? "skipped" : "FAILED", r->error);
+            continue;
+        }
+        if (strcmp(r->test, "idle_cpu") == 0) {
+            char sp[24];
+            fmt_num(sp, sizeof(sp), r->srv_core_pct, r->srv_core_pct >= 0);
+            fprintf(f, "%-8s %-15s %8s %5s %8s | client %.2f%% of a core, server %s%%  %s\n",
+                    r->transport, r->test, "-", "-", "-", r->cli_core_pct, sp, r->variant);
             continue;
         }
         char a[7][24];
         fmt_num(a[0], sizeof(a[0]), r->p50, r->has_lat);
-        fmt_num(a[1], sizeof(a[1]), r->p90, r->has_lat);
-        fmt_num(a[2], sizeof(a[2]), r->p99, r->has_lat);
-        fmt_num(a[3], sizeof(a[3]), r->p999, r->has_lat);
-        fmt_num(a[4], sizeof(a[4]), r->lat_max, r->has_lat);
-        fmt_num(a[5], sizeof(a[5]), r->ops_per_s, true);
+        fmt_num(a[1], sizeof(a[1]), r->p90, r->has_lat && r->p90 > 0);
+        fmt_num(a[2], sizeof(a[2]), r->p99, r->has_lat && r->p99 > 0);
+        fmt_num(a[3], sizeof(a[3]), r->p999, r->has_lat && r->p999 > 0);
+        fmt_num(a[4], sizeof(a[4]), r->lat_max, r->has_lat && r->lat_max > 0);
+        fmt_num(a[5], sizeof(a[5]), r->ops_per_s, r->ops_per_s > 0);
         bool qos = strncmp(r->test, "qos_", 4) == 0;
         fmt_num(a[6], sizeof(a[6]), qos ? r->load_mib_per_s : r->mib_per_s, true);
         char samples[24];
         snprintf(samples, sizeof(samples), "%llu",
                  (unsigned long long)(r->has_lat ? r->samples : r->ops));
-        fprintf(f, "%-8s %-14s %8s %5d %8s | %8s %8s %8s %8s %9s | %10s %9s  %s\n", r->transport,
-                r->test, sz, r->depth, samples, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
-                r->variant);
+        char cc[24], cs[24];
+        fmt_num(cc, sizeof(cc), r->cpu_cli_us, r->has_cpu && r->cpu_cli_us >= 0);
+        fmt_num(cs, sizeof(cs), r->cpu_srv_us, r->has_cpu && r->cpu_srv_us >= 0);
+        fprintf(f, "%-8s %-15s %8s %5d %8s | %8s %8s %8s %8s %9s | %10s %9s | %7s %7s  %s\n",
+                r->transport, r->test, sz, r->depth, samples, a[0], a[1], a[2], a[3], a[4], a[5],
+                a[6], cc, cs, r->variant);
     }
-    fprintf(f, "\n(qos rows: latency and ops/s are the probe's, MiB/s is the bulk load's.)\n");
+    fprintf(f, "\n(qos rows: latency and ops/s are the probe's, MiB/s is the bulk load's, CPU per "
+               "operation of probe and load together.\n CPU us/op: CPU time of the whole client / "
+               "server process per operation; peers: of the tool's processes, start-up and\n "
+               "warm-up included.  Peer rows that report RTT/2 are doubled: every latency here is "
+               "a round trip.)\n");
     bool first = true;
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
@@ -359,94 +407,233 @@ static struct result *rtt64(const char *transport)
     return r && r->has_lat ? r : NULL;
 }
 
-static struct result *bw1m(const char *transport)
+static struct result *lat_row(const char *transport, const char *test)
 {
-    struct result *r = result_find(transport, "rpc_large_bw", 1u << 20);
-    if (!r)
+    if (strcmp(test, "rpc_rtt") == 0)
+        return rtt64(transport);
+    struct result *r = result_find(transport, test, 64);
+    return r && r->has_lat ? r : NULL;
+}
+
+static struct result *bw_row(const char *transport, const char *test)
+{
+    struct result *r = result_find(transport, test, 1u << 20);
+    if (!r && strcmp(test, "rpc_large_bw") == 0)
         r = result_find(transport, "sweep_bw", 1u << 20);
-    return r;
+    if (!r && strcmp(test, "write_bw") == 0)
+        r = result_find(transport, "sweep_write_bw", 1u << 20);
+    return r && r->mib_per_s > 0 ? r : NULL;
+}
+
+/* Why a row is missing: its error (a peer "not installed") or "not run". */
+static const char *why_missing(const char *transport, const char *test, size_t size)
+{
+    for (size_t i = 0; i < nresults; i++) {
+        struct result *r = results[i];
+        if (strcmp(r->transport, transport) == 0 && strcmp(r->test, test) == 0 &&
+            r->size == size && r->error[0])
+            return r->error;
+    }
+    return "not run (see --tests and --transport)";
+}
+
+/* A latency comparison: a's p50 <= limit x b's p50 (limit 0: no target). */
+static void t_lat(struct target *t, const char *name, const char *at, const char *atest,
+                  const char *bt, const char *btest, double limit)
+{
+    *t = (struct target){.name = name};
+    struct result *a = lat_row(at, atest), *b = lat_row(bt, btest);
+    if (a && b && b->p50 > 0) {
+        t->evaluated = true;
+        t->ratio = a->p50 / b->p50;
+        t->met = t->ratio <= limit;
+        snprintf(t->detail, sizeof(t->detail), "RTT p50 %.2f us vs %.2f us = %.2fx (limit %.2fx)",
+                 a->p50, b->p50, t->ratio, limit);
+    } else {
+        snprintf(t->detail, sizeof(t->detail), "%s %s: %s", a ? bt : at, a ? btest : atest,
+                 a ? why_missing(bt, btest, 64) : why_missing(at, atest, 64));
+    }
+}
+
+static void t_bw(struct target *t, const char *name, const char *at, const char *atest,
+                 const char *bt, const char *btest, double limit)
+{
+    *t = (struct target){.name = name};
+    struct result *a = bw_row(at, atest), *b = bw_row(bt, btest);
+    if (a && b) {
+        t->evaluated = true;
+        t->ratio = a->mib_per_s / b->mib_per_s;
+        t->met = t->ratio >= limit;
+        snprintf(t->detail, sizeof(t->detail), "%.0f MiB/s vs %.0f MiB/s = %.2fx (limit %.2fx)",
+                 a->mib_per_s, b->mib_per_s, t->ratio, limit);
+    } else {
+        snprintf(t->detail, sizeof(t->detail), "%s %s: %s", a ? bt : at, a ? btest : atest,
+                 a ? why_missing(bt, btest, 1u << 20) : why_missing(at, atest, 1u << 20));
+    }
+}
+
+/* Isolation: the low-latency probe under the bulk load against itself unloaded,
+ * and the load against the same bulk stream alone. */
+static void t_iso(struct target *t, const char *name, const char *tr)
+{
+    *t = (struct target){.name = name};
+    struct result *q = result_find(tr, "qos_separated", 64), *u = rtt64(tr);
+    struct result *bw = bw_row(tr, "rpc_large_bw");
+    if (q && q->has_lat && u && bw && u->p50 > 0 && u->p99 > 0) {
+        double r50 = q->p50 / u->p50, r99 = q->p99 / u->p99, rbw = q->load_mib_per_s / bw->mib_per_s;
+        t->evaluated = true;
+        t->ratio = r50;
+        t->met = r50 <= 3 && r99 <= 10 && rbw >= 0.8;
+        snprintf(t->detail, sizeof(t->detail),
+                 "probe p50 %.1f/%.1f us = %.2fx (<= 3x), p99 %.1f/%.1f us = %.2fx (<= 10x); bulk "
+                 "%.0f/%.0f MiB/s = %.2fx (>= 0.8x)",
+                 q->p50, u->p50, r50, q->p99, u->p99, r99, q->load_mib_per_s, bw->mib_per_s, rbw);
+    } else {
+        snprintf(t->detail, sizeof(t->detail),
+                 "needs rtt, large and qos on %s (--tests rtt,large,qos)", tr);
+    }
 }
 
 static int targets(struct target *t)
 {
     int n = 0;
-    struct result *a, *b;
+    t_iso(&t[n++], "isolation tcp: probe under bulk p50<=3x p99<=10x, bulk>=0.8x", "tcp");
+    t_iso(&t[n++], "isolation verbs: probe under bulk p50<=3x p99<=10x, bulk>=0.8x", "verbs");
+    t_lat(&t[n++], "tcp 64 B RTT, polling on <= UCX tcp tag_lat", "tcp", "rtt_poll_on", "ucx-tcp",
+          "tag_lat", 1.0);
+    t_lat(&t[n++], "tcp 64 B RTT, polling off <= 1.2x raw-tcp blocking", "tcp", "rtt_poll_off",
+          "raw-tcp", "rpc_rtt", 1.2);
+    if (g_opts.client_thread_mode)
+        t_lat(&t[n++], "tcp rrpc_call_sync thread mode <= 1.3x driven", "tcp", "rpc_rtt", "tcp",
+              "rtt_driven", 1.3);
+    else
+        t_lat(&t[n++], "tcp rrpc_call_sync thread mode <= 1.3x driven", "tcp", "rtt_thread_sync",
+              "tcp", "rpc_rtt", 1.3);
+    t_bw(&t[n++], "tcp 1 MiB RPC sink >= 0.95x iperf3", "tcp", "rpc_large_bw", "iperf3", "bulk",
+         0.95);
+    t_bw(&t[n++], "tcp 1 MiB one-sided WRITE >= 0.95x iperf3", "tcp", "write_bw", "iperf3", "bulk",
+         0.95);
+    /* perftest's rows already hold 2 x ib_send_lat (the round trip) */
+    t_lat(&t[n++], "verbs 64 B RTT (defaults) <= 1.5x 2 x ib_send_lat", "verbs", "rpc_rtt",
+          "perftest", "ib_send_lat", 1.5);
+    t_bw(&t[n++], "verbs 1 MiB WRITE (defaults) >= 0.95x ib_write_bw", "verbs", "write_bw",
+         "perftest", "ib_write_bw", 0.95);
 
-    t[n] = (struct target){.name = "tcp 64 B RPC round trip <= 1.2x raw-tcp"};
-    a = rtt64("tcp");
-    b = rtt64("raw-tcp");
-    if (a && b && b->p50 > 0) {
+    t[n] = (struct target){.name = "idle tcp context, polling on: < 5% of a core"};
+    struct result *r = result_find("tcp", "idle_cpu", 0);
+    if (r && r->cli_core_pct >= 0) {
+        double worst = r->srv_core_pct > r->cli_core_pct ? r->srv_core_pct : r->cli_core_pct;
         t[n].evaluated = true;
-        t[n].ratio = a->p50 / b->p50;
-        t[n].met = t[n].ratio <= 1.2;
-        snprintf(t[n].detail, sizeof(t[n].detail),
-                 "RTT p50 %.2f us vs %.2f us = %.2fx (p99 %.2f vs %.2f us = %.2fx)", a->p50, b->p50,
-                 t[n].ratio, a->p99, b->p99, b->p99 > 0 ? a->p99 / b->p99 : 0.0);
+        t[n].ratio = worst / 100;
+        t[n].met = worst < 5;
+        if (r->srv_core_pct >= 0)
+            snprintf(t[n].detail, sizeof(t[n].detail),
+                     "client %.2f%%, server %.2f%% of a core over 1 s after 100 ms idle",
+                     r->cli_core_pct, r->srv_core_pct);
+        else
+            snprintf(t[n].detail, sizeof(t[n].detail),
+                     "client %.2f%% of a core (server: unknown) over 1 s after 100 ms idle",
+                     r->cli_core_pct);
     } else {
-        snprintf(t[n].detail, sizeof(t[n].detail), "needs 64 B rtt (or sweep) on tcp and raw-tcp");
-    }
-    n++;
-
-    t[n] = (struct target){.name = "tcp 1 MiB RPC bandwidth >= 0.8x raw-tcp"};
-    a = bw1m("tcp");
-    b = bw1m("raw-tcp");
-    if (a && b && b->mib_per_s > 0) {
-        t[n].evaluated = true;
-        t[n].ratio = a->mib_per_s / b->mib_per_s;
-        t[n].met = t[n].ratio >= 0.8;
-        snprintf(t[n].detail, sizeof(t[n].detail), "%.0f MiB/s vs %.0f MiB/s = %.2fx",
-                 a->mib_per_s, b->mib_per_s, t[n].ratio);
-    } else {
-        snprintf(t[n].detail, sizeof(t[n].detail),
-                 "needs the 1 MiB large test (or sweep) on tcp and raw-tcp");
-    }
-    n++;
-
-    t[n] = (struct target){.name = "verbs 64 B RPC round trip <= 1.5x perftest ib_send_lat"};
-    a = rtt64("verbs");
-    if (a && g_opts.ref_send_lat_us > 0) {
-        /* ib_send_lat reports half the ping-pong time: compare like with like. */
-        double ow = a->p50 / 2;
-        t[n].evaluated = true;
-        t[n].ratio = ow / g_opts.ref_send_lat_us;
-        t[n].met = t[n].ratio <= 1.5;
-        snprintf(t[n].detail, sizeof(t[n].detail),
-                 "RTT/2 %.2f us (RTT p50 %.2f us) vs ib_send_lat t_typical %.2f us (also RTT/2) "
-                 "= %.2fx",
-                 ow, a->p50, g_opts.ref_send_lat_us, t[n].ratio);
-    } else {
-        snprintf(t[n].detail, sizeof(t[n].detail), "%s",
-                 a ? "needs --ref-send-lat US (perftest ib_send_lat -s 64, t_typical)"
-                   : "needs a verbs run (rdma:// and an RDMA device)");
-    }
-    n++;
-
-    t[n] = (struct target){.name = "verbs 1 MiB WRITE bandwidth >= 0.8x perftest ib_write_bw"};
-    a = result_find("verbs", "write_bw", 1u << 20);
-    if (!a)
-        a = result_find("verbs", "sweep_write_bw", 1u << 20);
-    if (a && g_opts.ref_write_bw_mibs > 0) {
-        t[n].evaluated = true;
-        t[n].ratio = a->mib_per_s / g_opts.ref_write_bw_mibs;
-        t[n].met = t[n].ratio >= 0.8;
-        snprintf(t[n].detail, sizeof(t[n].detail), "%.0f MiB/s vs ib_write_bw %.0f MiB/s = %.2fx",
-                 a->mib_per_s, g_opts.ref_write_bw_mibs, t[n].ratio);
-    } else {
-        snprintf(t[n].detail, sizeof(t[n].detail), "%s",
-                 a ? "needs --ref-write-bw MIBS (perftest ib_write_bw -s 1048576, BW average)"
-                   : "needs a verbs run (rdma:// and an RDMA device)");
+        snprintf(t[n].detail, sizeof(t[n].detail), "tcp idle_cpu: %s",
+                 why_missing("tcp", "idle_cpu", 0));
     }
     n++;
     return n;
 }
 
+/* ---- the peers side by side ------------------------------------------------------- */
+
+struct cmp {
+    const char *what;
+    const char *at, *atest, *bt, *btest;
+    bool bw;
+};
+static const struct cmp cmps[] = {
+    {"tcp RPC 64 B (defaults) / UCX tag_lat", "tcp", "rpc_rtt", "ucx-tcp", "tag_lat", false},
+    {"tcp RPC 64 B polling on / UCX tag_lat", "tcp", "rtt_poll_on", "ucx-tcp", "tag_lat", false},
+    {"tcp RPC 64 B polling off / raw-tcp", "tcp", "rtt_poll_off", "raw-tcp", "rpc_rtt", false},
+    {"tcp RPC 64 B polling off / sockperf", "tcp", "rtt_poll_off", "sockperf", "pingpong", false},
+    {"tcp RPC 64 B polling off / qperf", "tcp", "rtt_poll_off", "qperf", "pingpong", false},
+    {"raw-tcp 64 B / sockperf (the baseline)", "raw-tcp", "rpc_rtt", "sockperf", "pingpong", false},
+    {"tcp call_sync thread / driven", "tcp", "rtt_thread_sync", "tcp", "rpc_rtt", false},
+    {"tcp driven / call_sync thread", "tcp", "rtt_driven", "tcp", "rpc_rtt", false},
+    {"tcp RPC 1 MiB sink / iperf3", "tcp", "rpc_large_bw", "iperf3", "bulk", true},
+    {"tcp 1 MiB WRITE / iperf3", "tcp", "write_bw", "iperf3", "bulk", true},
+    {"tcp RPC 1 MiB sink / UCX tag_bw", "tcp", "rpc_large_bw", "ucx-tcp", "tag_bw", true},
+    {"raw-tcp 1 MiB sink / iperf3", "raw-tcp", "rpc_large_bw", "iperf3", "bulk", true},
+    {"verbs RPC 64 B / 2 x ib_send_lat", "verbs", "rpc_rtt", "perftest", "ib_send_lat", false},
+    {"verbs call_sync thread / driven", "verbs", "rtt_thread_sync", "verbs", "rpc_rtt", false},
+    {"verbs 1 MiB WRITE / ib_write_bw", "verbs", "write_bw", "perftest", "ib_write_bw", true},
+};
+
+static bool row_exists(const char *tr, const char *test)
+{
+    for (size_t i = 0; i < nresults; i++)
+        if (strcmp(results[i]->transport, tr) == 0 && strcmp(results[i]->test, test) == 0)
+            return true;
+    return false;
+}
+
+static void fmt_cpu(char *buf, size_t len, const struct result *r)
+{
+    if (!r || !r->has_cpu)
+        snprintf(buf, len, "-");
+    else if (r->cpu_srv_us >= 0)
+        snprintf(buf, len, "%.1f+%.1f", r->cpu_cli_us, r->cpu_srv_us);
+    else
+        snprintf(buf, len, "%.1f+?", r->cpu_cli_us);
+}
+
+void report_peers(FILE *f)
+{
+    bool any = false;
+    for (size_t i = 0; i < sizeof(cmps) / sizeof(cmps[0]); i++)
+        any |= row_exists(cmps[i].at, cmps[i].atest);
+    if (!any)
+        return;
+    fprintf(f, "\nSide by side, this run (RTT p50 in us or MiB/s; ratio = left / right; CPU = client+server "
+               "us per operation):\n");
+    fprintf(f, "%-40s %10s %10s %8s %13s %13s\n", "comparison", "left", "right", "ratio",
+            "left CPU", "right CPU");
+    for (size_t i = 0; i < sizeof(cmps) / sizeof(cmps[0]); i++) {
+        const struct cmp *c = &cmps[i];
+        if (!row_exists(c->at, c->atest))
+            continue;
+        /* qperf only stands in where sockperf is missing */
+        if (strcmp(c->bt, "qperf") == 0 && !row_exists("qperf", "pingpong"))
+            continue;
+        if (strcmp(c->bt, "sockperf") == 0 && row_exists("qperf", "pingpong") &&
+            !row_exists("sockperf", "pingpong"))
+            continue;
+        struct result *a = c->bw ? bw_row(c->at, c->atest) : lat_row(c->at, c->atest);
+        struct result *b = c->bw ? bw_row(c->bt, c->btest) : lat_row(c->bt, c->btest);
+        if (!a) {
+            fprintf(f, "%-40s %s\n", c->what, why_missing(c->at, c->atest, c->bw ? 1u << 20 : 64));
+            continue;
+        }
+        double av = c->bw ? a->mib_per_s : a->p50;
+        char ca[32], cb[32];
+        fmt_cpu(ca, sizeof(ca), a);
+        if (!b) {
+            fprintf(f, "%-40s %10.2f %10s %8s %13s %13s  %s: %s\n", c->what, av, "-", "-", ca, "-",
+                    c->bt, why_missing(c->bt, c->btest, c->bw ? 1u << 20 : 64));
+            continue;
+        }
+        double bv = c->bw ? b->mib_per_s : b->p50;
+        fmt_cpu(cb, sizeof(cb), b);
+        fprintf(f, "%-40s %10.2f %10.2f %7.2fx %13s %13s\n", c->what, av, bv, bv > 0 ? av / bv : 0,
+                ca, cb);
+    }
+}
+
 void report_targets(FILE *f)
 {
-    struct target t[8];
+    struct target t[16];
     int n = targets(t);
-    fprintf(f, "\nTargets (ratios from this run; informative, never asserted):\n");
+    fprintf(f, "\nTargets of issue #14 (ratios from this run; reported, never asserted):\n");
     for (int i = 0; i < n; i++)
-        fprintf(f, "target %-56s %-13s %s\n", t[i].name,
+        fprintf(f, "target %-64s %-13s %s\n", t[i].name,
                 !t[i].evaluated ? "not evaluated" : t[i].met ? "met" : "NOT MET", t[i].detail);
 }
 
@@ -521,6 +708,32 @@ void report_json(FILE *f)
             fprintf(f, ", \"load_mib_per_s\": ");
             json_num(f, r->load_mib_per_s);
         }
+        if (r->has_cpu) {
+            fprintf(f, ", \"cpu_us_per_op\": {\"client\": ");
+            json_num(f, r->cpu_cli_us);
+            fprintf(f, ", \"server\": ");
+            if (r->cpu_srv_us >= 0)
+                json_num(f, r->cpu_srv_us);
+            else
+                fputs("null", f);
+            fputc('}', f);
+        }
+        if (r->cli_core_pct > 0 || r->srv_core_pct > 0 || strcmp(r->test, "idle_cpu") == 0) {
+            fprintf(f, ", \"cpu_core_pct\": {\"client\": ");
+            json_num(f, r->cli_core_pct);
+            fprintf(f, ", \"server\": ");
+            if (r->srv_core_pct >= 0)
+                json_num(f, r->srv_core_pct);
+            else
+                fputs("null", f);
+            fputc('}', f);
+        }
+        if (r->ncdf) {
+            fprintf(f, ", \"rtt_cdf_us\": [");
+            for (int k = 0; k < r->ncdf; k++)
+                fprintf(f, "%s[%g, %.3f]", k ? ", " : "", cdf_q[k], r->cdf[k]);
+            fputc(']', f);
+        }
         if (r->has_lat) {
             fprintf(f, ", \"samples\": %llu, \"rtt_us\": {\"min\": ", (unsigned long long)r->samples);
             json_num(f, r->lat_min);
@@ -542,7 +755,7 @@ void report_json(FILE *f)
         fputc('}', f);
     }
     fprintf(f, "\n  ],\n  \"targets\": [");
-    struct target t[8];
+    struct target t[16];
     int n = targets(t);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
@@ -563,7 +776,8 @@ void report_csv(FILE *f)
 {
     fprintf(f, "transport,test,variant,size,depth,status,ops,seconds,ops_per_s,mib_per_s,"
                "load_mib_per_s,samples,rtt_min_us,rtt_p50_us,rtt_p90_us,rtt_p99_us,rtt_p999_us,"
-               "rtt_max_us,rtt_mean_us\n");
+               "rtt_max_us,rtt_mean_us,cpu_client_us_per_op,cpu_server_us_per_op,"
+               "cpu_client_core_pct,cpu_server_core_pct\n");
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
         const char *st = r->skipped ? "skipped" : r->error[0] ? "error" : "ok";
@@ -571,11 +785,26 @@ void report_csv(FILE *f)
                 r->variant, r->size, r->depth, st, (unsigned long long)r->ops, r->seconds,
                 r->ops_per_s, r->mib_per_s, r->load_mib_per_s);
         if (r->has_lat)
-            fprintf(f, ",%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
-                    (unsigned long long)r->samples, r->lat_min, r->p50, r->p90, r->p99, r->p999,
-                    r->lat_max, r->mean);
+            fprintf(f, ",%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f", (unsigned long long)r->samples,
+                    r->lat_min, r->p50, r->p90, r->p99, r->p999, r->lat_max, r->mean);
         else
-            fprintf(f, ",0,,,,,,,\n");
+            fprintf(f, ",0,,,,,,,");
+        if (r->has_cpu && r->cpu_cli_us >= 0)
+            fprintf(f, ",%.3f", r->cpu_cli_us);
+        else
+            fputc(',', f);
+        if (r->has_cpu && r->cpu_srv_us >= 0)
+            fprintf(f, ",%.3f", r->cpu_srv_us);
+        else
+            fputc(',', f);
+        if (r->cli_core_pct > 0 || strcmp(r->test, "idle_cpu") == 0)
+            fprintf(f, ",%.3f", r->cli_core_pct);
+        else
+            fputc(',', f);
+        if (r->srv_core_pct >= 0 && (r->srv_core_pct > 0 || strcmp(r->test, "idle_cpu") == 0))
+            fprintf(f, ",%.3f\n", r->srv_core_pct);
+        else
+            fputs(",\n", f);
     }
 }
 

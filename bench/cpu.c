@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* rrpc-bench: CPU time of this process and of the bench server. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "bench.h"
+
+static int srv_pid = -1;
+static struct driver *srv_query;
+
+void cpu_server_is_local(int pid)
+{
+    srv_pid = pid;
+}
+
+void cpu_server_query_by(struct driver *d)
+{
+    if (!srv_query && d && d->server_cpu)
+        srv_query = d;
+}
+
+/* The time on CPU of every thread of @pid, from /proc/PID/task/TID/schedstat
+ * (nanoseconds; /proc/PID/stat's clock ticks are too coarse for 2 s tests). */
+static bool proc_cpu_ns(int pid, uint64_t *ret)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    uint64_t sum = 0;
+    bool any = false;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[300];
+        snprintf(p, sizeof(p), "/proc/%d/task/%s/schedstat", pid, e->d_name);
+        FILE *f = fopen(p, "r");
+        unsigned long long ns;
+        if (f && fscanf(f, "%llu", &ns) == 1) {
+            sum += ns;
+            any = true;
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    *ret = sum;
+    return any;
+}
+
+void cpu_mark(struct cpu_mark *m)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    m->self_ns = (uint64_t)ru.ru_utime.tv_sec * 1000000000u + (uint64_t)ru.ru_utime.tv_usec * 1000u +
+                 (uint64_t)ru.ru_stime.tv_sec * 1000000000u + (uint64_t)ru.ru_stime.tv_usec * 1000u;
+    m->srv_ok = false;
+    if (srv_pid > 0)
+        m->srv_ok = proc_cpu_ns(srv_pid, &m->srv_ns);
+    else if (srv_query)
+        m->srv_ok = srv_query->server_cpu(srv_query, &m->srv_ns) == 0;
+    m->t_ns = now_ns();
+}
