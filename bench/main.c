@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -599,6 +600,10 @@ static int write_machine(const char *path, void (*fn)(FILE *))
 static int plot(const char *dir)
 {
     char json[1024], csv[1024];
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        note("cannot make the plot directory %s: %s", dir, strerror(errno));
+        return 1;
+    }
     snprintf(json, sizeof(json), "%s/rrpc-bench.json", dir);
     snprintf(csv, sizeof(csv), "%s/rrpc-bench.csv", dir);
     if (!json_path || strcmp(json_path, "-") == 0)

@@ -238,7 +238,7 @@ static char *itoa_dup(char *buf, size_t len, long v)
 static void peer_sockperf(void)
 {
     const char *h = g_peer.host;
-    char port[24], secs[16], *srv[] = {"sockperf", "sr", "--tcp", "-i", (char *)h, "-p", port, NULL};
+    char port[24], secs[24], *srv[] = {"sockperf", "sr", "--tcp", "-i", (char *)h, "-p", port, NULL};
     itoa_dup(port, sizeof(port), g_peer.port++);
     long s = (long)(g_opts.duration + 0.5);
     itoa_dup(secs, sizeof(secs), s < 1 ? 1 : s);
@@ -281,7 +281,7 @@ static void peer_sockperf(void)
 
 static void peer_qperf(void)
 {
-    char port[24], secs[16], *srv[] = {"qperf", "--listen_port", port, NULL};
+    char port[24], secs[24], *srv[] = {"qperf", "--listen_port", port, NULL};
     itoa_dup(port, sizeof(port), g_peer.port++);
     long s = (long)(g_opts.duration + 0.5);
     itoa_dup(secs, sizeof(secs), s < 1 ? 1 : s);
