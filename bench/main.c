@@ -594,6 +594,9 @@ static int write_machine(const char *path, void (*fn)(FILE *))
 #ifndef BENCH_PLOT_SCRIPT
 #define BENCH_PLOT_SCRIPT "bench/plot.py"
 #endif
+#ifndef BENCH_PLOT_INSTALLED
+#define BENCH_PLOT_INSTALLED "/usr/share/roce-rpc/plot.py"
+#endif
 
 /* --plot DIR: the JSON and CSV into DIR (unless named elsewhere), then the
  * PNGs drawn by plot.py with Debian's matplotlib. */
@@ -613,7 +616,7 @@ static int plot(const char *dir)
         write_machine(csv, report_csv);
     const char *script = getenv("RRPC_BENCH_PLOT");
     if (!script || !*script)
-        script = BENCH_PLOT_SCRIPT;
+        script = access(BENCH_PLOT_SCRIPT, R_OK) == 0 ? BENCH_PLOT_SCRIPT : BENCH_PLOT_INSTALLED;
     const char *src = json_path && strcmp(json_path, "-") ? json_path : json;
     fflush(NULL);
     pid_t pid = fork();
