@@ -24,7 +24,8 @@
 extern "C" {
 #endif
 
-/* X(name, value, description) */
+/* X(name, value, description).  -1011 is retired (it named a case nothing
+ * produced); it is never reused. */
 #define RRPC_ERRNO_MAP(X)                                                           \
     X(PROTO, -1000, "protocol error: malformed frame from the peer")             \
     X(VERSION, -1001, "protocol version mismatch with the peer")                 \
@@ -37,7 +38,6 @@ extern "C" {
     X(NO_DEVICE, -1008, "no RDMA device serves this address")                     \
     X(URI, -1009, "malformed endpoint URI")                                       \
     X(CLOSED, -1010, "object is closed")                                          \
-    X(DROPPED, -1011, "handler released the request without a response")         \
     X(CREDIT, -1012, "peer sent more messages than it had credits for")          \
     X(DEADLOCK, -1013, "blocking call from the loop thread would deadlock")      \
     X(ARGS, -1014, "msgpack arguments do not match the expected format")         \
@@ -45,7 +45,8 @@ extern "C" {
     X(REGION, -1016, "memory is not inside a registered region")                 \
     X(TICKET, -1017,                                                             \
       "connection ticket missing, forged, expired, replayed or for another service") \
-    X(LIMIT, -1018, "a configured limit was reached (connections, queued bytes, offers)")
+    X(LIMIT, -1018, "a configured limit was reached (connections, queued bytes, offers)") \
+    X(UNKNOWN_HOST, -1019, "the host name does not resolve")
 
 typedef enum rrpc_errno {
 #define RRPC_ERRNO_ENUM_(name, value, desc) RRPC_E_##name = (value),

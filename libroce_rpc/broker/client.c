@@ -37,6 +37,7 @@
 
 #include "broker/mpcheck.h"
 #include "broker/sockbio.h"
+#include "util/resolve.h"
 
 #define ERR_MAX 512
 #define HOST_MAX 256
@@ -234,8 +235,8 @@ static int tcp_connect(struct rrpc_broker *b, int64_t deadline)
     struct addrinfo *res = NULL;
     int g = getaddrinfo(b->host, b->port, &hints, &res);
     if (g)
-        return fail(b, -EHOSTUNREACH, "rrpcd %s:%s: cannot resolve: %s", b->host, b->port,
-                    gai_strerror(g));
+        return fail(b, rrpci_resolve_code(g, errno), "rrpcd %s:%s: cannot resolve: %s", b->host,
+                    b->port, rrpci_resolve_why(g));
     int r = -ECONNREFUSED;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -72,6 +72,7 @@ struct rrpc_ctx {
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
     struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
     ev_prepare credit_prep;         /* returns it before the loop sleeps */
+    char op_err[256];               /* the last failed one-sided op's detail (under the lock) */
     ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
     ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
     void *tpriv[RRPCI_NTRANSPORTS];

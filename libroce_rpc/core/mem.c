@@ -303,6 +303,25 @@ static void os_complete(rrpc_conn *c, struct rrpci_pending *pd)
     free(pd);
 }
 
+/* A failed one-sided operation leaves its own detail as the context's last
+ * error (not whatever failed before it).  @peer/@n: the target's words, if
+ * any; untrusted, so only printable bytes are kept. */
+static void os_fail_detail(rrpc_conn *c, const struct rrpci_pending *pd, int status,
+                           const uint8_t *peer, size_t n)
+{
+    char words[161];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < sizeof(words) - 1; i++)
+        words[k++] = peer[i] >= 0x20 && peer[i] < 0x7f ? (char)peer[i] : '?';
+    words[k] = 0;
+    /* Kept in the context too: a blocking caller on another thread than the
+     * loop's copies it into its own last error (os_sync). */
+    snprintf(c->ctx->op_err, sizeof(c->ctx->op_err), "one-sided %s of %zu bytes failed: %s%s%s",
+             pd->is_read ? "READ" : "WRITE", pd->len, rrpc_strerror(status),
+             k ? "; the target says: " : "", words);
+    rrpci_set_error(c->ctx, status, "%s", c->ctx->op_err);
+}
+
 void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status)
 {
     struct rrpci_idnode *n = rrpci_idmap_get(&c->pending, id);
@@ -310,6 +329,8 @@ void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status)
         return;
     struct rrpci_pending *pd = rrpci_container_of(n, struct rrpci_pending, node);
     pd->op_status = status;
+    if (status)
+        os_fail_detail(c, pd, status, NULL, 0);
     os_complete(c, pd);
 }
 
@@ -332,8 +353,10 @@ void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p)
         memcpy((uint8_t *)pd->local->addr + pd->local_off + (oh.addr - pd->remote_addr),
                p + RRPCI_OS_HDR_SIZE, oh.len);
     }
-    if (status != 0 && pd->op_status == 0)
+    if (status != 0 && pd->op_status == 0) {
         pd->op_status = status;
+        os_fail_detail(c, pd, status, p, h->len);
+    }
     if (--pd->parts_left == 0)
         os_complete(c, pd);
 }
@@ -474,8 +497,11 @@ static int os_sync(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local_
     rrpc_ctx *ctx = c->ctx;
     int r = os_start(c, is_read, local, local_off, remote, remote_off, len, opts, sync_op_cb, &s);
     if (r == 0) {
+        ctx->op_err[0] = 0;
         rrpci_wait(ctx, &s.w);
         r = s.status;
+        if (r)
+            rrpci_set_error(ctx, r, "%s", ctx->op_err[0] ? ctx->op_err : rrpc_strerror(r));
     }
     rrpci_unlock(ctx);
     rrpci_waiter_fini(&s.w);

@@ -801,11 +801,20 @@ static void test_one_sided_with_a_forged_key_fails_and_writes_nothing(void **sta
     memset(T.smem, 0, 64);
     rrpc_region *lr;
     assert_int_equal(rrpc_mem_reg(T.cctx, local, sizeof(local), 0, &lr), 0);
+    /* An unrelated failure first: the WRITE's own detail must replace it. */
+    void *out = NULL;
+    size_t outn = 0;
+    assert_int_equal(rrpc_call_sync(c, "no-such-method", NULL, 0, NULL, &out, &outn),
+                     RRPC_E_NO_METHOD);
     int r = rrpc_write_sync(c, lr, 0, &t, 0, 64, NULL);
     /* tcp: the target refuses it (RRPC_E_ACCESS); verbs: the NIC's remote
      * access error, which also breaks the queue pair (RRPC_E_ACCESS, and the
      * connection goes down). */
     assert_int_equal(r, RRPC_E_ACCESS);
+    const char *why = rrpc_ctx_last_error(T.cctx);
+    printf("# last error: %s\n", why);
+    assert_non_null(strstr(why, "WRITE"));
+    assert_null(strstr(why, "no-such-method"));
     for (int i = 0; i < 64; i++)
         assert_int_equal(T.smem[i], 0);
     rrpc_mem_dereg(lr);
@@ -814,6 +823,26 @@ static void test_one_sided_with_a_forged_key_fails_and_writes_nothing(void **sta
     rrpc_conn *c2 = connect_client(T.cctx);
     echo_ok(c2, 100, RRPC_CLASS_LOW_LATENCY);
     rrpc_conn_close(c2);
+}
+
+static void test_an_unresolvable_host_fails_with_unknown_host_and_says_so(void **state)
+{
+    (void)state;
+    char uri[128];
+    snprintf(uri, sizeof(uri), "%.*s://nosuchhost.invalid:7",
+             (int)(strstr(T.uri, "://") ? strstr(T.uri, "://") - T.uri : 3), T.uri);
+    rrpc_conn *c = NULL;
+    int r = rrpc_connect_sync(T.cctx, uri, 5000, NULL, NULL, &c);
+    const char *why = rrpc_ctx_last_error(T.cctx);
+    printf("# %s: %s: %s\n", uri, rrpc_err_name(r), why);
+    if (r == -EAGAIN) {
+        printf("# skipped: this host's resolver did not answer for .invalid names\n");
+        skip();
+    }
+    assert_int_equal(r, RRPC_E_UNKNOWN_HOST);
+    assert_null(c);
+    assert_non_null(strstr(why, "unknown host"));
+    assert_non_null(strstr(why, "nosuchhost.invalid"));
 }
 
 /* ---- bad input from a raw peer (tcp only: the frames are written by hand) ---- */
@@ -1036,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_a_chain_of_writes_from_callbacks_lets_progress_return),
         cmocka_unit_test(test_one_sided_outside_the_token_fails_at_once_and_writes_nothing),
         cmocka_unit_test(test_one_sided_with_a_forged_key_fails_and_writes_nothing),
+        cmocka_unit_test(test_an_unresolvable_host_fails_with_unknown_host_and_says_so),
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),
         cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),
         cmocka_unit_test(test_a_4_GiB_length_closes_the_connection_before_any_allocation),

@@ -44,8 +44,9 @@ log = logging.getLogger("roce_rpc")
 # ---- constants --------------------------------------------------------------
 
 _ERR_NAMES = ("PROTO", "VERSION", "NO_METHOD", "BAD_CLASS", "TOO_BIG", "ACCESS",
-              "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED", "DROPPED",
-              "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET", "LIMIT")
+              "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED",
+              "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET", "LIMIT",
+              "UNKNOWN_HOST")
 for _n in _ERR_NAMES:
     globals()["E_" + _n] = getattr(lib, "RRPC_E_" + _n)
     __all__.append("E_" + _n)
@@ -170,7 +171,7 @@ for _cls, _codes in (
         (RrpcTimeoutError, (lib.RRPC_E_DEADLINE, -errno.ETIMEDOUT)),
         (RrpcConnectionError, (lib.RRPC_E_CONN_LOST, -errno.ECONNRESET, -errno.ECONNABORTED,
                                -errno.EPIPE, -errno.ENOTCONN, -errno.EHOSTUNREACH,
-                               -errno.ENETUNREACH)),
+                               -errno.ENETUNREACH, lib.RRPC_E_UNKNOWN_HOST)),
         (RrpcConnectionRefusedError, (-errno.ECONNREFUSED,)),
         (RrpcPermissionError, (lib.RRPC_E_TICKET, lib.RRPC_E_ACCESS, -errno.EACCES,
                                -errno.EPERM)),

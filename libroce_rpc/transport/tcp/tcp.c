@@ -31,6 +31,7 @@
 #include "transport/transport.h"
 #include "util/idmap.h"
 #include "util/list.h"
+#include "util/resolve.h"
 
 #define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
@@ -636,6 +637,7 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
     rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the passive side");
 }
 
+/* 0, or the code of rrpci_resolve_code with the words in *why. */
 static int resolve_addr(const char *host, int port, bool passive, struct sockaddr_storage *ss,
                         socklen_t *sl, const char **why)
 {
@@ -646,8 +648,11 @@ static int resolve_addr(const char *host, int port, bool passive, struct sockadd
     snprintf(ps, sizeof(ps), "%d", port);
     int r = getaddrinfo(host, ps, &hints, &res);
     if (r != 0 || !res) {
-        *why = r == EAI_NONAME ? "unknown host" : gai_strerror(r);
-        return -EHOSTUNREACH;
+        int err = errno;
+        if (r == 0)
+            r = EAI_NONAME;
+        *why = rrpci_resolve_why(r);
+        return rrpci_resolve_code(r, err);
     }
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     *sl = res->ai_addrlen;
@@ -662,10 +667,11 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
     struct sockaddr_storage ss, src;
     socklen_t sl, srcl = 0;
     const char *why = NULL;
-    if (resolve_addr(u->host, u->port, false, &ss, &sl, &why) < 0)
-        return rrpci_set_error(ctx, -EHOSTUNREACH, "cannot resolve \"%s\": %s", u->host, why);
-    if (u->src[0] && resolve_addr(u->src, 0, false, &src, &srcl, &why) < 0)
-        return rrpci_set_error(ctx, -EADDRNOTAVAIL, "cannot resolve ?src=%s: %s", u->src, why);
+    int rr = resolve_addr(u->host, u->port, false, &ss, &sl, &why);
+    if (rr < 0)
+        return rrpci_set_error(ctx, rr, "cannot resolve \"%s\": %s", u->host, why);
+    if (u->src[0] && (rr = resolve_addr(u->src, 0, false, &src, &srcl, &why)) < 0)
+        return rrpci_set_error(ctx, rr, "cannot resolve ?src=%s: %s", u->src, why);
     for (int i = 0; i < NCLS; i++)
         tc->ch[i].fd = -1;
     for (int i = 0; i < NCLS; i++) {
@@ -982,8 +988,9 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     tl->fd = -1;
     rrpci_timer_init(ctx, &tl->resume, resume_cb, 0, 0);
     tl->resume.w.data = tl;
-    if (resolve_addr(u->host, u->port, true, &ss, &sl, &why) < 0)
-        return rrpci_set_error(ctx, -EHOSTUNREACH, "cannot resolve \"%s\": %s", u->host, why);
+    int rr = resolve_addr(u->host, u->port, true, &ss, &sl, &why);
+    if (rr < 0)
+        return rrpci_set_error(ctx, rr, "cannot resolve \"%s\": %s", u->host, why);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));

@@ -98,6 +98,7 @@
 
 #include "transport/transport.h"
 #include "util/idmap.h" /* rrpci_container_of */
+#include "util/resolve.h"
 
 #define VB_NCLS RRPCI_MAX_CLASSES
 #define VB_PD_VERSION 1
@@ -2309,8 +2310,8 @@ static int vb_getaddr(rrpc_ctx *ctx, const char *host, int port, bool passive,
     const char *h = host && host[0] && strcmp(host, "*") ? host : NULL;
     int rc = getaddrinfo(h, ps, &hints, &res);
     if (rc)
-        return rrpci_set_error(ctx, rc == EAI_SYSTEM ? vb_errno() : -EHOSTUNREACH,
-                               "cannot resolve \"%s\": %s", h ? h : "*", gai_strerror(rc));
+        return rrpci_set_error(ctx, rrpci_resolve_code(rc, errno), "cannot resolve \"%s\": %s",
+                               h ? h : "*", rrpci_resolve_why(rc));
     for (ai = res; ai; ai = ai->ai_next)
         if (ai->ai_family == AF_INET)
             break;
