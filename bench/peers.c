@@ -351,19 +351,28 @@ static void peer_ucx(bool bw)
     /* -v: a CSV header "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,
      * overall_bw,avg_mr,overall_mr" and the final row under it. */
     const char *h = strstr(o->text, "iterations,");
-    const char *row = h ? strchr(h, '\n') : NULL;
-    double v[8];
+    double v[8] = {0};
     int k = 0;
-    if (row) {
+    /* The last line after the header with eight numbers (progress or warning
+     * lines may come between). */
+    for (const char *row = h ? strchr(h, '\n') : NULL; row; row = strchr(row + 1, '\n')) {
+        double t[8];
         const char *p = row + 1;
-        for (k = 0; k < 8; k++) {
+        int m;
+        for (m = 0; m < 8; m++) {
             char *end;
-            v[k] = strtod(p, &end);
+            t[m] = strtod(p, &end);
             if (end == p)
                 break;
             p = end;
-            while (*p == ',' || *p == ' ')
+            if (m < 7 && *p != ',')
+                break;
+            if (*p == ',')
                 p++;
+        }
+        if (m == 8) {
+            memcpy(v, t, sizeof(v));
+            k = 8;
         }
     }
     if (rc || k < 8) {
