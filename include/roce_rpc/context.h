@@ -259,6 +259,41 @@ RRPC_API int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
                                rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
 
 /*
+ * Options of rrpc_connect_with / rrpc_connect_with_sync.  A zeroed struct
+ * means every default, and each field's zero means its default; @reserved
+ * must be zero (new fields come out of it, so the struct keeps its size and
+ * an older library refuses what it would not understand).
+ */
+typedef struct rrpc_connect_opts {
+    const void *ticket;   /* NULL: none; else presented as the first message */
+    size_t ticket_len;    /* 1..4096 bytes with @ticket (copied) */
+    int timeout_ms;       /* 0: RRPC_CONNECT_TIMEOUT_MS of the context */
+    const char *src;      /* NULL: any; the local address to bind, as ?src= */
+    uint64_t reserved[4]; /* must be zero */
+} rrpc_connect_opts;
+
+/*
+ * Starts connecting to @uri with @opts (NULL: all defaults), as rrpc_connect:
+ * @fn receives UP, or DOWN with the reason (RRPC_E_TICKET with the server's
+ * words in rrpc_ctx_last_error when it refused the ticket; -ETIMEDOUT after
+ * @opts->timeout_ms).  On success *ret_conn belongs to the caller until
+ * rrpc_conn_close.  Errors: those of rrpc_connect; -EINVAL for a ticket
+ * without its length (or longer than 4096 bytes), a negative timeout, a
+ * source address given both in @opts and in the URI, or non-zero @reserved.
+ */
+RRPC_API int rrpc_connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
+                               rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
+
+/*
+ * As rrpc_connect_with, and waits until the connection is up (0) or failed
+ * (its reason; nothing is left behind).  Not from a callback
+ * (RRPC_E_DEADLOCK).  rrpc_connect_sync and rrpc_connect_ticket are this with
+ * a timeout, and a ticket.
+ */
+RRPC_API int rrpc_connect_with_sync(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
+                                    rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
+
+/*
  * Closes @conn: pending calls fail with RRPC_E_CLOSED and the DOWN event
  * follows, from the loop.  A handle from rrpc_connect* is given back by this
  * call: it is invalid once this returns.  An accepted connection's handle is

@@ -601,6 +601,78 @@ RRPC_API int rrpc_connect_ticket(rrpc_ctx *ctx, const char *uri, const void *tic
     return connect_wait(ctx, uri, timeout_ms, ticket, len, fn, user, ret_conn);
 }
 
+/* Checks @o (NULL: defaults); the URI to dial goes to *ret_uri (@buf when
+ * @o->src is added to it), the timeout to *ret_timeout. */
+static int connect_opts(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *o, char *buf,
+                        size_t buflen, const char **ret_uri, int *ret_timeout)
+{
+    *ret_uri = uri;
+    *ret_timeout = ctx->cfg.connect_timeout_ms;
+    if (!o)
+        return 0;
+    for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+        if (o->reserved[i])
+            return rrpci_set_error(ctx, -EINVAL,
+                                   "rrpc_connect_opts.reserved[%zu] is not zero: zero the "
+                                   "struct before setting fields (or this library is older "
+                                   "than the header the caller was built with)",
+                                   i);
+    if (!o->ticket != !o->ticket_len || o->ticket_len > RRPCI_CTL_MAX_LEN)
+        return rrpci_set_error(ctx, -EINVAL,
+                               "rrpc_connect_opts: a ticket needs its length, 1..%u bytes",
+                               RRPCI_CTL_MAX_LEN);
+    if (o->timeout_ms < 0)
+        return rrpci_set_error(ctx, -EINVAL,
+                               "rrpc_connect_opts.timeout_ms is %d; 0 means the default",
+                               o->timeout_ms);
+    if (o->timeout_ms)
+        *ret_timeout = o->timeout_ms;
+    if (o->src) {
+        if (!uri || strchr(uri, '?'))
+            return rrpci_set_error(ctx, -EINVAL,
+                                   "give the source address once: in rrpc_connect_opts.src or "
+                                   "as ?src= in the URI");
+        int n = snprintf(buf, buflen, "%s?src=%s", uri, o->src);
+        if (n < 0 || (size_t)n >= buflen)
+            return rrpci_set_error(ctx, -EINVAL, "the URI with its source address is too long");
+        *ret_uri = buf;
+    }
+    return 0;
+}
+
+RRPC_API int rrpc_connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
+                               rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
+{
+    if (!ctx || !ret_conn)
+        return -EINVAL;
+    char buf[512];
+    const char *u;
+    int timeout;
+    int r = connect_opts(ctx, uri, opts, buf, sizeof(buf), &u, &timeout);
+    if (r < 0)
+        return r;
+    rrpci_lock(ctx);
+    r = connect_locked(ctx, u, fn, user, timeout, opts ? opts->ticket : NULL,
+                       opts ? opts->ticket_len : 0, ret_conn);
+    rrpci_unlock(ctx);
+    return r;
+}
+
+RRPC_API int rrpc_connect_with_sync(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
+                                    rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
+{
+    if (!ctx || !ret_conn)
+        return -EINVAL;
+    char buf[512];
+    const char *u;
+    int timeout;
+    int r = connect_opts(ctx, uri, opts, buf, sizeof(buf), &u, &timeout);
+    if (r < 0)
+        return r;
+    return connect_wait(ctx, u, timeout, opts ? opts->ticket : NULL, opts ? opts->ticket_len : 0,
+                        fn, user, ret_conn);
+}
+
 RRPC_API int rrpc_ctx_require_ticket(rrpc_ctx *ctx, rrpc_ticket_verify_fn fn, void *user)
 {
     if (!ctx || !fn)

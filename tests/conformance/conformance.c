@@ -416,6 +416,93 @@ static void test_a_server_requiring_tickets_runs_no_handler_without_a_good_one(v
     rrpc_ctx_destroy(s);
 }
 
+/* What one asynchronous connect saw, under test_mu: UP, or DOWN's reason. */
+struct async_ev {
+    int up, down_reason, events;
+};
+
+static void async_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    (void)c;
+    struct async_ev *e = user;
+    lock();
+    if (ev == RRPC_CONN_UP)
+        e->up = 1;
+    else if (!e->up)
+        e->down_reason = reason;
+    e->events++;
+    unlock();
+}
+
+static void test_connect_with_options_presents_its_ticket_asynchronously(void **state)
+{
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    assert_int_equal(rrpc_register(s, "count", h_count, NULL), 0);
+    assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), 0);
+    char curi[300];
+    listen_any(s, curi, sizeof(curi));
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    handler_runs = 0;
+
+    /* A good ticket, asynchronously: UP, then calls run. */
+    rrpc_connect_opts o = {.ticket = "good", .ticket_len = 4, .timeout_ms = 10000};
+    rrpc_conn *c = NULL;
+    /* Static: the DOWN that follows rrpc_conn_close may come after this returns. */
+    static struct async_ev good, evil;
+    lock();
+    good = (struct async_ev){0};
+    evil = (struct async_ev){0};
+    unlock();
+    assert_int_equal(rrpc_connect_with(T.cctx, curi, &o, async_connect_event, &good, &c), 0);
+    assert_true(wait_for(&good.events, 1, 10000) >= 1);
+    assert_int_equal(good.up, 1);
+    void *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rrpc_call_sync(c, "count", "a", 1, NULL, &out, &n), 0);
+    free(out);
+    rrpc_conn_close(c);
+    assert_int_equal(handler_runs, 1);
+
+    /* A bad one, asynchronously: DOWN with RRPC_E_TICKET, no handler ran. */
+    o.ticket = "evil";
+    assert_int_equal(rrpc_connect_with(T.cctx, curi, &o, async_connect_event, &evil, &c), 0);
+    assert_true(wait_for(&evil.events, 1, 10000) >= 1);
+    assert_int_equal(evil.up, 0);
+    assert_int_equal(evil.down_reason, RRPC_E_TICKET);
+    rrpc_conn_close(c);
+    assert_int_equal(handler_runs, 1);
+
+    /* The blocking form with the same options. */
+    o.ticket = "good";
+    assert_int_equal(rrpc_connect_with_sync(T.cctx, curi, &o, NULL, NULL, &c), 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+static void test_connect_options_out_of_their_rules_are_refused_before_the_wire(void **state)
+{
+    rrpc_conn *c = NULL;
+    rrpc_connect_opts o = {.reserved = {0, 0, 7, 0}};
+    assert_int_equal(rrpc_connect_with(T.cctx, T.uri, &o, NULL, NULL, &c), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "reserved[2]"));
+    rrpc_connect_opts t = {.ticket = "good"}; /* no length */
+    assert_int_equal(rrpc_connect_with_sync(T.cctx, T.uri, &t, NULL, NULL, &c), -EINVAL);
+    rrpc_connect_opts neg = {.timeout_ms = -5};
+    assert_int_equal(rrpc_connect_with_sync(T.cctx, T.uri, &neg, NULL, NULL, &c), -EINVAL);
+    rrpc_connect_opts src = {.src = "127.0.0.1"};
+    assert_int_equal(rrpc_connect_with(T.cctx, "tcp://127.0.0.1:9?src=127.0.0.1", &src, NULL, NULL,
+                                       &c),
+                     -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "source address once"));
+    assert_null(c);
+    /* A zeroed struct is every default: the same as rrpc_connect_sync. */
+    rrpc_connect_opts zero = {0};
+    assert_int_equal(rrpc_connect_with_sync(T.cctx, T.uri, &zero, NULL, NULL, &c), 0);
+    echo_ok(c, 16, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(c);
+}
+
 static void test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged(void **state)
 {
     rrpc_conn *c;
@@ -1050,6 +1137,8 @@ int main(void)
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
+        cmocka_unit_test(test_connect_with_options_presents_its_ticket_asynchronously),
+        cmocka_unit_test(test_connect_options_out_of_their_rules_are_refused_before_the_wire),
         cmocka_unit_test(test_a_deadline_counts_from_the_call_even_after_the_loop_slept),
         cmocka_unit_test(test_10000_pipelined_calls_all_answered_in_order_of_ids),
         cmocka_unit_test(test_deadline_expires_when_the_handler_never_answers),
