@@ -390,7 +390,7 @@ static void pack_endpoints(msgpack_packer *pk, const struct registration *r)
         msgpack_pack_uint32(pk, r->eps[i].port);
         pk_str(pk, "classes");
         msgpack_pack_array(pk, (uint32_t)__builtin_popcount(r->classes));
-        for (int k = 0; k < RRPC_CLASS_COUNT; k++)
+        for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++)
             if (r->classes & (1u << k))
                 pk_str(pk, rrpc_class_name(k));
     }
@@ -504,8 +504,8 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         }
         classes |= 1u << k;
     }
-    if (!classes)
-        classes = (1u << RRPC_CLASS_COUNT) - 1;
+    if (!classes) /* every class: bit (1 << class) per public class value */
+        classes = ((1u << (RRPC_CLASS_LAST + 1)) - 1) & ~((1u << RRPC_CLASS_FIRST) - 1);
     uint64_t lease = (uint64_t)cfg->lease_ms;
     const msgpack_object *lo = rrpci_mp_get(m, "lease_ms");
     if (lo) {

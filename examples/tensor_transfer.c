@@ -117,7 +117,7 @@ int main(int argc, char **argv)
     t.shape[0] = 32, t.shape[1] = 64;
     t.strides[0] = sizeof(float), t.strides[1] = COLS * sizeof(float);
     if (check(cli, "validate", rrpc_tensor_validate(&t)) ||
-        check(cli, "send transposed", rrpc_tensor_send_sync(conn, "transposed", &t, -1)))
+        check(cli, "send transposed", rrpc_tensor_send_sync(conn, "transposed", &t, RRPC_CLASS_DEFAULT)))
         goto out;
     if (atomic_load(&bad) != 0) {
         fprintf(stderr, "tensor_transfer: transposed: %ld elements differ\n", atomic_load(&bad));

@@ -48,20 +48,28 @@ typedef struct rrpc_listener rrpc_listener;
  *   background      8 (CS1)    1       8
  */
 typedef enum rrpc_class {
-    RRPC_CLASS_CONTROL = 0,
-    RRPC_CLASS_LOW_LATENCY = 1,
-    RRPC_CLASS_BULK = 2,
-    RRPC_CLASS_BACKGROUND = 3,
+    RRPC_CLASS_DEFAULT = 0, /* in an options struct: the operation's default class */
+    RRPC_CLASS_CONTROL = 1,
+    RRPC_CLASS_LOW_LATENCY = 2,
+    RRPC_CLASS_BULK = 3,
+    RRPC_CLASS_BACKGROUND = 4,
 } rrpc_class;
+/* The classes are RRPC_CLASS_FIRST .. RRPC_CLASS_LAST, RRPC_CLASS_COUNT of
+ * them; a zeroed options struct (qos_class 0) means the operation's default
+ * class, never control.  (Before 0.2, control was 0 and there was no
+ * default.) */
 #define RRPC_CLASS_COUNT 4
+#define RRPC_CLASS_FIRST RRPC_CLASS_CONTROL
+#define RRPC_CLASS_LAST RRPC_CLASS_BACKGROUND
 
 /*
  * The class named @name ("control", "low_latency", "bulk", "background").
- * Returns the class (>= 0) or RRPC_E_BAD_CLASS.
+ * Returns the class (RRPC_CLASS_FIRST..RRPC_CLASS_LAST) or RRPC_E_BAD_CLASS.
  */
 RRPC_API int rrpc_class_from_name(const char *name);
 
-/* The name of class @cls, or NULL when @cls is not a class. */
+/* The name of class @cls, or NULL when @cls is not a class (also for
+ * RRPC_CLASS_DEFAULT, which stands for a class, but is none). */
 RRPC_API const char *rrpc_class_name(int cls);
 
 /*
@@ -136,7 +144,7 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx);
 RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx);
 
 /*
- * The version of the libroce_rpc that is loaded ("0.1.0"), which can differ
+ * The version of the libroce_rpc that is loaded ("0.2.0"), which can differ
  * from RRPC_VERSION_STRING, the version of the headers a program was built
  * with.  A static string.
  */

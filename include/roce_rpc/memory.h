@@ -80,7 +80,7 @@ RRPC_API int rrpc_token_decode(const void *buf, size_t len, rrpc_token *ret_toke
 
 /* Options of a one-sided operation; NULL means all defaults. */
 typedef struct rrpc_op_opts {
-    int qos_class;   /* default RRPC_CLASS_BULK */
+    int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_BULK */
     int notify;      /* WRITE only: non-zero delivers @imm to the target's notify callback */
     uint32_t imm;
 } rrpc_op_opts;

@@ -67,7 +67,7 @@ RRPC_API int rrpc_request_class(rrpc_request *req);
 
 /* Options of a call; NULL means all defaults. */
 typedef struct rrpc_call_opts {
-    int qos_class;   /* default RRPC_CLASS_LOW_LATENCY */
+    int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_LOW_LATENCY */
     int deadline_ms; /* 0: the context default (RRPC_DEADLINE_MS, 30 s); < 0: none */
 } rrpc_call_opts;
 

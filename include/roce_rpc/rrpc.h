@@ -11,7 +11,7 @@
 #include <roce_rpc/pack.h>
 #include <roce_rpc/tensor.h>
 
-#define RRPC_VERSION_STRING "0.1.0"
+#define RRPC_VERSION_STRING "0.2.0" /* = meson.build's project version (test tools_version) */
 /* The wire protocol version this library speaks (docs/protocol.md). */
 #define RRPC_PROTOCOL_VERSION 1
 

@@ -241,7 +241,7 @@ RRPC_API void rrpc_tensor_server_close(rrpc_tensor_server *srv);
 /*
  * Sends the tensor @src under @name (1..255 bytes, copied) to the peer of
  * @conn, which must serve tensors.  Its two RPCs and its WRITEs all go on
- * @qos_class (< 0: RRPC_CLASS_BULK).  @src is copied; its memory must stay
+ * @qos_class (RRPC_CLASS_DEFAULT, 0: RRPC_CLASS_BULK).  @src is copied; its memory must stay
  * registered and unchanged until @cb runs.  @cb runs once on the loop
  * thread: 0 when the receiver's done callback has run after every byte
  * landed; the receiver's refusal (its alloc callback's code, or -ENOBUFS when

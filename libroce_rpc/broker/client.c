@@ -39,6 +39,9 @@
 #include "broker/sockbio.h"
 #include "util/resolve.h"
 
+/* A class mask with every class: bit (1 << class) per public class value. */
+#define ALL_CLASSES (((1u << (RRPC_CLASS_LAST + 1)) - 1) & ~((1u << RRPC_CLASS_FIRST) - 1))
+
 #define ERR_MAX 512
 #define HOST_MAX 256
 
@@ -682,10 +685,10 @@ static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
     }
     pk_str(&q.pk, "classes");
     int nc = 0;
-    for (int c = 0; c < RRPC_CLASS_COUNT; c++)
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
         nc += !!(g->class_mask & (1u << c));
     msgpack_pack_array(&q.pk, (uint32_t)nc);
-    for (int c = 0; c < RRPC_CLASS_COUNT; c++)
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
         if (g->class_mask & (1u << c))
             pk_str(&q.pk, rrpc_class_name(c));
 
@@ -852,7 +855,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     if (!b)
         return -EINVAL;
     if (!ctx || !service || !*service || strlen(service) > 255 || !uris || n == 0 || n > 64 ||
-        (class_mask & ~((1u << RRPC_CLASS_COUNT) - 1)))
+        (class_mask & ~ALL_CLASSES))
         return fail(b, -EINVAL, "rrpc_broker_register: bad arguments");
     struct endpoint *eps = calloc(n, sizeof(*eps));
     if (!eps)
@@ -894,7 +897,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     }
     g->eps = eps;
     g->n_eps = n;
-    g->class_mask = class_mask ? class_mask : (1u << RRPC_CLASS_COUNT) - 1;
+    g->class_mask = class_mask ? class_mask : ALL_CLASSES;
     uint8_t secret[32];
     r = do_register(b, g, secret);
     if (r) {

@@ -331,7 +331,7 @@ int rrpci_conn_hello_peer(rrpc_conn *c, const struct rrpci_hello *p)
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
         if (p->credits[i] == 0)
             return rrpci_set_error(c->ctx, RRPC_E_PROTO,
-                                   "the peer granted no credit for class %s", rrpc_class_name(i));
+                                   "the peer granted no credit for class %s", rrpci_class_name(i));
     if (p->max_msg < 4096)
         return rrpci_set_error(c->ctx, RRPC_E_PROTO,
                                "the peer's maximum message size %u is below 4096", p->max_msg);
@@ -352,7 +352,7 @@ static int send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, 
     m->h.arg = (uint32_t)code;
     if (len)
         memcpy(m->data, p, len);
-    return rrpci_conn_submit(c, RRPC_CLASS_CONTROL, m);
+    return rrpci_conn_submit(c, RRPCI_CLS_CONTROL, m);
 }
 
 static void announce(rrpc_conn *c, enum rrpci_conn_event ev);
@@ -743,9 +743,10 @@ RRPC_API const char *rrpc_conn_transport(rrpc_conn *c)
     return c->ops->name;
 }
 
-RRPC_API int rrpc_conn_class_dscp(rrpc_conn *c, int cls, int *ret_dscp)
+RRPC_API int rrpc_conn_class_dscp(rrpc_conn *c, int api_cls, int *ret_dscp)
 {
-    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
+    int cls = rrpci_cls_index(api_cls);
+    if (cls < 0)
         return RRPC_E_BAD_CLASS;
     if (!c->ops->class_dscp)
         return -EOPNOTSUPP;
@@ -951,7 +952,7 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
 {
     if (c->state != RRPCI_AUTHENTICATING)
         return; /* refusing or closing: on its way out */
-    if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPC_CLASS_CONTROL) {
+    if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPCI_CLS_CONTROL) {
         char why[256] = "";
         int r = c->ctx->ticket_fn(c->ctx->ticket_user, p, h->len, why, sizeof(why));
         if (r == 0) {
@@ -1059,7 +1060,7 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
     case RRPCI_T_CREDIT:
         break;
     case RRPCI_T_KEEPALIVE:
-        if (cls != RRPC_CLASS_CONTROL || h->arg > 1) /* no payload: rrpci_hdr_decode */
+        if (cls != RRPCI_CLS_CONTROL || h->arg > 1) /* no payload: rrpci_hdr_decode */
             protocol_error(c, RRPC_E_PROTO, "malformed keepalive frame");
         else if (h->arg == 0)
             send_exempt(c, RRPCI_T_KEEPALIVE, 1, NULL, 0); /* the answer */
@@ -1068,7 +1069,7 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         /* A server without tickets acknowledges the first one, so the
          * client goes on; a ticket is verified once, before anything else,
          * so any other is refused (it would be acknowledged unverified). */
-        if (c->passive && cls == RRPC_CLASS_CONTROL && !c->ctx->ticket_fn && !c->ticket_acked) {
+        if (c->passive && cls == RRPCI_CLS_CONTROL && !c->ctx->ticket_fn && !c->ticket_acked) {
             RRPCI_LOG(c->ctx, LOG_INFO, "ticket ignored: this server requires none");
             c->ticket_acked = true;
             send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0);

@@ -242,7 +242,9 @@ void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg);
 struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind kind,
                                         int deadline_ms);
-int rrpci_check_class(rrpc_ctx *ctx, int cls);
+/* The class index of public class @cls from an options struct, @dflt (an
+ * index) for RRPC_CLASS_DEFAULT; RRPC_E_BAD_CLASS with the detail set. */
+int rrpci_class_arg(rrpc_ctx *ctx, int cls, int dflt, int *ret_idx);
 void rrpci_methods_fini(rrpc_ctx *ctx);
 void rrpci_regions_fini(rrpc_ctx *ctx);
 

@@ -231,20 +231,43 @@ RRPC_API int rrpc_class_from_name(const char *name)
 {
     for (int i = 0; name && i < RRPCI_MAX_CLASSES; i++)
         if (strcmp(name, class_names[i]) == 0)
-            return i;
+            return rrpci_cls_public(i);
     return RRPC_E_BAD_CLASS;
 }
 
 RRPC_API const char *rrpc_class_name(int cls)
 {
-    return cls >= 0 && cls < RRPCI_MAX_CLASSES ? class_names[cls] : NULL;
+    int i = rrpci_cls_index(cls);
+    return i >= 0 ? class_names[i] : NULL;
 }
 
-RRPC_API int rrpc_class_set(rrpc_ctx *ctx, int cls, int dscp, int weight, int credits)
+const char *rrpci_class_name(int idx)
 {
-    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
-        return rrpci_set_error(ctx, RRPC_E_BAD_CLASS, "class %d does not exist (0..%d)", cls,
-                               RRPCI_MAX_CLASSES - 1);
+    return idx >= 0 && idx < RRPCI_MAX_CLASSES ? class_names[idx] : "?";
+}
+
+int rrpci_class_arg(rrpc_ctx *ctx, int cls, int dflt, int *ret_idx)
+{
+    if (cls == RRPC_CLASS_DEFAULT) {
+        *ret_idx = dflt;
+        return 0;
+    }
+    int i = rrpci_cls_index(cls);
+    if (i < 0)
+        return rrpci_set_error(ctx, RRPC_E_BAD_CLASS,
+                               "QoS class %d does not exist (RRPC_CLASS_CONTROL=%d .. "
+                               "RRPC_CLASS_BACKGROUND=%d, or 0 for the default)",
+                               cls, RRPC_CLASS_FIRST, RRPC_CLASS_LAST);
+    *ret_idx = i;
+    return 0;
+}
+
+RRPC_API int rrpc_class_set(rrpc_ctx *ctx, int api_cls, int dscp, int weight, int credits)
+{
+    int cls = rrpci_cls_index(api_cls);
+    if (cls < 0)
+        return rrpci_set_error(ctx, RRPC_E_BAD_CLASS, "class %d does not exist (%d..%d)", api_cls,
+                               RRPC_CLASS_FIRST, RRPC_CLASS_LAST);
     if (dscp < 0 || dscp > 63 || weight < 1 || weight > 1000 || credits < 1 || credits > 4096)
         return rrpci_set_error(ctx, -EINVAL,
                                "class %s: dscp must be 0..63, weight 1..1000, credits 1..4096",
@@ -261,10 +284,11 @@ RRPC_API int rrpc_class_set(rrpc_ctx *ctx, int cls, int dscp, int weight, int cr
     return r;
 }
 
-RRPC_API int rrpc_class_get(rrpc_ctx *ctx, int cls, int *ret_dscp, int *ret_weight,
+RRPC_API int rrpc_class_get(rrpc_ctx *ctx, int api_cls, int *ret_dscp, int *ret_weight,
                             int *ret_credits)
 {
-    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
+    int cls = rrpci_cls_index(api_cls);
+    if (cls < 0)
         return RRPC_E_BAD_CLASS;
     if (ret_dscp)
         *ret_dscp = ctx->cls[cls].dscp;

@@ -93,6 +93,24 @@ int rrpci_os_hdr_decode(const uint8_t *in, size_t len, struct rrpci_os_hdr *o);
  */
 #define RRPCI_HELLO_SIZE 32
 #define RRPCI_MAX_CLASSES 4
+/* Inside the library and on the wire a class is an index 0..3; the public
+ * values (rrpc_class) are the index + 1, and 0 means "the default class". */
+enum rrpci_cls {
+    RRPCI_CLS_CONTROL = 0,
+    RRPCI_CLS_LOW_LATENCY = 1,
+    RRPCI_CLS_BULK = 2,
+    RRPCI_CLS_BACKGROUND = 3,
+};
+/* The index of public class @api, or -1 when it names none (0 included). */
+static inline int rrpci_cls_index(int api)
+{
+    return api >= 1 && api <= RRPCI_MAX_CLASSES ? api - 1 : -1;
+}
+/* The public value of class index @idx. */
+static inline int rrpci_cls_public(int idx)
+{
+    return idx + 1;
+}
 struct rrpci_hello {
     uint8_t version;
     uint8_t nclasses;

@@ -181,8 +181,8 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     if (!c || !local || !remote || !cb || len == 0)
         return -EINVAL;
     rrpc_ctx *ctx = c->ctx;
-    int cls = opts ? opts->qos_class : RRPC_CLASS_BULK;
-    int r = rrpci_check_class(ctx, cls);
+    int cls;
+    int r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_BULK, &cls);
     if (r < 0)
         return r;
     const char *what = is_read ? "READ" : "WRITE";

@@ -177,7 +177,7 @@ RRPC_API rrpc_conn *rrpc_request_conn(rrpc_request *req)
 
 RRPC_API int rrpc_request_class(rrpc_request *req)
 {
-    return req->cls;
+    return rrpci_cls_public(req->cls);
 }
 
 /* ---- client side -------------------------------------------------------- */
@@ -254,15 +254,6 @@ struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind ki
     return pd;
 }
 
-int rrpci_check_class(rrpc_ctx *ctx, int cls)
-{
-    if (cls < 0 || cls >= RRPCI_MAX_CLASSES)
-        return rrpci_set_error(ctx, RRPC_E_BAD_CLASS,
-                               "QoS class %d does not exist (control=0 .. background=%d)", cls,
-                               RRPCI_MAX_CLASSES - 1);
-    return 0;
-}
-
 RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t len,
                        const rrpc_call_opts *opts, rrpc_call_cb cb, void *user)
 {
@@ -273,8 +264,8 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     if (mlen == 0 || mlen > 255) /* the rule of rrpc_register */
         return rrpci_set_error(ctx, -EINVAL, "a method name has 1..255 bytes (this one has %s)",
                                mlen ? "more than 255" : "none");
-    int cls = opts ? opts->qos_class : RRPC_CLASS_LOW_LATENCY;
-    int r = rrpci_check_class(ctx, cls);
+    int cls;
+    int r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_LOW_LATENCY, &cls);
     if (r < 0)
         return r;
     rrpci_lock(ctx);

@@ -161,6 +161,8 @@ long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env);
 /* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
 unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);
+/* The name of class index @idx ("?" when none). */
+const char *rrpci_class_name(int idx);
 /* Whether @c was accepted from a listener (else it was connected). */
 bool rrpci_conn_passive(rrpc_conn *c);
 /* Region helpers for transports. */

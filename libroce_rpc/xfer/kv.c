@@ -266,7 +266,8 @@ static int kv_plan(rrpc_conn *conn, rrpc_kv_pool *src, const rrpc_kv_token *dst,
         return rrpci_set_error(ctx, RRPC_E_REGION,
                                "the source pool is registered with another context than the "
                                "connection's");
-    int r = rrpci_check_class(ctx, cls);
+    int idx;
+    int r = rrpci_class_arg(ctx, cls, RRPCI_CLS_BULK, &idx);
     if (r < 0)
         return r;
     if (dst->page_size != src->page_size)

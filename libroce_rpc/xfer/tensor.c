@@ -786,8 +786,8 @@ RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tens
         return rrpci_set_error(ctx, RRPC_E_REGION,
                                "source: the region belongs to another context than the "
                                "connection's");
-    int cls = qos_class < 0 ? RRPC_CLASS_BULK : qos_class;
-    r = rrpci_check_class(ctx, cls);
+    int cls = qos_class == RRPC_CLASS_DEFAULT ? RRPC_CLASS_BULK : qos_class, idx;
+    r = rrpci_class_arg(ctx, cls, RRPCI_CLS_BULK, &idx);
     if (r < 0)
         return r;
     struct tx *t = calloc(1, sizeof(*t));

@@ -656,7 +656,7 @@ static void test_one_credit_per_class_still_completes_500_pipelined_calls(void *
     rrpc_ctx *s, *cl;
     assert_int_equal(rrpc_ctx_create(&s), 0);
     assert_int_equal(rrpc_ctx_create(&cl), 0);
-    for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
         int dscp;
         rrpc_class_get(s, k, &dscp, NULL, NULL);
         assert_int_equal(rrpc_class_set(s, k, dscp, 1, 1), 0);
@@ -734,6 +734,39 @@ static void test_low_latency_calls_complete_while_bulk_saturates(void **state)
     assert_true(during[LL / 2] < BACKLOG / 4);
 }
 
+/* The class the server saw for a call "class" with @o. */
+static int32_t class_seen(rrpc_conn *c, const rrpc_call_opts *o)
+{
+    void *out = NULL;
+    size_t n = 0;
+    int32_t cls = -1;
+    int r = rrpc_call_sync(c, "class", NULL, 0, o, &out, &n);
+    if (r == 0 && n == sizeof(cls))
+        memcpy(&cls, out, sizeof(cls));
+    free(out);
+    return r ? r : cls;
+}
+
+static void test_a_zeroed_options_struct_means_the_default_class_not_control(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    rrpc_call_opts only_deadline = {.deadline_ms = 5000};
+    assert_int_equal(class_seen(c, &only_deadline), RRPC_CLASS_LOW_LATENCY);
+    assert_int_equal(class_seen(c, NULL), RRPC_CLASS_LOW_LATENCY);
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
+        rrpc_call_opts o = {.qos_class = k};
+        assert_int_equal(class_seen(c, &o), k);
+    }
+    rrpc_call_opts bad = {.qos_class = RRPC_CLASS_LAST + 1};
+    assert_int_equal(class_seen(c, &bad), RRPC_E_BAD_CLASS);
+    bad.qos_class = -1;
+    assert_int_equal(class_seen(c, &bad), RRPC_E_BAD_CLASS);
+    assert_null(rrpc_class_name(RRPC_CLASS_DEFAULT));
+    assert_string_equal(rrpc_class_name(RRPC_CLASS_CONTROL), "control");
+    assert_int_equal(rrpc_class_from_name("bulk"), RRPC_CLASS_BULK);
+    rrpc_conn_close(c);
+}
+
 static void test_each_class_carries_its_dscp_on_both_ends(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
@@ -742,7 +775,7 @@ static void test_each_class_carries_its_dscp_on_both_ends(void **state)
     rrpc_conn *sc = T.last_server_conn;
     unlock();
     assert_non_null(sc);
-    for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
         int want, got = -1, sgot = -1;
         rrpc_class_get(T.cctx, k, &want, NULL, NULL);
         assert_int_equal(rrpc_conn_class_dscp(c, k, &got), 0);
@@ -1149,6 +1182,7 @@ int main(void)
         cmocka_unit_test(test_calls_from_four_threads_on_one_connection),
         cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),
         cmocka_unit_test(test_low_latency_calls_complete_while_bulk_saturates),
+        cmocka_unit_test(test_a_zeroed_options_struct_means_the_default_class_not_control),
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
         cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),
         cmocka_unit_test(test_a_chain_of_writes_from_callbacks_lets_progress_return),

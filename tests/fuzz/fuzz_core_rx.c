@@ -53,7 +53,7 @@ static void on_sent(struct fuzz_memconn *mc, int cls, const struct rrpci_hdr *h,
     if (h->type == RRPCI_T_ERROR || h->type == RRPCI_T_TICKET_ACK)
         FUZZ_CHECK(passive);
     if (h->type == RRPCI_T_TICKET)
-        FUZZ_CHECK(!passive && cls == RRPC_CLASS_CONTROL);
+        FUZZ_CHECK(!passive && cls == RRPCI_CLS_CONTROL);
 }
 
 /* Parses what @s holds; false when the connection went down. */

@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             abort();
         rrpc_ctx_set_log(ctx, 7, log_discard, NULL);
         rrpc_ctx_set_notify(ctx, notify_cb, NULL);
-        for (int c = 0; c < RRPCI_MAX_CLASSES; c++)
+        for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
             if (rrpc_class_set(ctx, c, 0, 1, 4096))
                 abort();
     }

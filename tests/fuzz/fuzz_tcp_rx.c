@@ -291,7 +291,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             hello.credits[k] = grants[(mode >> 2) & 3];
         uint8_t hb[RRPCI_HELLO_SIZE];
         rrpci_hello_encode(&hello, hb);
-        put_frame(ctx, 0, RRPC_CLASS_CONTROL, RRPCI_T_HELLO, hb, sizeof(hb));
+        put_frame(ctx, 0, RRPCI_CLS_CONTROL, RRPCI_T_HELLO, hb, sizeof(hb));
         for (int tries = 0; tries < 200 && !have_cookie; tries++)
             pump_wait(ctx, 1);
         FUZZ_CHECK(have_cookie);

@@ -87,7 +87,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "idle_mem: connect %d: %s\n", i, rrpc_ctx_last_error(ctx));
             return 1;
         }
-        for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+        for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
             rrpc_call_opts o = {.qos_class = k};
             void *out;
             size_t len;

@@ -23,6 +23,7 @@
 
 #define DEPTH 16 /* calls in flight per connection */
 
+/* by class index (class value - RRPC_CLASS_FIRST) */
 static const size_t class_len[RRPC_CLASS_COUNT] = {32, 256, 64 << 10, 4 << 10};
 
 struct slot {
@@ -80,8 +81,8 @@ static void call_cb(const rrpc_result *res, void *user)
     atomic_fetch_add(&answered, 1);
     uint64_t seq;
     uint32_t idx;
-    int cls = (int)(s->seq % RRPC_CLASS_COUNT);
-    if (res->len != class_len[cls] || (memcpy(&seq, res->data, 8), seq != s->seq) ||
+    int ci = (int)(s->seq % RRPC_CLASS_COUNT);
+    if (res->len != class_len[ci] || (memcpy(&seq, res->data, 8), seq != s->seq) ||
         (memcpy(&idx, (const uint8_t *)res->data + 8, 4), idx != s->sc->idx))
         atomic_fetch_add(&bad, 1);
     if (!atomic_load(&stop))
@@ -95,12 +96,12 @@ static void issue(struct slot *s)
     static _Thread_local uint8_t buf[64 << 10];
     struct sconn *sc = s->sc;
     s->seq = atomic_fetch_add(&sc->next_seq, 1);
-    int cls = (int)(s->seq % RRPC_CLASS_COUNT);
+    int ci = (int)(s->seq % RRPC_CLASS_COUNT), cls = RRPC_CLASS_FIRST + ci;
     memcpy(buf, &s->seq, 8);
     memcpy(buf + 8, &sc->idx, 4);
     rrpc_call_opts o = {.qos_class = cls, .deadline_ms = 60000};
     s->busy = true;
-    int r = rrpc_call(sc->c, "echo", buf, class_len[cls], &o, call_cb, s);
+    int r = rrpc_call(sc->c, "echo", buf, class_len[ci], &o, call_cb, s);
     if (r != 0) {
         s->busy = false;
         atomic_fetch_add(&failed, 1);

@@ -94,7 +94,7 @@ static int set_dscp(rrpc_ctx *ctx, int cls, int dscp)
 static void print_readback(const char *who, rrpc_conn *c)
 {
     printf("%s transport DSCP read-back:", who);
-    for (int i = 0; i < RRPC_CLASS_COUNT; i++) {
+    for (int i = RRPC_CLASS_FIRST; i <= RRPC_CLASS_LAST; i++) {
         int d = -1, r = rrpc_conn_class_dscp(c, i, &d);
         if (r)
             printf(" %s=(%s)", rrpc_class_name(i), rrpc_err_name(r));
@@ -158,15 +158,15 @@ int main(int argc, char **argv)
             (r = set_dscp(both[i], RRPC_CLASS_BULK, bulk)))
             return fail(both[i], r, "rrpc_class_set");
     }
-    int dscp[RRPC_CLASS_COUNT];
+    int dscp[RRPC_CLASS_LAST + 1]; /* by class value; [0] unused */
     printf("dscp");
-    for (int i = 0; i < RRPC_CLASS_COUNT; i++) {
+    for (int i = RRPC_CLASS_FIRST; i <= RRPC_CLASS_LAST; i++) {
         rrpc_class_get(cctx, i, &dscp[i], NULL, NULL);
         printf(" %s=%d", rrpc_class_name(i), dscp[i]);
     }
     printf("\n");
-    for (int i = 0; i < RRPC_CLASS_COUNT; i++)
-        for (int j = i + 1; j < RRPC_CLASS_COUNT; j++)
+    for (int i = RRPC_CLASS_FIRST; i <= RRPC_CLASS_LAST; i++)
+        for (int j = i + 1; j <= RRPC_CLASS_LAST; j++)
             if (dscp[i] == dscp[j]) {
                 fprintf(stderr, "dscp_traffic: classes %s and %s share DSCP %d; pick distinct ones\n",
                         rrpc_class_name(i), rrpc_class_name(j), dscp[i]);

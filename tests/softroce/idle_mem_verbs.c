@@ -178,7 +178,7 @@ int main(int argc, char **argv)
             failed = 1;
             break;
         }
-        for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+        for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
             rrpc_call_opts o = {.qos_class = k};
             void *out;
             size_t len;
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
     if (e)
         eager = atol(e);
     long bsz = (32 + eager + 63) & ~63L, nbuf = 0, cred = 0;
-    for (int k = 0; k < RRPC_CLASS_COUNT; k++) {
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
         int cr = 0;
         rrpc_class_get(ctx, k, NULL, NULL, &cr);
         cred += cr;

@@ -443,7 +443,7 @@ static void send_and_check(const rrpc_tensor *src, size_t dst_off, const int64_t
         memcpy(T.dst_strides, dst_strides, sizeof(T.dst_strides));
     }
     T.expect = src;
-    int r = rrpc_tensor_send_sync(T.conn, "t", src, -1);
+    int r = rrpc_tensor_send_sync(T.conn, "t", src, RRPC_CLASS_DEFAULT);
     if (r)
         fprintf(stderr, "send: %s: %s\n", rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
     assert_int_equal(r, 0);
@@ -532,37 +532,37 @@ static void test_tensor_bad_descriptors_fail_at_once_and_send_nothing(void **sta
     assert_int_equal(rrpc_tensor_init(&t, 99, 1, (int64_t[]){4}, sr, 0), -EINVAL);
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){4}, sr, 0), 0);
     t.dtype = 0;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     /* negative dimension, too many dimensions */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){4}, sr, 0), 0);
     t.shape[0] = -4;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     t.shape[0] = 4;
     t.ndim = 9;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     /* strides that make elements overlap, or a zero stride */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, (int64_t[]){4, 4}, sr, 0), 0);
     t.strides[0] = 8;
     assert_int_equal(rrpc_tensor_validate(&t), -EINVAL);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     t.strides[0] = 0;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     /* a buffer outside its region: past the end, before the start */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){1024}, sr, 4), 0);
     assert_int_equal(rrpc_tensor_validate(&t), RRPC_E_REGION);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, sr, 0), 0);
     t.strides[0] = -4;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
     /* unregistered memory */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, NULL, 0), 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
     /* memory of the other context */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, T.dst_region, 0), 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
     /* bad name, bad class */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, sr, 0), 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, 9), RRPC_E_BAD_CLASS);
     /* none of it reached the receiver */
     assert_int_equal(T.allocs, 0);
@@ -604,7 +604,7 @@ static void test_tensor_unusable_destinations_are_refused_and_left_untouched(voi
     reset_rx(ALLOC_EXACT, GUARD);
     T.dst_strided = true;
     memcpy(T.dst_strides, (int64_t[8]){4, 4}, sizeof(T.dst_strides));
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
     assert_int_equal(T.dones, 1);
     assert_true(all_bytes(T.dst_mem, T.dst_len, 0xee));
     rrpc_mem_dereg(sr);
@@ -619,7 +619,7 @@ static void test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method(void 
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){64}, sr, 0), 0);
     close_server();
     reset_rx(ALLOC_EXACT, GUARD);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, -1), RRPC_E_NO_METHOD);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_NO_METHOD);
     assert_int_equal(T.allocs, 0);
     rrpc_tensor_server *srv, *dup;
     assert_int_equal(rrpc_tensor_serve(T.sctx, on_alloc, on_done, NULL, &srv), 0);
@@ -772,7 +772,7 @@ static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_d
     for (int i = 0; i < 3; i++) {
         reset_rx(ALLOC_FRESH, 0);
         T.expect = &t;
-        assert_int_equal(rrpc_tensor_send_sync(T.conn, "fits", &t, -1), 0);
+        assert_int_equal(rrpc_tensor_send_sync(T.conn, "fits", &t, RRPC_CLASS_DEFAULT), 0);
         assert_true(T.verified);
         assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
     }
@@ -786,7 +786,7 @@ static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_d
     assert_int_equal(rrpc_mem_reg(T.cctx, src2, 2 * part, 0, &sr2), 0);
     big.region = sr2;
     reset_rx(ALLOC_FRESH, 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "too-big", &big, -1), -ENOBUFS);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "too-big", &big, RRPC_CLASS_DEFAULT), -ENOBUFS);
     assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "tensor \"too-big\""));
     assert_non_null(strstr(rrpc_ctx_last_error(T.cctx),
                            "the offer of 1572864 bytes exceeds the receiver's tensor budget "

@@ -20,7 +20,7 @@ from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, 
                     strerror, err_name, HANDLER_ERROR, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ,
                     REMOTE_WRITE, CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = list(_core.__all__) + ["HAVE_TENSOR", "__version__"]
 globals().update({n: getattr(_core, n) for n in _core.__all__ if n.startswith("E_")})

@@ -600,7 +600,7 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
         rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the active side");
         return;
     }
-    if (h->type == RRPCI_T_HELLO_ACK && ch->cls == RRPC_CLASS_CONTROL && !tc->hello_done) {
+    if (h->type == RRPCI_T_HELLO_ACK && ch->cls == RRPCI_CLS_CONTROL && !tc->hello_done) {
         struct rrpci_hello peer;
         int r = rrpci_hello_decode(p, h->len, &peer);
         if (r < 0)
@@ -626,10 +626,10 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
             if (rrpci_conn_is_down(c))
                 return;
         }
-        join_done(c, tc, RRPC_CLASS_CONTROL);
+        join_done(c, tc, RRPCI_CLS_CONTROL);
         return;
     }
-    if (h->type == RRPCI_T_JOIN_ACK && ch->cls != RRPC_CLASS_CONTROL && tc->hello_done &&
+    if (h->type == RRPCI_T_JOIN_ACK && ch->cls != RRPCI_CLS_CONTROL && tc->hello_done &&
         !(tc->joined & (1u << ch->cls))) {
         join_done(c, tc, ch->cls);
         return;
@@ -683,7 +683,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
         int r = set_tos(fd, rrpci_ctx_class_dscp(ctx, i));
         if (r < 0)
             return rrpci_set_error(ctx, r, "cannot set the DSCP of class %s: %s",
-                                   rrpc_class_name(i), strerror(-r));
+                                   rrpci_class_name(i), strerror(-r));
         if (srcl && bind(fd, (struct sockaddr *)&src, srcl) < 0)
             return rrpci_set_error(ctx, -errno, "cannot bind to ?src=%s: %s", u->src,
                                    strerror(errno));
@@ -696,7 +696,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
     rrpci_conn_hello_local(c, &hello);
     uint8_t hb[RRPCI_HELLO_SIZE];
     rrpci_hello_encode(&hello, hb);
-    struct rrpci_msg *m = hs_msg(RRPCI_T_HELLO, RRPC_CLASS_CONTROL, hb, sizeof(hb));
+    struct rrpci_msg *m = hs_msg(RRPCI_T_HELLO, RRPCI_CLS_CONTROL, hb, sizeof(hb));
     if (!m)
         return -ENOMEM;
     chan_push(&tc->ch[0], ctx, m);
@@ -745,7 +745,7 @@ static void adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
     chan_init(&tc->ch[cls], c, cls, fd, true);
     int r = set_tos(fd, rrpci_ctx_class_dscp(ctx, cls));
     if (r < 0)
-        RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpc_class_name(cls),
+        RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpci_class_name(cls),
                   rrpci_ctx_class_dscp(ctx, cls), strerror(-r));
     ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
 }
@@ -755,7 +755,7 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
 {
     rrpc_listener *l = p->l;
     struct tcp_ctx *t = tctx(ctx);
-    if (h->type == RRPCI_T_HELLO && h->cls == RRPC_CLASS_CONTROL) {
+    if (h->type == RRPCI_T_HELLO && h->cls == RRPCI_CLS_CONTROL) {
         rrpc_conn *c = NULL;
         char why[200];
         int r = rrpci_listener_accept(l, (struct sockaddr *)&p->peer, &c, why, sizeof(why));
@@ -783,12 +783,12 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
         } while (!tc->cookie || rrpci_idmap_put(&t->cookies, tc->cookie, &tc->node) < 0);
         int fd = p->fd;
         pend_free(p, ctx, false);
-        adopt(c, RRPC_CLASS_CONTROL, fd, ctx);
+        adopt(c, RRPCI_CLS_CONTROL, fd, ctx);
         rrpci_conn_hello_local(c, &mine);
         mine.cookie = tc->cookie;
         uint8_t hb[RRPCI_HELLO_SIZE];
         rrpci_hello_encode(&mine, hb);
-        struct rrpci_msg *m = hs_msg(RRPCI_T_HELLO_ACK, RRPC_CLASS_CONTROL, hb, sizeof(hb));
+        struct rrpci_msg *m = hs_msg(RRPCI_T_HELLO_ACK, RRPCI_CLS_CONTROL, hb, sizeof(hb));
         if (!m)
             {
                 rrpci_conn_down(c, -ENOMEM, "out of memory");
@@ -796,10 +796,10 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
             }
         chan_push(&tc->ch[0], ctx, m);
         if (!rrpci_conn_is_down(c))
-            join_done(c, tc, RRPC_CLASS_CONTROL);
+            join_done(c, tc, RRPCI_CLS_CONTROL);
         return;
     }
-    if (h->type == RRPCI_T_JOIN && h->cls != RRPC_CLASS_CONTROL && h->len == 8) {
+    if (h->type == RRPCI_T_JOIN && h->cls != RRPCI_CLS_CONTROL && h->len == 8) {
         struct rrpci_idnode *n = rrpci_idmap_get(&t->cookies, rrpci_get64(payload));
         if (!n)
             {
@@ -997,7 +997,7 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     /* SYN-ACKs leave with the listener's mark: the control class's. */
-    set_tos(fd, rrpci_ctx_class_dscp(ctx, RRPC_CLASS_CONTROL));
+    set_tos(fd, rrpci_ctx_class_dscp(ctx, RRPCI_CLS_CONTROL));
     if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 512) < 0) {
         int e = errno;
         close(fd);
