@@ -70,6 +70,7 @@ int rrpc_request_class(rrpc_request *req);
 typedef struct rrpc_call_opts {
     int qos_class;
     int deadline_ms;
+    uint64_t reserved[4];
 } rrpc_call_opts;
 typedef struct rrpc_result {
     int status;
@@ -105,6 +106,7 @@ typedef struct rrpc_op_opts {
     int qos_class;
     int notify;
     uint32_t imm;
+    uint64_t reserved[4];
 } rrpc_op_opts;
 typedef void (*rrpc_op_cb)(int status, void *user);
 int rrpc_write(rrpc_conn *conn, rrpc_region *local, size_t local_off,

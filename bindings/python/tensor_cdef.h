@@ -32,6 +32,7 @@ int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_don
 #define RRPC_TENSOR_MAX_BYTES_DEFAULT ...
 typedef struct rrpc_tensor_server_opts {
     uint64_t max_bytes;
+    uint64_t reserved[4];
 } rrpc_tensor_server_opts;
 int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
                          void *user, const rrpc_tensor_server_opts *opts,

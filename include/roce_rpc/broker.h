@@ -173,6 +173,7 @@ typedef struct rrpc_broker_opts {
     rrpc_log_fn log;         /* lease and re-registration events; NULL: RRPC_LOG_LEVEL */
     void *log_user;
     int log_level;           /* messages at or below (syslog levels); 0: LOG_INFO with @log */
+    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
 } rrpc_broker_opts;
 
 /*
@@ -337,6 +338,7 @@ typedef struct rrpc_service_opts {
     int wait_ms;            /* the @wait_ms of rrpc_service_call_sync's
                                rrpc_service_conn; default 0: while backing off,
                                calls fail at once with the last attempt's error */
+    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
 } rrpc_service_opts;
 
 /*

@@ -83,6 +83,7 @@ typedef struct rrpc_op_opts {
     int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_BULK */
     int notify;      /* WRITE only: non-zero delivers @imm to the target's notify callback */
     uint32_t imm;
+    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
 } rrpc_op_opts;
 
 /* Completion of a one-sided operation: 0, RRPC_E_ACCESS, RRPC_E_CONN_LOST, ... */

@@ -69,6 +69,7 @@ RRPC_API int rrpc_request_class(rrpc_request *req);
 typedef struct rrpc_call_opts {
     int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_LOW_LATENCY */
     int deadline_ms; /* 0: the context default (RRPC_DEADLINE_MS, 30 s); < 0: none */
+    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
 } rrpc_call_opts;
 
 /*

@@ -199,6 +199,7 @@ RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_t
  */
 typedef struct rrpc_tensor_server_opts {
     uint64_t max_bytes;
+    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
 } rrpc_tensor_server_opts;
 
 /*

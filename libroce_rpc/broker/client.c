@@ -38,6 +38,7 @@
 #include "broker/mpcheck.h"
 #include "broker/sockbio.h"
 #include "util/resolve.h"
+#include "util/reserved.h"
 
 /* A class mask with every class: bit (1 << class) per public class value. */
 #define ALL_CLASSES (((1u << (RRPC_CLASS_LAST + 1)) - 1) & ~((1u << RRPC_CLASS_FIRST) - 1))
@@ -532,6 +533,10 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
     open_err[0] = 0;
     if (!addr || !opts || !ret_b || !opts->ca_file)
         return open_fail(-EINVAL, "rrpc_broker_open: address, opts and opts->ca_file are required");
+    int bad = RRPCI_RESERVED_BAD(opts);
+    if (bad >= 0)
+        return open_fail(-EINVAL, "rrpc_broker_opts.reserved[%d] is not zero: zero the whole struct "
+                                  "before setting its fields", bad);
     struct rrpc_broker *b = calloc(1, sizeof(*b));
     if (!b)
         return -ENOMEM;

@@ -31,6 +31,8 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
+#include "util/reserved.h"
+
 #define SVC_ERR_MAX 512
 
 struct link {
@@ -169,6 +171,8 @@ RRPC_API int rrpc_service_open(rrpc_ctx *ctx, rrpc_broker *b, const char *servic
     rrpc_service_opts o = { 0 };
     if (opts)
         o = *opts;
+    if (RRPCI_RESERVED_BAD(&o) >= 0)
+        return -EINVAL; /* a field this library does not know */
     if (o.backoff_min_ms < 0 || o.backoff_max_ms < 0 || o.connect_timeout_ms < 0 ||
         o.wait_ms < 0)
         return -EINVAL;

@@ -10,6 +10,7 @@
 #include <syslog.h>
 
 #include "core/core.h"
+#include "util/reserved.h"
 
 static uint64_t next_generation = 1;
 
@@ -181,6 +182,9 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     if (!c || !local || !remote || !cb || len == 0)
         return -EINVAL;
     rrpc_ctx *ctx = c->ctx;
+    int bad = opts ? RRPCI_RESERVED_BAD(opts) : -1;
+    if (bad >= 0)
+        return rrpci_set_error(ctx, -EINVAL, RRPCI_RESERVED_WHY, "rrpc_op_opts", bad);
     int cls;
     int r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_BULK, &cls);
     if (r < 0)

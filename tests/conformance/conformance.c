@@ -734,6 +734,8 @@ static void test_low_latency_calls_complete_while_bulk_saturates(void **state)
     assert_true(during[LL / 2] < BACKLOG / 4);
 }
 
+static void fetch_token(rrpc_conn *c, rrpc_token *t);
+
 /* The class the server saw for a call "class" with @o. */
 static int32_t class_seen(rrpc_conn *c, const rrpc_call_opts *o)
 {
@@ -761,6 +763,19 @@ static void test_a_zeroed_options_struct_means_the_default_class_not_control(voi
     assert_int_equal(class_seen(c, &bad), RRPC_E_BAD_CLASS);
     bad.qos_class = -1;
     assert_int_equal(class_seen(c, &bad), RRPC_E_BAD_CLASS);
+    /* Reserved words must be zero: a newer caller is refused, never half-read. */
+    rrpc_call_opts newer = {.reserved = {0, 1}};
+    assert_int_equal(class_seen(c, &newer), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "rrpc_call_opts.reserved[1]"));
+    rrpc_op_opts onewer = {.reserved = {5}};
+    rrpc_region *lr;
+    uint8_t local[8] = {0};
+    rrpc_token t;
+    fetch_token(c, &t);
+    assert_int_equal(rrpc_mem_reg(T.cctx, local, sizeof(local), 0, &lr), 0);
+    assert_int_equal(rrpc_write_sync(c, lr, 0, &t, 0, sizeof(local), &onewer), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "rrpc_op_opts.reserved[0]"));
+    rrpc_mem_dereg(lr);
     assert_null(rrpc_class_name(RRPC_CLASS_DEFAULT));
     assert_string_equal(rrpc_class_name(RRPC_CLASS_CONTROL), "control");
     assert_int_equal(rrpc_class_from_name("bulk"), RRPC_CLASS_BULK);
