@@ -86,7 +86,13 @@ typedef struct rrpc_op_opts {
     uint64_t reserved[4]; /* must be zero (new fields come out of it) */
 } rrpc_op_opts;
 
-/* Completion of a one-sided operation: 0, RRPC_E_ACCESS, RRPC_E_CONN_LOST, ... */
+/*
+ * Completion of a one-sided operation: 0, RRPC_E_ACCESS, RRPC_E_CONN_LOST,
+ * ...  On failure, rrpc_ctx_last_error(ctx) called inside the callback gives
+ * the detail of this operation (what, how many bytes, and the target's own
+ * words when it refused); the blocking forms leave the same detail for their
+ * caller.
+ */
 typedef void (*rrpc_op_cb)(int status, void *user);
 
 /*
