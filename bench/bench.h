@@ -205,6 +205,8 @@ void progress_begin(const char *fmt, ...) BENCH_PRINTF(1, 2);
 void progress_tick(double frac);
 void progress_end(const char *status);
 void note(const char *fmt, ...) BENCH_PRINTF(1, 2);
+/* Pins the calling process to @cpu (< 0: nothing); @quiet: no note on failure. */
+void bench_pin(int cpu, bool quiet);
 
 void fmt_size(char *buf, size_t len, size_t bytes);
 extern const double cdf_q[];

@@ -770,14 +770,14 @@ static int cmd_server(const char *host, int port)
 
 static int pin_cpus[2] = {-1, -1};
 
-static void pin_to(int cpu)
+void bench_pin(int cpu, bool quiet)
 {
     if (cpu < 0)
         return;
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof(set), &set) < 0)
+    if (sched_setaffinity(0, sizeof(set), &set) < 0 && !quiet)
         note("cannot pin to CPU %d: %s", cpu, strerror(errno));
 }
 
@@ -813,7 +813,7 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(1);
-        pin_to(pin_cpus[0]);
+        bench_pin(pin_cpus[0], false);
         char rdma_uri[300], rdma_err[512] = "", err[400] = "";
         if (rdma_host[0])
             make_uri(rdma_uri, sizeof(rdma_uri), "rdma", rdma_host, 0, NULL);
@@ -837,7 +837,7 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
         _exit(0);
     }
     close(p[1]);
-    pin_to(pin_cpus[1]);
+    bench_pin(pin_cpus[1], false);
     char line[1024] = "", why[512] = "";
     FILE *rd = fdopen(p[0], "r");
     struct pollfd pf = {.fd = p[0], .events = POLLIN};

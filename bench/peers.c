@@ -49,15 +49,6 @@ static bool have_tool(const char *tool)
     return false;
 }
 
-static void pin_self(int cpu)
-{
-    if (cpu < 0)
-        return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof(set), &set);
-}
 
 /* Starts @argv with @env ("NAME=VALUE", NULL-terminated, may be NULL) added,
  * pinned to @cpu (-1: not pinned), stdout and stderr to @outfd (-1: /dev/null). */
@@ -79,7 +70,7 @@ static pid_t spawn(char *const argv[], char *const env[], int cpu, int outfd)
     }
     for (size_t i = 0; env && env[i]; i++)
         putenv(env[i]);
-    pin_self(cpu);
+    bench_pin(cpu, true); /* quiet: stderr may be the tool's captured output */
     execvp(argv[0], argv);
     _exit(127);
 }

@@ -640,8 +640,8 @@ static int connect_opts(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts 
     return 0;
 }
 
-RRPC_API int rrpc_connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
-                               rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
+static int connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
+                        rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn, bool wait)
 {
     if (!ctx || !ret_conn)
         return -EINVAL;
@@ -651,26 +651,26 @@ RRPC_API int rrpc_connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connec
     int r = connect_opts(ctx, uri, opts, buf, sizeof(buf), &u, &timeout);
     if (r < 0)
         return r;
+    const void *ticket = opts ? opts->ticket : NULL;
+    size_t ticket_len = opts ? opts->ticket_len : 0;
+    if (wait)
+        return connect_wait(ctx, u, timeout, ticket, ticket_len, fn, user, ret_conn);
     rrpci_lock(ctx);
-    r = connect_locked(ctx, u, fn, user, timeout, opts ? opts->ticket : NULL,
-                       opts ? opts->ticket_len : 0, ret_conn);
+    r = connect_locked(ctx, u, fn, user, timeout, ticket, ticket_len, ret_conn);
     rrpci_unlock(ctx);
     return r;
+}
+
+RRPC_API int rrpc_connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
+                               rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
+{
+    return connect_with(ctx, uri, opts, fn, user, ret_conn, false);
 }
 
 RRPC_API int rrpc_connect_with_sync(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
                                     rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn)
 {
-    if (!ctx || !ret_conn)
-        return -EINVAL;
-    char buf[512];
-    const char *u;
-    int timeout;
-    int r = connect_opts(ctx, uri, opts, buf, sizeof(buf), &u, &timeout);
-    if (r < 0)
-        return r;
-    return connect_wait(ctx, u, timeout, opts ? opts->ticket : NULL, opts ? opts->ticket_len : 0,
-                        fn, user, ret_conn);
+    return connect_with(ctx, uri, opts, fn, user, ret_conn, true);
 }
 
 RRPC_API int rrpc_ctx_require_ticket(rrpc_ctx *ctx, rrpc_ticket_verify_fn fn, void *user)

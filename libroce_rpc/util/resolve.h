@@ -9,18 +9,24 @@
 
 #include <roce_rpc/error.h>
 
+/* Whether getaddrinfo's @eai says the name does not resolve. */
+static inline int rrpci_eai_unknown(int eai)
+{
+#ifdef EAI_NODATA
+    if (eai == EAI_NODATA)
+        return 1;
+#endif
+    return eai == EAI_NONAME || eai == EAI_FAIL;
+}
+
 /* The library's code for getaddrinfo's failure @eai (@sys_errno: errno after
  * EAI_SYSTEM): RRPC_E_UNKNOWN_HOST when the name does not resolve, -EAGAIN
  * when the resolver could not answer now, else a negated errno. */
 static inline int rrpci_resolve_code(int eai, int sys_errno)
 {
-    switch (eai) {
-    case EAI_NONAME:
-#ifdef EAI_NODATA
-    case EAI_NODATA:
-#endif
-    case EAI_FAIL:
+    if (rrpci_eai_unknown(eai))
         return RRPC_E_UNKNOWN_HOST;
+    switch (eai) {
     case EAI_AGAIN:
         return -EAGAIN;
     case EAI_MEMORY:
@@ -35,18 +41,9 @@ static inline int rrpci_resolve_code(int eai, int sys_errno)
 /* Words for @eai to follow "cannot resolve X: ". */
 static inline const char *rrpci_resolve_why(int eai)
 {
-    switch (eai) {
-    case EAI_NONAME:
-#ifdef EAI_NODATA
-    case EAI_NODATA:
-#endif
-    case EAI_FAIL:
+    if (rrpci_eai_unknown(eai))
         return "unknown host (check the name, or give an IP address)";
-    case EAI_AGAIN:
-        return "the name server did not answer; try again";
-    default:
-        return gai_strerror(eai);
-    }
+    return eai == EAI_AGAIN ? "the name server did not answer; try again" : gai_strerror(eai);
 }
 
 #endif

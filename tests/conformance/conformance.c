@@ -383,17 +383,25 @@ static int verify_ticket(void *user, const void *t, size_t len, char *why, size_
     return RRPC_E_TICKET;
 }
 
-static void test_a_server_requiring_tickets_runs_no_handler_without_a_good_one(void **state)
+/* A server context whose connections need the ticket "good", serving
+ * "count" on its own thread; its URI in @curi.  Destroy it when done. */
+static rrpc_ctx *ticket_server(char *curi, size_t len)
 {
     rrpc_ctx *s;
     assert_int_equal(rrpc_ctx_create(&s), 0);
     assert_int_equal(rrpc_register(s, "count", h_count, NULL), 0);
     assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), 0);
-    char curi[300];
-    listen_any(s, curi, sizeof(curi)); /* closed with its context */
+    listen_any(s, curi, len); /* closed with its context */
     assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), -EBUSY);
     assert_int_equal(rrpc_ctx_start_thread(s), 0);
     handler_runs = 0;
+    return s;
+}
+
+static void test_a_server_requiring_tickets_runs_no_handler_without_a_good_one(void **state)
+{
+    char curi[300];
+    rrpc_ctx *s = ticket_server(curi, sizeof(curi));
     void *out = NULL;
     size_t n = 0;
     rrpc_conn *c;
@@ -436,14 +444,8 @@ static void async_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, vo
 
 static void test_connect_with_options_presents_its_ticket_asynchronously(void **state)
 {
-    rrpc_ctx *s;
-    assert_int_equal(rrpc_ctx_create(&s), 0);
-    assert_int_equal(rrpc_register(s, "count", h_count, NULL), 0);
-    assert_int_equal(rrpc_ctx_require_ticket(s, verify_ticket, NULL), 0);
     char curi[300];
-    listen_any(s, curi, sizeof(curi));
-    assert_int_equal(rrpc_ctx_start_thread(s), 0);
-    handler_runs = 0;
+    rrpc_ctx *s = ticket_server(curi, sizeof(curi));
 
     /* A good ticket, asynchronously: UP, then calls run. */
     rrpc_connect_opts o = {.ticket = "good", .ticket_len = 4, .timeout_ms = 10000};
