@@ -145,9 +145,6 @@ static void rbuf_free(uint8_t *p)
 
 /* ---- transmit ------------------------------------------------------------ */
 
-/* Writes queued frames, at most the class's slice per call.  Returns 0 when
- * the queue is empty, -EAGAIN when the socket is full or the slice is used
- * (the caller keeps the write watcher armed), or a negative errno. */
 static uint64_t mono_ns(void)
 {
     struct timespec ts;
@@ -161,6 +158,9 @@ static uint64_t slice_end(rrpc_ctx *ctx, int cls)
     return mono_ns() + rrpci_ctx_class_weight(ctx, cls) * SLICE_UNIT_NS;
 }
 
+/* Writes queued frames, at most the class's slice per call.  Returns 0 when
+ * the queue is empty, -EAGAIN when the socket is full or the slice is used
+ * (the caller keeps the write watcher armed), or a negative errno. */
 static int chan_write(struct tcp_chan *ch)
 {
     uint64_t end = 0;
