@@ -259,8 +259,13 @@ static void pipe_cb(const rrpc_result *res, void *user)
 {
     struct pipe_state *ps = user;
     lock();
-    if (res->status != 0 || res->len != ps->expect_len)
+    if (res->status != 0 || res->len != ps->expect_len) {
+        if (ps->bad < 3) /* what went wrong, for a failure that is hard to reproduce */
+            printf("# pipelined call failed: %s (%d), %zu bytes of %zu: %s\n",
+                   rrpc_err_name(res->status), res->status, res->len, ps->expect_len,
+                   res->message ? res->message : "-");
         ps->bad++;
+    }
     ps->done++;
     unlock();
 }
