@@ -226,9 +226,20 @@ typedef void (*rrpc_conn_event_fn)(rrpc_conn *conn, rrpc_conn_event ev, int reas
  * Endpoint URIs:
  *   tcp://HOST:PORT    the TCP transport (one socket per QoS class)
  *   rdma://HOST:PORT   the RoCEv2 verbs transport (one RC QP per QoS class)
+ *   inproc://NAME      client and server in this process (no sockets)
  * HOST is an IPv4 address, a name, or [IPv6].  A query may follow:
  *   ?src=ADDR          bind the local side of a connection to ADDR
  * Port 0 in rrpc_listen picks a free port (see rrpc_listener_port).
+ *
+ * inproc: NAME (letters, digits, '.', '_', '-'; no port, no query) is
+ * looked up in a registry of the whole process, so the two sides may be one
+ * context or two, on the same thread or on different ones.  rrpc_listen
+ * fails with -EADDRINUSE when the name is taken; a connect to a name nobody
+ * listens on fails with -ECONNREFUSED.  Frames are handed over, not copied
+ * (one copy for an emulated one-sided WRITE's two-piece frame); one-sided
+ * operations, credits and classes behave as on tcp.  rrpc_listener_port
+ * and rrpc_conn_class_dscp return -EOPNOTSUPP: there is no port, and no
+ * packet to mark.
  */
 
 /*
@@ -241,7 +252,8 @@ typedef void (*rrpc_conn_event_fn)(rrpc_conn *conn, rrpc_conn_event ev, int reas
 RRPC_API int rrpc_listen(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *user,
                          rrpc_listener **ret_listener);
 
-/* The port the listener is bound to (useful after port 0), or a negative code. */
+/* The port the listener is bound to (useful after port 0), or a negative code
+ * (-EOPNOTSUPP for inproc://, which has none). */
 RRPC_API int rrpc_listener_port(rrpc_listener *l);
 
 /* Stops listening and frees @l; accepted connections stay up.  Accepts NULL. */
@@ -335,7 +347,7 @@ RRPC_API int rrpc_connect_ticket(rrpc_ctx *ctx, const char *uri, const void *tic
                                  int timeout_ms, rrpc_conn_event_fn fn, void *user,
                                  rrpc_conn **ret_conn);
 
-/* The transport name of @conn ("tcp" or "verbs"); static, never NULL. */
+/* The transport name of @conn ("tcp", "verbs" or "inproc"); static, never NULL. */
 RRPC_API const char *rrpc_conn_transport(rrpc_conn *conn);
 
 /*

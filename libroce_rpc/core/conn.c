@@ -441,7 +441,7 @@ static int resolve(rrpc_ctx *ctx, const char *uri, struct rrpci_uri *u,
                                    "install libibverbs-dev and librdmacm-dev and rebuild "
                                    "(meson setup -Dverbs=enabled), or use tcp://",
                                    uri);
-        return rrpci_set_error(ctx, RRPC_E_URI, "\"%s\": unknown scheme \"%s\" (use tcp:// or rdma://)",
+        return rrpci_set_error(ctx, RRPC_E_URI, "\"%s\": unknown scheme \"%s\" (use tcp://, rdma:// or inproc://)",
                                uri, u->scheme);
     }
     r = rrpci_transport_use(ctx, ops);

@@ -18,7 +18,7 @@
 #include "util/idmap.h"
 #include "util/list.h"
 
-#define RRPCI_NTRANSPORTS 2
+#define RRPCI_NTRANSPORTS 3
 #define RRPCI_ERRMSG_MAX 512
 /* One-sided writes are emulated in frames of at most this many data bytes. */
 #define RRPCI_OS_CHUNK (1u << 20)

@@ -937,6 +937,7 @@ static const struct rrpci_transport_ops *const all_transports[RRPCI_NTRANSPORTS]
 #else
     NULL,
 #endif
+    &rrpci_inproc_ops,
 };
 
 const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme)

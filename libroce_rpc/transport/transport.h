@@ -71,8 +71,8 @@ struct rrpci_rdma_op {
 
 struct rrpci_transport_ops {
     uint32_t version; /* RRPCI_TRANSPORT_OPS_VERSION */
-    const char *name;   /* "tcp", "verbs" */
-    const char *scheme; /* URI scheme: "tcp", "rdma" */
+    const char *name;   /* "tcp", "verbs", "inproc" */
+    const char *scheme; /* URI scheme: "tcp", "rdma", "inproc" */
     size_t ctx_priv_size;
     size_t conn_priv_size;
     size_t listener_priv_size;
@@ -108,6 +108,7 @@ struct rrpci_transport_ops {
 
 /* The transports compiled in. */
 extern const struct rrpci_transport_ops rrpci_tcp_ops;
+extern const struct rrpci_transport_ops rrpci_inproc_ops;
 #ifdef RRPC_HAVE_VERBS
 extern const struct rrpci_transport_ops rrpci_verbs_ops;
 #endif

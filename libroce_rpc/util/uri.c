@@ -14,6 +14,21 @@ static int fail(const char **why, const char *msg)
     return RRPC_E_URI;
 }
 
+/* inproc://NAME: a name, not an address; no port and no query. */
+static int parse_inproc_name(const char *name, struct rrpci_uri *u, const char **why)
+{
+    size_t n = strlen(name);
+    if (n == 0)
+        return fail(why, "inproc:// needs a name, for example inproc://server");
+    if (n >= sizeof(u->host))
+        return fail(why, "inproc name too long (at most 255 bytes)");
+    if (strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+        return fail(why, "an inproc name has only letters, digits, '.', '_' and '-' "
+                         "(no port: inproc://NAME)");
+    memcpy(u->host, name, n);
+    return 0;
+}
+
 int rrpci_uri_parse(const char *s, struct rrpci_uri *u, const char **why)
 {
     memset(u, 0, sizeof(*u));
@@ -24,6 +39,8 @@ int rrpci_uri_parse(const char *s, struct rrpci_uri *u, const char **why)
         return fail(why, "expected SCHEME://HOST:PORT, for example tcp://127.0.0.1:7000");
     memcpy(u->scheme, s, (size_t)(sep - s));
     const char *h = sep + 3;
+    if (strcmp(u->scheme, "inproc") == 0)
+        return parse_inproc_name(h, u, why);
     const char *hend;
     const char *rest;
     if (*h == '[') {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Endpoint URIs: scheme://host:port[?src=addr] */
+/* Endpoint URIs: scheme://host:port[?src=addr], or inproc://name (the name in
+ * host, port 0). */
 #ifndef RRPCI_URI_H
 #define RRPCI_URI_H
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests of libroce_rpc/util/uri.c: scheme://host:port[?src=addr]. */
+/* Unit tests of libroce_rpc/util/uri.c: scheme://host:port[?src=addr], inproc://name. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -54,6 +54,29 @@ static void test_rdma_uri_with_host_name_parses(void **state)
     assert_string_equal(u.scheme, "rdma");
     assert_string_equal(u.host, "node-7.example.com");
     assert_int_equal(u.port, 18515);
+}
+
+static void test_inproc_uri_is_a_name_without_a_port(void **state)
+{
+    (void)state;
+    struct rrpci_uri u = parse_ok("inproc://kv-server_2.a");
+    assert_string_equal(u.scheme, "inproc");
+    assert_string_equal(u.host, "kv-server_2.a");
+    assert_int_equal(u.port, 0);
+    assert_string_equal(u.src, "");
+}
+
+static void test_inproc_uri_with_a_port_empty_or_odd_name_is_refused(void **state)
+{
+    (void)state;
+    parse_bad("inproc://", "needs a name");
+    parse_bad("inproc://server:7000", "no port");
+    parse_bad("inproc://a/b", "only letters");
+    parse_bad("inproc://x?src=1.2.3.4", "only letters");
+    char s[300] = "inproc://";
+    memset(s + 9, 'n', 256);
+    s[9 + 256] = '\0';
+    parse_bad(s, "too long");
 }
 
 static void test_bracketed_ipv6_host_loses_its_brackets(void **state)
@@ -241,6 +264,8 @@ int main(void)
         cmocka_unit_test(test_src_of_255_characters_fits_and_256_is_refused),
         cmocka_unit_test(test_null_uri_is_refused_and_why_is_optional),
         cmocka_unit_test(test_failed_parse_leaves_a_cleared_result),
+        cmocka_unit_test(test_inproc_uri_is_a_name_without_a_port),
+        cmocka_unit_test(test_inproc_uri_with_a_port_empty_or_odd_name_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
