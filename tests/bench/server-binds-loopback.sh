@@ -12,9 +12,11 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -f "$
 trap cleanup EXIT
 
 # A free block of ports: the server takes P (tcp), P+1 (rdma), P+2 (raw-tcp), P+3, P+4.
+# Below the kernel's ephemeral range (ip_local_port_range, from 32768 by
+# default), where the other tests' client sockets do not land; several tries.
 started=
-for try in 1 2 3 4 5; do
-  port=$(( 20000 + ($$ * 7 + try * 1009) % 30000 ))
+for try in $(seq 1 20); do
+  port=$(( 20000 + ($$ * 7 + try * 1009) % 12000 ))
   "$bench" server --port "$port" > "$out" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do
