@@ -504,8 +504,8 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         }
         classes |= 1u << k;
     }
-    if (!classes) /* every class: bit (1 << class) per public class value */
-        classes = ((1u << (RRPC_CLASS_LAST + 1)) - 1) & ~((1u << RRPC_CLASS_FIRST) - 1);
+    if (!classes)
+        classes = RRPC_CLASS_MASK_ALL;
     uint64_t lease = (uint64_t)cfg->lease_ms;
     const msgpack_object *lo = rrpci_mp_get(m, "lease_ms");
     if (lo) {

@@ -256,7 +256,7 @@ RRPC_API int rrpc_broker_unregister(rrpc_broker *b, const char *service);
 /* One live endpoint of a looked-up service. */
 typedef struct rrpc_service_endpoint {
     char uri[300];       /* "tcp://HOST:PORT" or "rdma://HOST:PORT" */
-    unsigned class_mask; /* the QoS classes served (bit 1<<cls) */
+    unsigned class_mask; /* the QoS classes served (bit 1<<cls; RRPC_CLASS_MASK_ALL) */
     size_t instance;     /* the server behind it: an index into rrpc_service_info.instances */
 } rrpc_service_endpoint;
 

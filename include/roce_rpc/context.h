@@ -61,6 +61,8 @@ typedef enum rrpc_class {
 #define RRPC_CLASS_COUNT 4
 #define RRPC_CLASS_FIRST RRPC_CLASS_CONTROL
 #define RRPC_CLASS_LAST RRPC_CLASS_BACKGROUND
+/* A class mask (bit 1 << class) with every class. */
+#define RRPC_CLASS_MASK_ALL (((1u << (RRPC_CLASS_LAST + 1)) - 1) & ~((1u << RRPC_CLASS_FIRST) - 1))
 
 /*
  * The class named @name ("control", "low_latency", "bulk", "background").

@@ -40,9 +40,6 @@
 #include "util/resolve.h"
 #include "util/reserved.h"
 
-/* A class mask with every class: bit (1 << class) per public class value. */
-#define ALL_CLASSES (((1u << (RRPC_CLASS_LAST + 1)) - 1) & ~((1u << RRPC_CLASS_FIRST) - 1))
-
 #define ERR_MAX 512
 #define HOST_MAX 256
 
@@ -535,8 +532,7 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         return open_fail(-EINVAL, "rrpc_broker_open: address, opts and opts->ca_file are required");
     int bad = RRPCI_RESERVED_BAD(opts);
     if (bad >= 0)
-        return open_fail(-EINVAL, "rrpc_broker_opts.reserved[%d] is not zero: zero the whole struct "
-                                  "before setting its fields", bad);
+        return open_fail(-EINVAL, RRPCI_RESERVED_WHY, "rrpc_broker_opts", bad);
     struct rrpc_broker *b = calloc(1, sizeof(*b));
     if (!b)
         return -ENOMEM;
@@ -860,7 +856,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     if (!b)
         return -EINVAL;
     if (!ctx || !service || !*service || strlen(service) > 255 || !uris || n == 0 || n > 64 ||
-        (class_mask & ~ALL_CLASSES))
+        (class_mask & ~RRPC_CLASS_MASK_ALL))
         return fail(b, -EINVAL, "rrpc_broker_register: bad arguments");
     struct endpoint *eps = calloc(n, sizeof(*eps));
     if (!eps)
@@ -902,7 +898,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     }
     g->eps = eps;
     g->n_eps = n;
-    g->class_mask = class_mask ? class_mask : ALL_CLASSES;
+    g->class_mask = class_mask ? class_mask : RRPC_CLASS_MASK_ALL;
     uint8_t secret[32];
     r = do_register(b, g, secret);
     if (r) {

@@ -608,15 +608,9 @@ static int connect_opts(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts 
 {
     *ret_uri = uri;
     *ret_timeout = ctx->cfg.connect_timeout_ms;
-    if (!o)
-        return 0;
-    for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
-        if (o->reserved[i])
-            return rrpci_set_error(ctx, -EINVAL,
-                                   "rrpc_connect_opts.reserved[%zu] is not zero: zero the "
-                                   "struct before setting fields (or this library is older "
-                                   "than the header the caller was built with)",
-                                   i);
+    int r = RRPCI_OPTS_CHECK(ctx, o, "rrpc_connect_opts");
+    if (r < 0 || !o)
+        return r;
     if (!o->ticket != !o->ticket_len || o->ticket_len > RRPCI_CTL_MAX_LEN)
         return rrpci_set_error(ctx, -EINVAL,
                                "rrpc_connect_opts: a ticket needs its length, 1..%u bytes",

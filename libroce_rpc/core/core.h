@@ -245,6 +245,12 @@ struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind ki
 /* The class index of public class @cls from an options struct, @dflt (an
  * index) for RRPC_CLASS_DEFAULT; RRPC_E_BAD_CLASS with the detail set. */
 int rrpci_class_arg(rrpc_ctx *ctx, int cls, int dflt, int *ret_idx);
+/* 0 when options struct @o (NULL allowed) has its reserved words zero, else
+ * -EINVAL with the detail naming @what and the word (util/reserved.h). */
+#define RRPCI_OPTS_CHECK(ctx, o, what)                                                            \
+    rrpci_reserved_check((ctx), (o) ? (o)->reserved : NULL,                                      \
+                         sizeof((o)->reserved) / sizeof((o)->reserved[0]), (what))
+int rrpci_reserved_check(rrpc_ctx *ctx, const uint64_t *r, size_t n, const char *what);
 void rrpci_methods_fini(rrpc_ctx *ctx);
 void rrpci_regions_fini(rrpc_ctx *ctx);
 

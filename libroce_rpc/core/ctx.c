@@ -19,6 +19,7 @@
 #include <sys/timerfd.h>
 
 #include "core/core.h"
+#include "util/reserved.h"
 
 /* ---- configuration table ---------------------------------------------- */
 
@@ -260,6 +261,12 @@ int rrpci_class_arg(rrpc_ctx *ctx, int cls, int dflt, int *ret_idx)
                                cls, RRPC_CLASS_FIRST, RRPC_CLASS_LAST);
     *ret_idx = i;
     return 0;
+}
+
+int rrpci_reserved_check(rrpc_ctx *ctx, const uint64_t *r, size_t n, const char *what)
+{
+    int bad = r ? rrpci_reserved_bad(r, n) : -1;
+    return bad < 0 ? 0 : rrpci_set_error(ctx, -EINVAL, RRPCI_RESERVED_WHY, what, bad);
 }
 
 RRPC_API int rrpc_class_set(rrpc_ctx *ctx, int api_cls, int dscp, int weight, int credits)

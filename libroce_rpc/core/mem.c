@@ -10,7 +10,6 @@
 #include <syslog.h>
 
 #include "core/core.h"
-#include "util/reserved.h"
 
 static uint64_t next_generation = 1;
 
@@ -182,11 +181,11 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     if (!c || !local || !remote || !cb || len == 0)
         return -EINVAL;
     rrpc_ctx *ctx = c->ctx;
-    int bad = opts ? RRPCI_RESERVED_BAD(opts) : -1;
-    if (bad >= 0)
-        return rrpci_set_error(ctx, -EINVAL, RRPCI_RESERVED_WHY, "rrpc_op_opts", bad);
     int cls;
-    int r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_BULK, &cls);
+    int r = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_op_opts");
+    if (r < 0)
+        return r;
+    r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_BULK, &cls);
     if (r < 0)
         return r;
     const char *what = is_read ? "READ" : "WRITE";

@@ -7,7 +7,6 @@
 #include <syslog.h>
 
 #include "core/core.h"
-#include "util/reserved.h"
 
 #define RRPCI_ERRMSG_WIRE_MAX 1024
 
@@ -265,11 +264,11 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     if (mlen == 0 || mlen > 255) /* the rule of rrpc_register */
         return rrpci_set_error(ctx, -EINVAL, "a method name has 1..255 bytes (this one has %s)",
                                mlen ? "more than 255" : "none");
-    int bad = opts ? RRPCI_RESERVED_BAD(opts) : -1;
-    if (bad >= 0)
-        return rrpci_set_error(ctx, -EINVAL, RRPCI_RESERVED_WHY, "rrpc_call_opts", bad);
     int cls;
-    int r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_LOW_LATENCY, &cls);
+    int r = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_call_opts");
+    if (r < 0)
+        return r;
+    r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_LOW_LATENCY, &cls);
     if (r < 0)
         return r;
     rrpci_lock(ctx);

@@ -8,7 +8,6 @@
 
 #include "core/core.h"
 #include "xfer/xfer.h"
-#include "util/reserved.h"
 
 /* ---- the batch engine ------------------------------------------------------ */
 
@@ -349,9 +348,9 @@ RRPC_API int rrpc_kv_transfer(rrpc_conn *conn, rrpc_kv_pool *src, const rrpc_kv_
 {
     if (!conn)
         return -EINVAL;
-    int bad = opts ? RRPCI_RESERVED_BAD(opts) : -1;
-    if (bad >= 0)
-        return rrpci_set_error(conn->ctx, -EINVAL, RRPCI_RESERVED_WHY, "rrpc_op_opts", bad);
+    int bad = RRPCI_OPTS_CHECK(conn->ctx, opts, "rrpc_op_opts");
+    if (bad < 0)
+        return bad;
     if (!src || !dst || !pairs || n == 0 || !cb)
         return rrpci_set_error(conn->ctx, -EINVAL,
                                "a KV transfer needs a source pool, a destination token, at "

@@ -13,7 +13,6 @@
 
 #include "core/core.h"
 #include "xfer/xfer.h"
-#include "util/reserved.h"
 
 #define OFFER_METHOD "rrpc.tensor.offer"
 #define DONE_METHOD "rrpc.tensor.done"
@@ -560,9 +559,9 @@ RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
 {
     if (!ctx || !alloc || !done || !ret_server)
         return rrpci_set_error(ctx, -EINVAL, "rrpc_tensor_serve needs alloc and done callbacks");
-    int bad = opts ? RRPCI_RESERVED_BAD(opts) : -1;
-    if (bad >= 0)
-        return rrpci_set_error(ctx, -EINVAL, RRPCI_RESERVED_WHY, "rrpc_tensor_server_opts", bad);
+    int bad = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_tensor_server_opts");
+    if (bad < 0)
+        return bad;
     rrpc_tensor_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
         return -ENOMEM;
