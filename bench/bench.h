@@ -207,6 +207,9 @@ void progress_end(const char *status);
 void note(const char *fmt, ...) BENCH_PRINTF(1, 2);
 /* Pins the calling process to @cpu (< 0: nothing); @quiet: no note on failure. */
 void bench_pin(int cpu, bool quiet);
+/* User + system time of @ru, nanoseconds. */
+struct rusage;
+uint64_t rusage_ns(const struct rusage *ru);
 
 void fmt_size(char *buf, size_t len, size_t bytes);
 extern const double cdf_q[];

@@ -52,12 +52,17 @@ static bool proc_cpu_ns(int pid, uint64_t *ret)
     return any;
 }
 
+uint64_t rusage_ns(const struct rusage *ru)
+{
+    return (uint64_t)ru->ru_utime.tv_sec * 1000000000u + (uint64_t)ru->ru_utime.tv_usec * 1000u +
+           (uint64_t)ru->ru_stime.tv_sec * 1000000000u + (uint64_t)ru->ru_stime.tv_usec * 1000u;
+}
+
 void cpu_mark(struct cpu_mark *m)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    m->self_ns = (uint64_t)ru.ru_utime.tv_sec * 1000000000u + (uint64_t)ru.ru_utime.tv_usec * 1000u +
-                 (uint64_t)ru.ru_stime.tv_sec * 1000000000u + (uint64_t)ru.ru_stime.tv_usec * 1000u;
+    m->self_ns = rusage_ns(&ru);
     m->srv_ok = false;
     if (srv_pid > 0)
         m->srv_ok = proc_cpu_ns(srv_pid, &m->srv_ns);

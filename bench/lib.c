@@ -69,34 +69,27 @@ static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    uint64_t ns = (uint64_t)ru.ru_utime.tv_sec * 1000000000u + (uint64_t)ru.ru_utime.tv_usec * 1000u +
-                  (uint64_t)ru.ru_stime.tv_sec * 1000000000u + (uint64_t)ru.ru_stime.tv_usec * 1000u;
+    uint64_t ns = rusage_ns(&ru);
     uint8_t b[8];
     for (int i = 0; i < 8; i++)
         b[i] = (uint8_t)(ns >> (8 * i));
     rrpc_respond(req, b, sizeof(b));
 }
 
-/* Creates a context with "NAME=VALUE" @env in the environment (NULL: none),
- * restoring the caller's value after: the library reads its tunables then. */
+/* Creates a context with the tunable "NAME=VALUE" @env set through the
+ * library's config object (NULL: the defaults). */
 static int ctx_create_with(const char *env, rrpc_ctx **ret)
 {
-    char name[128] = "", *old = NULL;
-    if (env) {
-        const char *eq = strchr(env, '=');
-        snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - env) : 0, env);
-        const char *o = getenv(name);
-        old = o ? strdup(o) : NULL;
-        setenv(name, eq ? eq + 1 : "", 1);
-    }
-    int r = rrpc_ctx_create(ret);
-    if (env) {
-        if (old)
-            setenv(name, old, 1);
-        else
-            unsetenv(name);
-        free(old);
-    }
+    if (!env)
+        return rrpc_ctx_create(ret);
+    char name[128];
+    const char *eq = strchr(env, '=');
+    snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - env) : (int)strlen(env), env);
+    rrpc_config *cfg = NULL;
+    int r = rrpc_config_create(&cfg);
+    if (r == 0 && (r = rrpc_config_set(cfg, name, eq ? eq + 1 : "")) == 0)
+        r = rrpc_ctx_create_with(cfg, ret);
+    rrpc_config_destroy(cfg);
     return r;
 }
 

@@ -77,8 +77,7 @@ static pid_t spawn(char *const argv[], char *const env[], int cpu, int outfd)
 
 static double ru_seconds(const struct rusage *ru)
 {
-    return (double)ru->ru_utime.tv_sec + (double)ru->ru_utime.tv_usec / 1e6 +
-           (double)ru->ru_stime.tv_sec + (double)ru->ru_stime.tv_usec / 1e6;
+    return (double)rusage_ns(ru) / 1e9;
 }
 
 /* Waits for @pid up to @secs, then SIGTERM, then SIGKILL; returns its status. */
