@@ -454,9 +454,17 @@ bool rrpci_timer_active(const struct rrpci_timer *t)
     return ev_is_active(&t->w);
 }
 
+static void driven_rearm(rrpc_ctx *ctx);
+
 void rrpci_unlock(rrpc_ctx *ctx)
 {
     bool other = !(ctx->in_run && pthread_equal(ctx->owner, pthread_self()));
+    if (other && !ctx->in_run && !ctx->thread_mode) {
+        /* Driven, between two progress calls: what this call started reaches
+         * epoll only when the loop runs, so the context's fd says "run me". */
+        ctx->ran_callbacks = true;
+        driven_rearm(ctx);
+    }
     pthread_mutex_unlock(&ctx->lock);
     /* Another thread changed watchers or queued work: make the loop look. */
     if (other)
@@ -514,11 +522,25 @@ static void wake_cb(struct ev_loop *loop, ev_async *w, int revents)
         ev_break(loop, EVBREAK_ALL);
 }
 
+/* libev hands a watcher started in a callback to epoll only when the loop
+ * runs again, so a driven context whose callbacks ran must be run again
+ * before it may sleep on its fd (timeout_locked says 0).  The credit
+ * prepare watcher does not count: it runs every iteration, before libev
+ * updates epoll in that same iteration. */
+static void invoke_pending(struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = ev_userdata(loop);
+    if (ev_pending_count(loop) > (ev_is_pending(&ctx->credit_prep) ? 1u : 0u))
+        ctx->ran_callbacks = true;
+    ev_invoke_pending(loop);
+}
+
 /* Runs the loop with the lock held once by the caller. */
 static void run_locked(rrpc_ctx *ctx, int flags)
 {
     ctx->in_run++;
     ctx->owner = pthread_self();
+    ctx->ran_callbacks = false;
     ev_run(ctx->loop, flags);
     ctx->in_run--;
 }
@@ -728,6 +750,7 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     }
     ev_set_userdata(ctx->loop, ctx);
     ev_set_loop_release_cb(ctx->loop, loop_release, loop_acquire);
+    ev_set_invoke_pending_cb(ctx->loop, invoke_pending);
     ev_async_init(&ctx->wake, wake_cb);
     ctx->wake.data = ctx;
     ev_async_start(ctx->loop, &ctx->wake);
@@ -768,8 +791,8 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
  * pending already, -1 when no timer runs.  Called with the lock held. */
 static int timeout_locked(rrpc_ctx *ctx)
 {
-    if (ev_pending_count(ctx->loop) > 0 || ev_is_active(&ctx->busy_idle))
-        return 0; /* work pending, or polling after traffic */
+    if (ev_pending_count(ctx->loop) > 0 || ev_is_active(&ctx->busy_idle) || ctx->ran_callbacks)
+        return 0; /* work pending, watchers to hand to epoll, or polling after traffic */
     ev_tstamp t = -1;
     for (struct rrpci_timer *i = ctx->timers; i; i = i->next) {
         ev_tstamp left = ev_timer_remaining(ctx->loop, &i->w);

@@ -258,6 +258,86 @@ static void test_a_driven_client_waiting_on_its_fd_alone_sees_deadlines_and_a_lo
     child_kill(&server);
 }
 
+static void echo_handler(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)user;
+    rrpc_respond(req, p, len);
+}
+
+static void up_cb(rrpc_conn *conn, rrpc_conn_event ev, int reason, void *user)
+{
+    (void)conn;
+    *(int *)user = ev == RRPC_CONN_UP ? 1 : reason < 0 ? reason : -1;
+}
+
+/* How long both driven contexts may sleep: the smaller of their timeouts. */
+static int driven_wait_ms(rrpc_ctx *a, rrpc_ctx *b)
+{
+    int ma, mb;
+    assert_int_equal(rrpc_ctx_timeout(a, &ma), 0);
+    assert_int_equal(rrpc_ctx_timeout(b, &mb), 0);
+    if (ma < 0)
+        return mb;
+    return mb < 0 || ma < mb ? ma : mb;
+}
+
+/* A server and a client, both driven by this one thread, which sleeps in
+ * poll() on their two fds for no longer than rrpc_ctx_timeout allows and
+ * runs a context only when its fd is readable (or the timeout said so):
+ * the way an asyncio loop drives them.  The server's accept callback
+ * starts watchers for the new connection; those must reach epoll without
+ * any other event, or the handshake never happens. */
+static void test_a_driven_server_and_client_on_one_thread_connect_and_call_through_their_fds(
+    void **state)
+{
+    (void)state;
+    rrpc_ctx *srv, *cli;
+    assert_int_equal(rrpc_ctx_create(&srv), 0);
+    assert_int_equal(rrpc_ctx_create(&cli), 0);
+    assert_int_equal(rrpc_register(srv, "echo", echo_handler, NULL), 0);
+    char uri[160];
+    test_listen_uri(uri, sizeof(uri));
+    rrpc_listener *l;
+    assert_int_equal(rrpc_listen(srv, uri, NULL, NULL, &l), 0);
+    test_connect_uri(uri, sizeof(uri), rrpc_listener_port(l));
+    int up = 0;
+    rrpc_conn *c;
+    rrpc_connect_opts co = {.timeout_ms = 5000};
+    assert_int_equal(rrpc_connect_with(cli, uri, &co, up_cb, &up, &c), 0);
+    struct tally t;
+    tally_init(&t);
+    bool called = false;
+    int wakeups = 0;
+    struct pollfd p[2] = {{.fd = rrpc_ctx_fd(srv), .events = POLLIN},
+                          {.fd = rrpc_ctx_fd(cli), .events = POLLIN}};
+    assert_true(p[0].fd >= 0 && p[1].fd >= 0);
+    while (tally_wait(&t, 1, 0) < 1 && up >= 0 && wakeups < 100000) {
+        int ms = driven_wait_ms(srv, cli);
+        int n = poll(p, 2, ms < 0 || ms > 10000 ? 10000 : ms);
+        assert_true(n >= 0);
+        if (n == 0 && ms < 0)
+            fail_msg("both fds slept 10 s with no timer due (up=%d)", up);
+        wakeups++;
+        assert_int_equal(rrpc_ctx_progress(srv, 0), 0);
+        assert_int_equal(rrpc_ctx_progress(cli, 0), 0);
+        if (up == 1 && !called) {
+            rrpc_call_opts o = {.deadline_ms = 5000};
+            assert_int_equal(rrpc_call(c, "echo", "hi", 2, &o, tally_cb, &t), 0);
+            called = true;
+        }
+    }
+    if (up != 1)
+        fail_msg("the connection did not come up (%s after %d wake-ups): %s", rrpc_err_name(up),
+                 wakeups, rrpc_ctx_last_error(cli));
+    assert_int_equal(t.ok, 1);
+    printf("# driven pair: connected and called in %d wake-ups\n", wakeups);
+    rrpc_conn_close(c);
+    rrpc_listener_close(l);
+    rrpc_ctx_destroy(cli);
+    rrpc_ctx_destroy(srv);
+    tally_fini(&t);
+}
+
 static void test_an_idle_connection_with_keepalives_off_stays_up(void **state)
 {
     (void)state;
@@ -509,6 +589,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_stopped_server_is_declared_lost_within_the_keepalive_timeout),
         cmocka_unit_test(test_a_driven_client_waiting_on_its_fd_alone_sees_deadlines_and_a_lost_peer),
+        cmocka_unit_test(
+            test_a_driven_server_and_client_on_one_thread_connect_and_call_through_their_fds),
         cmocka_unit_test(test_an_idle_connection_with_keepalives_off_stays_up),
         cmocka_unit_test(test_a_keepalive_timeout_not_above_the_interval_is_refused),
         cmocka_unit_test(test_a_call_waiting_for_credit_fails_at_its_deadline_and_is_never_sent),
