@@ -247,6 +247,28 @@ static void join(rrpc_ctx *ctx)
     pump(ctx);
 }
 
+/* connect(2) that a signal cannot fail: after EINTR the connection goes on
+ * in the background, so wait for it instead of giving up. */
+static int connect_loopback(int fd, const struct sockaddr_in *sa)
+{
+    if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+        return 0;
+    if (errno != EINTR)
+        return -1;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int r;
+    do
+        r = poll(&p, 1, 10000);
+    while (r < 0 && errno == EINTR);
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (r != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
+        errno = r == 0 ? ETIMEDOUT : err ? err : errno;
+        return -1;
+    }
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
     static const uint16_t grants[4] = {1, 4, 64, 1000};
@@ -274,7 +296,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     for (int k = 0; k < NCH; k++) {
         chans[k].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (chans[k].fd < 0 || connect(chans[k].fd, (struct sockaddr *)&sa, sizeof(sa))) {
+        if (chans[k].fd < 0 || connect_loopback(chans[k].fd, &sa)) {
             perror("fuzz_tcp_rx: connect to the server");
             abort();
         }
