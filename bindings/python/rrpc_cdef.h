@@ -38,6 +38,16 @@ void rrpc_ctx_set_log(rrpc_ctx *ctx, int max_level, rrpc_log_fn fn, void *user);
 int rrpc_ctx_create(rrpc_ctx **ret_ctx);
 void rrpc_ctx_destroy(rrpc_ctx *ctx);
 int rrpc_ctx_start_thread(rrpc_ctx *ctx);
+int rrpc_ctx_fd(rrpc_ctx *ctx);
+int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms);
+int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
+typedef struct rrpc_config rrpc_config;
+int rrpc_config_create(rrpc_config **ret_cfg);
+int rrpc_config_set(rrpc_config *cfg, const char *name, const char *value);
+int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret_value);
+void rrpc_config_destroy(rrpc_config *cfg);
+int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx);
+const char *rrpc_version(void);
 const char *rrpc_ctx_last_error(rrpc_ctx *ctx);
 
 typedef enum rrpc_conn_event { RRPC_CONN_UP, RRPC_CONN_DOWN, ... } rrpc_conn_event;
@@ -48,6 +58,15 @@ int rrpc_listen(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn, void *use
 int rrpc_listener_port(rrpc_listener *l);
 void rrpc_listener_close(rrpc_listener *l);
 int rrpc_connect_sync(rrpc_ctx *ctx, const char *uri, int timeout_ms,
+                      rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
+typedef struct rrpc_connect_opts {
+    const void *ticket;
+    size_t ticket_len;
+    int timeout_ms;
+    const char *src;
+    uint64_t reserved[4];
+} rrpc_connect_opts;
+int rrpc_connect_with(rrpc_ctx *ctx, const char *uri, const rrpc_connect_opts *opts,
                       rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
 void rrpc_conn_close(rrpc_conn *conn);
 int rrpc_connect_ticket(rrpc_ctx *ctx, const char *uri, const void *ticket, size_t len,

@@ -27,6 +27,7 @@ globals().update({n: getattr(_core, n) for n in _core.__all__ if n.startswith("E
 
 HAVE_TENSOR: bool = hasattr(lib, "rrpc_tensor_send")
 if HAVE_TENSOR:
-    from .tensor import (KvPool, KvToken, TensorServer, dtype_to_rrpc,  # noqa: F401
-                         dtype_from_rrpc)
-    __all__ += ["KvPool", "KvToken", "TensorServer", "dtype_to_rrpc", "dtype_from_rrpc"]
+    from .tensor import (KvPool, KvToken, TensorServer, ReceivePool,  # noqa: F401
+                         dtype_to_rrpc, dtype_from_rrpc)
+    __all__ += ["KvPool", "KvToken", "TensorServer", "ReceivePool", "dtype_to_rrpc",
+                "dtype_from_rrpc"]

@@ -320,6 +320,9 @@ class _Core:
         self.notes = collections.deque(maxlen=1 << 16)
         self.log_fn = None
         self.ctx_ref = None
+        self.tasks = set()     # aio: the tasks of async def handlers still running
+        self.aio = None        # the asyncio loop that drives this context (roce_rpc.aio)
+        self.kick = None       # aio: asks the driver to run the loop soon
         self.key, self.user = _keep(self)
         self.keys.add(self.key)
 
@@ -395,6 +398,8 @@ class _Core:
             for e in enders:
                 e._op_end()
             raise
+        if self.kick is not None:
+            self.kick()
         return fut
 
     def conn_for(self, p):
@@ -405,6 +410,10 @@ class _Core:
         return c
 
     def check_blocking(self, what):
+        if self.aio is not None:
+            raise RrpcError(lib.RRPC_E_DEADLOCK,
+                            "%s would block the asyncio loop that drives this context; "
+                            "await the roce_rpc.aio form instead" % what)
         if _in_callback(self):
             raise RrpcError(lib.RRPC_E_DEADLOCK,
                             "%s from a callback of the same context would wait for itself; "
@@ -446,14 +455,24 @@ def _rrpc_py_handler(req, payload, length, user):
                 rq._answer_error(e.code, e.message or strerror(e.code))
                 return
             except Exception as e:
-                log.debug("roce_rpc: handler raised", exc_info=True)
+                log.warning("roce_rpc: handler %r raised; its caller gets HANDLER_ERROR",
+                            h.method, exc_info=True)
                 rq._answer_error(HANDLER_ERROR, _last_line(e))
                 return
             if rq._answered or rq._deferred:
+                if asyncio.iscoroutine(result):
+                    result.close()
                 return
             if isinstance(result, concurrent.futures.Future):
                 rq._deferred = True
                 result.add_done_callback(rq._from_future)
+                return
+            if h.core.aio is not None and asyncio.iscoroutine(result):
+                rq._deferred = True  # an async def handler: a task on the driving loop
+                task = h.core.aio.create_task(result)
+                h.core.tasks.add(task)
+                task.add_done_callback(h.core.tasks.discard)
+                task.add_done_callback(rq._from_future)
                 return
             rq._answer(result)
     except BaseException:  # never leave a request unanswered
@@ -523,11 +542,13 @@ def _rrpc_py_op_done(status, user):
 
 
 class _ConnSlot:
-    __slots__ = ("core", "conn", "key", "__weakref__")
+    __slots__ = ("core", "conn", "key", "fut", "what", "__weakref__")
 
     def __init__(self, core):
         self.core = core
         self.conn = None  # weakref to the client Conn
+        self.fut = None   # Context.connect_async: resolved by UP or DOWN
+        self.what = ""
 
 
 @ffi.def_extern()
@@ -539,6 +560,15 @@ def _rrpc_py_conn_event(conn, ev, reason, user):
         if isinstance(obj, _ConnSlot):  # a connection of ours (rrpc_connect*)
             core = obj.core
             c = obj.conn() if obj.conn is not None else None
+            fut, obj.fut = obj.fut, None
+            if fut is not None and not fut.done():
+                if ev == lib.RRPC_CONN_UP:
+                    if c is not None:
+                        c._up = True
+                    fut.set_result(None)
+                else:
+                    detail = _s(lib.rrpc_ctx_last_error(core.ptr)) or strerror(reason)
+                    fut.set_exception(RrpcError(reason, "%s: %s" % (obj.what, detail)))
             if ev == lib.RRPC_CONN_DOWN:
                 core.forget(obj.key)
                 for ts in list(core.tservers.values()):
@@ -607,6 +637,25 @@ _PY_LEVEL = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: l
 
 # ---- Context ----------------------------------------------------------------
 
+def _create_ctx(config, pp):
+    """rrpc_ctx_create, or rrpc_ctx_create_with a config made of @config."""
+    if not config:
+        return lib.rrpc_ctx_create(pp)
+    cp = ffi.new("rrpc_config **")
+    r = lib.rrpc_config_create(cp)
+    if r:
+        return r
+    try:
+        for name, value in config.items():
+            r = lib.rrpc_config_set(cp[0], str(name).encode(), str(int(value)).encode())
+            if r:
+                raise RrpcError(r, _s(lib.rrpc_ctx_last_error(ffi.NULL)) or
+                                "config %s=%r: %s" % (name, value, strerror(r)))
+        return lib.rrpc_ctx_create_with(cp[0], pp)
+    finally:
+        lib.rrpc_config_destroy(cp[0])
+
+
 class _Closable:
     """`with obj:` closes obj at the end of the block, and so does garbage
     collection (errors are ignored there).  Subclasses define close()."""
@@ -638,11 +687,14 @@ class Context(_Closable):
     log: a callable (level, message), or True to send the library's log to
     the "roce_rpc" logger (syslog levels: 3 error .. 7 debug).
     classes: {class: (dscp, weight, credits)} applied before any endpoint.
+    config: {tunable: value} set from code over the RRPC_* environment
+    (names as rrpc_config_print lists them, e.g. "RRPC_MAX_CONNS" or
+    "max_conns"); an unknown name or a bad value raises RrpcValueError.
     """
 
-    def __init__(self, *, log=None, log_level=6, classes=None):
+    def __init__(self, *, log=None, log_level=6, classes=None, config=None, _driven=False):
         pp = ffi.new("rrpc_ctx **")
-        r = lib.rrpc_ctx_create(pp)
+        r = _create_ctx(config, pp)
         if r:
             raise _error(r, what="rrpc_ctx_create")
         self._ptr = pp[0]
@@ -659,9 +711,10 @@ class Context(_Closable):
         try:
             for cls, (dscp, weight, credits) in (classes or {}).items():
                 self.set_class(cls, dscp, weight, credits)
-            r = lib.rrpc_ctx_start_thread(self._ptr)
-            if r:
-                raise _error(r, self._ptr, "rrpc_ctx_start_thread")
+            if not _driven:  # roce_rpc.aio drives the loop itself
+                r = lib.rrpc_ctx_start_thread(self._ptr)
+                if r:
+                    raise _error(r, self._ptr, "rrpc_ctx_start_thread")
         except BaseException:
             self.close()
             raise
@@ -777,6 +830,48 @@ class Context(_Closable):
         """Listens on @uri (tcp://HOST:PORT or rdma://HOST:PORT; port 0 picks one)."""
         return Listener(self, uri)
 
+    def connect_async(self, uri: str, *, timeout: float = 10.0,
+                      ticket: Optional[_Buffer] = None, src: Optional[str] = None
+                      ) -> "Tuple[Conn, concurrent.futures.Future[None]]":
+        """Starts connecting (rrpc_connect_with): returns the Conn at once
+        and a Future that completes (None) once it is up, or with the RrpcError of the
+        failure (RrpcConnectionRefusedError, RrpcTimeoutError after
+        @timeout s, RrpcPermissionError when the ticket is refused)."""
+        core = self._core
+        slot = _ConnSlot(core)
+        slot.fut = fut = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        slot.what = "connect %s" % uri
+        slot.key, user = _keep(slot)
+        core.keys.add(slot.key)
+        pp = ffi.new("rrpc_conn **")
+        opts = ffi.new("rrpc_connect_opts *")
+        opts.timeout_ms = max(1, int(timeout * 1000))
+        keep = []
+        if ticket is not None:
+            tb, tn = _cbuf(ticket)
+            opts.ticket, opts.ticket_len = tb, tn
+            keep.append(tb)
+        if src is not None:
+            sb = ffi.new("char[]", src.encode())
+            opts.src = sb
+            keep.append(sb)
+        with core.use():
+            r = lib.rrpc_connect_with(self._ptr, uri.encode(), opts, lib._rrpc_py_conn_event,
+                                      user, pp)
+            err = _error(r, self._ptr, "connect %s" % uri) if r else None
+        if r:
+            core.forget(slot.key)
+            raise err
+        c = Conn._wrap(core, pp[0], owned=True, ctx=self, uri=uri)
+        slot.conn = weakref.ref(c)
+        core.client[_ptrint(pp[0])] = c
+        if fut.done() and fut.exception() is None:
+            c._up = True  # UP came first, on the library thread
+        if core.kick is not None:
+            core.kick()
+        return c, fut
+
     def connect(self, uri: str, *, timeout: float = 10.0,
                 ticket: Optional[_Buffer] = None) -> "Conn":
         """Connects to @uri and waits until it is up (rrpc_connect_sync, or
@@ -824,10 +919,16 @@ class Context(_Closable):
 
     def serve_tensors(self, alloc: Optional[Callable[..., Any]] = None,
                       on_tensor: Optional[Callable[..., Any]] = None, *,
-                      max_bytes: Optional[int] = None) -> Any:
+                      max_bytes: Optional[int] = None, pool: Any = None) -> Any:
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
-        return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes)
+        return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes, pool=pool)
+
+    def receive_pool(self, slot_bytes: int, count: int = 2) -> Any:
+        """@count registered receive destinations of @slot_bytes each,
+        reused across receives (see ReceivePool; serve_tensors(pool=...))."""
+        from .tensor import ReceivePool
+        return ReceivePool(self, slot_bytes, count)
 
     def __repr__(self):
         return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
@@ -932,10 +1033,12 @@ class Request:
         except (TypeError, ValueError, BufferError) as e:
             if asyncio.iscoroutine(data):
                 data.close()  # never to run: no "never awaited" warning
-                hint = ("; an async def handler is not awaited: use a plain def that "
-                        "returns a concurrent.futures.Future to answer later")
+                hint = ("; an async def handler runs only on a roce_rpc.aio.Context; here "
+                        "use a plain def that returns a concurrent.futures.Future")
             else:
                 hint = " (%s)" % e
+            log.warning("roce_rpc: handler %r returned %s, not a buffer; its caller gets "
+                        "HANDLER_ERROR", self._method, type(data).__name__)
             self._answer_error(HANDLER_ERROR, "handler %r returned %s; return bytes, "
                                "bytearray, memoryview or None%s"
                                % (self._method, type(data).__name__, hint))
@@ -962,6 +1065,8 @@ class Request:
         except RrpcError as e:
             self._answer_error(e.code, e.message)
         except BaseException as e:
+            log.warning("roce_rpc: handler %r failed; its caller gets HANDLER_ERROR",
+                        self._method, exc_info=e)
             self._answer_error(HANDLER_ERROR, _last_line(e))
         else:
             self._answer(data)

@@ -24,6 +24,7 @@ import logging
 import os as _os
 import queue
 import threading
+import weakref
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from . import _core
 from ._core import (RrpcError, Region, Token, _cbuf, _closed_error, _error, _InCallback, _keep,
                     _key, _last_line, _ptrint, _qos, _registry, strerror)
 
-__all__ = ["KvPool", "KvToken", "TensorServer", "dtype_to_rrpc", "dtype_from_rrpc",
+__all__ = ["KvPool", "KvToken", "TensorServer", "ReceivePool", "dtype_to_rrpc", "dtype_from_rrpc",
            "send_tensor_async", "kv_transfer_async", "MAX_DIMS", "KV_TOKEN_SIZE"]
 
 log = logging.getLogger("roce_rpc")
@@ -192,9 +193,11 @@ def send_tensor_async(conn, name, array, *, qos=None):
 class _TServerState:
     """What the C callbacks of one rrpc_tensor_server reach."""
 
-    def __init__(self, core, alloc, on_tensor, max_bytes):
+    def __init__(self, core, alloc, on_tensor, max_bytes, pool=None):
         self.core = core
         self.alloc = alloc
+        self.pool = pool
+        self.wakeup = None   # roce_rpc.aio: called after each queue.put
         self.on_tensor = on_tensor
         self.max_bytes = max_bytes
         self.queue = queue.Queue()
@@ -237,6 +240,8 @@ class _TServerState:
             lib.rrpc_tensor_server_close(self.ptr)
         self.core.forget(self.key)
         self.queue.put(None)
+        if self.wakeup is not None:
+            self.wakeup()
 
 
 @ffi.def_extern()
@@ -254,6 +259,8 @@ def _rrpc_py_tensor_alloc(conn, name, incoming, ret_dest, user):
             counted = 0
             if st.alloc is not None:
                 a = st.alloc(core.conn_for(conn), nm, dtype, shape)
+            if a is None and st.pool is not None:
+                a = st.pool._take(dtype, shape)
             if a is None:
                 # the C server checked the offer against the budget already
                 if st.on_tensor is None:
@@ -323,8 +330,77 @@ def _rrpc_py_tensor_done(conn, name, dest, status, user):
                     with st.qlock:
                         st.queued += item[2]
                 st.queue.put(item)
+                if st.wakeup is not None:
+                    st.wakeup()
     except Exception:
         log.exception("roce_rpc: tensor done callback failed")
+
+
+class ReceivePool:
+    """Registered receive destinations, reused across receives
+    (Context.receive_pool(slot_bytes, count)).
+
+    The memory (count slots of slot_bytes, rounded up to 4 KiB) is
+    allocated, written once and registered when the pool is made, so no
+    receive pays for fresh pages or a registration: without a pool the
+    first receive of a large tensor does both (measured in docs/python.md).
+    A TensorServer given pool= lands each tensor that fits in a free slot;
+    one that is larger than a slot, or arrives while every slot is in use,
+    gets a new array as without a pool (counted in .misses).  A slot is
+    free again once the received array and every view of it are gone; the
+    pool holds no reference to them.  Close the pool (or let it be
+    collected) after the servers that use it."""
+
+    def __init__(self, ctx, slot_bytes, count=2):
+        slot_bytes, count = int(slot_bytes), int(count)
+        if slot_bytes <= 0 or count <= 0:
+            raise ValueError("slot_bytes and count must be positive")
+        self._ctx = ctx
+        self.slot_bytes = (slot_bytes + 4095) & ~4095
+        self.count = count
+        self._buf = np.empty(self.slot_bytes * count, np.uint8)
+        self._buf.fill(0)  # fault every page in now, not during a receive
+        self.region = Region(ctx, self._buf, _core.REMOTE_WRITE)
+        self._free = list(range(count - 1, -1, -1))
+        self._lock = threading.Lock()
+        self.hits = 0    # tensors received into a slot
+        self.misses = 0  # tensors that did not fit a slot or found none free
+
+    def _take(self, dtype, shape):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+        with self._lock:
+            if not 0 < nbytes <= self.slot_bytes or not self._free or self.region.closed:
+                self.misses += 1
+                return None
+            i = self._free.pop()
+            self.hits += 1
+        lo = i * self.slot_bytes
+        # The owner of the slot's memory for numpy: an array over a
+        # memoryview, so every view made of what the user receives keeps
+        # this very object alive (numpy collapses view chains only through
+        # arrays that do not own their memory), and the slot comes back
+        # when the last of them is gone.
+        owner = np.frombuffer(memoryview(self._buf)[lo:lo + nbytes], np.uint8)
+        weakref.finalize(owner, self._give_back, i)
+        return owner.view(dtype).reshape(shape)
+
+    def _give_back(self, i):
+        with self._lock:
+            self._free.append(i)
+
+    @property
+    def free(self):
+        """Slots free now."""
+        with self._lock:
+            return len(self._free)
+
+    def close(self):
+        """Deregisters the pool's memory (after its servers are closed)."""
+        self.region.close()
+
+    def __repr__(self):
+        return "<roce_rpc.ReceivePool %d x %d bytes, %d free>" % (
+            self.count, self.slot_bytes, self.free)
 
 
 class TensorServer(_core._Closable):
@@ -342,9 +418,13 @@ class TensorServer(_core._Closable):
     still arriving (rrpc_tensor_server_opts.max_bytes), plus the arrays the
     default alloc made that wait in the queue for receive().  An offer that
     does not fit is refused before anything is allocated: the sender's
-    send_tensor raises RrpcError(-errno.ENOBUFS) saying so."""
+    send_tensor raises RrpcError(-errno.ENOBUFS) saying so.
 
-    def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None):
+    pool: a ReceivePool (Context.receive_pool) that the default alloc takes
+    destinations from before it makes a new array; arrays from the pool do
+    not count against max_bytes (the pool is memory already held)."""
+
+    def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None, pool=None):
         if max_bytes is None:  # the C default, which the context read when it was made
             max_bytes = int(_os.environ.get("RRPC_TENSOR_MAX_BYTES", "0"), 0) or \
                 lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
@@ -354,7 +434,9 @@ class TensorServer(_core._Closable):
         core = ctx._core
         self._ctx = ctx
         self._core = core
-        self._st = st = _TServerState(core, alloc, on_tensor, max_bytes)
+        if pool is not None and (not isinstance(pool, ReceivePool) or pool._ctx is not ctx):
+            raise ValueError("pool must be a ReceivePool of the same Context")
+        self._st = st = _TServerState(core, alloc, on_tensor, max_bytes, pool)
         st.key, user = _keep(st)
         core.keys.add(st.key)
         pp = ffi.new("rrpc_tensor_server **")

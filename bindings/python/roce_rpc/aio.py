@@ -1,0 +1,359 @@
+"""asyncio, natively: a context driven by the running event loop.
+
+    import roce_rpc.aio as aio
+
+    async def main():
+        async with aio.Context() as ctx:
+            lis = ctx.listen("tcp://127.0.0.1:0")
+
+            @ctx.handler("echo")
+            async def echo(data):
+                return data
+
+            conn = await ctx.connect(lis.uri)
+            assert await conn.call("echo", b"hi") == b"hi"
+
+An aio.Context has no library thread.  The event loop watches the
+context's own file descriptor (rrpc_ctx_fd) with loop.add_reader and sleeps
+no longer than rrpc_ctx_timeout says, so deadlines, keepalives and connect
+timeouts fire on time; every completion and every handler runs on the event
+loop's thread, inside rrpc_ctx_progress.  No thread per future, no
+call_soon_threadsafe on the way back.
+
+Handlers may be plain functions or `async def` coroutines (a task on the
+loop answers when it returns).  A coroutine that raises, or returns
+something that is not a buffer, fails the call with HANDLER_ERROR carrying
+the exception's type and message, and is logged (logger "roce_rpc").
+
+Cancelling an awaited operation (task.cancel(), asyncio.timeout,
+asyncio.wait_for) cancels it for the caller: the awaiting task gets
+CancelledError at once and the operation's completion is never delivered
+later.  The library has no way to recall what is already on the wire: a
+cancelled call may still run at the server (its answer is dropped when it
+arrives) and a cancelled WRITE may still land; the buffers involved stay
+referenced until the library is done with them.
+
+The blocking methods of the objects underneath (Conn.call, Context.connect,
+...) raise RrpcError(E_DEADLOCK) on an aio context: they would block the
+loop that has to run for them to finish.
+"""
+import asyncio
+import collections
+import logging
+import threading
+from typing import Any, Callable, Optional, Tuple
+
+from ._rrpc import ffi, lib
+from . import _core
+from ._core import RrpcError, _closed_error
+
+__all__ = ["Context", "Conn", "TensorServer"]
+
+log = logging.getLogger("roce_rpc")
+
+
+def _bridge(loop, cfut):
+    """An asyncio future on @loop that follows the concurrent future @cfut.
+    Completions run on @loop's thread (the context is driven there); only
+    a close from another thread takes the threadsafe path."""
+    af = loop.create_future()
+    owner = threading.get_ident()
+
+    def settle(f):
+        if af.done():  # cancelled by the awaiting task: never delivered
+            return
+        exc = f.exception()
+        if exc is not None:
+            af.set_exception(exc)
+        else:
+            af.set_result(f.result())
+
+    def done(f):
+        if threading.get_ident() == owner:
+            settle(f)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(settle, f)
+    cfut.add_done_callback(done)
+    return af
+
+
+class Context:
+    """A context driven by the running asyncio loop (create it inside a
+    coroutine).  Arguments as roce_rpc.Context: log, log_level, classes,
+    config.  `async with` closes it; so does close()."""
+
+    def __init__(self, *, log=None, log_level=6, classes=None, config=None):
+        self._loop = asyncio.get_running_loop()
+        self.sync = _core.Context(log=log, log_level=log_level, classes=classes,
+                                  config=config, _driven=True)
+        core = self._core = self.sync._core
+        self._ptr = self.sync._ptr
+        self._timer = None
+        self._soon = None
+        self._running = False
+        self._notes = collections.deque(maxlen=1 << 16)
+        self._note_waiters = collections.deque()
+        core.aio = self._loop
+        core.kick = self._kick
+        core.notify_fn = self._on_note
+        self._user_notify = None
+        fd = lib.rrpc_ctx_fd(self._ptr)
+        if fd < 0:
+            self.sync.close()
+            raise RrpcError(fd, "rrpc_ctx_fd: %s" % _core.strerror(fd))
+        self._fd = fd
+        self._loop.add_reader(fd, self._run)
+        self._kick()
+
+    # -- the driver --
+    def _kick(self):
+        """Runs the library's loop at the next turn of the event loop."""
+        if self._soon is None and not self._core.closed and not self._core.closing:
+            self._soon = self._loop.call_soon(self._run)
+
+    def _run(self):
+        self._soon = None
+        core = self._core
+        if self._running or core.closing or core.closed:
+            return
+        self._running = True
+        try:
+            r = lib.rrpc_ctx_progress(self._ptr, 0)
+            if r and r != lib.RRPC_E_DEADLOCK:
+                log.warning("roce_rpc.aio: rrpc_ctx_progress: %s", _core.strerror(r))
+            ms = ffi.new("int *")
+            if lib.rrpc_ctx_timeout(self._ptr, ms) == 0:
+                self._arm(ms[0])
+        finally:
+            self._running = False
+
+    def _arm(self, ms):
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if ms == 0:
+            self._kick()
+        elif ms > 0:
+            self._timer = self._loop.call_later(ms / 1000.0, self._run)
+
+    # -- lifetime --
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    def close(self) -> None:
+        """Closes the context (see roce_rpc.Context.close); pending
+        operations fail with E_CLOSED.  Idempotent."""
+        core = self._core
+        if core.closing or core.closed:
+            return
+        try:
+            self._loop.remove_reader(self._fd)
+        except Exception:  # the loop is already closed
+            pass
+        for h in (self._timer, self._soon):
+            if h is not None:
+                h.cancel()
+        self._timer = self._soon = None
+        for t in list(core.tasks):
+            t.cancel()
+        core.kick = None
+        self.sync.close()
+        while self._note_waiters:
+            w = self._note_waiters.popleft()
+            if not w.done():
+                w.set_exception(_closed_error("context"))
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *a):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- server side --
+    def listen(self, uri: str) -> "_core.Listener":
+        """Listens on @uri (tcp://HOST:PORT, rdma://HOST:PORT, inproc://NAME)."""
+        lis = self.sync.listen(uri)
+        self._kick()
+        return lis
+
+    def handler(self, method: str, *, request: bool = False):
+        """Decorator, as roce_rpc.Context.handler; `async def` handlers too."""
+        return self.sync.handler(method, request=request)
+
+    def add_handler(self, method: str, fn: Callable[..., Any], *, request: bool = False) -> None:
+        self.sync.add_handler(method, fn, request=request)
+
+    def remove_handler(self, method: str) -> None:
+        self.sync.remove_handler(method)
+
+    def on_connect(self, fn):
+        return self.sync.on_connect(fn)
+
+    def on_disconnect(self, fn):
+        return self.sync.on_disconnect(fn)
+
+    def on_notify(self, fn):
+        """Decorator: fn(conn, imm) for every notification (instead of
+        wait_notify)."""
+        self._user_notify = fn
+        return fn
+
+    def _on_note(self, conn, imm):
+        if self._user_notify is not None:
+            self._user_notify(conn, imm)
+            return
+        while self._note_waiters:
+            w = self._note_waiters.popleft()
+            if not w.done():
+                w.set_result(imm)
+                return
+        self._notes.append(imm)
+
+    async def wait_notify(self, timeout: Optional[float] = None) -> int:
+        """The oldest notification value; RrpcTimeoutError after @timeout s."""
+        if self._notes:
+            return self._notes.popleft()
+        if self.closed:
+            raise _closed_error("context")
+        w = self._loop.create_future()
+        self._note_waiters.append(w)
+        try:
+            return await asyncio.wait_for(w, timeout)
+        except asyncio.TimeoutError:
+            raise RrpcError(lib.RRPC_E_DEADLINE,
+                            "no notification within %s s" % timeout) from None
+
+    # -- client side --
+    async def connect(self, uri: str, *, timeout: float = 10.0, ticket=None,
+                      src: Optional[str] = None) -> "Conn":
+        """Connects to @uri; returns once the connection is up.  Raises as
+        roce_rpc.Context.connect; cancelling closes the half-made connection."""
+        c, cfut = self.sync.connect_async(uri, timeout=timeout, ticket=ticket, src=src)
+        try:
+            await _bridge(self._loop, cfut)
+        except BaseException:
+            c.close()
+            raise
+        c._up = True
+        return Conn(self, c)
+
+    # -- memory, tensors, KV pages: no waiting, the same objects --
+    def register(self, obj, access=_core.REMOTE_READ | _core.REMOTE_WRITE):
+        return self.sync.register(obj, access)
+
+    register_memory = register
+
+    def kv_pool(self, array, page_size=None):
+        return self.sync.kv_pool(array, page_size)
+
+    def serve_tensors(self, alloc=None, on_tensor=None, *, max_bytes=None,
+                      pool=None) -> "TensorServer":
+        """As roce_rpc.Context.serve_tensors; receive() is awaited."""
+        return TensorServer(self, self.sync.serve_tensors(alloc, on_tensor, max_bytes=max_bytes,
+                                                          pool=pool))
+
+    def __repr__(self):
+        return "<roce_rpc.aio.Context%s>" % (" closed" if self.closed else "")
+
+
+class Conn:
+    """A connection of an aio.Context: every operation is awaited.  The
+    synchronous Conn underneath is .sync (its properties are reachable
+    here too: uri, transport, peer, ...)."""
+
+    def __init__(self, actx, conn):
+        self._actx = actx
+        self.sync = conn
+
+    def __getattr__(self, name):
+        if name in ("call", "read", "write", "send_tensor", "kv_transfer"):
+            raise AttributeError(name)
+        return getattr(self.sync, name)
+
+    def _await(self, cfut):
+        return _bridge(self._actx._loop, cfut)
+
+    async def call(self, method: str, data=b"", *, qos=None,
+                   timeout: Optional[float] = None) -> bytes:
+        """Calls @method; the response bytes, or RrpcError (a handler's code
+        > 0, RrpcTimeoutError at the deadline, ...)."""
+        return await self._await(self.sync.call_async(method, data, qos=qos, timeout=timeout))
+
+    async def write(self, local, local_offset: int, remote, remote_offset: int = 0,
+                    length: Optional[int] = None, *, qos=None, notify: Optional[int] = None
+                    ) -> None:
+        """One-sided WRITE (see roce_rpc.Conn.write_async); @notify: write-with-notify."""
+        await self._await(self.sync.write_async(local, local_offset, remote, remote_offset,
+                                                length, qos=qos, notify=notify))
+
+    async def read(self, local, local_offset: int, remote, remote_offset: int = 0,
+                   length: Optional[int] = None, *, qos=None) -> None:
+        """One-sided READ into Region @local."""
+        await self._await(self.sync.read_async(local, local_offset, remote, remote_offset,
+                                               length, qos=qos))
+
+    async def send_tensor(self, name: str, array: Any, *, qos=None) -> None:
+        """Sends @array as tensor @name; returns when the receiver has it all."""
+        await self._await(self.sync.send_tensor_async(name, array, qos=qos))
+
+    async def kv_transfer(self, src, dst, pairs, *, qos=None, notify: Optional[int] = None
+                          ) -> int:
+        """Copies KV pages (see roce_rpc.Conn.kv_transfer); the WRITE count."""
+        return await self._await(self.sync.kv_transfer_async(src, dst, pairs, qos=qos,
+                                                             notify=notify))
+
+    def close(self) -> None:
+        self.sync.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *a):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return repr(self.sync).replace("roce_rpc.Conn", "roce_rpc.aio.Conn")
+
+
+class TensorServer:
+    """A tensor server of an aio.Context: `name, array = await srv.receive()`."""
+
+    def __init__(self, actx, srv):
+        self._actx = actx
+        self.sync = srv
+        self._event = asyncio.Event()
+        srv._st.wakeup = self._event.set  # runs on the loop thread (driven)
+
+    def __getattr__(self, name):
+        return getattr(self.sync, name)
+
+    async def receive(self, timeout: Optional[float] = None) -> Tuple[str, Any]:
+        """(name, array) of the next tensor; RrpcTimeoutError after @timeout s."""
+        loop = self._actx._loop
+        end = None if timeout is None else loop.time() + timeout
+        while True:
+            self._event.clear()
+            try:
+                return self.sync.receive(timeout=0)
+            except RrpcError as e:
+                if e.code != lib.RRPC_E_DEADLINE:
+                    raise
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                raise RrpcError(lib.RRPC_E_DEADLINE, "no tensor within %s s" % timeout)
+            try:
+                await asyncio.wait_for(self._event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+    def close(self) -> None:
+        self.sync.close()

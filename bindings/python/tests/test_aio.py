@@ -1,0 +1,273 @@
+"""roce_rpc.aio: contexts driven by the running asyncio loop through their
+own fd and timeout, no library thread, no thread per future."""
+import asyncio
+import logging
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import roce_rpc
+import roce_rpc.aio as aio
+from roce_rpc import RrpcError
+
+from conftest import client_uri, listen_uri
+
+pytest.importorskip("pytest_asyncio", reason="install python3-pytest-asyncio")
+
+
+async def _pair():
+    s = aio.Context()
+    c = aio.Context()
+    lis = s.listen(listen_uri())
+    return s, lis, c
+
+
+@pytest.mark.asyncio
+async def test_calls_and_async_handlers_run_on_the_loop_thread_with_no_library_thread():
+    before = threading.active_count()
+    s, lis, c = await _pair()
+    loop_thread = threading.get_ident()
+    seen = []
+
+    @s.handler("echo")
+    async def echo(data):
+        seen.append(threading.get_ident())
+        await asyncio.sleep(0)  # a real coroutine: suspends and resumes
+        return data
+
+    @s.handler("rev")
+    def rev(data):
+        seen.append(threading.get_ident())
+        return data[::-1]
+
+    async with c:
+        conn = await c.connect(client_uri(lis))
+        assert conn.up
+        assert await conn.call("echo", b"hi") == b"hi"
+        assert await conn.call("rev", b"abc") == b"cba"
+        # many at once on one connection, out of order
+        got = await asyncio.gather(*(conn.call("echo", b"%d" % i) for i in range(50)))
+        assert got == [b"%d" % i for i in range(50)]
+        assert threading.active_count() == before  # the loop drives both contexts
+        assert set(seen) == {loop_thread}
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_deadline_fires_through_the_fd_and_timeout_alone():
+    s, lis, c = await _pair()
+    held = []
+
+    @s.handler("hold", request=True)
+    def hold(req, data):
+        held.append(req.defer())
+
+    conn = await c.connect(client_uri(lis))
+    t0 = asyncio.get_running_loop().time()
+    with pytest.raises(roce_rpc.RrpcTimeoutError) as ei:
+        await conn.call("hold", b"x", timeout=0.3)
+    assert isinstance(ei.value, TimeoutError)
+    assert ei.value.code == roce_rpc.E_DEADLINE and "hold" in str(ei.value)
+    assert asyncio.get_running_loop().time() - t0 < 20  # a bound against hanging only
+    assert len(held) == 1
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_stopped_server_is_declared_lost_by_the_driven_keepalive():
+    s, lis, c0 = await _pair()
+    c0.close()
+    c = aio.Context(config={"RRPC_KEEPALIVE_MS": 100, "RRPC_KEEPALIVE_TIMEOUT_MS": 400})
+    conn = await c.connect(client_uri(lis))
+
+    @s.handler("hold", request=True)
+    def hold(req, data):
+        req.defer()
+
+    call = asyncio.ensure_future(conn.call("hold", b"x", timeout=30))
+    await asyncio.sleep(0.05)
+    # The server's loop stops: nothing drives it any more (as a SIGSTOP would).
+    asyncio.get_running_loop().remove_reader(s._fd)
+    s._kick = lambda: None
+    s._core.kick = None
+    if s._timer is not None:
+        s._timer.cancel()
+    with pytest.raises(roce_rpc.RrpcConnectionError):
+        await asyncio.wait_for(call, 20)
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_handler_failures_answer_at_once_with_a_handler_error_and_are_logged(caplog):
+    s, lis, c = await _pair()
+
+    @s.handler("raises")
+    async def raises(data):
+        await asyncio.sleep(0)
+        raise ValueError("bad input %r" % data)
+
+    @s.handler("wrong_type")
+    async def wrong_type(data):
+        return {"not": "bytes"}
+
+    @s.handler("app_error")
+    async def app_error(data):
+        raise RrpcError(42, "out of stock")
+
+    conn = await c.connect(client_uri(lis))
+    with caplog.at_level(logging.WARNING, logger="roce_rpc"):
+        with pytest.raises(RrpcError) as ei:
+            await conn.call("raises", b"q", timeout=30)
+        assert ei.value.code == roce_rpc.HANDLER_ERROR
+        assert "ValueError: bad input b'q'" in ei.value.message
+        with pytest.raises(RrpcError) as ei:
+            await conn.call("wrong_type", b"", timeout=30)
+        assert ei.value.code == roce_rpc.HANDLER_ERROR
+        assert "dict" in ei.value.message and "wrong_type" in ei.value.message
+    assert any("raises" in r.getMessage() for r in caplog.records)
+    assert any("wrong_type" in r.getMessage() for r in caplog.records)
+    with pytest.raises(RrpcError) as ei:
+        await conn.call("app_error", b"")
+    assert (ei.value.code, ei.value.message) == (42, "out of stock")
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_call_is_never_delivered_and_the_connection_goes_on():
+    s, lis, c = await _pair()
+    held = []
+
+    @s.handler("hold", request=True)
+    def hold(req, data):
+        held.append(req.defer())
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    conn = await c.connect(client_uri(lis))
+    task = asyncio.ensure_future(conn.call("hold", b"x", timeout=30))
+    while not held:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # asyncio.wait_for cancels the same way
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(conn.call("hold", b"y", timeout=30), 0.1)
+    assert len(held) == 2
+    # The server answers afterwards: the answers arrive and are dropped.
+    for req in held:
+        req.respond(b"late")
+    assert await conn.call("echo", b"after") == b"after"
+    for _ in range(200):
+        if not c._core.pending:
+            break
+        await asyncio.sleep(0.01)
+    assert not c._core.pending  # both completions came back and were consumed
+    assert task.cancelled()
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_connect_failures_are_the_builtin_exceptions():
+    c = aio.Context()
+    lis_ctx = aio.Context()
+    lis = lis_ctx.listen(listen_uri())
+    uri = client_uri(lis)
+    lis.close()
+    if uri.startswith("tcp"):
+        with pytest.raises(ConnectionRefusedError):
+            await c.connect(uri, timeout=5)
+    with pytest.raises(RrpcError) as ei:
+        await c.connect("nope://x", timeout=5)
+    assert isinstance(ei.value, ValueError)
+    c.close()
+    lis_ctx.close()
+
+
+@pytest.mark.asyncio
+async def test_blocking_methods_refuse_on_a_driven_context():
+    s, lis, c = await _pair()
+    with pytest.raises(RrpcError) as ei:
+        c.sync.connect(client_uri(lis))
+    assert ei.value.code == roce_rpc.E_DEADLOCK and "aio" in ei.value.message
+    conn = await c.connect(client_uri(lis))
+    with pytest.raises(RrpcError) as ei:
+        conn.sync.call("x")
+    assert ei.value.code == roce_rpc.E_DEADLOCK
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_one_sided_write_with_notify_read_and_wait_notify():
+    s, lis, c = await _pair()
+    target = np.zeros(4096, np.uint8)
+    treg = s.register(target)
+    tokens = {}
+
+    @s.handler("token", request=True)
+    def token(req, data):
+        return treg.token(req.conn).to_bytes()
+
+    conn = await c.connect(client_uri(lis))
+    tok = await conn.call("token")
+    src = np.arange(4096, dtype=np.uint32).astype(np.uint8)
+    sreg = c.register(src)
+    await conn.write(sreg, 0, tok, notify=7)
+    assert await s.wait_notify(timeout=30) == 7
+    assert np.array_equal(target, src)
+    back = np.zeros(1024, np.uint8)
+    breg = c.register(back)
+    await conn.read(breg, 0, tok, 100, 1024)
+    assert np.array_equal(back, src[100:1124])
+    with pytest.raises(roce_rpc.RrpcTimeoutError):
+        await s.wait_notify(timeout=0.05)
+    del tokens
+    c.close()
+    s.close()
+
+
+@pytest.mark.skipif(not roce_rpc.HAVE_TENSOR, reason="no tensor API")
+@pytest.mark.asyncio
+async def test_tensors_and_kv_pages():
+    s, lis, c = await _pair()
+    srv = s.serve_tensors()
+    conn = await c.connect(client_uri(lis))
+    a = np.random.default_rng(1).standard_normal((64, 33)).astype(np.float32)
+    send = asyncio.ensure_future(conn.send_tensor("w", a))
+    name, got = await srv.receive(timeout=30)
+    await send
+    assert name == "w" and np.array_equal(got, a)
+    with pytest.raises(roce_rpc.RrpcTimeoutError):
+        await srv.receive(timeout=0.05)
+    pages = np.zeros((8, 256), np.uint8)
+    dst = s.kv_pool(pages)
+
+    @s.handler("kvtok", request=True)
+    def kvtok(req, data):
+        return dst.token(req.conn).to_bytes()
+
+    src_pages = np.arange(8 * 256, dtype=np.uint16).astype(np.uint8).reshape(8, 256)
+    src = c.kv_pool(src_pages)
+    tok = await conn.call("kvtok")
+    writes = await conn.kv_transfer(src, tok, [(0, 3), (1, 4), (5, 0)])
+    assert writes >= 1
+    assert np.array_equal(pages[3], src_pages[0]) and np.array_equal(pages[4], src_pages[1])
+    assert np.array_equal(pages[0], src_pages[5])
+    srv.close()
+    c.close()
+    s.close()
+
+
+def test_an_aio_context_needs_a_running_loop():
+    with pytest.raises(RuntimeError):
+        aio.Context()
+    assert sys.modules["roce_rpc.aio"] is aio
