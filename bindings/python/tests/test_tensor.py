@@ -316,3 +316,48 @@ def test_the_tensor_budget_default_comes_from_RRPC_TENSOR_MAX_BYTES(monkeypatch)
             assert name == "small" and int(arr.sum()) == 1024
             conn.close()
         tensors.close()
+
+
+def test_a_receive_pool_reuses_a_slot_only_once_the_array_and_its_views_are_gone(pair):
+    """Tensors land in the pool's registered slots; a slot comes back when
+    the received array and every view of it are gone, never while a view
+    still reads it; what does not fit a slot gets a new array."""
+    import gc
+    s, lis, c = pair
+    pool = s.receive_pool(1 << 16, count=1)
+    assert pool.slot_bytes == 1 << 16 and pool.free == 1
+    srv = s.serve_tensors(pool=pool)
+    conn = c.connect(client_uri(lis))
+    lo, hi = pool.region.addr, pool.region.addr + pool.region.nbytes
+
+    def inside(a):
+        return lo <= a.__array_interface__["data"][0] < hi
+
+    a = np.arange(1000, dtype=np.float32).reshape(10, 100)
+    conn.send_tensor("a", a)
+    _, got = srv.receive(timeout=30)
+    assert inside(got) and np.array_equal(got, a) and pool.free == 0
+    view = got[2:5].T  # a view outlives the array it came from
+    del got
+    gc.collect()
+    assert pool.free == 0
+    conn.send_tensor("b", a + 1)  # the only slot is taken: a new array
+    _, other = srv.receive(timeout=30)
+    assert not inside(other) and np.array_equal(other, a + 1)
+    assert np.array_equal(view, a[2:5].T)  # untouched by the second receive
+    del view
+    gc.collect()
+    assert pool.free == 1
+    conn.send_tensor("c", a * 2)
+    _, again = srv.receive(timeout=30)
+    assert inside(again) and np.array_equal(again, a * 2)
+    big = np.zeros(1 << 15, np.float32)  # 128 KiB: larger than a slot
+    conn.send_tensor("big", big)
+    _, got_big = srv.receive(timeout=30)
+    assert not inside(got_big)
+    assert (pool.hits, pool.misses) == (2, 2)
+    srv.close()
+    del again
+    pool.close()
+    with pytest.raises(ValueError):
+        s.serve_tensors(pool=object())
