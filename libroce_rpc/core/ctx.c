@@ -897,6 +897,12 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
         run_locked(ctx, EVRUN_ONCE);
         rrpci_timer_stop(&t);
     }
+    /* Callbacks ran: one more pass without waiting hands the watchers they
+     * started to epoll (and serves what is ready at once), so the fd is
+     * complete when the application goes back to sleep on it; if that pass
+     * ran callbacks too, rrpc_ctx_timeout says 0. */
+    if (r == 0 && ctx->ran_callbacks)
+        run_locked(ctx, EVRUN_NOWAIT);
     if (r == 0)
         driven_rearm(ctx);
     pthread_mutex_unlock(&ctx->lock);
