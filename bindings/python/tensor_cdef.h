@@ -32,8 +32,12 @@ int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_don
 #define RRPC_TENSOR_MAX_BYTES_DEFAULT ...
 typedef struct rrpc_tensor_server_opts {
     uint64_t max_bytes;
-    uint64_t reserved[4];
+    uint64_t flags;
+    uint64_t reserved[3];
 } rrpc_tensor_server_opts;
+#define RRPC_TENSOR_SERVE_SENDER_ORDER ...
+uint64_t rrpc_tensor_write_count(const rrpc_tensor *src, const rrpc_tensor *dst);
+int rrpc_tensor_is_contiguous(const rrpc_tensor *t);
 int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
                          void *user, const rrpc_tensor_server_opts *opts,
                          rrpc_tensor_server **ret_server);

@@ -130,6 +130,17 @@ RRPC_API uint64_t rrpc_tensor_nbytes(const rrpc_tensor *t);
 /* Non-zero when @t's elements are packed in row-major order with no gaps. */
 RRPC_API int rrpc_tensor_is_contiguous(const rrpc_tensor *t);
 
+/*
+ * How many WRITEs moving @src into a destination laid out as @dst takes
+ * (dtype, ndim and shape must match; regions and offsets are ignored): one
+ * per run of bytes contiguous in both layouts, taken in the source's memory
+ * order, plus the splits of runs over 1 GiB.  1 for two C-contiguous
+ * layouts, or for a transposed source into a destination with the same
+ * strides; one per element for a transposed source into a C-contiguous
+ * destination.  0 for an empty tensor or arguments that do not fit.
+ */
+RRPC_API uint64_t rrpc_tensor_write_count(const rrpc_tensor *src, const rrpc_tensor *dst);
+
 /* ---- receiving tensors --------------------------------------------------- */
 
 typedef struct rrpc_tensor_server rrpc_tensor_server;
@@ -199,8 +210,22 @@ RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_t
  */
 typedef struct rrpc_tensor_server_opts {
     uint64_t max_bytes;
-    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
+    uint64_t flags;       /* RRPC_TENSOR_SERVE_* bits; others: -EINVAL */
+    uint64_t reserved[3]; /* must be zero (new fields come out of it) */
 } rrpc_tensor_server_opts;
+
+/*
+ * flags: @incoming (and the pre-filled *ret_dest) of the alloc callback
+ * carries dense strides in the sender's memory order instead of
+ * C-contiguous ones: for a transposed or permuted source, contiguous in its
+ * own order, a destination that keeps those strides (a buffer of
+ * rrpc_tensor_nbytes at ret_dest->offset) receives it in one WRITE, where a
+ * C-contiguous destination takes one WRITE per element (see
+ * rrpc_tensor_write_count).  A C-contiguous source gives C-contiguous
+ * strides either way.  Off by default, so an alloc callback that fills in
+ * only the region and offset keeps getting the C layout it expects.
+ */
+#define RRPC_TENSOR_SERVE_SENDER_ORDER 1u
 
 /*
  * rrpc_tensor_serve with options (@opts may be NULL: every default;

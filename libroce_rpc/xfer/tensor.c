@@ -260,15 +260,38 @@ static void plan_get(const void *arg, size_t i, struct rrpci_run *out)
     out->len = p->block - off < RRPCI_XFER_MAX_WRITE ? p->block - off : RRPCI_XFER_MAX_WRITE;
 }
 
-/* Both validated, same dtype and shape, numel > 0.  Returns the run count. */
+/* The dimensions of @t that are not 1, outermost first: by falling
+ * |stride| of @t, so the innermost in memory comes last whatever the order
+ * of the indices (a transpose, a permutation).  Returns their count. */
+static int dims_by_memory(const rrpc_tensor *t, int idx[RRPC_TENSOR_MAX_DIMS])
+{
+    int nd = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 1)
+            continue;
+        uint64_t a = (uint64_t)(t->strides[i] < 0 ? -t->strides[i] : t->strides[i]);
+        int k = nd++;
+        for (; k > 0; k--) { /* insertion sort: at most 8 */
+            int j = idx[k - 1];
+            uint64_t b = (uint64_t)(t->strides[j] < 0 ? -t->strides[j] : t->strides[j]);
+            if (b >= a)
+                break;
+            idx[k] = j;
+        }
+        idx[k] = i;
+    }
+    return nd;
+}
+
+/* Both validated, same dtype and shape, numel > 0.  Returns the run count:
+ * the innermost dimensions (in the source's memory order) whose bytes are
+ * contiguous on both sides make one block. */
 static size_t plan_make(const rrpc_tensor *s, const int64_t *dstrides, uint64_t dbase,
                         struct plan *p)
 {
     memset(p, 0, sizeof(*p));
-    int idx[RRPC_TENSOR_MAX_DIMS], nd = 0;
-    for (int i = 0; i < s->ndim; i++)
-        if (s->shape[i] != 1)
-            idx[nd++] = i;
+    int idx[RRPC_TENSOR_MAX_DIMS];
+    int nd = dims_by_memory(s, idx);
     size_t block = rrpc_dtype_size(s->dtype);
     while (nd > 0 && s->strides[idx[nd - 1]] == (int64_t)block &&
            dstrides[idx[nd - 1]] == (int64_t)block) {
@@ -288,6 +311,39 @@ static size_t plan_make(const rrpc_tensor *s, const int64_t *dstrides, uint64_t 
     p->block = block;
     p->pieces = (block + RRPCI_XFER_MAX_WRITE - 1) / RRPCI_XFER_MAX_WRITE;
     return (size_t)outer * p->pieces;
+}
+
+RRPC_API uint64_t rrpc_tensor_write_count(const rrpc_tensor *src, const rrpc_tensor *dst)
+{
+    int64_t lo, hi;
+    if (!src || !dst || src->dtype != dst->dtype || src->ndim != dst->ndim ||
+        check_layout(NULL, src, "source", &lo, &hi) < 0 ||
+        check_layout(NULL, dst, "destination", &lo, &hi) < 0)
+        return 0;
+    for (int i = 0; i < src->ndim; i++)
+        if (src->shape[i] != dst->shape[i])
+            return 0;
+    if (rrpc_tensor_numel(src) == 0)
+        return 0;
+    struct plan p;
+    rrpc_tensor s = *src;
+    s.offset = 0;
+    return plan_make(&s, dst->strides, 0, &p);
+}
+
+/* Dense strides for @t's shape, in the memory order that @order's strides
+ * give (a C-contiguous @order gives C-contiguous strides). */
+static void dense_in_order_of(rrpc_tensor *t, const int64_t *order_strides)
+{
+    rrpc_tensor o = *t;
+    memcpy(o.strides, order_strides, sizeof(o.strides));
+    int idx[RRPC_TENSOR_MAX_DIMS];
+    int nd = dims_by_memory(&o, idx);
+    int64_t step = (int64_t)rrpc_dtype_size(t->dtype);
+    for (int k = nd - 1; k >= 0; k--) {
+        t->strides[idx[k]] = step;
+        step *= t->shape[idx[k]];
+    }
 }
 
 /* @n int64s, little-endian (the frame helpers' byte order). */
@@ -323,6 +379,7 @@ struct rrpc_tensor_server {
     struct rx *rxs;
     uint64_t max_bytes; /* the budget for offered tensors */
     uint64_t held;      /* bytes of the offers accepted and still arriving */
+    bool sender_order;  /* RRPC_TENSOR_SERVE_SENDER_ORDER */
 };
 
 #define BUDGET_HINT                                                                        \
@@ -424,10 +481,15 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_conn *conn = rrpc_request_conn(req);
     uint64_t version, dtype;
     const char *name;
-    size_t nlen, slen;
-    const void *shape;
+    size_t nlen, slen, olen = 0;
+    const void *shape, *order = NULL;
     char why[128];
-    int r = rrpc_unpack(p, len, why, sizeof(why), "usuy", &version, &name, &nlen, &dtype,
+    /* A source that is not C-contiguous also sends its strides (a fifth
+     * element): only their order is used, for RRPC_TENSOR_SERVE_SENDER_ORDER. */
+    int r = rrpc_unpack(p, len, NULL, 0, "usuyy", &version, &name, &nlen, &dtype, &shape, &slen,
+                        &order, &olen);
+    if (r < 0)
+        r = rrpc_unpack(p, len, why, sizeof(why), "usuy", &version, &name, &nlen, &dtype,
                         &shape, &slen);
     if (r < 0) {
         rrpci_set_error(srv->ctx, r, "malformed tensor offer: %s", why);
@@ -441,7 +503,7 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
         return;
     }
     if (nlen == 0 || nlen > NAME_MAX_LEN || memchr(name, 0, nlen) || slen % 8 ||
-        slen / 8 > RRPC_TENSOR_MAX_DIMS || dtype > 1000) {
+        slen / 8 > RRPC_TENSOR_MAX_DIMS || dtype > 1000 || (order && olen != slen)) {
         rrpci_set_error(srv->ctx, -EINVAL, "tensor offer with a bad name or shape");
         refuse(req, -EINVAL);
         return;
@@ -462,6 +524,11 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
         free(rx);
         refuse(req, r);
         return;
+    }
+    if (order && srv->sender_order) {
+        int64_t ostr[RRPC_TENSOR_MAX_DIMS] = {0};
+        get_i64s(ostr, order, (int)(olen / 8));
+        dense_in_order_of(&in, ostr);
     }
     /* Before the alloc callback: a receiver that allocates what it is
      * offered must not be made to hold more than its budget. */
@@ -568,8 +635,19 @@ RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
     uint64_t max = opts && opts->max_bytes
                        ? opts->max_bytes
                        : (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TENSOR_MAX_BYTES");
-    *srv = (rrpc_tensor_server){
-        .ctx = ctx, .alloc = alloc, .done = done, .user = user, .max_bytes = max};
+    if (opts && opts->flags & ~(uint64_t)RRPC_TENSOR_SERVE_SENDER_ORDER) {
+        free(srv);
+        return rrpci_set_error(ctx, -EINVAL, "rrpc_tensor_server_opts.flags: unknown bits %#llx",
+                               (unsigned long long)(opts->flags &
+                                                    ~(uint64_t)RRPC_TENSOR_SERVE_SENDER_ORDER));
+    }
+    *srv = (rrpc_tensor_server){.ctx = ctx,
+                                .alloc = alloc,
+                                .done = done,
+                                .user = user,
+                                .max_bytes = max,
+                                .sender_order = opts && (opts->flags &
+                                                         RRPC_TENSOR_SERVE_SENDER_ORDER)};
     int r = rrpc_register(ctx, OFFER_METHOD, h_offer, srv);
     if (r == 0) {
         r = rrpc_register(ctx, DONE_METHOD, h_done, srv);
@@ -802,8 +880,16 @@ RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tens
     put_i64s(shape, src->shape, src->ndim);
     void *buf;
     size_t len;
-    r = rrpc_pack(&buf, &len, "usuy", (uint64_t)TENSOR_PROTO_VERSION, t->name,
-                  (uint64_t)src->dtype, (const void *)shape, (size_t)src->ndim * 8);
+    if (rrpc_tensor_is_contiguous(src)) {
+        r = rrpc_pack(&buf, &len, "usuy", (uint64_t)TENSOR_PROTO_VERSION, t->name,
+                      (uint64_t)src->dtype, (const void *)shape, (size_t)src->ndim * 8);
+    } else { /* its memory order, for a receiver that lays the tensor out the same way */
+        uint8_t strides[RRPC_TENSOR_MAX_DIMS * 8];
+        put_i64s(strides, src->strides, src->ndim);
+        r = rrpc_pack(&buf, &len, "usuyy", (uint64_t)TENSOR_PROTO_VERSION, t->name,
+                      (uint64_t)src->dtype, (const void *)shape, (size_t)src->ndim * 8,
+                      (const void *)strides, (size_t)src->ndim * 8);
+    }
     if (r == 0) {
         rrpc_call_opts o = {.qos_class = cls};
         r = rrpc_call(conn, OFFER_METHOD, buf, len, &o, tx_on_offer, t);

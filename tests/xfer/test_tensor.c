@@ -64,6 +64,7 @@ static struct {
     int verified;       /* the content checked inside the done callback */
     const rrpc_tensor *expect; /* the source, for the check */
     rrpc_conn *rx_conn;        /* the server's side of the last offer */
+    int64_t in_strides[RRPC_TENSOR_MAX_DIMS]; /* of the last offer's @incoming */
     struct {
         void *mem;
         size_t len;
@@ -127,6 +128,7 @@ static int on_alloc(rrpc_conn *c, const char *name, const rrpc_tensor *in, rrpc_
 {
     lock();
     T.allocs++;
+    memcpy(T.in_strides, in->strides, sizeof(T.in_strides));
     int r = 0;
     d->region = T.dst_region;
     d->offset = T.dst_off;
@@ -517,6 +519,58 @@ static void test_tensor_strided_layouts_are_copied_element_by_element(void **sta
     t.strides[2] = -1;
     assert_int_equal(rrpc_tensor_validate(&t), 0);
     send_and_check(&t, GUARD, NULL);
+    rrpc_mem_dereg(sr);
+    free(buf);
+}
+
+static void test_tensor_write_count_follows_both_layouts_in_memory_order(void **state)
+{
+    (void)state;
+    rrpc_tensor c, f, rows;
+    assert_int_equal(rrpc_tensor_init(&c, RRPC_DTYPE_F16, 2, (int64_t[]){1024, 512}, NULL, 0), 0);
+    f = c; /* the transpose of a C-contiguous 512 x 1024: contiguous in its own order */
+    f.strides[0] = 2;
+    f.strides[1] = 2 * 1024;
+    rows = c; /* every other row */
+    rows.strides[0] = 2 * 2 * 512;
+    assert_int_equal(rrpc_tensor_write_count(&c, &c), 1);
+    assert_int_equal(rrpc_tensor_write_count(&f, &f), 1);
+    assert_int_equal(rrpc_tensor_write_count(&f, &c), 1024 * 512);
+    assert_int_equal(rrpc_tensor_write_count(&c, &f), 1024 * 512);
+    assert_int_equal(rrpc_tensor_write_count(&rows, &c), 1024);
+    /* a 3-D permutation (2, 0, 1) of a C-contiguous 4 x 5 x 6 */
+    rrpc_tensor p, pd;
+    assert_int_equal(rrpc_tensor_init(&p, RRPC_DTYPE_U8, 3, (int64_t[]){6, 4, 5}, NULL, 0), 0);
+    p.strides[0] = 1;
+    p.strides[1] = 30;
+    p.strides[2] = 6;
+    pd = p;
+    assert_int_equal(rrpc_tensor_write_count(&p, &pd), 1);
+    assert_int_equal(rrpc_tensor_write_count(&p, &c), 0); /* shapes differ */
+    c.shape[0] = 0;
+    assert_int_equal(rrpc_tensor_write_count(&c, &c), 0);
+}
+
+static void test_tensor_offers_keep_the_c_layout_unless_the_server_asks_for_the_senders(
+    void **state)
+{
+    (void)state;
+    size_t len = 1u << 16;
+    uint8_t *buf = malloc(len);
+    fill(buf, len, 5);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, len, 0, &sr), 0);
+    rrpc_tensor t; /* a transposed 12 x 9 int16: contiguous in Fortran order */
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_I16, 2, (int64_t[]){12, 9}, sr, 0), 0);
+    t.strides[0] = 2;
+    t.strides[1] = 2 * 12;
+    send_and_check(&t, GUARD, NULL);
+    assert_int_equal(T.in_strides[0], 2 * 9); /* C order, as an alloc callback expects */
+    assert_int_equal(T.in_strides[1], 2);
+    /* unknown flag bits are refused */
+    rrpc_tensor_server_opts o = {.flags = 2};
+    rrpc_tensor_server *srv;
+    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), -EINVAL);
     rrpc_mem_dereg(sr);
     free(buf);
 }
@@ -1026,6 +1080,9 @@ int main(void)
         cmocka_unit_test(test_tensor_transfer_uses_no_staging_buffer),
         cmocka_unit_test(test_tensor_dtypes_and_shapes_round_trip),
         cmocka_unit_test(test_tensor_strided_layouts_are_copied_element_by_element),
+        cmocka_unit_test(test_tensor_write_count_follows_both_layouts_in_memory_order),
+        cmocka_unit_test(
+            test_tensor_offers_keep_the_c_layout_unless_the_server_asks_for_the_senders),
         cmocka_unit_test(test_tensor_bad_descriptors_fail_at_once_and_send_nothing),
         cmocka_unit_test(test_tensor_unusable_destinations_are_refused_and_left_untouched),
         cmocka_unit_test(test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method),

@@ -25,6 +25,7 @@ import os as _os
 import queue
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from . import _core
 from ._core import (RrpcError, Region, Token, _cbuf, _closed_error, _error, _InCallback, _keep,
                     _key, _last_line, _ptrint, _qos, _registry, strerror)
 
-__all__ = ["KvPool", "KvToken", "TensorServer", "ReceivePool", "dtype_to_rrpc", "dtype_from_rrpc",
+__all__ = ["KvPool", "KvToken", "TensorServer", "ReceivePool", "write_count", "dtype_to_rrpc", "dtype_from_rrpc",
            "send_tensor_async", "kv_transfer_async", "MAX_DIMS", "KV_TOKEN_SIZE"]
 
 log = logging.getLogger("roce_rpc")
@@ -105,11 +106,14 @@ def _find_region(core, lo, hi, writable):
 
 
 def _root(a):
-    """The outermost ndarray owning @a's memory (C-contiguous), or None."""
+    """The outermost ndarray owning @a's memory, as a C-contiguous array
+    over that memory (a Fortran-ordered owner is taken transposed), or None."""
     b = a
     while isinstance(b.base, np.ndarray):
         b = b.base
-    return b if b.flags.c_contiguous else None
+    if b.flags.c_contiguous:
+        return b
+    return b.T if b.flags.f_contiguous else None
 
 
 def _region_for(ctx_or_core, a, writable):
@@ -123,14 +127,15 @@ def _region_for(ctx_or_core, a, writable):
     if ctx is None:
         raise _closed_error("context")
     access = _core.REMOTE_WRITE if writable else 0
-    for cand in (a, _root(a)):
+    for cand in (a, a.T, _root(a)):
         if cand is None or not cand.flags.c_contiguous or cand.nbytes == 0:
             continue
         clo = _addr(cand)
         if clo <= lo and hi <= clo + cand.nbytes:
             return Region(ctx, cand, access), True
-    raise ValueError("the array's memory cannot be registered as it is (no C-contiguous "
-                     "owner); register its buffer with Context.register() or send a copy")
+    raise ValueError("the array's memory cannot be registered as it is (no owner contiguous "
+                     "in C or Fortran order); register its buffer with Context.register() or "
+                     "send a copy")
 
 
 def _describe(t, a, region, offset=None):
@@ -151,6 +156,37 @@ def _empty_region(core, writable):
     if ctx is None:
         raise _closed_error("context")
     return Region(ctx, np.zeros(1, np.uint8), _core.REMOTE_WRITE if writable else 0)
+
+
+def _dense(dtype, shape, strides):
+    """A new array of @shape whose strides are @strides (dense, in some
+    memory order), so it receives a tensor of that layout in one piece."""
+    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if n == 0 or len(shape) < 2:
+        return np.empty(shape, dtype)
+    return np.ndarray(shape, dtype, buffer=np.empty(n * dtype.itemsize, np.uint8),
+                      strides=strides)
+
+
+def _layout(a):
+    t = ffi.new("rrpc_tensor *")
+    t.dtype = dtype_to_rrpc(a.dtype)
+    t.ndim = a.ndim
+    for i, (n, st) in enumerate(zip(a.shape, a.strides)):
+        t.shape[i] = n
+        t.strides[i] = st
+    return t
+
+
+def write_count(src: Any, dst: Any) -> int:
+    """How many WRITEs sending array @src into an array laid out as @dst
+    takes (rrpc_tensor_write_count): 1 when both are contiguous in the same
+    memory order, one per element for a transpose into a C-contiguous array.
+    0 for an empty tensor or layouts that do not match in dtype and shape."""
+    src, dst = np.asarray(src), np.asarray(dst)
+    if src.ndim > MAX_DIMS or dst.ndim > MAX_DIMS:
+        raise ValueError("at most %d dimensions" % MAX_DIMS)
+    return int(lib.rrpc_tensor_write_count(_layout(src), _layout(dst)))
 
 
 # ---- sending ----------------------------------------------------------------
@@ -259,14 +295,17 @@ def _rrpc_py_tensor_alloc(conn, name, incoming, ret_dest, user):
             counted = 0
             if st.alloc is not None:
                 a = st.alloc(core.conn_for(conn), nm, dtype, shape)
+            # the sender's memory order (RRPC_TENSOR_SERVE_SENDER_ORDER): a
+            # destination laid out the same way takes the fewest WRITEs
+            strides = tuple(incoming.strides[i] for i in range(incoming.ndim))
             if a is None and st.pool is not None:
-                a = st.pool._take(dtype, shape)
+                a = st.pool._take(dtype, shape, strides)
             if a is None:
                 # the C server checked the offer against the budget already
                 if st.on_tensor is None:
                     counted = int(lib.rrpc_tensor_nbytes(incoming))
                     st.check_room(nm, counted)
-                a = np.empty(shape, dtype)
+                a = _dense(dtype, shape, strides)
             a = np.asarray(a)
             if a.shape != shape or a.dtype.itemsize != dtype.itemsize:
                 raise RrpcError(-33, "alloc returned %s %s for %s %s" % (
@@ -366,7 +405,7 @@ class ReceivePool:
         self.hits = 0    # tensors received into a slot
         self.misses = 0  # tensors that did not fit a slot or found none free
 
-    def _take(self, dtype, shape):
+    def _take(self, dtype, shape, strides=None):
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
         with self._lock:
             if not 0 < nbytes <= self.slot_bytes or not self._free or self.region.closed:
@@ -382,7 +421,7 @@ class ReceivePool:
         # when the last of them is gone.
         owner = np.frombuffer(memoryview(self._buf)[lo:lo + nbytes], np.uint8)
         weakref.finalize(owner, self._give_back, i)
-        return owner.view(dtype).reshape(shape)
+        return np.ndarray(shape, dtype, buffer=owner, strides=strides)
 
     def _give_back(self, i):
         with self._lock:
@@ -442,6 +481,7 @@ class TensorServer(_core._Closable):
         pp = ffi.new("rrpc_tensor_server **")
         opts = ffi.new("rrpc_tensor_server_opts *")
         opts.max_bytes = max_bytes
+        opts.flags = lib.RRPC_TENSOR_SERVE_SENDER_ORDER
         with core.use():
             r = lib.rrpc_tensor_serve_ex(ctx._ptr, lib._rrpc_py_tensor_alloc,
                                          lib._rrpc_py_tensor_done, user, opts, pp)

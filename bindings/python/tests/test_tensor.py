@@ -361,3 +361,35 @@ def test_a_receive_pool_reuses_a_slot_only_once_the_array_and_its_views_are_gone
     pool.close()
     with pytest.raises(ValueError):
         s.serve_tensors(pool=object())
+
+
+def test_a_transposed_array_moves_in_one_piece_and_arrives_in_its_own_layout(tpair):
+    """A layout contiguous in its own memory order (a transpose, a
+    permutation) lands in a destination laid out the same way, so the send
+    is one WRITE (docs/python.md: 2 MiB took 6 s as one WRITE per element)."""
+    from roce_rpc.tensor import write_count
+    s, srv, c, conn = tpair
+    pool = s.receive_pool(1 << 21, count=1)
+    psrv_ctx = s
+    rng = np.random.default_rng(7)
+    cases = [rng.standard_normal((1024, 1024)).astype(np.float16).T,
+             rng.integers(0, 255, (4, 5, 6), dtype=np.uint8).transpose(2, 0, 1),
+             np.asfortranarray(rng.standard_normal((33, 17, 3)))]
+    for a in cases:
+        assert write_count(a, np.empty(a.shape, a.dtype)) == a.size  # into C order
+        conn.send_tensor("t", a)
+        name, got = srv.receive(timeout=30)
+        assert np.array_equal(got, a)
+        assert got.strides == a.strides
+        assert write_count(a, got) == 1
+    srv.close()
+    psrv = psrv_ctx.serve_tensors(pool=pool)  # the pool's slots take the layout too
+    conn.send_tensor("p", cases[0])
+    _, got = psrv.receive(timeout=30)
+    assert pool.hits == 1 and got.strides == cases[0].strides
+    assert np.array_equal(got, cases[0])
+    del got
+    psrv.close()
+    # a C-contiguous array stays C-contiguous; a gappy one into C order
+    b = np.arange(60, dtype=np.int32).reshape(3, 20)
+    assert write_count(b, b) == 1 and write_count(b[:, ::2], np.empty((3, 10), np.int32)) == 30
