@@ -30,11 +30,13 @@ from typing import Any
 import numpy as np
 
 from ._rrpc import ffi, lib
-from . import _core
+from . import _core, _dlpack
+from ._dlpack import DLPackTensor, export as to_dlpack
 from ._core import (RrpcError, Region, Token, _cbuf, _closed_error, _error, _InCallback, _keep,
                     _key, _last_line, _ptrint, _qos, _registry, strerror)
 
-__all__ = ["KvPool", "KvToken", "TensorServer", "ReceivePool", "write_count", "dtype_to_rrpc", "dtype_from_rrpc",
+__all__ = ["KvPool", "KvToken", "TensorServer", "ReceivePool", "write_count", "to_dlpack",
+           "DLPackTensor", "dtype_to_rrpc", "dtype_from_rrpc",
            "send_tensor_async", "kv_transfer_async", "MAX_DIMS", "KV_TOKEN_SIZE"]
 
 log = logging.getLogger("roce_rpc")
@@ -138,10 +140,10 @@ def _region_for(ctx_or_core, a, writable):
                      "send a copy")
 
 
-def _describe(t, a, region, offset=None):
+def _describe(t, a, region, offset=None, code=None):
     if a.ndim > MAX_DIMS:
         raise ValueError("at most %d dimensions" % MAX_DIMS)
-    t.dtype = dtype_to_rrpc(a.dtype)
+    t.dtype = dtype_to_rrpc(a.dtype) if code is None else code
     t.ndim = a.ndim
     for i, (n, st) in enumerate(zip(a.shape, a.strides)):
         t.shape[i] = n
@@ -202,16 +204,25 @@ class _Temp:
         self.region.close()
 
 
+def _as_array(obj):
+    """(numpy array, rrpc dtype code or None) of what send_tensor takes:
+    a numpy array, or any DLPack CPU tensor (a torch tensor, ...)."""
+    if not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and \
+            hasattr(obj, "__dlpack_device__"):
+        return _dlpack.consume(obj)
+    return np.asarray(obj), None
+
+
 def send_tensor_async(conn, name, array, *, qos=None):
     core = conn._core
-    a = np.asarray(array)
+    a, code = _as_array(array)
     t = ffi.new("rrpc_tensor *")
     if a.size == 0:
         region, temp = _empty_region(core, False), True
-        _describe(t, a, region, 0)
+        _describe(t, a, region, 0, code)
     else:
         region, temp = _region_for(core, a, writable=False)
-        _describe(t, a, region)
+        _describe(t, a, region, code=code)
     fut = concurrent.futures.Future()
     fut.set_running_or_notify_cancel()
     enders = (region, _Temp(region)) if temp else (region,)
