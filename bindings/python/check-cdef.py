@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""Fails when the cffi declarations drift from the public headers.
+
+cffi compiles the extension against the real headers, so a declaration in
+rrpc_cdef.h / tensor_cdef.h that disagrees with them (a changed signature,
+a struct field) is already a compile error.  What the compiler cannot see
+is a function the headers gained that the bindings never declared, or one
+they declare that the headers lost.  Every RRPC_API function of
+include/roce_rpc/*.h must be declared in the cdefs or listed below with the
+reason it is not bound.
+
+    check-cdef.py [REPO]
+"""
+import glob
+import os
+import re
+import sys
+
+# function -> why the Python package does not bind it
+NOT_BOUND = {
+    "rrpc_call_sync": "Python waits on a Future, which can be interrupted; a blocking C wait cannot",
+    "rrpc_read_sync": "as rrpc_call_sync",
+    "rrpc_write_sync": "as rrpc_call_sync",
+    "rrpc_tensor_send_sync": "as rrpc_call_sync",
+    "rrpc_kv_transfer_sync": "as rrpc_call_sync",
+    "rrpc_connect_with_sync": "Context.connect waits on connect_async's Future",
+    "rrpc_connect": "connect_async uses rrpc_connect_with (ticket, source, timeout)",
+    "rrpc_pack": "msgpack in Python is the msgpack package's job",
+    "rrpc_unpack": "as rrpc_pack",
+    "rrpc_conn_user": "Python keeps its own objects per connection",
+    "rrpc_conn_set_user": "as rrpc_conn_user",
+    "rrpc_config_print": "writes to a FILE *; Context(config=) takes the names it prints",
+    "rrpc_tensor_init": "numpy arrays describe themselves (dtype, shape, strides)",
+    "rrpc_tensor_numel": "numpy's size",
+    "rrpc_kv_pool_page": "KvPool.page gives numpy views",
+    "rrpc_ctx_require_ticket": "not bound yet: comes with the broker API",
+}
+BROKER_REASON = "the broker library (broker.h) is not bound yet"
+
+
+def main():
+    repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    here = os.path.join(repo, "bindings", "python")
+    public = {}
+    for path in sorted(glob.glob(os.path.join(repo, "include", "roce_rpc", "*.h"))):
+        text = open(path).read()
+        for m in re.finditer(r"RRPC_API\s+[^;{]*?\b(rrpc_\w+)\s*\(", text):
+            public[m.group(1)] = os.path.basename(path)
+    cdef = "".join(open(os.path.join(here, n)).read() for n in ("rrpc_cdef.h", "tensor_cdef.h"))
+    cdef = re.sub(r"/\*.*?\*/", "", cdef, flags=re.S)
+    declared = set(re.findall(r"\b(rrpc_\w+)\s*\(", cdef))
+    problems = []
+    for name, header in sorted(public.items()):
+        reason = NOT_BOUND.get(name) or (BROKER_REASON if header == "broker.h" else None)
+        if name in declared and name in NOT_BOUND:
+            problems.append("%s is bound now: remove it from NOT_BOUND in %s" % (name, __file__))
+        elif name not in declared and not reason:
+            problems.append("%s (%s) is public but not in the cdefs: declare it in "
+                            "bindings/python/*_cdef.h and bind it, or list it in NOT_BOUND with "
+                            "the reason" % (name, header))
+    for name in sorted(declared - set(public)):
+        problems.append("%s is declared in the cdefs but no public header has it" % name)
+    for name in sorted(set(NOT_BOUND) - set(public)):
+        problems.append("%s is listed in NOT_BOUND but no public header has it" % name)
+    for p in problems:
+        print("check-cdef: " + p, file=sys.stderr)
+    bound = len(declared & set(public))
+    print("check-cdef: %d of %d public functions bound, %d not bound with a reason"
+          % (bound, len(public), len(public) - bound))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
