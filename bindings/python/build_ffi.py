@@ -43,24 +43,28 @@ def lib_exports_tensor(libdir):
     return hasattr(so, "rrpc_tensor_send") and hasattr(so, "rrpc_kv_transfer")
 
 
-def cdef_text(tensor):
-    """The cdef: rrpc_cdef.h, plus tensor_cdef.h when tensors are bound."""
+def cdef_text(tensor, broker=False):
+    """The cdef: rrpc_cdef.h, plus tensor_cdef.h when tensors are bound and
+    broker_cdef.h when the broker library (libroce_rpc_broker) is."""
     parts = []
-    for name in ("rrpc_cdef.h",) + (("tensor_cdef.h",) if tensor else ()):
+    for name in ("rrpc_cdef.h",) + (("tensor_cdef.h",) if tensor else ()) + (
+            ("broker_cdef.h",) if broker else ()):
         with open(os.path.join(HERE, name)) as f:
             parts.append(f.read())
     return "\n".join(parts)
 
 
-def make_ffi(include_dir, tensor, **set_source_kw):
+def make_ffi(include_dir, tensor, broker=False, **set_source_kw):
     """The cffi builder for roce_rpc._rrpc over the headers in @include_dir."""
     import cffi
 
     includes = "#include <stdlib.h>\n#include <roce_rpc/rrpc.h>\n"
     if tensor:
         includes += "#include <roce_rpc/tensor.h>\n"
+    if broker:
+        includes += "#include <roce_rpc/broker.h>\n"
     ffi = cffi.FFI()
-    ffi.cdef(cdef_text(tensor) + "\nvoid free(void *);\n")
+    ffi.cdef(cdef_text(tensor, broker) + "\nvoid free(void *);\n")
     ffi.set_source("roce_rpc._rrpc", includes, include_dirs=[include_dir], **set_source_kw)
     return ffi
 
@@ -89,7 +93,7 @@ def find_library(top):
 
 def emit(args):
     include_dir = os.path.abspath(args.include_dir)
-    ffi = make_ffi(include_dir, has_tensor_header(include_dir))
+    ffi = make_ffi(include_dir, has_tensor_header(include_dir), args.broker)
     ffi.emit_c_code(args.output)
 
 
@@ -98,8 +102,10 @@ def build(args):
     tensor = has_tensor_header(include_dir) and lib_exports_tensor(libdir)
     if not tensor:
         print("build_ffi: the library has no tensor API; building without it")
-    ffi = make_ffi(include_dir, tensor,
-                   library_dirs=[libdir], libraries=["roce_rpc"],
+    broker = bool(glob.glob(os.path.join(libdir, "libroce_rpc_broker.so*")))
+    ffi = make_ffi(include_dir, tensor, broker,
+                   library_dirs=[libdir], libraries=["roce_rpc"] + (
+                       ["roce_rpc_broker"] if broker else []),
                    extra_compile_args=["-D_GNU_SOURCE", "-Wno-unused-parameter"],
                    extra_link_args=["-Wl,-rpath," + os.path.abspath(libdir)])
     dest = PKG
@@ -127,6 +133,8 @@ def main():
     em = sub.add_parser("emit", help="write the extension's C source (for meson)")
     em.add_argument("output")
     em.add_argument("--include-dir", default=os.path.join(REPO, "include"))
+    em.add_argument("--broker", action="store_true",
+                    help="bind <roce_rpc/broker.h> too (the extension links libroce_rpc_broker)")
     bd = sub.add_parser("build", help="compile the extension (the default)")
     for p, dflt in ((ap, None), (bd, argparse.SUPPRESS)):  # before or after "build"
         p.add_argument("--build-dir", default=dflt or os.environ.get(

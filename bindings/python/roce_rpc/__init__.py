@@ -31,3 +31,6 @@ if HAVE_TENSOR:
                          dtype_to_rrpc, dtype_from_rrpc)
     __all__ += ["KvPool", "KvToken", "TensorServer", "ReceivePool", "dtype_to_rrpc",
                 "dtype_from_rrpc"]
+
+HAVE_BROKER: bool = hasattr(lib, "rrpc_broker_open")
+__all__ += ["HAVE_BROKER"]

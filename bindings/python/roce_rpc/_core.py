@@ -321,6 +321,8 @@ class _Core:
         self.log_fn = None
         self.ctx_ref = None
         self.tasks = set()     # aio: the tasks of async def handlers still running
+        self.brokers = set()   # roce_rpc.broker: brokers whose ticket gate this context uses
+        self.services = weakref.WeakSet()  # broker Services on this context, closed first
         self.aio = None        # the asyncio loop that drives this context (roce_rpc.aio)
         self.kick = None       # aio: asks the driver to run the loop soon
         self.key, self.user = _keep(self)
@@ -939,6 +941,8 @@ def _destroy(core):
         core.cv.wait_for(lambda: core.busy == 0)
         core.deferred = []
     # Children the context does not free itself go first.
+    for svc in list(core.services):
+        svc.close()
     for ts in list(core.tservers.values()):
         ts.close_now()
     for p in list(core.pools.values()):

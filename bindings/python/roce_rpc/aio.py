@@ -245,6 +245,33 @@ class Context:
         c._up = True
         return Conn(self, c)
 
+    async def connect_service(self, broker, service: str, *, timeout: float = 10.0) -> "Conn":
+        """Connects to @service by name through @broker (a
+        roce_rpc.broker.Broker): the lookup runs on a worker thread (it is a
+        TLS round trip to rrpcd), then each endpoint in turn is connected on
+        this loop with its instance's ticket, a fresh lookup before reusing
+        an instance whose ticket was already presented.  Raises the last
+        attempt's error (RrpcPermissionError when tickets are refused)."""
+        loop = self._loop
+        info = await loop.run_in_executor(None, broker.lookup, service)
+        used, last = set(), None
+        for k in range(len(info.endpoints)):
+            ep = info.endpoints[k]
+            if ep.instance in used:  # a ticket is accepted once: get a fresh one
+                info = await loop.run_in_executor(None, broker.lookup, service)
+                used.clear()
+                if k >= len(info.endpoints):
+                    break
+                ep = info.endpoints[k]
+            used.add(ep.instance)
+            try:
+                return await self.connect(ep.uri, timeout=timeout,
+                                          ticket=info.instances[ep.instance].ticket)
+            except RrpcError as e:
+                last = e
+        raise last if last is not None else RrpcError(-2, "service %r has no endpoint"
+                                                      % service)
+
     # -- memory, tensors, KV pages: no waiting, the same objects --
     def register(self, obj, access=_core.REMOTE_READ | _core.REMOTE_WRITE):
         return self.sync.register(obj, access)

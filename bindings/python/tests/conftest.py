@@ -6,7 +6,11 @@ transport comes from the environment:
   RRPC_TEST_PACKAGE_UNDER  fail unless roce_rpc is imported from under it
 """
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -57,3 +61,37 @@ def conn(pair):
     assert cn.transport == TRANSPORT
     yield cn
     cn.close()
+
+
+@pytest.fixture(scope="session")
+def rrpcd():
+    """A real rrpcd over TLS on a free loopback port, with development
+    certificates for kv-server, kv-client and nobody: ("HOST:PORT", DIR)."""
+    if not os.environ.get("RRPCD") or not os.environ.get("MAKE_CERTS"):
+        pytest.skip("RRPCD / MAKE_CERTS unset (meson test sets them)")
+    d = tempfile.mkdtemp(prefix="rrpc-py-broker-")
+    subprocess.run([os.environ["MAKE_CERTS"], d, "kv-server", "kv-client", "nobody"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(d, "rrpcd.conf"), "w") as f:
+        f.write("listen = 127.0.0.1:0\ncert = {d}/rrpcd.crt\nkey = {d}/rrpcd.key\n"
+                "ca = {d}/ca.crt\nport_file = {d}/port\nlease_ms = 2000\n"
+                "ticket_lifetime_ms = 5000\n"
+                "allow = register * kv-server\nallow = lookup * kv-client\n".format(d=d))
+    log = open(os.path.join(d, "log"), "w")
+    p = subprocess.Popen([os.environ["RRPCD"], "-c", os.path.join(d, "rrpcd.conf")],
+                         stdout=log, stderr=log)
+    port = None
+    for _ in range(1000):
+        try:
+            port = int(open(os.path.join(d, "port")).read())
+            break
+        except (OSError, ValueError):
+            if p.poll() is not None:
+                raise RuntimeError("rrpcd exited: " + open(os.path.join(d, "log")).read())
+            time.sleep(0.01)
+    assert port, "rrpcd never wrote its port"
+    yield "127.0.0.1:%d" % port, d
+    p.terminate()
+    p.wait(10)
+    log.close()
+    shutil.rmtree(d, ignore_errors=True)

@@ -10,8 +10,8 @@ import roce_rpc
 def test_dir_lists_no_modules_the_package_only_uses():
     modules = sorted(n for n in dir(roce_rpc) if not n.startswith("_") and n != "lib"
                      and isinstance(getattr(roce_rpc, n), types.ModuleType))
-    # the public submodules: roce_rpc.tensor, and roce_rpc.aio once imported
-    assert set(modules) <= {"tensor", "aio"}, modules
+    # the public submodules: roce_rpc.tensor, and roce_rpc.aio and .broker once imported
+    assert set(modules) <= {"tensor", "aio", "broker"}, modules
     for name in ("asyncio", "threading", "math", "collections", "weakref", "logging"):
         assert name not in dir(roce_rpc), name
 
