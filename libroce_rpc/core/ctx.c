@@ -459,15 +459,19 @@ static void driven_rearm(rrpc_ctx *ctx);
 void rrpci_unlock(rrpc_ctx *ctx)
 {
     bool other = !(ctx->in_run && pthread_equal(ctx->owner, pthread_self()));
-    if (other && !ctx->in_run && !ctx->thread_mode) {
+    bool idle_driven = other && !ctx->in_run && !ctx->thread_mode;
+    if (idle_driven && !ctx->ran_callbacks) {
         /* Driven, between two progress calls: what this call started reaches
-         * epoll only when the loop runs, so the context's fd says "run me". */
+         * epoll only when the loop runs, so the context's fd says "run me"
+         * (once: it stays readable until the next run). */
         ctx->ran_callbacks = true;
         driven_rearm(ctx);
     }
     pthread_mutex_unlock(&ctx->lock);
-    /* Another thread changed watchers or queued work: make the loop look. */
-    if (other)
+    /* Another thread changed watchers or queued work while the loop runs or
+     * sleeps in it: make the loop look.  (No thread in the loop of a driven
+     * context: its next run sees the work, and its fd already says so.) */
+    if (other && !idle_driven)
         ev_async_send(ctx->loop, &ctx->wake);
 }
 

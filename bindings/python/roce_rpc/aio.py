@@ -128,13 +128,25 @@ class Context:
             self._running = False
 
     def _arm(self, ms):
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if ms == 0:
             self._kick()
-        elif ms > 0:
-            self._timer = self._loop.call_later(ms / 1000.0, self._run)
+            return
+        if ms < 0:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        due = self._loop.time() + ms / 1000.0
+        t = self._timer
+        if t is not None and not t.cancelled() and t.when() <= due:
+            return  # it fires first; the run then arms the next one
+        if t is not None:
+            t.cancel()
+        self._timer = self._loop.call_at(due, self._timer_fired)
+
+    def _timer_fired(self):
+        self._timer = None
+        self._run()
 
     # -- lifetime --
     @property

@@ -1,0 +1,210 @@
+#!/usr/bin/python3
+"""bench/python-bench.py [BUILD_DIR] [--duration S] [--tensor-mib N] [--count K]
+
+The Python bindings beside the C library, in one run on one machine (only
+ratios mean anything; see docs/performance.md):
+
+  rtt      a 64 B "echo" round trip against one rrpc-bench server process:
+           the C client (rrpc-bench client, driven and thread mode), the
+           Python client in thread mode (Conn.call) and through asyncio
+           (roce_rpc.aio, the loop drives the context), each with the
+           client's CPU time per call.
+  tensor   a float32 tensor of N MiB sent K times between two contexts of
+           one process: the C reference (rrpc-tensor-bw, registered source
+           and destination), then Python from a fresh numpy array each time
+           (first send included: registration of the source, a fresh
+           destination), and Python into a receive pool.
+
+Prints a table and the targets of issue #15 (Python RTT <= 2x C, asyncio
+<= 2.5x, tensor >= 0.9x C, first send included) as met / NOT MET.  Uses the
+package in BUILD_DIR/bindings/python (default build); run it with Debian's
+/usr/bin/python3.
+"""
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+
+
+def cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def free_port():
+    for _ in range(50):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p < 32768 - 3:
+            return p
+    return 20000 + os.getpid() % 5000
+
+
+def p50(v):
+    v = sorted(v)
+    return v[len(v) // 2] if v else float("nan")
+
+
+def c_rtt(bench, port, mode, duration):
+    out = subprocess.run([bench, "client", "--host", "127.0.0.1", "--port", str(port),
+                          "--transport", "tcp", "--tests", "rtt", "--duration", str(duration),
+                          "--client-mode", mode, "--no-progress", "--json", "-"],
+                         check=True, capture_output=True, text=True).stdout
+    r = [x for x in json.loads(out)["results"] if x["test"] == "rpc_rtt"][0]
+    cdf = dict((int(p), v) for p, v in r["rtt_cdf_us"])
+    return cdf[50], r["cpu_us_per_op"]["client"]
+
+
+def py_rtt(roce_rpc, uri, duration, size=64):
+    with roce_rpc.Context() as ctx:
+        conn = ctx.connect(uri)
+        data = b"x" * size
+        for _ in range(200):
+            conn.call("echo", data)
+        lat, n = [], 0
+        c0, end = cpu_s(), time.perf_counter() + duration
+        while True:
+            t = time.perf_counter()
+            conn.call("echo", data)
+            t1 = time.perf_counter()
+            lat.append(t1 - t)
+            n += 1
+            if t1 >= end:
+                break
+        return p50(lat) * 1e6, (cpu_s() - c0) / n * 1e6
+
+
+def aio_rtt(uri, duration, size=64):
+    import roce_rpc.aio as aio
+
+    async def main():
+        async with aio.Context() as ctx:
+            conn = await ctx.connect(uri)
+            data = b"x" * size
+            for _ in range(200):
+                await conn.call("echo", data)
+            lat, n = [], 0
+            c0, end = cpu_s(), time.perf_counter() + duration
+            while True:
+                t = time.perf_counter()
+                await conn.call("echo", data)
+                t1 = time.perf_counter()
+                lat.append(t1 - t)
+                n += 1
+                if t1 >= end:
+                    break
+            return p50(lat) * 1e6, (cpu_s() - c0) / n * 1e6
+    return asyncio.run(main())
+
+
+def c_tensor(tool, nbytes, count):
+    out = subprocess.run([tool, "tcp://127.0.0.1:0", str(nbytes), str(count)], check=True,
+                         capture_output=True, text=True).stdout
+    rates = [float(line.split("=")[1].split()[0]) for line in out.splitlines()
+             if line.startswith("send ")]
+    cpu = [float(x) for x in out.splitlines()[-1].split()[1:]]
+    return rates, sum(cpu)
+
+
+def py_tensor(roce_rpc, np, nbytes, count, pool):
+    rates = []
+    c0 = cpu_s()
+    with roce_rpc.Context() as s, roce_rpc.Context() as c:
+        lis = s.listen("tcp://127.0.0.1:0")
+        rp = s.receive_pool(nbytes, count=2) if pool else None
+        srv = s.serve_tensors(pool=rp, max_bytes=max(nbytes, 1 << 30))
+        conn = c.connect(lis.uri)
+        for k in range(count):
+            a = np.ones(nbytes // 4, np.float32)  # a fresh array: registered by the send
+            t = time.perf_counter()
+            conn.send_tensor("t", a)
+            name, got = srv.receive(timeout=120)
+            dt = time.perf_counter() - t
+            assert got.nbytes == nbytes
+            del got
+            rates.append(nbytes / dt / (1 << 20))
+        srv.close()
+        if rp is not None:
+            rp.close()
+    return rates, cpu_s() - c0
+
+
+def verdict(ok):
+    return "met" if ok else "NOT MET"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--tensor-mib", type=int, default=256)
+    ap.add_argument("--count", type=int, default=3)
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    sys.path.insert(0, os.path.join(build, "bindings", "python"))
+    import numpy as np
+    import roce_rpc
+    bench = os.path.join(build, "bench", "rrpc-bench")
+    tool = os.path.join(build, "bench", "rrpc-tensor-bw")
+
+    port = free_port()
+    server = subprocess.Popen([bench, "server", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = "tcp://127.0.0.1:%d" % port
+    try:
+        for _ in range(500):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.1).close()
+                break
+            except OSError:
+                time.sleep(0.01)
+        rows = []
+        c_drv = c_rtt(bench, port, "driven", a.duration)
+        c_thr = c_rtt(bench, port, "thread", a.duration)
+        p_thr = py_rtt(roce_rpc, uri, a.duration)
+        p_aio = aio_rtt(uri, a.duration)
+        rows += [("C client, driven", *c_drv), ("C client, thread", *c_thr),
+                 ("Python Conn.call (thread)", *p_thr), ("Python roce_rpc.aio", *p_aio)]
+    finally:
+        server.terminate()
+        server.wait(10)
+    nbytes = a.tensor_mib << 20
+    ct, ccpu = c_tensor(tool, nbytes, a.count)
+    pt, pcpu = py_tensor(roce_rpc, np, nbytes, a.count, pool=False)
+    pp, ppcpu = py_tensor(roce_rpc, np, nbytes, a.count, pool=True)
+
+    print("rtt, 64 B echo against one rrpc-bench server process (tcp loopback)")
+    print("| client | p50 µs | client CPU µs/call |")
+    print("| --- | ---: | ---: |")
+    for name, lat, cpu in rows:
+        print("| %s | %.1f | %.1f |" % (name, lat, cpu))
+    print()
+    print("tensor, %d MiB float32, %d sends (MiB/s, first send first)" % (a.tensor_mib, a.count))
+    print("| sender -> receiver | first | later (mean) | process CPU s |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, r, cpu in (("C, registered -> registered", ct, ccpu),
+                         ("Python, fresh array -> new array", pt, pcpu),
+                         ("Python, fresh array -> receive pool", pp, ppcpu)):
+        later = sum(r[1:]) / max(len(r) - 1, 1)
+        print("| %s | %.0f | %.0f | %.2f |" % (name, r[0], later, cpu))
+    print()
+    best_c = min(c_drv[0], c_thr[0])
+    r_sync, r_aio = p_thr[0] / best_c, p_aio[0] / best_c
+    c_all = sum(ct) / len(ct)
+    r_t, r_tp = (sum(pt) / len(pt)) / c_all, (sum(pp) / len(pp)) / c_all
+    print("targets (issue #15; ratios to the best C client / the C tensor mean, first included)")
+    print("- Python call p50 <= 2x C: %.2fx, %s" % (r_sync, verdict(r_sync <= 2)))
+    print("- asyncio call p50 <= 2.5x C: %.2fx, %s" % (r_aio, verdict(r_aio <= 2.5)))
+    print("- tensor >= 0.9x C, new arrays: %.2fx, %s" % (r_t, verdict(r_t >= 0.9)))
+    print("- tensor >= 0.9x C, receive pool: %.2fx, %s" % (r_tp, verdict(r_tp >= 0.9)))
+
+
+if __name__ == "__main__":
+    main()
