@@ -59,6 +59,8 @@ struct rrpc_ctx {
     int backend_fd; /* libev's epoll fd (found at creation), or -errno */
     int drive_fd;   /* driven mode: our epoll, holding backend_fd and timer_fd; -1 until asked */
     int timer_fd;   /* armed to the loop's next timer after every run */
+    bool timer_armed; /* timer_fd is set to fire at timer_due (CLOCK_MONOTONIC seconds) */
+    double timer_due;
     bool ran_callbacks; /* driven: the last run invoked callbacks, so watchers they started
                          * reach the kernel only at the next run: progress is due at once */
     struct rrpci_timer *timers; /* the active ones */

@@ -816,18 +816,35 @@ static void driven_rearm(rrpc_ctx *ctx)
 {
     if (ctx->timer_fd < 0)
         return;
-    uint64_t n;
-    while (read(ctx->timer_fd, &n, sizeof(n)) > 0) /* consumed: the loop just ran */
-        ;
+    /* Few system calls: the timer is read only once it may have fired, and
+     * set only when the next due time comes before the armed one (a timer
+     * that fires early costs one spare run, which arms it again). */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (ctx->timer_armed && ctx->timer_due <= now) {
+        uint64_t n;
+        while (read(ctx->timer_fd, &n, sizeof(n)) > 0) /* consumed: the loop runs now */
+            ;
+        ctx->timer_armed = false;
+    }
     int ms = timeout_locked(ctx);
+    if (ms < 0)
+        return; /* no timer runs: an armed one only makes a spare wake-up */
+    double due = now + ms / 1000.0;
+    if (ctx->timer_armed && ctx->timer_due <= due)
+        return;
     struct itimerspec its = {0};
     if (ms == 0)
         its.it_value.tv_nsec = 1; /* at once */
-    else if (ms > 0) {
+    else {
         its.it_value.tv_sec = ms / 1000;
         its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
     }
-    timerfd_settime(ctx->timer_fd, 0, &its, NULL);
+    if (timerfd_settime(ctx->timer_fd, 0, &its, NULL) == 0) {
+        ctx->timer_armed = true;
+        ctx->timer_due = due;
+    }
 }
 
 RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)

@@ -221,6 +221,19 @@ def _deadline_ms(timeout):
     return max(1, int(timeout * 1000))
 
 
+_opts_cache = {}
+
+
+def _call_opts(cls, deadline_ms):
+    """The rrpc_call_opts of (@cls, @deadline_ms), made once (read only)."""
+    o = _opts_cache.get((cls, deadline_ms))
+    if o is None:
+        o = ffi.new("rrpc_call_opts *", [cls, deadline_ms])
+        if len(_opts_cache) < 1024:
+            _opts_cache[(cls, deadline_ms)] = o
+    return o
+
+
 def _cbuf(data, writable=False):
     """(cdata pointer, length) over any buffer-protocol object, zero copy."""
     if data is None:
@@ -424,6 +437,9 @@ class _Core:
 
 _live = weakref.WeakSet()
 
+# A future already done (cancelled by its awaiting task, or failed by a close)
+_INVALID_STATE = (concurrent.futures.InvalidStateError, asyncio.InvalidStateError)
+
 
 # ---- callbacks from the library thread --------------------------------------
 
@@ -507,7 +523,7 @@ def _rrpc_py_call_done(res, user):
                 fut.set_result(ffi.buffer(res.data, res.len)[:] if res.len else b"")
             else:
                 fut.set_exception(_call_error(res.status, _s(res.message), e[2]))
-        except concurrent.futures.InvalidStateError:
+        except _INVALID_STATE:
             pass
         except Exception:
             log.exception("roce_rpc: completion callback failed")
@@ -537,7 +553,7 @@ def _rrpc_py_op_done(status, user):
                 fut.set_result(result() if callable(result) else result)
             else:
                 fut.set_exception(RrpcError(status, message or strerror(status)))
-        except concurrent.futures.InvalidStateError:
+        except _INVALID_STATE:
             pass
         except Exception:
             log.exception("roce_rpc: completion callback failed")
@@ -936,6 +952,14 @@ class Context(_Closable):
         return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
 
 
+def _fail_closed(fut):
+    if not fut.done():
+        try:
+            fut.set_exception(_closed_error("context"))
+        except _INVALID_STATE:
+            pass
+
+
 def _destroy(core):
     with core.cv:
         core.cv.wait_for(lambda: core.busy == 0)
@@ -960,11 +984,13 @@ def _destroy(core):
     for r in list(core.regions.values()) + list(core.pools.values()):
         r._closed = True
     for fut in list(core.pending.values()):
-        if not fut.done():
+        if isinstance(fut, asyncio.Future):  # roce_rpc.aio: settled on its own loop
             try:
-                fut.set_exception(_closed_error("context"))
-            except concurrent.futures.InvalidStateError:
+                fut.get_loop().call_soon_threadsafe(_fail_closed, fut)
+            except RuntimeError:  # that loop is closed
                 pass
+        else:
+            _fail_closed(fut)
     core.pending.clear()
     for k in list(core.keys):
         _registry.pop(k, None)
@@ -1151,18 +1177,20 @@ class Conn(_Closable):
     # -- RPC --
     def call_async(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
                    timeout: Optional[float] = None,
-                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None
-                   ) -> "concurrent.futures.Future[bytes]":
+                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None,
+                   _fut: Any = None) -> "concurrent.futures.Future[bytes]":
         """Calls @method; returns a concurrent.futures.Future whose result is
         the response bytes (or RrpcError).  @callback(future), if given, is
         added as a done callback; it runs on the loop thread."""
         core = self._core
-        fut = concurrent.futures.Future()
-        fut.set_running_or_notify_cancel()
+        if _fut is None:
+            fut = concurrent.futures.Future()
+            fut.set_running_or_notify_cancel()
+        else:
+            fut = _fut  # roce_rpc.aio: an asyncio future of the loop that runs the callbacks
         if callback is not None:
             fut.add_done_callback(callback)
-        opts = ffi.new("rrpc_call_opts *", [_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
-                                            _deadline_ms(timeout)])
+        opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
 
         def start(user):
             b, n = _cbuf(data)

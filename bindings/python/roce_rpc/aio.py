@@ -324,7 +324,10 @@ class Conn:
                    timeout: Optional[float] = None) -> bytes:
         """Calls @method; the response bytes, or RrpcError (a handler's code
         > 0, RrpcTimeoutError at the deadline, ...)."""
-        return await self._await(self.sync.call_async(method, data, qos=qos, timeout=timeout))
+        # the completion runs on this loop's thread: it settles an asyncio
+        # future directly (a cancelled one is left as it is)
+        fut = self._actx._loop.create_future()
+        return await self.sync.call_async(method, data, qos=qos, timeout=timeout, _fut=fut)
 
     async def write(self, local, local_offset: int, remote, remote_offset: int = 0,
                     length: Optional[int] = None, *, qos=None, notify: Optional[int] = None
