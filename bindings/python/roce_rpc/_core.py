@@ -221,6 +221,41 @@ def _deadline_ms(timeout):
     return max(1, int(timeout * 1000))
 
 
+class _Waiter:
+    """What a blocking call waits on: the completion callback settles it on
+    the loop thread and releases the lock the caller sleeps on (one futex
+    wake, where a concurrent.futures.Future takes a Condition and its
+    RLock).  The wait can be interrupted (KeyboardInterrupt)."""
+    __slots__ = ("_lock", "_value", "_exc", "_done")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._value = self._exc = None
+        self._done = False
+
+    def done(self):
+        return self._done
+
+    def set_result(self, v):
+        if self._done:
+            raise concurrent.futures.InvalidStateError("already settled")
+        self._value, self._done = v, True
+        self._lock.release()
+
+    def set_exception(self, e):
+        if self._done:
+            raise concurrent.futures.InvalidStateError("already settled")
+        self._exc, self._done = e, True
+        self._lock.release()
+
+    def wait(self):
+        self._lock.acquire()
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+
 _opts_cache = {}
 
 
@@ -1203,7 +1238,9 @@ class Conn(_Closable):
         """Calls @method and returns the response bytes; raises RrpcError
         (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
         self._core.check_blocking("call")
-        return self.call_async(method, data, qos=qos, timeout=timeout).result()
+        w = _Waiter()
+        self.call_async(method, data, qos=qos, timeout=timeout, _fut=w)
+        return w.wait()
 
     def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
               timeout: Optional[float] = None) -> "asyncio.Future[bytes]":
