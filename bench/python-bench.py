@@ -62,23 +62,34 @@ def c_rtt(bench, port, mode, duration):
     return cdf[50], r["cpu_us_per_op"]["client"]
 
 
+class Sampler:
+    """Round trips for @duration s: add(t0, t1) says whether to go on;
+    result() is (p50 µs, this process's CPU µs per call)."""
+
+    def __init__(self, duration):
+        self.lat = []
+        self.c0, self.end = cpu_s(), time.perf_counter() + duration
+
+    def add(self, t0, t1):
+        self.lat.append(t1 - t0)
+        return t1 < self.end
+
+    def result(self):
+        return p50(self.lat) * 1e6, (cpu_s() - self.c0) / len(self.lat) * 1e6
+
+
 def py_rtt(roce_rpc, uri, duration, size=64):
     with roce_rpc.Context() as ctx:
         conn = ctx.connect(uri)
         data = b"x" * size
         for _ in range(200):
             conn.call("echo", data)
-        lat, n = [], 0
-        c0, end = cpu_s(), time.perf_counter() + duration
-        while True:
+        s, more = Sampler(duration), True
+        while more:
             t = time.perf_counter()
             conn.call("echo", data)
-            t1 = time.perf_counter()
-            lat.append(t1 - t)
-            n += 1
-            if t1 >= end:
-                break
-        return p50(lat) * 1e6, (cpu_s() - c0) / n * 1e6
+            more = s.add(t, time.perf_counter())
+        return s.result()
 
 
 def aio_rtt(uri, duration, size=64):
@@ -90,17 +101,12 @@ def aio_rtt(uri, duration, size=64):
             data = b"x" * size
             for _ in range(200):
                 await conn.call("echo", data)
-            lat, n = [], 0
-            c0, end = cpu_s(), time.perf_counter() + duration
-            while True:
+            s, more = Sampler(duration), True
+            while more:
                 t = time.perf_counter()
                 await conn.call("echo", data)
-                t1 = time.perf_counter()
-                lat.append(t1 - t)
-                n += 1
-                if t1 >= end:
-                    break
-            return p50(lat) * 1e6, (cpu_s() - c0) / n * 1e6
+                more = s.add(t, time.perf_counter())
+            return s.result()
     return asyncio.run(main())
 
 

@@ -452,6 +452,21 @@ class _Core:
             self.kick()
         return fut
 
+    def conn_slot(self):
+        """(_ConnSlot, user pointer) for the events of a connection we make."""
+        slot = _ConnSlot(self)
+        slot.key, user = _keep(slot)
+        self.keys.add(slot.key)
+        return slot, user
+
+    def adopt(self, ctx, slot, ptr, uri, up):
+        """The owned Conn of a connection we made (rrpc_connect*)."""
+        c = Conn._wrap(self, ptr, owned=True, ctx=ctx, uri=uri)
+        c._up = up
+        slot.conn = weakref.ref(c)
+        self.client[_ptrint(ptr)] = c
+        return c
+
     def conn_for(self, p):
         ip = _ptrint(p)
         c = self.accepted.get(ip) or self.client.get(ip)
@@ -891,12 +906,10 @@ class Context(_Closable):
         failure (RrpcConnectionRefusedError, RrpcTimeoutError after
         @timeout s, RrpcPermissionError when the ticket is refused)."""
         core = self._core
-        slot = _ConnSlot(core)
+        slot, user = core.conn_slot()
         slot.fut = fut = concurrent.futures.Future()
         fut.set_running_or_notify_cancel()
         slot.what = "connect %s" % uri
-        slot.key, user = _keep(slot)
-        core.keys.add(slot.key)
         pp = ffi.new("rrpc_conn **")
         opts = ffi.new("rrpc_connect_opts *")
         opts.timeout_ms = max(1, int(timeout * 1000))
@@ -916,11 +929,8 @@ class Context(_Closable):
         if r:
             core.forget(slot.key)
             raise err
-        c = Conn._wrap(core, pp[0], owned=True, ctx=self, uri=uri)
-        slot.conn = weakref.ref(c)
-        core.client[_ptrint(pp[0])] = c
-        if fut.done() and fut.exception() is None:
-            c._up = True  # UP came first, on the library thread
+        # UP may have come first, on the library thread
+        c = core.adopt(self, slot, pp[0], uri, fut.done() and fut.exception() is None)
         if core.kick is not None:
             core.kick()
         return c, fut
@@ -931,9 +941,7 @@ class Context(_Closable):
         rrpc_connect_ticket with @ticket bytes).  Returns a Conn."""
         core = self._core
         core.check_blocking("connect")
-        slot = _ConnSlot(core)
-        slot.key, user = _keep(slot)
-        core.keys.add(slot.key)
+        slot, user = core.conn_slot()
         pp = ffi.new("rrpc_conn **")
         tmo = int(timeout * 1000)
         with core.use():
@@ -948,11 +956,7 @@ class Context(_Closable):
         if r:
             core.forget(slot.key)
             raise err
-        c = Conn._wrap(core, pp[0], owned=True, ctx=self, uri=uri)
-        c._up = True
-        slot.conn = weakref.ref(c)
-        core.client[_ptrint(pp[0])] = c
-        return c
+        return core.adopt(self, slot, pp[0], uri, True)
 
     # -- memory --
     def register(self, obj: _Buffer,

@@ -77,7 +77,18 @@ def _bridge(loop, cfut):
     return af
 
 
-class Context:
+class _AsyncWith:
+    """`async with obj:` closes obj at the end of the block."""
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *a):
+        self.close()
+        return False
+
+
+class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when collected
     """A context driven by the running asyncio loop (create it inside a
     coroutine).  Arguments as roce_rpc.Context: log, log_level, classes,
     config.  `async with` closes it; so does close()."""
@@ -175,19 +186,6 @@ class Context:
             w = self._note_waiters.popleft()
             if not w.done():
                 w.set_exception(_closed_error("context"))
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *a):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     # -- server side --
     def listen(self, uri: str) -> "_core.Listener":
@@ -303,7 +301,7 @@ class Context:
         return "<roce_rpc.aio.Context%s>" % (" closed" if self.closed else "")
 
 
-class Conn:
+class Conn(_AsyncWith):  # not closed when collected: .sync may live on
     """A connection of an aio.Context: every operation is awaited.  The
     synchronous Conn underneath is .sync (its properties are reachable
     here too: uri, transport, peer, ...)."""
@@ -313,7 +311,7 @@ class Conn:
         self.sync = conn
 
     def __getattr__(self, name):
-        if name in ("call", "read", "write", "send_tensor", "kv_transfer"):
+        if name == "sync":
             raise AttributeError(name)
         return getattr(self.sync, name)
 
@@ -354,13 +352,6 @@ class Conn:
 
     def close(self) -> None:
         self.sync.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *a):
-        self.close()
-        return False
 
     def __repr__(self):
         return repr(self.sync).replace("roce_rpc.Conn", "roce_rpc.aio.Conn")

@@ -30,8 +30,7 @@ import weakref
 from typing import Any, Iterable, List, NamedTuple, Optional, Union
 
 from ._rrpc import ffi, lib
-from ._core import (Conn, Context, RrpcError, _Closable, _ConnSlot, _closed_error, _keep,
-                    _ptrint, _qos, _s, strerror)
+from ._core import (Conn, Context, RrpcError, _Closable, _closed_error, _qos, _s, strerror)
 
 __all__ = ["Broker", "Service", "ServiceInfo", "Endpoint", "Instance"]
 
@@ -179,9 +178,7 @@ class Broker(_Closable):
         self._check()
         core = ctx._core
         core.check_blocking("Broker.connect")
-        slot = _ConnSlot(core)
-        slot.key, user = _keep(slot)
-        core.keys.add(slot.key)
+        slot, user = core.conn_slot()
         pp = ffi.new("rrpc_conn **")
         with core.use():
             r = lib.rrpc_connect_service(ctx._ptr, self._ptr, service.encode(),
@@ -193,11 +190,7 @@ class Broker(_Closable):
             bdetail = _s(lib.rrpc_broker_last_error(self._ptr))
             raise RrpcError(r, "connect to service %r: %s" % (service, detail or bdetail or
                                                               strerror(r)))
-        c = Conn._wrap(core, pp[0], owned=True, ctx=ctx, uri="service:" + service)
-        c._up = True
-        slot.conn = weakref.ref(c)
-        core.client[_ptrint(pp[0])] = c
-        return c
+        return core.adopt(ctx, slot, pp[0], "service:" + service, True)
 
     def service(self, ctx: Context, service: str, *, backoff_min: float = 0.1,
                 backoff_max: float = 5.0, connect_timeout: float = 3.0,

@@ -24,6 +24,16 @@ async def _pair():
     return s, lis, c
 
 
+def _holder(s):
+    """Registers "hold" on @s: it defers every request; returns their list."""
+    held = []
+
+    @s.handler("hold", request=True)
+    def hold(req, data):
+        held.append(req.defer())
+    return held
+
+
 @pytest.mark.asyncio
 async def test_calls_and_async_handlers_run_on_the_loop_thread_with_no_library_thread():
     before = threading.active_count()
@@ -58,11 +68,7 @@ async def test_calls_and_async_handlers_run_on_the_loop_thread_with_no_library_t
 @pytest.mark.asyncio
 async def test_a_deadline_fires_through_the_fd_and_timeout_alone():
     s, lis, c = await _pair()
-    held = []
-
-    @s.handler("hold", request=True)
-    def hold(req, data):
-        held.append(req.defer())
+    held = _holder(s)
 
     conn = await c.connect(client_uri(lis))
     t0 = asyncio.get_running_loop().time()
@@ -140,11 +146,7 @@ async def test_handler_failures_answer_at_once_with_a_handler_error_and_are_logg
 @pytest.mark.asyncio
 async def test_a_cancelled_call_is_never_delivered_and_the_connection_goes_on():
     s, lis, c = await _pair()
-    held = []
-
-    @s.handler("hold", request=True)
-    def hold(req, data):
-        held.append(req.defer())
+    held = _holder(s)
 
     @s.handler("echo")
     def echo(data):
