@@ -417,8 +417,11 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
     rrpci_idmap_fini(&c->pending);
     /* A passive connection that never came up was never the application's;
      * an active one is hers from rrpc_connect on. */
-    if (c->fn && (c->announced || c->user_owned))
+    if (c->fn && (c->announced || c->user_owned)) {
+        /* The callback may read why with rrpc_ctx_last_error. */
+        rrpci_set_error(c->ctx, reason, "%s connection down: %s", c->ops->name, c->down_why);
         c->fn(c, RRPC_CONN_DOWN, reason, c->user);
+    }
     rrpci_list_del(&c->link);
     c->refs--; /* the context's list; ours, taken above, is still held */
     rrpci_conn_unref(c);
@@ -560,25 +563,23 @@ RRPC_API int rrpc_connect(rrpc_ctx *ctx, const char *uri, rrpc_conn_event_fn fn,
 }
 
 struct sync_connect {
-    struct rrpci_waiter w;
-    int status;
-    char why[256];
+    struct rrpci_sync s;
+    const char *uri;
     rrpc_conn_event_fn fn;
     void *user;
 };
 
 static void sync_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
-    struct sync_connect *s = user;
+    struct sync_connect *sc = user;
     if (ev == RRPC_CONN_UP) {
-        c->fn = s->fn;
-        c->user = s->user;
-        s->status = 0;
+        c->fn = sc->fn;
+        c->user = sc->user;
+        rrpci_sync_done(&sc->s, 0, NULL);
     } else {
-        s->status = reason;
-        snprintf(s->why, sizeof(s->why), "%s", c->down_why);
+        rrpci_sync_done(&sc->s, reason, "cannot connect to %s: %s (%s)", sc->uri, c->down_why,
+                        rrpc_err_name(reason));
     }
-    rrpci_waiter_signal(&s->w);
 }
 
 static int connect_wait(rrpc_ctx *ctx, const char *uri, int timeout_ms, const void *ticket,
@@ -689,28 +690,25 @@ static int connect_wait(rrpc_ctx *ctx, const char *uri, int timeout_ms, const vo
 {
     if (!ctx || !ret_conn || timeout_ms <= 0)
         return -EINVAL;
-    if (rrpci_in_callback(ctx))
-        return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
-                               "rrpc_connect_sync from a callback; use rrpc_connect");
-    struct sync_connect s = {.fn = fn, .user = user};
-    rrpci_waiter_init(&s.w);
-    rrpci_lock(ctx);
+    struct sync_connect sc = {.uri = uri, .fn = fn, .user = user};
+    int r = rrpci_sync_begin(&sc.s, ctx, "rrpc_connect_sync from a callback; use rrpc_connect");
+    if (r)
+        return r;
     rrpc_conn *c = NULL;
-    int r = connect_locked(ctx, uri, sync_connect_event, &s, timeout_ms, ticket, ticket_len, &c);
+    r = connect_locked(ctx, uri, sync_connect_event, &sc, timeout_ms, ticket, ticket_len, &c);
     if (r == 0) {
-        rrpci_wait(ctx, &s.w);
-        r = s.status;
+        r = rrpci_sync_end(&sc.s, 0);
         if (r == 0) {
             *ret_conn = c;
         } else {
-            rrpci_set_error(ctx, r, "cannot connect to %s: %s (%s)", uri, s.why,
-                            rrpc_err_name(r));
-            rrpci_conn_release_user(c); /* never handed out */
+            /* Never handed out; the application's reference keeps @c. */
+            rrpci_lock(ctx);
+            rrpci_conn_release_user(c);
+            rrpci_unlock(ctx);
         }
+        return r;
     }
-    rrpci_unlock(ctx);
-    rrpci_waiter_fini(&s.w);
-    return r;
+    return rrpci_sync_end(&sc.s, r);
 }
 
 void rrpci_conn_release_user(rrpc_conn *c)

@@ -72,7 +72,6 @@ struct rrpc_ctx {
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
     struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
     ev_prepare credit_prep;         /* returns it before the loop sleeps */
-    char op_err[256];               /* the last failed one-sided op's detail (under the lock) */
     ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
     ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
     void *tpriv[RRPCI_NTRANSPORTS];
@@ -151,22 +150,45 @@ void rrpci_unlock(rrpc_ctx *ctx);
 /* True when the calling thread is running a callback of @ctx. */
 bool rrpci_in_callback(rrpc_ctx *ctx);
 /*
- * A blocking call's rendezvous with the loop.  The completion (on the loop)
- * calls rrpci_waiter_signal; the caller sleeps in rrpci_wait on the waiter's
- * own mutex, never on the context lock, so it does not compete with the
- * loop to wake up.
+ * The one blocking mechanism: rrpc_call_sync, the blocking one-sided
+ * operations, the blocking tensor and KV transfers, and rrpc_connect_sync
+ * all wait on a struct rrpci_sync of their own.  The completion (on the
+ * loop) records its status and its detail in it, so blocking operations on
+ * several threads never read each other's detail; the caller sleeps on the
+ * sync's own mutex, never on the context lock, so it does not compete with
+ * the loop to wake up.
+ *
+ *     struct rrpci_sync s;
+ *     int r = rrpci_sync_begin(&s, ctx, "... from a callback; use the async form");
+ *     if (r) return r;
+ *     return rrpci_sync_end(&s, start(..., rrpci_sync_op_cb, &s));
  */
-struct rrpci_waiter {
+struct rrpci_sync {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    rrpc_ctx *ctx;
+    int status;
+    char detail[RRPCI_ERRMSG_MAX]; /* this operation's, when @status is a failure */
 };
-void rrpci_waiter_init(struct rrpci_waiter *w);
-void rrpci_waiter_fini(struct rrpci_waiter *w);
-void rrpci_waiter_signal(struct rrpci_waiter *w);
-/* Waits until @w is signalled, driving the loop itself in driven mode.
- * Called with the context lock held once; returns with it held. */
-void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w);
+/* Refuses from a callback of @ctx (RRPC_E_DEADLOCK, detail @why_not_here:
+ * the operation would wait for itself); otherwise readies @s and returns 0
+ * with the context lock held. */
+int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_here);
+/* On the loop, with the context lock held: records @status and, for a
+ * failure, the detail (printf-like; NULL: the code's text), and wakes the
+ * waiter.  @s belongs to the waiter again once this returns. */
+void rrpci_sync_done(struct rrpci_sync *s, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An rrpc_op_cb for user = the sync: a failure's detail is the loop
+ * thread's last error, which every failing completion sets just before its
+ * callback (the rrpc_op_cb contract, memory.h). */
+void rrpci_sync_op_cb(int status, void *user);
+/* When @started is 0 waits for the completion (driving the loop itself in
+ * driven mode) and takes its status; a failure's own detail becomes the
+ * calling thread's last error.  Then unlocks, releases @s and returns the
+ * status, or @started when that is non-zero (its detail is already set). */
+int rrpci_sync_end(struct rrpci_sync *s, int started);
 const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 
@@ -238,8 +260,13 @@ void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
 void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
-/* Completes @pd with a local error and frees it (already removed from the table). */
+/* Completes @pd with a local error and frees it (already removed from the
+ * table); a one-sided operation's detail says what failed and @msg. */
 void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg);
+/* Sets a failed one-sided operation's detail as the last error (mem.c);
+ * @words: the target's (@peer) or a local reason, @n bytes. */
+void rrpci_os_fail_detail(const struct rrpci_pending *pd, int status, bool peer,
+                          const uint8_t *words, size_t n);
 struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind kind,
                                         int deadline_ms);
 /* The class index of public class @cls from an options struct, @dflt (an

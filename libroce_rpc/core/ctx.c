@@ -533,47 +533,68 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
-void rrpci_waiter_init(struct rrpci_waiter *w)
+int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_here)
 {
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->done = false;
+    if (!ctx)
+        return -EINVAL;
+    if (rrpci_in_callback(ctx))
+        return rrpci_set_error(ctx, RRPC_E_DEADLOCK, "%s", why_not_here);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->done = false;
+    s->ctx = ctx;
+    s->status = 0;
+    s->detail[0] = 0;
+    rrpci_lock(ctx);
+    return 0;
 }
 
-void rrpci_waiter_fini(struct rrpci_waiter *w)
+void rrpci_sync_done(struct rrpci_sync *s, int status, const char *fmt, ...)
 {
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    s->status = status;
+    if (status != 0) {
+        if (fmt) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(s->detail, sizeof(s->detail), fmt, ap);
+            va_end(ap);
+        } else {
+            snprintf(s->detail, sizeof(s->detail), "%s", rrpc_strerror(status));
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->done, true, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
-void rrpci_waiter_signal(struct rrpci_waiter *w)
+void rrpci_sync_op_cb(int status, void *user)
 {
-    pthread_mutex_lock(&w->mu);
-    __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    struct rrpci_sync *s = user;
+    const char *why = rrpc_ctx_last_error(s->ctx);
+    rrpci_sync_done(s, status, "%s", why[0] ? why : rrpc_strerror(status));
 }
 
-static bool waiter_done(struct rrpci_waiter *w)
+static bool sync_done(struct rrpci_sync *s)
 {
-    pthread_mutex_lock(&w->mu);
-    bool d = w->done;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&s->mu);
+    bool d = s->done;
+    pthread_mutex_unlock(&s->mu);
     return d;
 }
 
 static void driven_rearm(rrpc_ctx *ctx);
 
-/* Watches @w for up to @us without sleeping: an answer that comes within it
+/* Watches @s for up to @us without sleeping: an answer that comes within it
  * costs no wake-up of this thread.  Whether it came. */
-static bool spin_for(struct rrpci_waiter *w, int us)
+static bool spin_for(struct rrpci_sync *s, int us)
 {
     if (us <= 0)
         return false;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (unsigned i = 0;; i++) {
-        if (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE))
             return true;
         if ((i & 63) == 63) {
             clock_gettime(CLOCK_MONOTONIC, &t);
@@ -586,9 +607,9 @@ static bool spin_for(struct rrpci_waiter *w, int us)
     }
 }
 
-void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
+static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s)
 {
-    while (!waiter_done(w)) {
+    while (!sync_done(s)) {
         if (!ctx->thread_mode && !ctx->in_run) {
             run_locked(ctx, EVRUN_ONCE);
             driven_rearm(ctx);
@@ -596,10 +617,10 @@ void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
         }
         /* The loop runs on another thread.  Let go of the context (waking
          * the loop: it must see what this thread just queued) and sleep on
-         * the waiter.  The timeout re-checks who drives the loop in driven
+         * the sync.  The timeout re-checks who drives the loop in driven
          * mode. */
         rrpci_unlock(ctx);
-        if (spin_for(w, ctx->cfg.sync_spin_us)) {
+        if (spin_for(s, ctx->cfg.sync_spin_us)) {
             rrpci_lock(ctx);
             continue;
         }
@@ -610,12 +631,28 @@ void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_mutex_lock(&w->mu);
-        if (!w->done)
-            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_lock(&s->mu);
+        if (!s->done)
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        pthread_mutex_unlock(&s->mu);
         rrpci_lock(ctx);
     }
+}
+
+int rrpci_sync_end(struct rrpci_sync *s, int started)
+{
+    rrpc_ctx *ctx = s->ctx;
+    int r = started;
+    if (r == 0) {
+        sync_wait(ctx, s);
+        r = s->status;
+        if (r != 0)
+            rrpci_set_error(ctx, r, "%s", s->detail);
+    }
+    rrpci_unlock(ctx);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    return r;
 }
 
 static void probe_cb(struct ev_loop *loop, ev_io *w, int revents)
