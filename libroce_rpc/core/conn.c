@@ -51,6 +51,10 @@ bool rrpci_conn_is_down(rrpc_conn *c)
 {
     return c->state == RRPCI_DOWN;
 }
+bool rrpci_conn_is_wired(rrpc_conn *c)
+{
+    return rrpci_conn_wire_open(c);
+}
 
 void rrpci_conn_ref(rrpc_conn *c)
 {

@@ -153,6 +153,9 @@ void rrpci_conn_ref(rrpc_conn *c);
 void rrpci_conn_unref(rrpc_conn *c);
 /* True once the connection is going down: stop touching it. */
 bool rrpci_conn_is_down(rrpc_conn *c);
+/* True from the transport's rrpci_conn_established until the connection
+ * goes down: frames may be posted (the core's state, not a copy of it). */
+bool rrpci_conn_is_wired(rrpc_conn *c);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A tunable of the context's configuration table by its environment

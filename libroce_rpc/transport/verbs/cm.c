@@ -6,7 +6,6 @@
 
 static void vb_established(struct vb_conn *vc)
 {
-    vc->up = true;
     vc->listen_id = NULL;
     rrpc_conn *c = vc->conn;
     rrpci_conn_ref(c);
@@ -41,7 +40,7 @@ static void vb_on_route(struct vb_qp *q)
 static void vb_on_established(struct vb_qp *q, const uint8_t *pd, size_t pdlen)
 {
     struct vb_conn *vc = q->vc;
-    if (!vc->passive) {
+    if (!rrpci_conn_passive(vc->conn)) {
         struct vb_pd p;
         const char *why = NULL;
         int rc = vb_pd_decode(pd, pdlen, &p, &why);
@@ -53,15 +52,15 @@ static void vb_on_established(struct vb_qp *q, const uint8_t *pd, size_t pdlen)
             vb_fail(vc, rc, "handshake with %s: %s", vc->peer, why);
             return;
         }
-        if (!vc->hello_done && (rc = vb_hello_peer(vc, &p.hello))) {
+        if (vc->phase == VB_GATHERING && (rc = vb_hello_peer(vc, &p.hello))) {
             vb_fail(vc, rc, "handshake with %s refused", vc->peer);
             return;
         }
         q->ncredits = q->ncredits_max = p.ncredits;
     }
-    if (q->established)
+    if (q->state == VB_QP_ESTABLISHED)
         return;
-    q->established = true;
+    q->state = VB_QP_ESTABLISHED;
     RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d established", vc->peer, q->cls);
     if (++vc->nestab == VB_NCLS && vb_live(vc))
         vb_established(vc);
@@ -84,7 +83,7 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
     vb_enter(vc);
     if (!vb_live(vc)) {
         if (e->event == RDMA_CM_EVENT_DISCONNECTED || e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
-            vc->peer_gone = true;
+            vb_advance(vc, VB_FINAL); /* the peer is gone */
         vb_leave(vc);
         return;
     }
@@ -146,7 +145,7 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
         break;
     }
     case RDMA_CM_EVENT_DISCONNECTED:
-        vc->peer_gone = true;
+        vb_advance(vc, VB_FINAL); /* the peer is gone */
         /* What already arrived goes first, all of it (the connection is torn
          * down right after): an ERROR frame explains the close. */
         if (vc->cq)
@@ -154,7 +153,7 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
         vb_fail(vc, RRPC_E_CONN_LOST, "%s disconnected", vc->peer);
         break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
-        vc->peer_gone = true;
+        vb_advance(vc, VB_FINAL); /* the peer is gone */
         vb_fail(vc, RRPC_E_CONN_LOST, "the RDMA device was removed");
         break;
     default:
@@ -168,7 +167,8 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
 static struct vb_conn *vb_find_pending(struct vb_ctx *vx, struct rdma_cm_id *lid, uint64_t cookie)
 {
     for (struct vb_conn *vc = vx->vcs; vc; vc = vc->next)
-        if (vc->passive && !vc->up && vc->conn && vc->listen_id == lid && vc->cookie == cookie)
+        if (vc->conn && rrpci_conn_passive(vc->conn) && !rrpci_conn_is_wired(vc->conn) &&
+            vc->listen_id == lid && vc->cookie == cookie)
             return vc;
     return NULL;
 }
@@ -207,7 +207,6 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
             rrpci_conn_down(c, -ENOMEM, "out of memory for a verbs connection");
             return;
         }
-        vc->passive = true;
         vc->cookie = p.cookie;
         vc->listen_id = e->listen_id;
         snprintf(vc->peer, sizeof(vc->peer), "%s", peer);

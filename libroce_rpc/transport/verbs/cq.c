@@ -183,7 +183,7 @@ void vb_poll(struct vb_conn *vc, unsigned budget)
                 until = vb_now_us() + busy_us;
             continue;
         }
-        if (busy_us && !vc->closing && vb_now_us() < until)
+        if (busy_us && vc->conn && vb_now_us() < until)
             continue;
         if (armed)
             break;

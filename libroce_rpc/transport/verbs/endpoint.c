@@ -187,8 +187,7 @@ static void vb_conn_close(rrpc_conn *c)
         return;
     struct vb_conn_priv *p = rrpci_conn_priv(c);
     p->vc = NULL;
-    vc->conn = NULL;
-    vc->closing = true;
+    vc->conn = NULL; /* closed: torn down on the way out (vb_leave) */
     vc->listen_id = NULL;
     if (vc->busy == 0) {
         vc->busy++;
@@ -204,7 +203,7 @@ static int vb_class_dscp(rrpc_conn *c, int cls, int *ret_dscp)
     if (cls < 0 || cls >= VB_NCLS)
         return RRPC_E_BAD_CLASS;
     struct vb_qp *q = &vc->q[cls];
-    if (!q->has_qp || !q->established)
+    if (q->state != VB_QP_ESTABLISHED)
         return -ENOTCONN;
     struct ibv_qp_attr a;
     struct ibv_qp_init_attr ia;

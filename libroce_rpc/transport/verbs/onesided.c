@@ -71,7 +71,7 @@ void vb_op_unlink(struct vb_conn *vc, struct vb_op *o)
 int vb_rdma(rrpc_conn *c, const struct rrpci_rdma_op *op)
 {
     struct vb_conn *vc = vb_vc(c);
-    if (!vc || !vc->up)
+    if (!vc || !vb_wired(vc))
         return RRPC_E_CLOSED;
     if (op->cls < 0 || op->cls >= VB_NCLS)
         return RRPC_E_BAD_CLASS;
@@ -190,7 +190,7 @@ int vb_kick(struct vb_qp *q)
 void vb_wake(struct vb_qp *q)
 {
     struct vb_conn *vc = q->vc;
-    if (!q->blocked || !vc->up || !vb_live(vc) || q->err)
+    if (!q->blocked || !vb_wired(vc) || q->err)
         return;
     if (q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE) || !q->sfree)
         return;

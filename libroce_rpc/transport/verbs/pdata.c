@@ -59,7 +59,7 @@ int vb_hello_peer(struct vb_conn *vc, const struct rrpci_hello *h)
     rrpci_conn_unref(c);
     if (rc)
         return rc;
-    vc->hello_done = true;
+    vb_advance(vc, VB_HELLO);
     uint32_t e = h->rx_buf - RRPCI_HDR_SIZE;
     vc->eager_send = e < vc->vx->eager ? e : vc->vx->eager;
     return 0;

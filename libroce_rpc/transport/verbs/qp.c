@@ -116,7 +116,7 @@ int vb_qp_create(struct vb_qp *q)
             return rc;
         }
     }
-    q->has_qp = true;
+    q->state = VB_QP_CREATED;
     q->max_inline = a.cap.max_inline_data;
     for (unsigned k = 0; k < q->nrbuf; k++) {
         if (k < q->nrbuf - VB_SPARE) {

@@ -22,7 +22,7 @@ void vb_drain(struct vb_qp *q)
     q->draining = true;
     /* Frames may arrive on a class before the last class is established:
      * they wait (in their buffers, with their credits) until it is. */
-    while (q->rxq && vc->up && vb_live(vc)) {
+    while (q->rxq && vb_wired(vc)) {
         struct vb_item_hdr *it = q->rxq;
         if (it->type == VB_I_RNDV && !rrpci_container_of(it, struct vb_rin, it)->complete)
             break;

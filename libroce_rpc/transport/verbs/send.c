@@ -183,7 +183,7 @@ int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
     struct vb_qp *q = &vc->q[cls];
     if (q->err)
         return RRPC_E_CONN_LOST;
-    if (!vc->up || q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE)) {
+    if (!vb_wired(vc) || q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE)) {
         q->blocked = true;
         return -EAGAIN;
     }

@@ -232,7 +232,7 @@ void vb_teardown(struct vb_conn *vc)
     bool dreq[VB_NCLS] = {false};
     for (int i = 0; i < VB_NCLS; i++) {
         struct rdma_cm_id *id = vc->q[i].id;
-        if (!id || !vc->q[i].established)
+        if (!id || vc->q[i].state != VB_QP_ESTABLISHED)
             continue;
         if (vb_port_down(id->verbs, id->port_num))
             dreq[i] = true; /* left to the destroy, once the port is back */
@@ -240,7 +240,7 @@ void vb_teardown(struct vb_conn *vc)
             rdma_disconnect(id);
     }
     for (int i = 0; i < VB_NCLS; i++)
-        if (vc->q[i].has_qp)
+        if (vc->q[i].state >= VB_QP_CREATED)
             rdma_destroy_qp(vc->q[i].id);
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
@@ -280,7 +280,7 @@ void vb_teardown(struct vb_conn *vc)
 
 static bool vb_needs_linger(struct vb_conn *vc)
 {
-    if (vc->peer_gone || vc->linger_expired || vc->nestab < VB_NCLS)
+    if (vc->phase == VB_FINAL || vc->nestab < VB_NCLS)
         return false;
     bool busy = false;
     for (int i = 0; i < VB_NCLS; i++) {
@@ -298,8 +298,8 @@ static bool vb_needs_linger(struct vb_conn *vc)
 static void vb_close_step(struct vb_conn *vc)
 {
     if (vb_needs_linger(vc)) {
-        if (!vc->lingering) {
-            vc->lingering = true;
+        if (vc->phase < VB_LINGERING) {
+            vb_advance(vc, VB_LINGERING);
             rrpci_timer_start(&vc->linger);
         }
         return;
@@ -316,13 +316,24 @@ void vb_enter(struct vb_conn *vc)
 }
 void vb_leave(struct vb_conn *vc)
 {
-    if (--vc->busy == 0 && vc->closing)
+    if (--vc->busy == 0 && !vc->conn)
         vb_close_step(vc);
 }
 
 bool vb_live(struct vb_conn *vc)
 {
     return vc->conn && !rrpci_conn_is_down(vc->conn);
+}
+
+bool vb_wired(struct vb_conn *vc)
+{
+    return vc->conn && rrpci_conn_is_wired(vc->conn);
+}
+
+void vb_advance(struct vb_conn *vc, enum vb_phase p)
+{
+    if (p > vc->phase)
+        vc->phase = p;
 }
 
 void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
@@ -347,6 +358,6 @@ static void vb_linger_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct vb_conn *vc = w->data;
     vb_enter(vc);
-    vc->linger_expired = true;
+    vb_advance(vc, VB_FINAL);
     vb_leave(vc);
 }

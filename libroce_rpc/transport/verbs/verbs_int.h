@@ -228,6 +228,30 @@ struct vb_op {
 struct vb_ctx;
 struct vb_conn;
 
+/*
+ * The part of a connection's life only this transport has; in order, a
+ * connection only moves forward (vb_advance).  The rest is the core's state
+ * machine, asked, never copied: vb_live (not down), vb_wired (every class
+ * established and reported with rrpci_conn_established), !vc->conn (the
+ * core closed it: torn down on the way out of the current upcall, after the
+ * linger).
+ */
+enum vb_phase {
+    VB_GATHERING, /* classes being established (nestab of VB_NCLS); the peer's hello
+                   * (it rides on the private data) not taken yet */
+    VB_HELLO,     /* the peer's hello is taken: the core has its grants */
+    VB_LINGERING, /* closed by the core: its last SENDs and the peer's READs of its
+                   * rendezvous payloads get up to VB_LINGER_S */
+    VB_FINAL,     /* the peer is gone or the linger expired: nothing to wait for */
+};
+
+/* One queue pair's setup; a failed work request sets vb_qp.err. */
+enum vb_qp_state {
+    VB_QP_NONE,        /* a cm_id at most */
+    VB_QP_CREATED,     /* rdma_create_qp done */
+    VB_QP_ESTABLISHED, /* the CM's ESTABLISHED event came */
+};
+
 struct vb_dev {
     struct vb_dev *next;
     struct vb_ctx *vx;
@@ -257,7 +281,8 @@ struct vb_qp {
     uint8_t cls;
     struct vb_conn *vc;
     struct rdma_cm_id *id;
-    bool has_qp, established, err;
+    enum vb_qp_state state;
+    bool err; /* a work request failed: the QP is in error, its work is flushed */
     uint32_t max_inline;
     int sq_depth, sq_inflight;
     int sq_sends; /* SENDs not completed: what a closing connection waits for */
@@ -286,7 +311,7 @@ struct vb_conn {
     struct vb_conn *next, *prev;
     struct rdma_cm_id *listen_id; /* passive, while gathering its classes */
     uint64_t cookie;
-    bool passive, hello_done, up, closing, lingering, linger_expired, peer_gone;
+    enum vb_phase phase; /* only forward: vb_advance */
     int busy;
     unsigned nestab;
     struct rrpci_hello hello;
@@ -411,6 +436,8 @@ void vb_teardown(struct vb_conn *vc);
 void vb_enter(struct vb_conn *vc);
 void vb_leave(struct vb_conn *vc);
 bool vb_live(struct vb_conn *vc);
+bool vb_wired(struct vb_conn *vc);
+void vb_advance(struct vb_conn *vc, enum vb_phase p);
 /* Takes the connection down with @reason and the formatted why (once). */
 void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
