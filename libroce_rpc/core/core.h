@@ -73,6 +73,7 @@ struct rrpc_ctx {
     struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
     ev_prepare credit_prep;         /* returns it before the loop sleeps */
     ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
+    ev_check busy_check;            /* ... and the transports' busy_poll run each iteration */
     ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];

@@ -67,7 +67,8 @@ static const struct cfg_entry cfg_table[] = {
     {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
      "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
     {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,
-     "verbs: after completions, poll the CQ this long before sleeping, us"},
+     "verbs: after completions, the loop polls the CQ once per iteration instead of "
+     "sleeping on its channel until this long passed without one, us (0: off)"},
     {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30, CFG_TRANSPORT,
      "verbs: bytes per RDMA READ/WRITE work request"},
     {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64, CFG_TRANSPORT,
@@ -487,24 +488,46 @@ static void loop_acquire(struct ev_loop *loop)
 /*
  * Adaptive polling: while the idle watcher is active libev polls its fds
  * with a zero timeout instead of sleeping, so an answer that follows traffic
- * closely is picked up without a wake-up.  It stops itself once
- * RRPC_BUSY_POLL_US has passed without traffic: an idle context sleeps, and
- * the CPU it spends is bounded by that window after each burst.
+ * closely is picked up without a wake-up, and the check watcher lets each
+ * transport look for completions that wake no fd (ops->busy_poll: a verbs
+ * CQ that is not armed).  Both stop once the window (RRPC_BUSY_POLL_US, or a
+ * transport's own) has passed without traffic and no transport wants more:
+ * an idle context sleeps, and the CPU it spends is bounded by that window
+ * after each burst.
  */
 static void busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
+    /* Its being active is the point: the loop does not sleep. */
+}
+
+static void busy_check_cb(struct ev_loop *loop, ev_check *w, int revents)
+{
     rrpc_ctx *ctx = w->data;
-    if (ev_now(loop) >= ctx->busy_until)
-        ev_idle_stop(loop, w);
+    bool more = false;
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
+        if (ctx->tops[i] && ctx->tops[i]->busy_poll && ctx->tops[i]->busy_poll(ctx))
+            more = true;
+    if (!more && ev_now(loop) >= ctx->busy_until) {
+        ev_idle_stop(loop, &ctx->busy_idle);
+        ev_check_stop(loop, w);
+    }
+}
+
+void rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
+{
+    ev_tstamp until = ev_now(ctx->loop) + us * 1e-6;
+    if (until > ctx->busy_until)
+        ctx->busy_until = until;
+    if (!ev_is_active(&ctx->busy_idle)) {
+        ev_idle_start(ctx->loop, &ctx->busy_idle);
+        ev_check_start(ctx->loop, &ctx->busy_check);
+    }
 }
 
 void rrpci_ctx_activity(rrpc_ctx *ctx)
 {
-    if (ctx->cfg.busy_poll_us <= 0)
-        return;
-    ctx->busy_until = ev_now(ctx->loop) + ctx->cfg.busy_poll_us * 1e-6;
-    if (!ev_is_active(&ctx->busy_idle))
-        ev_idle_start(ctx->loop, &ctx->busy_idle);
+    if (ctx->cfg.busy_poll_us > 0)
+        rrpci_ctx_busy(ctx, (unsigned)ctx->cfg.busy_poll_us);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_async *w, int revents)
@@ -774,6 +797,8 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     ev_unref(ctx->loop); /* the prepare watcher alone does not keep the loop alive */
     ev_idle_init(&ctx->busy_idle, busy_idle_cb);
     ctx->busy_idle.data = ctx;
+    ev_check_init(&ctx->busy_check, busy_check_cb);
+    ctx->busy_check.data = ctx;
     *ret_ctx = ctx;
     return 0;
 }
@@ -955,11 +980,12 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         rrpci_conn_release_user(rrpci_container_of(ctx->owned.next, rrpc_conn, owned_link));
     rrpci_methods_fini(ctx);
     rrpci_regions_fini(ctx);
+    ev_idle_stop(ctx->loop, &ctx->busy_idle);
+    ev_check_stop(ctx->loop, &ctx->busy_check); /* before the transports' state goes */
     transports_fini(ctx);
     ev_async_stop(ctx->loop, &ctx->wake);
     ev_ref(ctx->loop);
     ev_prepare_stop(ctx->loop, &ctx->credit_prep);
-    ev_idle_stop(ctx->loop, &ctx->busy_idle);
     pthread_mutex_unlock(&ctx->lock);
     ev_loop_destroy(ctx->loop);
     if (ctx->drive_fd >= 0)

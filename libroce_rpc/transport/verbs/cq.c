@@ -156,11 +156,16 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
  * (a chain of one-sided WRITEs, say) can keep the CQ non-empty forever, and
  * the loop must still get its turn for timers, other connections and, in
  * driven mode, to return from rrpc_ctx_progress.  The rest is then handled
- * from a zero-delay timer, on the loop's next iteration. */
+ * from a zero-delay timer, on the loop's next iteration.
+ *
+ * With RRPC_VERBS_BUSY_POLL_US, a CQ that had completions is left unarmed
+ * and the context is told to busy-poll (rrpci_ctx_busy): the loop does not
+ * sleep, and polls it once per iteration (vb_busy_poll) until the window
+ * passed without completions; only then is it armed again.  The loop keeps
+ * its turns meanwhile: this never spins inside one callback. */
 void vb_poll(struct vb_conn *vc, unsigned budget)
 {
     struct ibv_wc wc[16];
-    uint64_t until = 0;
     bool armed = false;
     unsigned busy_us = vc->vx->busy_poll_us, handled = 0;
     vb_enter(vc);
@@ -179,21 +184,53 @@ void vb_poll(struct vb_conn *vc, unsigned budget)
         handled += (unsigned)n;
         if (n > 0) {
             armed = false;
-            if (busy_us)
-                until = vb_now_us() + busy_us;
             continue;
         }
-        if (busy_us && vc->conn && vb_now_us() < until)
-            continue;
+        if (busy_us && vc->conn) {
+            uint64_t now = vb_now_us();
+            if (handled) {
+                vc->cq_busy = true;
+                vc->cq_busy_until = now + busy_us;
+                rrpci_ctx_busy(vc->ctx, busy_us);
+                break;
+            }
+            if (vc->cq_busy && now < vc->cq_busy_until)
+                break; /* polled again on the loop's next iteration */
+        }
         if (armed)
             break;
         if (ibv_req_notify_cq(vc->cq, 0)) {
             vb_fail(vc, RRPC_E_CONN_LOST, "ibv_req_notify_cq failed");
             break;
         }
+        vc->cq_busy = false;
         armed = true; /* poll once more: a completion may have come before the arming */
     }
     vb_leave(vc);
+}
+
+/* ops->busy_poll: each busy-polled CQ once.  A completion's upcall may
+ * close or tear down any connection, so the list is walked again after
+ * each visit, skipping those visited in this pass. */
+bool vb_busy_poll(rrpc_ctx *ctx)
+{
+    struct vb_ctx *vx = vb_vx(ctx);
+    if (!vx->open)
+        return false;
+    unsigned gen = ++vx->poll_gen;
+    for (;;) {
+        struct vb_conn *vc = vx->vcs;
+        while (vc && !(vc->cq_busy && vc->cq && vc->poll_gen != gen))
+            vc = vc->next;
+        if (!vc)
+            break;
+        vc->poll_gen = gen;
+        vb_poll(vc, VB_POLL_BUDGET);
+    }
+    for (struct vb_conn *vc = vx->vcs; vc; vc = vc->next)
+        if (vc->cq_busy)
+            return true;
+    return false;
 }
 
 void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents)

@@ -246,4 +246,5 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .region_key = vb_region_key,
     .region_release = vb_region_release,
     .rdma = vb_rdma,
+    .busy_poll = vb_busy_poll,
 };

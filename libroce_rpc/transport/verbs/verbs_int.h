@@ -72,8 +72,9 @@
  *    so that its late events are only acknowledged.
  *  - Tunables (environment, read when a context first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
- *    RRPC_VERBS_BUSY_POLL_US (0: after completions, poll the CQ this long
- *    before re-arming), RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
+ *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop polls the CQ
+ *    once per iteration, without sleeping, until this long passed without
+ *    one, then re-arms it: cq.c), RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -325,6 +326,12 @@ struct vb_conn {
     struct vb_op *ops;
     struct rrpci_timer linger;
     struct rrpci_timer repoll; /* a CQ visit that used its budget comes back through this */
+    /* The CQ is busy-polled, not armed: the context polls it once per loop
+     * iteration (vb_busy_poll) until @cq_busy_until (vb_now_us) passed
+     * without completions, then arms it again. */
+    bool cq_busy;
+    uint64_t cq_busy_until;
+    unsigned poll_gen;
     char peer[INET6_ADDRSTRLEN + 8];
     char why[256]; /* the text of the last rrpci_conn_down */
     char err[192]; /* detail of a setup step that failed */
@@ -362,7 +369,8 @@ struct vb_ctx {
     struct vb_dev *devs;
     struct vb_conn *vcs;
     uint32_t eager;
-    unsigned busy_poll_us;
+    unsigned busy_poll_us; /* RRPC_VERBS_BUSY_POLL_US */
+    unsigned poll_gen;     /* vb_busy_poll's pass, to visit each connection once */
     uint32_t chunk;       /* bytes per READ/WRITE work request */
     unsigned data_depth;  /* such chunks in flight per QP */
 };
@@ -474,6 +482,7 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 
 /* ---- cq.c ---- */
 void vb_poll(struct vb_conn *vc, unsigned budget);
+bool vb_busy_poll(rrpc_ctx *ctx);
 void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents);
 void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
 
