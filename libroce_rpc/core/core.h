@@ -302,4 +302,44 @@ rrpc_region *rrpci_region_check(rrpc_ctx *ctx, uint64_t key, uint64_t addr, uint
 /* Pure bounds check, shared with the initiator's own validation. */
 bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len);
 
+/* ---- shared between the core's own files ------------------------------- */
+
+/* config.c: the configuration of a new context: @from's values, or the
+ * environment's when NULL.  0, or -EINVAL with the detail set. */
+int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg);
+/* log.c: @ctx is being destroyed: the calling thread's last error no longer
+ * belongs to it. */
+void rrpci_error_forget(rrpc_ctx *ctx);
+/* class.c: every class's DSCP, weight and credits before rrpc_class_set. */
+extern const struct rrpci_class_cfg rrpci_class_defaults[RRPCI_MAX_CLASSES];
+/* loop.c: the loop's watchers and its thread (installed by rrpc_ctx_create_with). */
+void rrpci_loop_release(struct ev_loop *loop);
+void rrpci_loop_acquire(struct ev_loop *loop);
+void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents);
+void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents);
+void rrpci_wake_cb(struct ev_loop *loop, ev_async *w, int revents);
+/* One run of the loop by the calling thread, the lock held. */
+void rrpci_run_locked(rrpc_ctx *ctx, int flags);
+void *rrpci_loop_thread(void *arg);
+/* ctx.c: driven mode: arms the context's timer fd to the loop's next timer. */
+void rrpci_driven_rearm(rrpc_ctx *ctx);
+
+/* conn.c: the one transition function of the state machine (connsm.h):
+ * applies @ev, starting and stopping the timers of the new state; false
+ * when @ev does not apply (ignored). */
+bool rrpci_conn_enter(rrpc_conn *c, enum rrpci_conn_event ev);
+rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops,
+                            rrpc_conn_event_fn fn, void *user, int timeout_ms);
+/* A frame outside credits and the scheduler (TICKET, ERROR, KEEPALIVE...). */
+int rrpci_send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, size_t len);
+/* UP: the application hears of the connection, and what waited is sent. */
+void rrpci_conn_announce(rrpc_conn *c, enum rrpci_conn_event ev);
+/* keepalive.c */
+void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+void rrpci_ka_start(rrpc_conn *c);
+/* send.c: hands what credits and the scheduler allow to the transport. */
+void rrpci_conn_flush(rrpc_conn *c);
+/* send.c: a request of class @cls was consumed: its credit is owed back. */
+void rrpci_conn_consumed(rrpc_conn *c, int cls);
+
 #endif
