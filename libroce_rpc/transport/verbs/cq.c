@@ -162,8 +162,9 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
  * and the context is told to busy-poll (rrpci_ctx_busy): the loop does not
  * sleep, and polls it once per iteration (vb_busy_poll) until the window
  * passed without completions; only then is it armed again.  The loop keeps
- * its turns meanwhile: this never spins inside one callback. */
-void vb_poll(struct vb_conn *vc, unsigned budget)
+ * its turns meanwhile: one busy-poll visit watches for at most
+ * VB_BUSY_SLICE_US.  Returns how many completions were handled. */
+unsigned vb_poll(struct vb_conn *vc, unsigned budget)
 {
     struct ibv_wc wc[16];
     bool armed = false;
@@ -207,30 +208,48 @@ void vb_poll(struct vb_conn *vc, unsigned budget)
         armed = true; /* poll once more: a completion may have come before the arming */
     }
     vb_leave(vc);
+    return handled;
 }
 
-/* ops->busy_poll: each busy-polled CQ once.  A completion's upcall may
- * close or tear down any connection, so the list is walked again after
- * each visit, skipping those visited in this pass. */
-bool vb_busy_poll(rrpc_ctx *ctx)
+/* Each busy-polled CQ once; how many completions that handled.  A
+ * completion's upcall may close or tear down any connection, so the list
+ * is walked again after each visit, skipping those visited in this pass. */
+static unsigned vb_busy_pass(struct vb_ctx *vx)
 {
-    struct vb_ctx *vx = vb_vx(ctx);
-    if (!vx->open)
-        return false;
-    unsigned gen = ++vx->poll_gen;
+    unsigned gen = ++vx->poll_gen, handled = 0;
     for (;;) {
         struct vb_conn *vc = vx->vcs;
         while (vc && !(vc->cq_busy && vc->cq && vc->poll_gen != gen))
             vc = vc->next;
         if (!vc)
-            break;
+            return handled;
         vc->poll_gen = gen;
-        vb_poll(vc, VB_POLL_BUDGET);
+        handled += vb_poll(vc, VB_POLL_BUDGET);
     }
-    for (struct vb_conn *vc = vx->vcs; vc; vc = vc->next)
+}
+
+static bool vb_any_busy(const struct vb_ctx *vx)
+{
+    for (const struct vb_conn *vc = vx->vcs; vc; vc = vc->next)
         if (vc->cq_busy)
             return true;
     return false;
+}
+
+/* ops->busy_poll: passes over the busy-polled CQs until one had
+ * completions or VB_BUSY_SLICE_US passed, then gives the loop its turn.
+ * One pass per iteration alone would pay the loop's own system calls
+ * between two looks at the CQ (measured in the TCG-emulated VM: 64 B RPC
+ * round trip p50 306 us against 122 us when the callback spun). */
+bool vb_busy_poll(rrpc_ctx *ctx)
+{
+    struct vb_ctx *vx = vb_vx(ctx);
+    if (!vx->open)
+        return false;
+    uint64_t until = vb_now_us() + VB_BUSY_SLICE_US;
+    while (vb_busy_pass(vx) == 0 && vb_any_busy(vx) && vb_now_us() < until)
+        ;
+    return vb_any_busy(vx);
 }
 
 void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents)

@@ -127,6 +127,7 @@
 #define VB_BACKLOG 128
 #define VB_POLL_BUDGET 64 /* completions handled per CQ visit before the loop gets a turn */
 #define VB_DRAIN_BUDGET (1u << 20) /* the same, for the last visit before a teardown */
+#define VB_BUSY_SLICE_US 50 /* one busy-poll visit of the CQs watches at most this long */
 
 #define VB_ENV_RNDV 1u
 #define VB_ENV_DONE 2u
@@ -481,7 +482,7 @@ void vb_drain(struct vb_qp *q);
 void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 
 /* ---- cq.c ---- */
-void vb_poll(struct vb_conn *vc, unsigned budget);
+unsigned vb_poll(struct vb_conn *vc, unsigned budget);
 bool vb_busy_poll(rrpc_ctx *ctx);
 void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents);
 void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
