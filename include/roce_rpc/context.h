@@ -217,7 +217,8 @@ typedef enum rrpc_conn_event {
  * the peer vanished, RRPC_E_PROTO / RRPC_E_VERSION / RRPC_E_CREDIT when the
  * peer broke the protocol (also RRPC_E_BAD_CLASS and RRPC_E_TOO_BIG for a bad
  * header), RRPC_E_TICKET when a connection ticket was refused, or a negated
- * errno from the transport.  After the DOWN callback returns, an accepted
+ * errno from the transport; rrpc_ctx_last_error(ctx) inside the DOWN
+ * callback says why in words.  After the DOWN callback returns, an accepted
  * connection's handle is invalid; one from rrpc_connect* stays valid until
  * rrpc_conn_close.
  */

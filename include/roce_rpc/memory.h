@@ -88,10 +88,13 @@ typedef struct rrpc_op_opts {
 
 /*
  * Completion of a one-sided operation: 0, RRPC_E_ACCESS, RRPC_E_CONN_LOST,
- * ...  On failure, rrpc_ctx_last_error(ctx) called inside the callback gives
- * the detail of this operation (what, how many bytes, and the target's own
- * words when it refused); the blocking forms leave the same detail for their
- * caller.
+ * RRPC_E_CLOSED, RRPC_E_DEADLINE, ...  On every failure,
+ * rrpc_ctx_last_error(ctx) called inside the callback gives the detail of
+ * this operation (what, how many bytes, the remote address, and the
+ * target's own words when it refused, or why the connection went down, or
+ * the deadline).  The blocking forms leave that same detail for their
+ * caller: each blocking operation keeps its own, so blocking operations on
+ * several threads never see each other's.
  */
 typedef void (*rrpc_op_cb)(int status, void *user);
 

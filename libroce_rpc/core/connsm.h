@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A connection's lifecycle, as one table.  Pure: no I/O, no timers; conn.c
- * applies it in conn_enter(), the only place a connection's state changes,
+ * applies it in rrpci_conn_enter(), the only place a connection's state changes,
  * which also starts and stops the timers of each state.  The diagram is in
  * docs/architecture.md.
  *

@@ -76,8 +76,8 @@ struct rrpc_ctx {
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
     struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
     ev_prepare credit_prep;         /* returns it before the loop sleeps */
-    char op_err[256];               /* the last failed one-sided op's detail (under the lock) */
     ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
+    ev_check busy_check;            /* ... and the transports' busy_poll run each iteration */
     ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
@@ -155,22 +155,45 @@ void rrpci_unlock(rrpc_ctx *ctx);
 /* True when the calling thread is running a callback of @ctx. */
 bool rrpci_in_callback(rrpc_ctx *ctx);
 /*
- * A blocking call's rendezvous with the loop.  The completion (on the loop)
- * calls rrpci_waiter_signal; the caller sleeps in rrpci_wait on the waiter's
- * own mutex, never on the context lock, so it does not compete with the
- * loop to wake up.
+ * The one blocking mechanism: rrpc_call_sync, the blocking one-sided
+ * operations, the blocking tensor and KV transfers, and rrpc_connect_sync
+ * all wait on a struct rrpci_sync of their own.  The completion (on the
+ * loop) records its status and its detail in it, so blocking operations on
+ * several threads never read each other's detail; the caller sleeps on the
+ * sync's own mutex, never on the context lock, so it does not compete with
+ * the loop to wake up.
+ *
+ *     struct rrpci_sync s;
+ *     int r = rrpci_sync_begin(&s, ctx, "... from a callback; use the async form");
+ *     if (r) return r;
+ *     return rrpci_sync_end(&s, start(..., rrpci_sync_op_cb, &s));
  */
-struct rrpci_waiter {
+struct rrpci_sync {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    rrpc_ctx *ctx;
+    int status;
+    char detail[RRPCI_ERRMSG_MAX]; /* this operation's, when @status is a failure */
 };
-void rrpci_waiter_init(struct rrpci_waiter *w);
-void rrpci_waiter_fini(struct rrpci_waiter *w);
-void rrpci_waiter_signal(struct rrpci_waiter *w);
-/* Waits until @w is signalled, driving the loop itself in driven mode.
- * Called with the context lock held once; returns with it held. */
-void rrpci_wait(rrpc_ctx *ctx, struct rrpci_waiter *w);
+/* Refuses from a callback of @ctx (RRPC_E_DEADLOCK, detail @why_not_here:
+ * the operation would wait for itself); otherwise readies @s and returns 0
+ * with the context lock held. */
+int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_here);
+/* On the loop, with the context lock held: records @status and, for a
+ * failure, the detail (printf-like; NULL: the code's text), and wakes the
+ * waiter.  @s belongs to the waiter again once this returns. */
+void rrpci_sync_done(struct rrpci_sync *s, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An rrpc_op_cb for user = the sync: a failure's detail is the loop
+ * thread's last error, which every failing completion sets just before its
+ * callback (the rrpc_op_cb contract, memory.h). */
+void rrpci_sync_op_cb(int status, void *user);
+/* When @started is 0 waits for the completion (driving the loop itself in
+ * driven mode) and takes its status; a failure's own detail becomes the
+ * calling thread's last error.  Then unlocks, releases @s and returns the
+ * status, or @started when that is non-zero (its detail is already set). */
+int rrpci_sync_end(struct rrpci_sync *s, int started);
 const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 
@@ -242,8 +265,13 @@ void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
 void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
-/* Completes @pd with a local error and frees it (already removed from the table). */
+/* Completes @pd with a local error and frees it (already removed from the
+ * table); a one-sided operation's detail says what failed and @msg. */
 void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg);
+/* Sets a failed one-sided operation's detail as the last error (mem.c);
+ * @words: the target's (@peer) or a local reason, @n bytes. */
+void rrpci_os_fail_detail(const struct rrpci_pending *pd, int status, bool peer,
+                          const uint8_t *words, size_t n);
 struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind kind,
                                         int deadline_ms);
 /* The class index of public class @cls from an options struct, @dflt (an
@@ -277,5 +305,46 @@ rrpc_region *rrpci_region_check(rrpc_ctx *ctx, uint64_t key, uint64_t addr, uint
                                 unsigned need, const char **why);
 /* Pure bounds check, shared with the initiator's own validation. */
 bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len);
+
+/* ---- shared between the core's own files ------------------------------- */
+
+/* config.c: the configuration of a new context: @from's values, or the
+ * environment's when NULL.  0, or -EINVAL with the detail set. */
+int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg);
+/* log.c: @ctx is being destroyed: the calling thread's last error no longer
+ * belongs to it. */
+void rrpci_error_forget(rrpc_ctx *ctx);
+/* class.c: every class's DSCP, weight and credits before rrpc_class_set. */
+extern const struct rrpci_class_cfg rrpci_class_defaults[RRPCI_MAX_CLASSES];
+/* loop.c: the loop's watchers and its thread (installed by rrpc_ctx_create_with). */
+void rrpci_loop_release(struct ev_loop *loop);
+void rrpci_loop_acquire(struct ev_loop *loop);
+void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents);
+void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents);
+void rrpci_wake_cb(struct ev_loop *loop, ev_async *w, int revents);
+/* One run of the loop by the calling thread, the lock held. */
+void rrpci_run_locked(rrpc_ctx *ctx, int flags);
+void rrpci_invoke_pending(struct ev_loop *loop);
+void *rrpci_loop_thread(void *arg);
+/* ctx.c: driven mode: arms the context's timer fd to the loop's next timer. */
+void rrpci_driven_rearm(rrpc_ctx *ctx);
+
+/* conn.c: the one transition function of the state machine (connsm.h):
+ * applies @ev, starting and stopping the timers of the new state; false
+ * when @ev does not apply (ignored). */
+bool rrpci_conn_enter(rrpc_conn *c, enum rrpci_conn_event ev);
+rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops,
+                            rrpc_conn_event_fn fn, void *user, int timeout_ms);
+/* A frame outside credits and the scheduler (TICKET, ERROR, KEEPALIVE...). */
+int rrpci_send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, size_t len);
+/* UP: the application hears of the connection, and what waited is sent. */
+void rrpci_conn_announce(rrpc_conn *c, enum rrpci_conn_event ev);
+/* keepalive.c */
+void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+void rrpci_ka_start(rrpc_conn *c);
+/* send.c: hands what credits and the scheduler allow to the transport. */
+void rrpci_conn_flush(rrpc_conn *c);
+/* send.c: a request of class @cls was consumed: its credit is owed back. */
+void rrpci_conn_consumed(rrpc_conn *c, int cls);
 
 #endif

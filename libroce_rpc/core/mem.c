@@ -307,22 +307,23 @@ static void os_complete(rrpc_conn *c, struct rrpci_pending *pd)
 }
 
 /* A failed one-sided operation leaves its own detail as the context's last
- * error (not whatever failed before it).  @peer/@n: the target's words, if
- * any; untrusted, so only printable bytes are kept. */
-static void os_fail_detail(rrpc_conn *c, const struct rrpci_pending *pd, int status,
-                           const uint8_t *peer, size_t n)
+ * error on the thread that runs its callback, just before the callback (not
+ * whatever failed before it): what, how many bytes, where, and @words:
+ * the target's (@peer), untrusted, so only printable bytes are kept, or the
+ * local reason (a deadline, the connection lost). */
+void rrpci_os_fail_detail(const struct rrpci_pending *pd, int status, bool peer,
+                          const uint8_t *words, size_t n)
 {
-    char words[161];
+    char w[161];
     size_t k = 0;
-    for (size_t i = 0; i < n && k < sizeof(words) - 1; i++)
-        words[k++] = peer[i] >= 0x20 && peer[i] < 0x7f ? (char)peer[i] : '?';
-    words[k] = 0;
-    /* Kept in the context too: a blocking caller on another thread than the
-     * loop's copies it into its own last error (os_sync). */
-    snprintf(c->ctx->op_err, sizeof(c->ctx->op_err), "one-sided %s of %zu bytes failed: %s%s%s",
-             pd->is_read ? "READ" : "WRITE", pd->len, rrpc_strerror(status),
-             k ? "; the target says: " : "", words);
-    rrpci_set_error(c->ctx, status, "%s", c->ctx->op_err);
+    for (size_t i = 0; i < n && k < sizeof(w) - 1; i++)
+        w[k++] = words[i] >= 0x20 && words[i] < 0x7f ? (char)words[i] : '?';
+    w[k] = 0;
+    rrpci_set_error(pd->conn->ctx, status,
+                    "one-sided %s of %zu bytes at remote 0x%llx failed: %s%s%s",
+                    pd->is_read ? "READ" : "WRITE", pd->len,
+                    (unsigned long long)pd->remote_addr, rrpc_strerror(status),
+                    k ? (peer ? "; the target says: " : "; ") : "", w);
 }
 
 void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status)
@@ -333,7 +334,7 @@ void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status)
     struct rrpci_pending *pd = rrpci_container_of(n, struct rrpci_pending, node);
     pd->op_status = status;
     if (status)
-        os_fail_detail(c, pd, status, NULL, 0);
+        rrpci_os_fail_detail(pd, status, false, NULL, 0);
     os_complete(c, pd);
 }
 
@@ -358,7 +359,7 @@ void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p)
     }
     if (status != 0 && pd->op_status == 0) {
         pd->op_status = status;
-        os_fail_detail(c, pd, status, p, h->len);
+        rrpci_os_fail_detail(pd, status, true, p, h->len);
     }
     if (--pd->parts_left == 0)
         os_complete(c, pd);
@@ -473,42 +474,19 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
 
 /* ---- blocking forms ------------------------------------------------------- */
 
-struct sync_op {
-    struct rrpci_waiter w;
-    int status;
-};
-
-static void sync_op_cb(int status, void *user)
-{
-    struct sync_op *s = user;
-    s->status = status;
-    rrpci_waiter_signal(&s->w);
-}
-
 static int os_sync(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local_off,
                    const rrpc_token *remote, uint64_t remote_off, size_t len,
                    const rrpc_op_opts *opts)
 {
     if (!c)
         return -EINVAL;
-    if (rrpci_in_callback(c->ctx))
-        return rrpci_set_error(c->ctx, RRPC_E_DEADLOCK,
-                               "a blocking READ/WRITE from a callback; use rrpc_read/rrpc_write");
-    struct sync_op s = {0};
-    rrpci_waiter_init(&s.w);
-    rrpci_lock(c->ctx);
-    rrpc_ctx *ctx = c->ctx;
-    int r = os_start(c, is_read, local, local_off, remote, remote_off, len, opts, sync_op_cb, &s);
-    if (r == 0) {
-        ctx->op_err[0] = 0;
-        rrpci_wait(ctx, &s.w);
-        r = s.status;
-        if (r)
-            rrpci_set_error(ctx, r, "%s", ctx->op_err[0] ? ctx->op_err : rrpc_strerror(r));
-    }
-    rrpci_unlock(ctx);
-    rrpci_waiter_fini(&s.w);
-    return r;
+    struct rrpci_sync s;
+    int r = rrpci_sync_begin(&s, c->ctx,
+                             "a blocking READ/WRITE from a callback; use rrpc_read/rrpc_write");
+    if (r)
+        return r;
+    return rrpci_sync_end(&s, os_start(c, is_read, local, local_off, remote, remote_off, len,
+                                       opts, rrpci_sync_op_cb, &s));
 }
 
 RRPC_API int rrpc_write_sync(rrpc_conn *c, rrpc_region *local, size_t local_off,

@@ -189,6 +189,7 @@ void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
         rrpc_result res = {.status = status, .message = msg ? msg : ""};
         pd->cb(&res, pd->user);
     } else if (pd->op_cb) {
+        rrpci_os_fail_detail(pd, status, false, (const uint8_t *)msg, msg ? strlen(msg) : 0);
         pd->op_cb(status, pd->user);
     }
     free(pd);
@@ -341,29 +342,27 @@ void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_
 }
 
 struct sync_call {
-    struct rrpci_waiter w;
-    int status;
+    struct rrpci_sync s;
+    const char *method;
     void *data;
     size_t len;
-    char msg[RRPCI_ERRMSG_WIRE_MAX + 1];
 };
 
 static void sync_call_cb(const rrpc_result *res, void *user)
 {
-    struct sync_call *s = user;
-    s->status = res->status;
+    struct sync_call *sc = user;
     if (res->status == 0) {
-        s->data = malloc(res->len ? res->len : 1);
-        if (s->data) {
-            memcpy(s->data, res->data, res->len);
-            s->len = res->len;
-        } else {
-            s->status = -ENOMEM;
+        sc->data = malloc(res->len ? res->len : 1);
+        if (!sc->data) {
+            rrpci_sync_done(&sc->s, -ENOMEM, "call \"%s\": no memory for its %zu-byte answer",
+                            sc->method, res->len);
+            return;
         }
-    } else {
-        snprintf(s->msg, sizeof(s->msg), "%s", res->message);
+        memcpy(sc->data, res->data, res->len);
+        sc->len = res->len;
     }
-    rrpci_waiter_signal(&s->w);
+    rrpci_sync_done(&sc->s, res->status, "call \"%s\" failed: %s%s%s", sc->method,
+                    rrpc_strerror(res->status), res->message[0] ? ": " : "", res->message);
 }
 
 RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, size_t len,
@@ -371,30 +370,16 @@ RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, s
 {
     if (!c || !ret_data || !ret_len)
         return -EINVAL;
-    rrpc_ctx *ctx = c->ctx;
-    if (rrpci_in_callback(ctx))
-        return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
-                               "rrpc_call_sync from a callback would wait for itself; "
-                               "use rrpc_call with a completion callback");
-    struct sync_call *s = calloc(1, sizeof(*s));
-    if (!s)
-        return -ENOMEM;
-    rrpci_waiter_init(&s->w);
-    rrpci_lock(ctx);
-    int r = rrpc_call(c, method, req, len, opts, sync_call_cb, s);
+    struct sync_call sc = {.method = method};
+    int r = rrpci_sync_begin(&sc.s, c->ctx,
+                             "rrpc_call_sync from a callback would wait for itself; "
+                             "use rrpc_call with a completion callback");
+    if (r)
+        return r;
+    r = rrpci_sync_end(&sc.s, rrpc_call(c, method, req, len, opts, sync_call_cb, &sc));
     if (r == 0) {
-        rrpci_wait(ctx, &s->w);
-        r = s->status;
+        *ret_data = sc.data;
+        *ret_len = sc.len;
     }
-    rrpci_unlock(ctx);
-    if (r == 0) {
-        *ret_data = s->data;
-        *ret_len = s->len;
-    } else if (s->w.done) {
-        rrpci_set_error(ctx, r, "call \"%s\" failed: %s%s%s", method, rrpc_strerror(r),
-                        s->msg[0] ? ": " : "", s->msg);
-    }
-    rrpci_waiter_fini(&s->w);
-    free(s);
     return r;
 }

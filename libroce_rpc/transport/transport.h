@@ -32,7 +32,7 @@ typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 2 /* 2: no query op; rrpci_timer */
+#define RRPCI_TRANSPORT_OPS_VERSION 3 /* 2: no query op; rrpci_timer. 3: busy_poll */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -104,6 +104,12 @@ struct rrpci_transport_ops {
     /* The connection has received nothing for a keepalive interval: release
      * memory that can be made again when traffic resumes. */
     void (*trim)(rrpc_conn *c);
+    /* While the context busy-polls (after rrpci_ctx_busy, see there), once
+     * per loop iteration: look for completions without waiting.  Returns
+     * whether the transport still wants to be polled (something it watches
+     * is not armed to wake the loop); the context keeps polling while any
+     * transport says so. */
+    bool (*busy_poll)(rrpc_ctx *ctx);
 };
 
 /* The transports compiled in. */
@@ -153,6 +159,13 @@ void rrpci_conn_ref(rrpc_conn *c);
 void rrpci_conn_unref(rrpc_conn *c);
 /* True once the connection is going down: stop touching it. */
 bool rrpci_conn_is_down(rrpc_conn *c);
+/* True from the transport's rrpci_conn_established until the connection
+ * goes down: frames may be posted (the core's state, not a copy of it). */
+bool rrpci_conn_is_wired(rrpc_conn *c);
+/* Traffic arrived: the loop polls instead of sleeping for at least @us
+ * from now, calling ops->busy_poll once per iteration (the core's own
+ * RRPC_BUSY_POLL_US window extends it on every frame). */
+void rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A tunable of the context's configuration table by its environment

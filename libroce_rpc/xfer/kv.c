@@ -377,11 +377,12 @@ RRPC_API int rrpc_kv_transfer_sync(rrpc_conn *conn, rrpc_kv_pool *src, const rrp
                                    const rrpc_kv_pair *pairs, size_t n, const rrpc_op_opts *opts,
                                    size_t *ret_writes)
 {
-    struct rrpci_xfer_sync s;
-    int r = rrpci_xfer_sync_begin(&s, conn, "a blocking KV transfer from a callback; use "
-                                            "rrpc_kv_transfer");
+    struct rrpci_sync s;
+    int r = rrpci_sync_begin(&s, conn ? conn->ctx : NULL,
+                             "a blocking KV transfer from a callback; use "
+                             "rrpc_kv_transfer");
     if (r)
         return r;
-    return rrpci_xfer_sync_end(&s, rrpc_kv_transfer(conn, src, dst, pairs, n, opts,
-                                                    rrpci_xfer_sync_cb, &s, ret_writes));
+    return rrpci_sync_end(&s, rrpc_kv_transfer(conn, src, dst, pairs, n, opts,
+                                         rrpci_sync_op_cb, &s, ret_writes));
 }

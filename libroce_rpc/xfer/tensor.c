@@ -900,49 +900,15 @@ RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tens
     return r;
 }
 
-int rrpci_xfer_sync_begin(struct rrpci_xfer_sync *s, rrpc_conn *conn, const char *why)
-{
-    if (!conn)
-        return -EINVAL;
-    memset(s, 0, sizeof(*s));
-    s->ctx = conn->ctx;
-    if (rrpci_in_callback(s->ctx))
-        return rrpci_set_error(s->ctx, RRPC_E_DEADLOCK, "%s", why);
-    rrpci_waiter_init(&s->w);
-    rrpci_lock(s->ctx);
-    return 0;
-}
-
-void rrpci_xfer_sync_cb(int status, void *user)
-{
-    struct rrpci_xfer_sync *s = user;
-    s->status = status;
-    if (status != 0) /* the detail was set on the loop thread */
-        snprintf(s->why, sizeof(s->why), "%s", rrpc_ctx_last_error(s->ctx));
-    rrpci_waiter_signal(&s->w);
-}
-
-int rrpci_xfer_sync_end(struct rrpci_xfer_sync *s, int r)
-{
-    if (r == 0) {
-        rrpci_wait(s->ctx, &s->w);
-        r = s->status;
-        if (r != 0)
-            rrpci_set_error(s->ctx, r, "%s", s->why);
-    }
-    rrpci_unlock(s->ctx);
-    rrpci_waiter_fini(&s->w);
-    return r;
-}
-
 RRPC_API int rrpc_tensor_send_sync(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
                                    int qos_class)
 {
-    struct rrpci_xfer_sync s;
-    int r = rrpci_xfer_sync_begin(&s, conn, "a blocking tensor send from a callback; use "
-                                            "rrpc_tensor_send");
+    struct rrpci_sync s;
+    int r = rrpci_sync_begin(&s, conn ? conn->ctx : NULL,
+                             "a blocking tensor send from a callback; use "
+                             "rrpc_tensor_send");
     if (r)
         return r;
-    return rrpci_xfer_sync_end(&s, rrpc_tensor_send(conn, name, src, qos_class,
-                                                    rrpci_xfer_sync_cb, &s));
+    return rrpci_sync_end(&s, rrpc_tensor_send(conn, name, src, qos_class,
+                                         rrpci_sync_op_cb, &s));
 }

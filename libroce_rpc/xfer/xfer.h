@@ -46,27 +46,6 @@ int rrpci_xfer_batch(rrpc_conn *conn, rrpc_region *local, const rrpc_token *remo
                      struct rrpci_runs *runs, const rrpc_op_opts *opts, rrpc_op_cb cb,
                      void *user);
 
-/*
- * The blocking form of an operation that completes through an rrpc_op_cb:
- *
- *     struct rrpci_xfer_sync s;
- *     int r = rrpci_xfer_sync_begin(&s, conn, "...; use the async form");
- *     if (r) return r;
- *     return rrpci_xfer_sync_end(&s, start(..., rrpci_xfer_sync_cb, &s));
- *
- * begin refuses from a callback (RRPC_E_DEADLOCK, with @why) and otherwise
- * returns with the context lock held; end waits for the completion when the
- * start succeeded, carries the loop thread's error detail to this thread,
- * unlocks and returns the status.
- */
-struct rrpci_xfer_sync {
-    struct rrpci_waiter w;
-    rrpc_ctx *ctx;
-    int status;
-    char why[256];
-};
-int rrpci_xfer_sync_begin(struct rrpci_xfer_sync *s, rrpc_conn *conn, const char *why);
-void rrpci_xfer_sync_cb(int status, void *user);
-int rrpci_xfer_sync_end(struct rrpci_xfer_sync *s, int started);
+/* Blocking forms wait on a struct rrpci_sync (core/core.h). */
 
 #endif

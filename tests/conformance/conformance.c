@@ -971,6 +971,88 @@ static void test_one_sided_with_a_forged_key_fails_and_writes_nothing(void **sta
     rrpc_conn_close(c2);
 }
 
+/* ---- concurrent blocking one-sided failures each keep their own detail ---- */
+
+#define OS_DETAIL_THREADS 8
+#define OS_DETAIL_OPS 250 /* per thread; verbs: 1 (a forged key breaks the queue pair) */
+
+struct os_detail_job {
+    int t;
+    rrpc_conn *conn;
+    rrpc_token forged;
+    int ops, access, wrong;
+    char first_wrong[600];
+};
+
+/* Forged-key READs and WRITEs, each of a length and at a remote address no
+ * other operation in the test has; the detail this thread sees must name
+ * both. */
+static void *os_detail_thread(void *arg)
+{
+    struct os_detail_job *j = arg;
+    static uint8_t mem[OS_DETAIL_THREADS][OS_DETAIL_THREADS * OS_DETAIL_OPS + 1];
+    rrpc_region *lr = NULL;
+    if (rrpc_mem_reg(T.cctx, mem[j->t], sizeof(mem[j->t]), 0, &lr) != 0) {
+        snprintf(j->first_wrong, sizeof(j->first_wrong), "rrpc_mem_reg failed");
+        j->wrong = -1;
+        return NULL;
+    }
+    for (int i = 0; i < j->ops; i++) {
+        bool rd = i & 1;
+        size_t len = 1 + (size_t)j->t * OS_DETAIL_OPS + (size_t)i;
+        uint64_t off = (uint64_t)j->t * 65536 + (uint64_t)i * 8;
+        int r = rd ? rrpc_read_sync(j->conn, lr, 0, &j->forged, off, len, NULL)
+                   : rrpc_write_sync(j->conn, lr, 0, &j->forged, off, len, NULL);
+        const char *why = rrpc_ctx_last_error(T.cctx);
+        char want[96];
+        snprintf(want, sizeof(want), "%s of %zu bytes at remote 0x%llx ", rd ? "READ" : "WRITE",
+                 len, (unsigned long long)(j->forged.addr + off));
+        if (r == RRPC_E_ACCESS)
+            j->access++;
+        if (r == 0 || !strstr(why, want)) {
+            if (j->wrong++ == 0)
+                snprintf(j->first_wrong, sizeof(j->first_wrong), "%s: %s: got \"%s\"", want,
+                         rrpc_err_name(r), why);
+        }
+    }
+    rrpc_mem_dereg(lr);
+    return NULL;
+}
+
+static void test_concurrent_blocking_one_sided_failures_each_report_their_own_detail(void **state)
+{
+    (void)state;
+    bool verbs = strcmp(T.transport, "verbs") == 0;
+    struct os_detail_job jobs[OS_DETAIL_THREADS];
+    pthread_t th[OS_DETAIL_THREADS];
+    for (int t = 0; t < OS_DETAIL_THREADS; t++) {
+        memset(&jobs[t], 0, sizeof(jobs[t]));
+        jobs[t].t = t;
+        jobs[t].ops = verbs ? 1 : OS_DETAIL_OPS;
+        jobs[t].conn = connect_client(T.cctx);
+        fetch_token(jobs[t].conn, &jobs[t].forged);
+        jobs[t].forged.key ^= 0x5a5a;
+    }
+    for (int t = 0; t < OS_DETAIL_THREADS; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, os_detail_thread, &jobs[t]), 0);
+    int ops = 0, access = 0, wrong = 0;
+    for (int t = 0; t < OS_DETAIL_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        ops += jobs[t].ops;
+        access += jobs[t].access;
+        wrong += jobs[t].wrong;
+        if (jobs[t].wrong)
+            printf("# thread %d: %d of %d with another detail; first: %s\n", t, jobs[t].wrong,
+                   jobs[t].ops, jobs[t].first_wrong);
+        rrpc_conn_close(jobs[t].conn);
+    }
+    printf("# %d forged operations on %d threads: %d RRPC_E_ACCESS, %d with another's detail\n",
+           ops, OS_DETAIL_THREADS, access, wrong);
+    assert_int_equal(wrong, 0);
+    /* each thread's first operation meets the target's refusal */
+    assert_true(access >= OS_DETAIL_THREADS);
+}
+
 static void test_an_unresolvable_host_fails_with_unknown_host_and_says_so(void **state)
 {
     (void)state;
@@ -1219,6 +1301,7 @@ int main(void)
         cmocka_unit_test(test_a_chain_of_writes_from_callbacks_lets_progress_return),
         cmocka_unit_test(test_one_sided_outside_the_token_fails_at_once_and_writes_nothing),
         cmocka_unit_test(test_one_sided_with_a_forged_key_fails_and_writes_nothing),
+        cmocka_unit_test(test_concurrent_blocking_one_sided_failures_each_report_their_own_detail),
         cmocka_unit_test(test_an_unresolvable_host_fails_with_unknown_host_and_says_so),
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),
         cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),

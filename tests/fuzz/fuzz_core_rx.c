@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_core_rx: the core's receive dispatch (libroce_rpc/core/conn.c
+ * fuzz_core_rx: the core's receive dispatch (libroce_rpc/core/recv.c
  * rrpci_conn_rx_admit / rrpci_conn_recv, and behind it rpc.c and mem.c:
  * requests, responses, credits, tickets, keepalives, one-sided frames and
  * their answers) on a connection of an in-memory transport (fuzz_core.c),

@@ -18,7 +18,7 @@
  * RSS (/proc/self/statm) and VmPin (/proc/self/status: memory pinned by
  * memory registration).  It also prints what the transport's per-connection
  * buffer pool should be, from the class credits and RRPC_VERBS_EAGER (see
- * libroce_rpc/transport/verbs/verbs.c: per class credits + 35 receive
+ * libroce_rpc/transport/verbs/qp.c: per class credits + 35 receive
  * buffers and 32 send buffers, each 32 + eager bytes rounded up to 64).
  * Exit 0 when every connection and call worked, 1 otherwise.
  */
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
                s_rss1 - s_rss0, (double)(s_rss1 - s_rss0) / n, s_pin1 - s_pin0,
                (double)(s_pin1 - s_pin0) / n);
     }
-    /* The verbs buffer pool per connection and side, as verbs.c sizes it. */
+    /* The verbs buffer pool per connection and side, as verbs/qp.c sizes it. */
     long eager = 8192;
     const char *e = getenv("RRPC_VERBS_EAGER");
     if (e)

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* The configuration table: every tunable, its default, range, doc string
+ * and environment variable; rrpc_config objects; printing the table. */
+#include <dirent.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+
+#include "core/core.h"
+#include "util/reserved.h"
+
+/* ---- configuration table ---------------------------------------------- */
+
+struct cfg_entry {
+    const char *env;
+    long def, min, max;
+    size_t off;
+    const char *doc;
+};
+
+#define CFG_OFF(f) offsetof(struct rrpci_config, f)
+#define CFG_TRANSPORT SIZE_MAX /* read by a transport through rrpci_ctx_tunable */
+static const struct cfg_entry cfg_table[] = {
+    {"RRPC_MAX_MSG", 64L << 20, 4096, 0x7fffffffL, CFG_OFF(max_msg),
+     "largest message payload accepted from a peer, bytes"},
+    {"RRPC_DEADLINE_MS", 30000, -1, 86400000L, CFG_OFF(deadline_ms),
+     "default deadline of a call, ms (-1: none)"},
+    {"RRPC_CONNECT_TIMEOUT_MS", 10000, 1, 3600000L, CFG_OFF(connect_timeout_ms),
+     "time allowed for a connection to come up, ms"},
+    {"RRPC_LOG_LEVEL", -1, -1, 7, CFG_OFF(log_level),
+     "log to stderr up to this syslog level (3 err .. 7 debug; -1: off)"},
+    {"RRPC_KEEPALIVE_MS", 5000, 0, 3600000L, CFG_OFF(keepalive_ms),
+     "probe a connection after this long without a frame from the peer, ms (0: off)"},
+    {"RRPC_KEEPALIVE_TIMEOUT_MS", 0, 0, 86400000L, CFG_OFF(keepalive_timeout_ms),
+     "declare the peer dead after this long without any frame, ms (0: 3 x RRPC_KEEPALIVE_MS)"},
+    {"RRPC_AUTH_TIMEOUT_MS", 5000, 1, 3600000L, CFG_OFF(auth_timeout_ms),
+     "server side: time from accept until the peer has shaken hands and shown its ticket, ms"},
+    {"RRPC_MAX_CONNS", 0, 0, 1000000L, CFG_OFF(max_conns),
+     "server side: connections held at once; at the cap the oldest unauthenticated one is "
+     "closed (0: what RLIMIT_NOFILE allows, at most 4096)"},
+    {"RRPC_MAX_CONNS_PER_SOURCE", 64, 1, 1000000L, CFG_OFF(max_conns_per_source),
+     "server side: connections held at once from one peer address"},
+    {"RRPC_MAX_ANSWER_BACKLOG", 16L << 20, 65536, 1L << 40, CFG_OFF(max_answer_backlog),
+     "answer bytes queued for a peer that does not take them; above it its requests' credit "
+     "is held back and its one-sided reads are refused"},
+    {"RRPC_SYNC_SPIN_US", 50, 0, 100000, CFG_OFF(sync_spin_us),
+     "thread mode: a blocking (_sync) call watches for its answer this long before it sleeps, "
+     "us (0: sleep at once); saves a wake-up per call when answers come fast"},
+    {"RRPC_BUSY_POLL_US", 0, 0, 100000, CFG_OFF(busy_poll_us),
+     "after traffic the loop keeps polling its fds without sleeping this long, us (0: off); "
+     "trades CPU for latency, an idle context sleeps again once it passes"},
+    {"RRPC_TENSOR_MAX_BYTES", 1L << 30, 1, 0x7fffffffffffffffL, CFG_TRANSPORT,
+     "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
+     "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
+    {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
+     "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
+    {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,
+     "verbs: after completions, the loop polls the CQ once per iteration instead of "
+     "sleeping on its channel until this long passed without one, us (0: off)"},
+    {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30, CFG_TRANSPORT,
+     "verbs: bytes per RDMA READ/WRITE work request"},
+    {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64, CFG_TRANSPORT,
+     "verbs: RDMA READ/WRITE work requests in flight per queue pair"},
+};
+_Static_assert(sizeof(cfg_table) / sizeof(cfg_table[0]) <= RRPCI_MAX_TUNABLES,
+               "raise RRPCI_MAX_TUNABLES");
+
+static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long v)
+{
+    cfg->all[e - cfg_table] = v;
+    if (e->off == CFG_TRANSPORT)
+        return;
+    char *p = (char *)cfg + e->off;
+    if (e->off == CFG_OFF(max_msg))
+        *(uint32_t *)(void *)p = (uint32_t)v;
+    else if (e->off == CFG_OFF(max_answer_backlog))
+        *(long *)(void *)p = v;
+    else
+        *(int *)(void *)p = (int)v;
+}
+
+#define NCFG (sizeof(cfg_table) / sizeof(cfg_table[0]))
+
+struct rrpc_config {
+    long v[NCFG];
+};
+
+/* Parses @s for entry @e; -EINVAL with the detail in the thread's error. */
+static int cfg_parse(const struct cfg_entry *e, const char *s, long *ret)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 0);
+    if (!*s || errno || *end || v < e->min || v > e->max)
+        return rrpci_set_error(NULL, -EINVAL, "%s=\"%s\" is not a number from %ld to %ld (%s)",
+                               e->env, s, e->min, e->max, e->doc);
+    *ret = v;
+    return 0;
+}
+
+/* The environment's values, else the defaults. */
+static int cfg_from_env(long v[NCFG])
+{
+    for (size_t i = 0; i < NCFG; i++) {
+        v[i] = cfg_table[i].def;
+        const char *s = getenv(cfg_table[i].env);
+        if (s && *s && cfg_parse(&cfg_table[i], s, &v[i]) < 0) {
+            fprintf(stderr, "roce-rpc: %s\n", rrpc_ctx_last_error(NULL));
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int cfg_load(struct rrpci_config *cfg, const long v[NCFG])
+{
+    for (size_t i = 0; i < NCFG; i++)
+        cfg_store(cfg, &cfg_table[i], v[i]);
+    if (cfg->max_conns == 0) {
+        /* Room for every connection's sockets (tcp: one per class) plus the
+         * pending handshakes and the application's own files. */
+        struct rlimit rl;
+        long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                       ? (long)rl.rlim_cur
+                       : 65536;
+        long n = (fds - 64) / (RRPCI_MAX_CLASSES + 1);
+        cfg->max_conns = (int)(n < 4 ? 4 : n > 4096 ? 4096 : n);
+        for (size_t i = 0; i < NCFG; i++)
+            if (cfg_table[i].off == CFG_OFF(max_conns))
+                cfg->all[i] = cfg->max_conns; /* what rrpci_ctx_tunable reports */
+    }
+    if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms == 0)
+        cfg->keepalive_timeout_ms = 3 * cfg->keepalive_ms; /* keepalive_ms <= 3600000 */
+    if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms <= cfg->keepalive_ms)
+        return rrpci_set_error(NULL, -EINVAL,
+                               "RRPC_KEEPALIVE_TIMEOUT_MS=%d must exceed RRPC_KEEPALIVE_MS=%d "
+                               "(the peer needs time to answer a probe)",
+                               cfg->keepalive_timeout_ms, cfg->keepalive_ms);
+    return 0;
+}
+
+int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg)
+{
+    long env[NCFG];
+    if (!from && cfg_from_env(env) < 0)
+        return -EINVAL;
+    return cfg_load(ret_cfg, from ? from->v : env);
+}
+
+/* The entry called @name: "RRPC_MAX_CONNS" or "max_conns", any case. */
+static const struct cfg_entry *cfg_find(const char *name)
+{
+    for (size_t i = 0; name && i < NCFG; i++) {
+        const char *env = cfg_table[i].env;
+        if (strcasecmp(name, env) == 0 || strcasecmp(name, env + 5) == 0)
+            return &cfg_table[i];
+    }
+    return NULL;
+}
+
+RRPC_API int rrpc_config_create(rrpc_config **ret_cfg)
+{
+    if (!ret_cfg)
+        return -EINVAL;
+    rrpc_config *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg)
+        return -ENOMEM;
+    int r = cfg_from_env(cfg->v);
+    if (r < 0) {
+        free(cfg);
+        return r;
+    }
+    *ret_cfg = cfg;
+    return 0;
+}
+
+RRPC_API int rrpc_config_set(rrpc_config *cfg, const char *name, const char *value)
+{
+    if (!cfg || !name || !value)
+        return rrpci_set_error(NULL, -EINVAL, "rrpc_config_set needs a config, a name, a value");
+    const struct cfg_entry *e = cfg_find(name);
+    if (!e)
+        return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\" "
+                               "(rrpc_config_print lists them)", name);
+    return cfg_parse(e, value, &cfg->v[e - cfg_table]);
+}
+
+RRPC_API int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret_value)
+{
+    const struct cfg_entry *e = cfg_find(name);
+    if (!cfg || !ret_value)
+        return -EINVAL;
+    if (!e)
+        return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\"", name ? name : "");
+    *ret_value = cfg->v[e - cfg_table];
+    return 0;
+}
+
+RRPC_API void rrpc_config_destroy(rrpc_config *cfg)
+{
+    free(cfg);
+}
+
+long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env)
+{
+    for (size_t i = 0; i < NCFG; i++)
+        if (strcmp(cfg_table[i].env, env) == 0)
+            return ctx->cfg.all[i];
+    fprintf(stderr, "roce-rpc: internal error: tunable %s is not in the table\n", env);
+    abort();
+}
+
+RRPC_API void rrpc_config_print(void *fp)
+{
+    FILE *f = fp ? fp : stdout;
+    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+        fprintf(f, "%-26s default %-10ld %s\n", cfg_table[i].env, cfg_table[i].def,
+                cfg_table[i].doc);
+}

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* The loop: its lock, the timers it keeps account of, adaptive (busy)
+ * polling, the wake-up from other threads and the loop thread. */
+#include <dirent.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+
+#include "core/core.h"
+#include "util/reserved.h"
+
+/* ---- the loop and its lock --------------------------------------------- */
+
+void rrpci_lock(rrpc_ctx *ctx)
+{
+    atomic_fetch_add(&ctx->lock_waiters, 1);
+    pthread_mutex_lock(&ctx->lock);
+    atomic_fetch_sub(&ctx->lock_waiters, 1);
+}
+
+static void timer_unlink(struct rrpci_timer *t)
+{
+    if (!t->pprev)
+        return;
+    *t->pprev = t->next;
+    if (t->next)
+        t->next->pprev = t->pprev;
+    t->next = NULL;
+    t->pprev = NULL;
+}
+
+static void timer_link(struct rrpci_timer *t)
+{
+    if (t->pprev)
+        return;
+    rrpc_ctx *ctx = t->ctx;
+    t->next = ctx->timers;
+    if (t->next)
+        t->next->pprev = &t->next;
+    ctx->timers = t;
+    t->pprev = &ctx->timers;
+}
+
+static void timer_fired(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct rrpci_timer *t = rrpci_container_of(w, struct rrpci_timer, w);
+    if (!ev_is_active(w))
+        timer_unlink(t); /* a one-shot timer: libev stopped it */
+    t->cb(loop, w, revents); /* which may free @t */
+}
+
+void rrpci_timer_init(rrpc_ctx *ctx, struct rrpci_timer *t,
+                      void (*cb)(struct ev_loop *loop, ev_timer *w, int revents), double after,
+                      double repeat)
+{
+    ev_timer_init(&t->w, timer_fired, after, repeat);
+    t->ctx = ctx;
+    t->cb = cb;
+    t->next = NULL;
+    t->pprev = NULL;
+}
+
+void rrpci_timer_set(struct rrpci_timer *t, double after, double repeat)
+{
+    ev_timer_set(&t->w, after, repeat);
+}
+
+void rrpci_timer_start(struct rrpci_timer *t)
+{
+    if (!rrpci_in_callback(t->ctx))
+        ev_now_update(t->ctx->loop);
+    ev_timer_start(t->ctx->loop, &t->w);
+    timer_link(t);
+}
+
+void rrpci_timer_stop(struct rrpci_timer *t)
+{
+    ev_timer_stop(t->ctx->loop, &t->w);
+    timer_unlink(t);
+}
+
+void rrpci_timer_again(struct rrpci_timer *t)
+{
+    ev_timer_again(t->ctx->loop, &t->w);
+    if (ev_is_active(&t->w))
+        timer_link(t);
+    else
+        timer_unlink(t);
+}
+
+bool rrpci_timer_active(const struct rrpci_timer *t)
+{
+    return ev_is_active(&t->w);
+}
+
+void rrpci_unlock(rrpc_ctx *ctx)
+{
+    bool other = !(ctx->in_run && pthread_equal(ctx->owner, pthread_self()));
+    bool idle_driven = other && !ctx->in_run && !ctx->thread_mode;
+    if (idle_driven && !ctx->ran_callbacks) {
+        /* Driven, between two progress calls: what this call started reaches
+         * epoll only when the loop runs, so the context's fd says "run me"
+         * (once: it stays readable until the next run). */
+        ctx->ran_callbacks = true;
+        rrpci_driven_rearm(ctx);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    /* Another thread changed watchers or queued work while the loop runs or
+     * sleeps in it: make the loop look.  (No thread in the loop of a driven
+     * context: its next run sees the work, and its fd already says so.) */
+    if (other && !idle_driven)
+        ev_async_send(ctx->loop, &ctx->wake);
+}
+
+bool rrpci_in_callback(rrpc_ctx *ctx)
+{
+    return ctx->in_run && pthread_equal(ctx->owner, pthread_self());
+}
+
+void rrpci_loop_release(struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = ev_userdata(loop);
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+void rrpci_loop_acquire(struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = ev_userdata(loop);
+    /* A busy loop would re-take the (unfair) mutex at once and starve the
+     * threads calling in: let them through first. */
+    while (atomic_load(&ctx->lock_waiters) > 0)
+        sched_yield();
+    pthread_mutex_lock(&ctx->lock);
+}
+
+/*
+ * Adaptive polling: while the idle watcher is active libev polls its fds
+ * with a zero timeout instead of sleeping, so an answer that follows traffic
+ * closely is picked up without a wake-up, and the check watcher lets each
+ * transport look for completions that wake no fd (ops->busy_poll: a verbs
+ * CQ that is not armed).  Both stop once the window (RRPC_BUSY_POLL_US, or a
+ * transport's own) has passed without traffic and no transport wants more:
+ * an idle context sleeps, and the CPU it spends is bounded by that window
+ * after each burst.
+ */
+void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    /* Its being active is the point: the loop does not sleep. */
+}
+
+void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents)
+{
+    rrpc_ctx *ctx = w->data;
+    bool more = false;
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
+        if (ctx->tops[i] && ctx->tops[i]->busy_poll && ctx->tops[i]->busy_poll(ctx))
+            more = true;
+    if (!more && ev_now(loop) >= ctx->busy_until) {
+        ev_idle_stop(loop, &ctx->busy_idle);
+        ev_check_stop(loop, w);
+    }
+}
+
+void rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
+{
+    ev_tstamp until = ev_now(ctx->loop) + us * 1e-6;
+    if (until > ctx->busy_until)
+        ctx->busy_until = until;
+    if (!ev_is_active(&ctx->busy_idle)) {
+        ev_idle_start(ctx->loop, &ctx->busy_idle);
+        ev_check_start(ctx->loop, &ctx->busy_check);
+    }
+}
+
+void rrpci_ctx_activity(rrpc_ctx *ctx)
+{
+    if (ctx->cfg.busy_poll_us > 0)
+        rrpci_ctx_busy(ctx, (unsigned)ctx->cfg.busy_poll_us);
+}
+
+void rrpci_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+    rrpc_ctx *ctx = w->data;
+    if (ctx->stopping)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+/* libev hands a watcher started in a callback to epoll only when the loop
+ * runs again, so a driven context whose callbacks ran must be run again
+ * before it may sleep on its fd (timeout_locked says 0).  The credit
+ * prepare watcher does not count: it runs every iteration, before libev
+ * updates epoll in that same iteration. */
+void rrpci_invoke_pending(struct ev_loop *loop)
+{
+    rrpc_ctx *ctx = ev_userdata(loop);
+    if (ev_pending_count(loop) > (ev_is_pending(&ctx->credit_prep) ? 1u : 0u))
+        ctx->ran_callbacks = true;
+    ev_invoke_pending(loop);
+}
+
+/* Runs the loop with the lock held once by the caller. */
+void rrpci_run_locked(rrpc_ctx *ctx, int flags)
+{
+    ctx->in_run++;
+    ctx->owner = pthread_self();
+    ctx->ran_callbacks = false;
+    ev_run(ctx->loop, flags);
+    ctx->in_run--;
+}
+
+void *rrpci_loop_thread(void *arg)
+{
+    rrpc_ctx *ctx = arg;
+    rrpci_lock(ctx);
+    while (!ctx->stopping)
+        rrpci_run_locked(ctx, 0);
+    pthread_mutex_unlock(&ctx->lock);
+    return NULL;
+}

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/* The receive dispatch: admission of a frame at its header, the ticket
+ * gate of a connection that is not yet authenticated, protocol errors. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "core/core.h"
+
+/* ---- receive dispatch -------------------------------------------------- */
+
+static void protocol_error(rrpc_conn *c, int code, const char *why)
+{
+    char peer[80] = "?";
+    if (c->ops->peer_name)
+        c->ops->peer_name(c, peer, sizeof(peer));
+    rrpci_set_error(c->ctx, code, "peer %s broke the protocol: %s; connection closed", peer, why);
+    RRPCI_LOG(c->ctx, LOG_WARNING, "peer %s broke the protocol: %s", peer, why);
+    rrpci_conn_down(c, code, why);
+}
+
+/* The passive side refuses: the reason goes to the peer in an ERROR frame,
+ * and the connection closes shortly after, once the frame has gone out. */
+static void refuse(rrpc_conn *c, const char *why)
+{
+    RRPCI_LOG(c->ctx, LOG_NOTICE, "connection refused: %s", why);
+    rrpci_set_error(c->ctx, RRPC_E_TICKET, "connection refused: %s", why);
+    rrpci_send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, why, strlen(why));
+    rrpci_conn_enter(c, RRPCI_EV_TICKET_REFUSED);
+}
+
+/* Frames while the ticket is being checked: nothing but the ticket exchange. */
+static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    if (c->state != RRPCI_AUTHENTICATING)
+        return; /* refusing or closing: on its way out */
+    if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPCI_CLS_CONTROL) {
+        char why[256] = "";
+        int r = c->ctx->ticket_fn(c->ctx->ticket_user, p, h->len, why, sizeof(why));
+        if (r == 0) {
+            if (rrpci_send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0) == 0)
+                rrpci_conn_announce(c, RRPCI_EV_TICKET_OK);
+            return;
+        }
+        if (!why[0])
+            snprintf(why, sizeof(why), "%s", rrpc_strerror(RRPC_E_TICKET));
+        refuse(c, why);
+        return;
+    }
+    if (!c->passive && h->type == RRPCI_T_TICKET_ACK) {
+        rrpci_conn_announce(c, RRPCI_EV_TICKET_OK);
+        return;
+    }
+    if (!c->passive && h->type == RRPCI_T_ERROR) {
+        char msg[256];
+        int code = (int32_t)(uint32_t)h->arg;
+        snprintf(msg, sizeof(msg), "the server refused the connection: %.*s",
+                 (int)(h->len < 200 ? h->len : 200), (const char *)p);
+        rrpci_set_error(c->ctx, code < 0 ? code : RRPC_E_TICKET, "%s", msg);
+        rrpci_conn_down(c, code < 0 ? code : RRPC_E_TICKET, msg);
+        return;
+    }
+    if (c->passive) {
+        refuse(c, "this server requires a connection ticket as the first message; "
+                  "connect through the broker (rrpc_connect_service)");
+    } else {
+        rrpci_conn_down(c, RRPC_E_PROTO, "unexpected frame while the ticket was checked");
+    }
+}
+
+int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
+{
+    if (rrpci_type_is_exempt(h->type))
+        return 0; /* bounded by rrpci_hdr_decode; checked in full by rrpci_conn_recv */
+    if (c->state == RRPCI_DOWN)
+        return RRPC_E_CLOSED;
+    if (!rrpci_conn_authenticated(c)) {
+        /* Before the handshake and the ticket only their own (small,
+         * exempt) frames may come: nothing a peer sends is buffered on
+         * credit it has not earned yet. */
+        static const char need[] = "this server requires a connection ticket as the first "
+                                   "message";
+        if (c->passive && c->state == RRPCI_AUTHENTICATING)
+            rrpci_send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, need, sizeof(need) - 1);
+        protocol_error(c, RRPC_E_PROTO, "a data frame before the connection was authenticated");
+        return RRPC_E_PROTO;
+    }
+    if (h->cls != cls) {
+        protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
+        return RRPC_E_PROTO;
+    }
+    if (!rrpci_credit_rx_room(&c->cls[cls].credit)) {
+        protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
+        return RRPC_E_CREDIT;
+    }
+    return 0;
+}
+
+void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+{
+    if (!rrpci_conn_wire_open(c))
+        return;
+    c->last_rx = ev_now(c->ctx->loop);
+    rrpci_ctx_activity(c->ctx);
+    if (h->type == RRPCI_T_KEEPALIVE && !c->announced)
+        return; /* the peer is already up; this side starts probing once it is */
+    if (!c->announced) {
+        auth_frame(c, cls, h, p);
+        return;
+    }
+    if (h->cls != cls) {
+        protocol_error(c, RRPC_E_PROTO, "frame class differs from its channel's class");
+        return;
+    }
+    struct rrpci_class_state *s = &c->cls[cls];
+    if (h->credits) {
+        if (rrpci_credit_returned(&s->credit, h->credits) < 0) {
+            protocol_error(c, RRPC_E_CREDIT, "peer returned more credit than it owed");
+            return;
+        }
+    }
+    bool exempt = rrpci_type_is_exempt(h->type);
+    if (!exempt && rrpci_credit_rx(&s->credit) < 0) {
+        protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
+        return;
+    }
+    rrpci_conn_ref(c);
+    switch (h->type) {
+    case RRPCI_T_REQUEST:
+        rrpci_rpc_on_request(c, cls, h, p);
+        break;
+    case RRPCI_T_RESPONSE:
+        rrpci_rpc_on_response(c, h, p);
+        break;
+    case RRPCI_T_OS_WRITE:
+    case RRPCI_T_OS_READ:
+        rrpci_os_on_frame(c, cls, h, p);
+        break;
+    case RRPCI_T_OS_ACK:
+        rrpci_os_on_ack(c, h, p);
+        break;
+    case RRPCI_T_CREDIT:
+        break;
+    case RRPCI_T_KEEPALIVE:
+        if (cls != RRPCI_CLS_CONTROL || h->arg > 1) /* no payload: rrpci_hdr_decode */
+            protocol_error(c, RRPC_E_PROTO, "malformed keepalive frame");
+        else if (h->arg == 0)
+            rrpci_send_exempt(c, RRPCI_T_KEEPALIVE, 1, NULL, 0); /* the answer */
+        break;
+    case RRPCI_T_TICKET:
+        /* A server without tickets acknowledges the first one, so the
+         * client goes on; a ticket is verified once, before anything else,
+         * so any other is refused (it would be acknowledged unverified). */
+        if (c->passive && cls == RRPCI_CLS_CONTROL && !c->ctx->ticket_fn && !c->ticket_acked) {
+            RRPCI_LOG(c->ctx, LOG_INFO, "ticket ignored: this server requires none");
+            c->ticket_acked = true;
+            rrpci_send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0);
+        } else {
+            protocol_error(c, RRPC_E_PROTO, "a connection ticket after the connection was "
+                           "accepted (a ticket is shown once, as the first message)");
+        }
+        break;
+    case RRPCI_T_ERROR: {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "the peer closed the connection: %.*s",
+                 (int)(h->len < 200 ? h->len : 200), (const char *)p);
+        int code = (int32_t)(uint32_t)h->arg;
+        rrpci_conn_down(c, code < 0 ? code : RRPC_E_CONN_LOST, msg);
+        break;
+    }
+    default:
+        protocol_error(c, RRPC_E_PROTO, "handshake frame on an established connection");
+        break;
+    }
+    if (rrpci_conn_wire_open(c)) {
+        bool request = h->type == RRPCI_T_REQUEST || h->type == RRPCI_T_OS_READ ||
+                       h->type == RRPCI_T_OS_WRITE;
+        if (!exempt && request && rrpci_conn_backlogged(c))
+            c->cls[cls].held++; /* it does not take its answers: no new requests */
+        else if (!exempt)
+            rrpci_conn_consumed(c, cls);
+        if (h->credits)
+            rrpci_conn_flush(c);
+    }
+    rrpci_conn_unref(c);
+}

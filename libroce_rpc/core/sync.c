@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/* Blocking operations: the one rendezvous of a blocking call with the loop
+ * (struct rrpci_sync). */
+#include <dirent.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+
+#include "core/core.h"
+#include "util/reserved.h"
+
+int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_here)
+{
+    if (!ctx)
+        return -EINVAL;
+    if (rrpci_in_callback(ctx))
+        return rrpci_set_error(ctx, RRPC_E_DEADLOCK, "%s", why_not_here);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->done = false;
+    s->ctx = ctx;
+    s->status = 0;
+    s->detail[0] = 0;
+    rrpci_lock(ctx);
+    return 0;
+}
+
+void rrpci_sync_done(struct rrpci_sync *s, int status, const char *fmt, ...)
+{
+    s->status = status;
+    if (status != 0) {
+        if (fmt) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(s->detail, sizeof(s->detail), fmt, ap);
+            va_end(ap);
+        } else {
+            snprintf(s->detail, sizeof(s->detail), "%s", rrpc_strerror(status));
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->done, true, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void rrpci_sync_op_cb(int status, void *user)
+{
+    struct rrpci_sync *s = user;
+    const char *why = rrpc_ctx_last_error(s->ctx);
+    rrpci_sync_done(s, status, "%s", why[0] ? why : rrpc_strerror(status));
+}
+
+static bool sync_done(struct rrpci_sync *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool d = s->done;
+    pthread_mutex_unlock(&s->mu);
+    return d;
+}
+
+/* Watches @s for up to @us without sleeping: an answer that comes within it
+ * costs no wake-up of this thread.  Whether it came. */
+static bool spin_for(struct rrpci_sync *s, int us)
+{
+    if (us <= 0)
+        return false;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE))
+            return true;
+        if ((i & 63) == 63) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 >= us)
+                return false;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
+static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s)
+{
+    while (!sync_done(s)) {
+        if (!ctx->thread_mode && !ctx->in_run) {
+            rrpci_run_locked(ctx, EVRUN_ONCE);
+            rrpci_driven_rearm(ctx);
+            continue;
+        }
+        /* The loop runs on another thread.  Let go of the context (waking
+         * the loop: it must see what this thread just queued) and sleep on
+         * the sync.  The timeout re-checks who drives the loop in driven
+         * mode. */
+        rrpci_unlock(ctx);
+        if (spin_for(s, ctx->cfg.sync_spin_us)) {
+            rrpci_lock(ctx);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&s->mu);
+        if (!s->done)
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        pthread_mutex_unlock(&s->mu);
+        rrpci_lock(ctx);
+    }
+}
+
+int rrpci_sync_end(struct rrpci_sync *s, int started)
+{
+    rrpc_ctx *ctx = s->ctx;
+    int r = started;
+    if (r == 0) {
+        sync_wait(ctx, s);
+        r = s->status;
+        if (r != 0)
+            rrpci_set_error(ctx, r, "%s", s->detail);
+    }
+    rrpci_unlock(ctx);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    return r;
+}

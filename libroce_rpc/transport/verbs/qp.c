@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/* The verbs transport: buffers and queue pairs of a connection. */
+#include "transport/verbs/verbs_int.h"
+
+/* ---- buffers, QPs ------------------------------------------------------- */
+
+static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
+{
+    return vc->hello.credits[cls] + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
+           VB_NCREDIT_RESERVE + VB_SPARE;
+}
+
+/* The connection's device, CQ and buffer pool, on the first class to learn
+ * its device. */
+int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
+{
+    if (vc->dev) {
+        if (vc->dev->verbs == verbs)
+            return 0;
+        snprintf(vc->err, sizeof(vc->err), "the QoS classes resolved to different RDMA devices");
+        return -EXDEV;
+    }
+    int rc = 0;
+    struct vb_dev *d = vb_dev_get(vc->vx, verbs, &rc);
+    if (!d)
+        return rc;
+    int depth = VB_SQ_DEPTH < d->max_qp_wr ? VB_SQ_DEPTH : d->max_qp_wr;
+    size_t nb = 0;
+    int cqe = 0;
+    for (int i = 0; i < VB_NCLS; i++) {
+        struct vb_qp *q = &vc->q[i];
+        q->nrbuf = vb_nrbuf(vc, i);
+        q->nsbuf = VB_NSEND;
+        q->sq_depth = depth;
+        nb += q->nrbuf + q->nsbuf;
+        cqe += depth + (int)q->nrbuf;
+        q->rb = calloc(q->nrbuf, sizeof(*q->rb));
+        q->sb = calloc(q->nsbuf, sizeof(*q->sb));
+        if (!q->rb || !q->sb)
+            return -ENOMEM;
+    }
+    vc->pool_len = nb * vc->bsz;
+    void *pool = NULL;
+    if (posix_memalign(&pool, 4096, vc->pool_len))
+        return -ENOMEM;
+    vc->pool = pool;
+    vc->pool_mr = ibv_reg_mr(d->pd, vc->pool, vc->pool_len, IBV_ACCESS_LOCAL_WRITE);
+    if (!vc->pool_mr) {
+        rc = vb_errno();
+        snprintf(vc->err, sizeof(vc->err),
+                 "registering %zu bytes of buffers on %s: %s (locked-memory limit, ulimit -l?)",
+                 vc->pool_len, ibv_get_device_name(verbs->device), rrpc_strerror(rc));
+        return rc;
+    }
+    uint8_t *p = vc->pool;
+    for (int i = 0; i < VB_NCLS; i++) {
+        struct vb_qp *q = &vc->q[i];
+        for (unsigned k = 0; k < q->nrbuf; k++, p += vc->bsz) {
+            q->rb[k].wr.kind = VB_K_RECV;
+            q->rb[k].wr.cls = (uint8_t)i;
+            q->rb[k].it.type = VB_I_EAGER;
+            q->rb[k].buf = p;
+        }
+        for (unsigned k = 0; k < q->nsbuf; k++, p += vc->bsz) {
+            q->sb[k].wr.kind = VB_K_SEND;
+            q->sb[k].wr.cls = (uint8_t)i;
+            q->sb[k].buf = p;
+            q->sb[k].next = q->sfree;
+            q->sfree = &q->sb[k];
+        }
+    }
+    if (cqe > d->max_cqe)
+        cqe = d->max_cqe;
+    vc->cq = ibv_create_cq(verbs, cqe, vc, d->ch, 0);
+    if (!vc->cq) {
+        rc = vb_errno();
+        snprintf(vc->err, sizeof(vc->err), "ibv_create_cq(%d): %s", cqe, rrpc_strerror(rc));
+        return rc;
+    }
+    rc = vb_ret(ibv_req_notify_cq(vc->cq, 0));
+    if (rc)
+        return rc;
+    vc->dev = d;
+    return 0;
+}
+
+int vb_post_recv(struct vb_qp *q, struct vb_rbuf *rb)
+{
+    struct vb_conn *vc = q->vc;
+    struct ibv_sge sge = {(uintptr_t)rb->buf, vc->bsz, vc->pool_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = (uintptr_t)&rb->wr, .sg_list = &sge, .num_sge = 1};
+    struct ibv_recv_wr *bad;
+    return vb_ret(ibv_post_recv(q->id->qp, &wr, &bad));
+}
+
+int vb_qp_create(struct vb_qp *q)
+{
+    struct vb_conn *vc = q->vc;
+    struct ibv_qp_init_attr a;
+    memset(&a, 0, sizeof(a));
+    a.send_cq = vc->cq;
+    a.recv_cq = vc->cq;
+    a.qp_type = IBV_QPT_RC;
+    a.sq_sig_all = 1;
+    a.cap.max_send_wr = (uint32_t)q->sq_depth;
+    a.cap.max_recv_wr = q->nrbuf;
+    a.cap.max_send_sge = 3;
+    a.cap.max_recv_sge = 1;
+    a.cap.max_inline_data = VB_MAX_INLINE;
+    if (rdma_create_qp(q->id, vc->dev->pd, &a)) {
+        a.cap.max_inline_data = 0;
+        if (rdma_create_qp(q->id, vc->dev->pd, &a)) {
+            int rc = vb_errno();
+            snprintf(vc->err, sizeof(vc->err), "rdma_create_qp (class %d): %s", q->cls,
+                     rrpc_strerror(rc));
+            return rc;
+        }
+    }
+    q->state = VB_QP_CREATED;
+    q->max_inline = a.cap.max_inline_data;
+    for (unsigned k = 0; k < q->nrbuf; k++) {
+        if (k < q->nrbuf - VB_SPARE) {
+            int rc = vb_post_recv(q, &q->rb[k]);
+            if (rc) {
+                snprintf(vc->err, sizeof(vc->err), "ibv_post_recv: %s", rrpc_strerror(rc));
+                return rc;
+            }
+        } else {
+            q->rb[k].free_next = q->rfree;
+            q->rfree = &q->rb[k];
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/* The verbs transport: receiving: the ordered receive queue per class, rendezvous READs in, and
+ * notifies. */
+#include "transport/verbs/verbs_int.h"
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static void vb_rxq_push(struct vb_qp *q, struct vb_item_hdr *it)
+{
+    it->next = NULL;
+    *q->rxq_tail = it;
+    q->rxq_tail = &it->next;
+}
+
+/* Delivers what is at the head of the class's receive queue, in order, up to
+ * a rendezvous whose READ is still running. */
+void vb_drain(struct vb_qp *q)
+{
+    struct vb_conn *vc = q->vc;
+    if (q->draining)
+        return;
+    q->draining = true;
+    /* Frames may arrive on a class before the last class is established:
+     * they wait (in their buffers, with their credits) until it is. */
+    while (q->rxq && vb_wired(vc)) {
+        struct vb_item_hdr *it = q->rxq;
+        if (it->type == VB_I_RNDV && !rrpci_container_of(it, struct vb_rin, it)->complete)
+            break;
+        q->rxq = it->next;
+        if (!q->rxq)
+            q->rxq_tail = &q->rxq;
+        rrpc_conn *c = vc->conn;
+        rrpci_conn_ref(c);
+        if (it->type == VB_I_EAGER) {
+            struct vb_rbuf *rb = rrpci_container_of(it, struct vb_rbuf, it);
+            /* Re-post a spare before the handler can give the credit back. */
+            struct vb_rbuf *repl = q->rfree;
+            int rc = 0;
+            if (repl) {
+                q->rfree = repl->free_next;
+                rc = vb_post_recv(q, repl);
+            }
+            if (rc) {
+                vb_fail(vc, RRPC_E_CONN_LOST, "ibv_post_recv on class %d: %s", q->cls,
+                        rrpc_strerror(rc));
+            } else {
+                rrpci_conn_recv(c, q->cls, &rb->h, rb->buf + RRPCI_HDR_SIZE);
+                if (repl || !vb_live(vc)) {
+                    rb->free_next = q->rfree;
+                    q->rfree = rb;
+                } else if ((rc = vb_post_recv(q, rb))) {
+                    vb_fail(vc, RRPC_E_CONN_LOST, "ibv_post_recv on class %d: %s", q->cls,
+                            rrpc_strerror(rc));
+                }
+            }
+        } else if (it->type == VB_I_RNDV) {
+            struct vb_rin *r = rrpci_container_of(it, struct vb_rin, it);
+            rrpci_conn_recv(c, q->cls, &r->h, r->buf);
+            vb_rin_free(r);
+        } else {
+            struct vb_note *nt = rrpci_container_of(it, struct vb_note, it);
+            rrpci_conn_notify(c, nt->imm);
+            free(nt);
+        }
+        rrpci_conn_unref(c);
+    }
+    q->draining = false;
+}
+
+static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const char **why)
+{
+    struct vb_conn *vc = q->vc;
+    struct rrpci_hdr h;
+    if (n < RRPCI_HDR_SIZE + VB_DESC_HEAD) {
+        *why = "short rendezvous descriptor";
+        return RRPC_E_PROTO;
+    }
+    int rc = rrpci_hdr_decode(buf, rrpci_ctx_max_msg(vc->ctx), &h, why);
+    if (rc)
+        return rc;
+    const uint8_t *p = buf + RRPCI_HDR_SIZE;
+    uint32_t token = rrpci_get32(p);
+    int nseg = p[4];
+    if (nseg < 1 || nseg > 2 || p[5] || p[6] || p[7] || token > 0xffffffu ||
+        n != RRPCI_HDR_SIZE + VB_DESC_HEAD + VB_DESC_SEG * (uint32_t)nseg) {
+        *why = "malformed rendezvous descriptor";
+        return RRPC_E_PROTO;
+    }
+    struct vb_seg seg[2];
+    uint64_t sum = 0;
+    for (int i = 0; i < nseg; i++) {
+        const uint8_t *s = p + VB_DESC_HEAD + VB_DESC_SEG * i;
+        seg[i].addr = rrpci_get64(s);
+        seg[i].len = rrpci_get32(s + 8);
+        seg[i].rkey = rrpci_get32(s + 12);
+        if (!seg[i].len) {
+            *why = "empty rendezvous segment";
+            return RRPC_E_PROTO;
+        }
+        sum += seg[i].len;
+    }
+    if (sum != h.len) {
+        *why = "rendezvous segments do not add up to the frame's length";
+        return RRPC_E_PROTO;
+    }
+    /* Before the payload buffer is allocated (this takes the connection down
+     * when the peer had no credit for the frame). */
+    if ((rc = rrpci_conn_rx_admit(vc->conn, q->cls, &h))) {
+        *why = "frame refused at its header";
+        return rc;
+    }
+    struct vb_rin *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    void *b = NULL;
+    if (posix_memalign(&b, 4096, h.len)) {
+        free(r);
+        *why = "out of memory for a rendezvous buffer";
+        return -ENOMEM;
+    }
+    r->buf = b;
+    r->mr = ibv_reg_mr(vc->dev->pd, r->buf, h.len, IBV_ACCESS_LOCAL_WRITE);
+    if (!r->mr) {
+        rc = vb_errno();
+        vb_rin_free(r);
+        *why = "cannot register a rendezvous buffer (locked-memory limit?)";
+        return rc;
+    }
+    r->wr.kind = VB_K_READ;
+    r->wr.cls = q->cls;
+    r->it.type = VB_I_RNDV;
+    r->h = h;
+    r->token = token;
+    r->nseg = nseg;
+    memcpy(r->seg, seg, sizeof(seg));
+    RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: reading a %u-byte rendezvous payload",
+              vc->peer, q->cls, h.len);
+    vb_rxq_push(q, &r->it);
+    r->rnext = NULL;
+    *q->readq_tail = r;
+    q->readq_tail = &r->rnext;
+    return 0;
+}
+
+static int vb_on_done(struct vb_qp *q, uint32_t token, const char **why)
+{
+    unsigned slot = token & 0xffu;
+    uint16_t gen = (uint16_t)(token >> 8);
+    if (slot >= VB_RNDV_MAX || !q->rout[slot].used || q->rout[slot].gen != gen) {
+        *why = "unexpected rendezvous completion";
+        return RRPC_E_PROTO;
+    }
+    vb_rout_release(&q->rout[slot]);
+    q->rout_used--;
+    return 0;
+}
+
+void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
+{
+    struct vb_conn *vc = q->vc;
+    const char *why = NULL;
+    int rc = 0;
+    uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+    bool ctl = wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM);
+    if (!vb_live(vc)) {
+        /* Closing: only the peer's READs of our payloads still matter. */
+        if (ctl && imm >> 24 == VB_ENV_DONE)
+            vb_on_done(q, imm & 0xffffffu, &why);
+        if (!vc->conn && !q->err)
+            vb_post_recv(q, rb);
+        return;
+    }
+    if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        struct vb_note *nt = malloc(sizeof(*nt));
+        if (!nt) {
+            vb_fail(vc, -ENOMEM, "out of memory for a notification");
+            return;
+        }
+        nt->it.type = VB_I_NOTIFY;
+        nt->imm = imm;
+        rc = vb_post_recv(q, rb);
+        q->ncredit_owed++;
+        vb_rxq_push(q, &nt->it);
+    } else if (ctl) {
+        switch (imm >> 24) {
+        case VB_ENV_RNDV:
+            rc = vb_rndv_arrive(q, rb->buf, wc->byte_len, &why);
+            break;
+        case VB_ENV_DONE:
+            rc = vb_on_done(q, imm & 0xffffffu, &why);
+            break;
+        case VB_ENV_NCREDIT:
+            if ((imm & 0xffffffu) > q->ncredits_max - q->ncredits) {
+                why = "peer returned more notify credit than it owed";
+                rc = RRPC_E_PROTO;
+            }
+            q->ncredits += imm & 0xffffffu;
+            break;
+        default:
+            why = "unknown verbs envelope";
+            rc = RRPC_E_PROTO;
+            break;
+        }
+        if (!rc)
+            rc = vb_post_recv(q, rb);
+    } else if (wc->opcode == IBV_WC_RECV) {
+        if (wc->byte_len < RRPCI_HDR_SIZE) {
+            why = "frame shorter than its header";
+            rc = RRPC_E_PROTO;
+        } else if (!(rc = rrpci_hdr_decode(rb->buf, rrpci_ctx_max_msg(vc->ctx), &rb->h, &why)) &&
+                   rb->h.len != wc->byte_len - RRPCI_HDR_SIZE) {
+            why = "frame length does not match the message size";
+            rc = RRPC_E_PROTO;
+        }
+        if (!rc)
+            vb_rxq_push(q, &rb->it);
+    } else {
+        why = "unexpected receive completion";
+        rc = RRPC_E_PROTO;
+    }
+    if (rc) {
+        vb_fail(vc, rc, "peer %s, class %d: %s", vc->peer, q->cls, why ? why : rrpc_strerror(rc));
+        return;
+    }
+    vb_drain(q);
+}
