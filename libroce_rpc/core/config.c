@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 
+#include <pthread.h>
+
 #include "core/core.h"
 #include "util/reserved.h"
 
@@ -33,7 +35,8 @@ struct cfg_entry {
 
 #define CFG_OFF(f) offsetof(struct rrpci_config, f)
 #define CFG_TRANSPORT SIZE_MAX /* read by a transport through rrpci_ctx_tunable */
-static const struct cfg_entry cfg_table[] = {
+/* The core's tunables; the transports compiled in add theirs (cfg_init). */
+static const struct cfg_entry core_table[] = {
     {"RRPC_MAX_MSG", 64L << 20, 4096, 0x7fffffffL, CFG_OFF(max_msg),
      "largest message payload accepted from a peer, bytes"},
     {"RRPC_DEADLINE_MS", 30000, -1, 86400000L, CFG_OFF(deadline_ms),
@@ -65,18 +68,38 @@ static const struct cfg_entry cfg_table[] = {
     {"RRPC_TENSOR_MAX_BYTES", 1L << 30, 1, 0x7fffffffffffffffL, CFG_TRANSPORT,
      "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
      "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
-    {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20, CFG_TRANSPORT,
-     "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
-    {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000, CFG_TRANSPORT,
-     "verbs: after completions, the loop polls the CQ once per iteration instead of "
-     "sleeping on its channel until this long passed without one, us (0: off)"},
-    {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30, CFG_TRANSPORT,
-     "verbs: bytes per RDMA READ/WRITE work request"},
-    {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64, CFG_TRANSPORT,
-     "verbs: RDMA READ/WRITE work requests in flight per queue pair"},
 };
-_Static_assert(sizeof(cfg_table) / sizeof(cfg_table[0]) <= RRPCI_MAX_TUNABLES,
-               "raise RRPCI_MAX_TUNABLES");
+#define NCORE (sizeof(core_table) / sizeof(core_table[0]))
+_Static_assert(NCORE <= RRPCI_MAX_TUNABLES, "raise RRPCI_MAX_TUNABLES");
+
+/* The whole table: the core's entries, then each transport's (made once). */
+static struct cfg_entry cfg_table[RRPCI_MAX_TUNABLES];
+static size_t ncfg;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+static void cfg_init(void)
+{
+    memcpy(cfg_table, core_table, sizeof(core_table));
+    ncfg = NCORE;
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++) {
+        const struct rrpci_transport_ops *ops = rrpci_transport_nth(i);
+        for (const struct rrpci_tunable *t = ops ? ops->tunables : NULL; t && t->env; t++) {
+            if (ncfg == RRPCI_MAX_TUNABLES) {
+                fprintf(stderr, "roce-rpc: internal error: raise RRPCI_MAX_TUNABLES\n");
+                abort();
+            }
+            cfg_table[ncfg++] =
+                (struct cfg_entry){t->env, t->def, t->min, t->max, CFG_TRANSPORT, t->doc};
+        }
+    }
+}
+
+/* The number of entries of cfg_table, which this makes on first use. */
+static size_t cfg_count(void)
+{
+    pthread_once(&cfg_once, cfg_init);
+    return ncfg;
+}
 
 static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long v)
 {
@@ -92,10 +115,10 @@ static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long 
         *(int *)(void *)p = (int)v;
 }
 
-#define NCFG (sizeof(cfg_table) / sizeof(cfg_table[0]))
+#define NCFG cfg_count()
 
 struct rrpc_config {
-    long v[NCFG];
+    long v[RRPCI_MAX_TUNABLES];
 };
 
 /* Parses @s for entry @e; -EINVAL with the detail in the thread's error. */
@@ -112,7 +135,7 @@ static int cfg_parse(const struct cfg_entry *e, const char *s, long *ret)
 }
 
 /* The environment's values, else the defaults. */
-static int cfg_from_env(long v[NCFG])
+static int cfg_from_env(long v[RRPCI_MAX_TUNABLES])
 {
     for (size_t i = 0; i < NCFG; i++) {
         v[i] = cfg_table[i].def;
@@ -125,7 +148,7 @@ static int cfg_from_env(long v[NCFG])
     return 0;
 }
 
-static int cfg_load(struct rrpci_config *cfg, const long v[NCFG])
+static int cfg_load(struct rrpci_config *cfg, const long v[RRPCI_MAX_TUNABLES])
 {
     for (size_t i = 0; i < NCFG; i++)
         cfg_store(cfg, &cfg_table[i], v[i]);
@@ -154,7 +177,7 @@ static int cfg_load(struct rrpci_config *cfg, const long v[NCFG])
 
 int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg)
 {
-    long env[NCFG];
+    long env[RRPCI_MAX_TUNABLES];
     if (!from && cfg_from_env(env) < 0)
         return -EINVAL;
     return cfg_load(ret_cfg, from ? from->v : env);
@@ -226,7 +249,7 @@ long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env)
 RRPC_API void rrpc_config_print(void *fp)
 {
     FILE *f = fp ? fp : stdout;
-    for (size_t i = 0; i < sizeof(cfg_table) / sizeof(cfg_table[0]); i++)
+    for (size_t i = 0; i < NCFG; i++)
         fprintf(f, "%-26s default %-10ld %s\n", cfg_table[i].env, cfg_table[i].def,
                 cfg_table[i].doc);
 }

@@ -195,6 +195,8 @@ void rrpci_sync_op_cb(int status, void *user);
  * status, or @started when that is non-zero (its detail is already set). */
 int rrpci_sync_end(struct rrpci_sync *s, int started);
 const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
+/* The @i-th transport compiled in (0 .. RRPCI_NTRANSPORTS - 1), or NULL. */
+const struct rrpci_transport_ops *rrpci_transport_nth(int i);
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 
 /* ---- connections ------------------------------------------------------ */

@@ -374,6 +374,11 @@ static const struct rrpci_transport_ops *const all_transports[RRPCI_NTRANSPORTS]
     &rrpci_inproc_ops,
 };
 
+const struct rrpci_transport_ops *rrpci_transport_nth(int i)
+{
+    return i >= 0 && i < RRPCI_NTRANSPORTS ? all_transports[i] : NULL;
+}
+
 const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme)
 {
     for (int i = 0; i < RRPCI_NTRANSPORTS; i++)

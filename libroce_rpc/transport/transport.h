@@ -32,7 +32,7 @@ typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 3 /* 2: no query op; rrpci_timer. 3: busy_poll */
+#define RRPCI_TRANSPORT_OPS_VERSION 4 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -67,6 +67,15 @@ struct rrpci_rdma_op {
     size_t len;
     uint32_t imm;
     uint64_t id; /* completes through rrpci_rdma_done(conn, id, status) */
+};
+
+/* A tunable a transport declares: the context's configuration (rrpc_config,
+ * the RRPC_* environment, rrpc_config_print) lists it beside the core's;
+ * the transport reads its value with rrpci_ctx_tunable(ctx, env). */
+struct rrpci_tunable {
+    const char *env; /* "RRPC_VERBS_EAGER"; the short form drops "RRPC_" */
+    long def, min, max;
+    const char *doc;
 };
 
 struct rrpci_transport_ops {
@@ -110,6 +119,9 @@ struct rrpci_transport_ops {
      * is not armed to wake the loop); the context keeps polling while any
      * transport says so. */
     bool (*busy_poll)(rrpc_ctx *ctx);
+
+    /* Its tunables, ended by an entry whose env is NULL; NULL: none. */
+    const struct rrpci_tunable *tunables;
 };
 
 /* The transports compiled in. */

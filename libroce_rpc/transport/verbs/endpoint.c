@@ -226,6 +226,19 @@ static int vb_peer_name(rrpc_conn *c, char *buf, size_t len)
     return 0;
 }
 
+static const struct rrpci_tunable vb_tunables[] = {
+    {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20,
+     "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
+    {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000,
+     "verbs: after completions, the loop polls the CQ once per iteration instead of "
+     "sleeping on its channel until this long passed without one, us (0: off)"},
+    {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30,
+     "verbs: bytes per RDMA READ/WRITE work request"},
+    {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64,
+     "verbs: RDMA READ/WRITE work requests in flight per queue pair"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 const struct rrpci_transport_ops rrpci_verbs_ops = {
     .version = RRPCI_TRANSPORT_OPS_VERSION,
     .name = "verbs",
@@ -247,4 +260,5 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .region_release = vb_region_release,
     .rdma = vb_rdma,
     .busy_poll = vb_busy_poll,
+    .tunables = vb_tunables,
 };
