@@ -263,17 +263,22 @@ static void plan_get(const void *arg, size_t i, struct rrpci_run *out)
 /* The dimensions of @t that are not 1, outermost first: by falling
  * |stride| of @t, so the innermost in memory comes last whatever the order
  * of the indices (a transpose, a permutation).  Returns their count. */
+static uint64_t stride_abs(int64_t s)
+{
+    return s < 0 ? 0 - (uint64_t)s : (uint64_t)s; /* INT64_MIN too: strides may be the wire's */
+}
+
 static int dims_by_memory(const rrpc_tensor *t, int idx[RRPC_TENSOR_MAX_DIMS])
 {
     int nd = 0;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] == 1)
             continue;
-        uint64_t a = (uint64_t)(t->strides[i] < 0 ? -t->strides[i] : t->strides[i]);
+        uint64_t a = stride_abs(t->strides[i]);
         int k = nd++;
         for (; k > 0; k--) { /* insertion sort: at most 8 */
             int j = idx[k - 1];
-            uint64_t b = (uint64_t)(t->strides[j] < 0 ? -t->strides[j] : t->strides[j]);
+            uint64_t b = stride_abs(t->strides[j]);
             if (b >= a)
                 break;
             idx[k] = j;

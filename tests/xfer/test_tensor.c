@@ -689,18 +689,33 @@ static void test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method(void 
 /* Offers a tensor as a hostile peer can: the offer RPC alone, no data, no
  * source memory.  Returns the receiver's in-band status; *@ret_id gets the
  * reception id (0 when refused), @msg its message. */
-static int raw_offer(const char *name, int dtype, int ndim, const int64_t *shape,
-                     uint64_t *ret_id, char *msg, size_t msglen)
+static void put_le64s(uint8_t *out, const int64_t *v, int n)
 {
-    uint8_t sh[RRPC_TENSOR_MAX_DIMS * 8];
-    for (int i = 0; i < ndim; i++)
+    for (int i = 0; i < n; i++)
         for (int b = 0; b < 8; b++)
-            sh[8 * i + b] = (uint8_t)((uint64_t)shape[i] >> (8 * b)); /* little-endian */
+            out[8 * i + b] = (uint8_t)((uint64_t)v[i] >> (8 * b)); /* little-endian */
+}
+
+/* As raw_offer, with the sender's strides @order as the fifth element (the
+ * offer of a source that is not C-contiguous), when not NULL. */
+static int raw_offer_ordered(const char *name, int dtype, int ndim, const int64_t *shape,
+                             const int64_t *order, uint64_t *ret_id, char *msg, size_t msglen)
+{
+    uint8_t sh[RRPC_TENSOR_MAX_DIMS * 8], st8[RRPC_TENSOR_MAX_DIMS * 8];
+    put_le64s(sh, shape, ndim);
     void *req, *out = NULL;
     size_t len, olen = 0;
-    assert_int_equal(rrpc_pack(&req, &len, "usuy", (uint64_t)1, name, (uint64_t)dtype,
-                               (const void *)sh, (size_t)ndim * 8),
-                     0);
+    if (order) {
+        put_le64s(st8, order, ndim);
+        assert_int_equal(rrpc_pack(&req, &len, "usuyy", (uint64_t)1, name, (uint64_t)dtype,
+                                   (const void *)sh, (size_t)ndim * 8, (const void *)st8,
+                                   (size_t)ndim * 8),
+                         0);
+    } else {
+        assert_int_equal(rrpc_pack(&req, &len, "usuy", (uint64_t)1, name, (uint64_t)dtype,
+                                   (const void *)sh, (size_t)ndim * 8),
+                         0);
+    }
     int r = rrpc_call_sync(T.conn, "rrpc.tensor.offer", req, len, NULL, &out, &olen);
     free(req);
     assert_int_equal(r, 0);
@@ -716,6 +731,12 @@ static int raw_offer(const char *name, int dtype, int ndim, const int64_t *shape
     *ret_id = id;
     free(out);
     return (int)st;
+}
+
+static int raw_offer(const char *name, int dtype, int ndim, const int64_t *shape,
+                     uint64_t *ret_id, char *msg, size_t msglen)
+{
+    return raw_offer_ordered(name, dtype, ndim, shape, NULL, ret_id, msg, msglen);
 }
 
 /* Tells the receiver reception @id ended with @status, as the sender would. */
@@ -851,6 +872,73 @@ static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_d
     rrpc_mem_dereg(sr);
     free(src);
     reserve(0); /* back to the default for the tests that follow */
+}
+
+/* A server that takes the sender's memory order gets dense strides in that
+ * order, whatever strides the offer carries: the wire's are only sorted,
+ * never used as a layout, so hostile ones (INT64_MIN, 0, overlapping) give
+ * a valid dense destination or nothing. */
+static void test_tensor_sender_order_offers_give_dense_strides_whatever_the_wire_says(void **state)
+{
+    (void)state;
+    close_server();
+    rrpc_tensor_server *srv;
+    rrpc_tensor_server_opts o = {.flags = RRPC_TENSOR_SERVE_SENDER_ORDER};
+    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), 0);
+    lock();
+    T.srv = srv;
+    unlock();
+    static const struct {
+        int64_t order[3];
+        int64_t want[3];
+    } cases[] = {
+        {{4, 24, 96}, {4, 24, 96}},            /* Fortran order of 6 x 4 x 5 float32 */
+        {{80, 20, 4}, {80, 20, 4}},            /* C order */
+        {{80, 4, 20}, {80, 4, 16}},            /* dimensions 1 and 2 swapped in memory */
+        {{INT64_MIN, 0, INT64_MAX}, {80, 4, 16}}, /* |INT64_MIN| largest, 0 innermost */
+        {{7, 7, 7}, {80, 20, 4}},              /* ties keep the index order */
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        reset_rx(ALLOC_EXACT, 0);
+        char msg[256];
+        uint64_t id;
+        int st = raw_offer_ordered("t", RRPC_DTYPE_F32, 3, (int64_t[]){6, 4, 5}, cases[k].order,
+                                   &id, msg, sizeof(msg));
+        assert_int_equal(st, 0);
+        lock();
+        int64_t got[3] = {T.in_strides[0], T.in_strides[1], T.in_strides[2]};
+        unlock();
+        if (memcmp(got, cases[k].want, sizeof(got)) != 0)
+            fail_msg("case %zu: incoming strides %lld %lld %lld, want %lld %lld %lld", k,
+                     (long long)got[0], (long long)got[1], (long long)got[2],
+                     (long long)cases[k].want[0], (long long)cases[k].want[1],
+                     (long long)cases[k].want[2]);
+        raw_done(id, RRPC_E_CLOSED); /* release the destination */
+    }
+    /* a fifth element of the wrong length is refused */
+    char msg[256];
+    uint64_t id;
+    reset_rx(ALLOC_EXACT, 0);
+    void *req, *out = NULL;
+    size_t len, olen = 0;
+    uint8_t sh[8] = {4}, bad[3] = {1, 2, 3};
+    assert_int_equal(rrpc_pack(&req, &len, "usuyy", (uint64_t)1, "t", (uint64_t)RRPC_DTYPE_U8,
+                               (const void *)sh, (size_t)8, (const void *)bad, (size_t)3),
+                     0);
+    assert_int_equal(rrpc_call_sync(T.conn, "rrpc.tensor.offer", req, len, NULL, &out, &olen), 0);
+    int64_t st;
+    const char *m;
+    size_t mlen, tlen, slen;
+    uint64_t off;
+    const void *tok, *str;
+    assert_int_equal(rrpc_unpack(out, olen, NULL, 0, "isuyuy", &st, &m, &mlen, &id, &tok, &tlen,
+                                 &off, &str, &slen),
+                     0);
+    assert_int_equal(st, -EINVAL);
+    (void)msg;
+    free(req);
+    free(out);
+    reserve(0); /* the fixture's server again */
 }
 
 static void test_dtype_names_round_trip(void **state)
@@ -1088,6 +1176,8 @@ int main(void)
         cmocka_unit_test(test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method),
         cmocka_unit_test(test_tensor_offers_beyond_the_budget_are_refused_before_any_allocation),
         cmocka_unit_test(test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_done),
+        cmocka_unit_test(
+            test_tensor_sender_order_offers_give_dense_strides_whatever_the_wire_says),
         cmocka_unit_test(test_kv_random_pairs_land_byte_for_byte),
         cmocka_unit_test(test_kv_contiguous_runs_coalesce_into_one_write_each),
         cmocka_unit_test(test_kv_batch_notifies_the_target_once_with_its_imm),
