@@ -690,6 +690,34 @@ static int cmp_int(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
+/* verbs: the active side is up, and sends, as soon as its own classes are
+ * established; the passive side may see a rendezvous (a payload above
+ * RRPC_VERBS_EAGER) on one class before its last class is established. */
+static void test_a_large_call_right_after_connect_is_served(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 40, SIZE = 64 << 10 };
+    uint8_t *buf = malloc(SIZE);
+    fill(buf, SIZE, 7);
+    int ok = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        rrpc_conn *c = connect_client(T.cctx);
+        void *out = NULL;
+        size_t n = 0;
+        rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
+        int r = rrpc_call_sync(c, "echo", buf, SIZE, &o, &out, &n);
+        if (r == 0 && n == SIZE && memcmp(out, buf, SIZE) == 0)
+            ok++;
+        else if (ok == i) /* the first failure */
+            printf("# round %d: %s: %s\n", i, rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
+        free(out);
+        rrpc_conn_close(c);
+    }
+    free(buf);
+    printf("# %d of %d first calls answered\n", ok, ROUNDS);
+    assert_int_equal(ok, ROUNDS);
+}
+
 static void test_low_latency_calls_complete_while_bulk_saturates(void **state)
 {
     /* A backlog of 1 MiB bulk echoes is kept topped up while low_latency calls
@@ -1294,6 +1322,7 @@ int main(void)
         cmocka_unit_test(test_async_reply_from_another_thread_completes_the_call),
         cmocka_unit_test(test_calls_from_four_threads_on_one_connection),
         cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),
+        cmocka_unit_test(test_a_large_call_right_after_connect_is_served),
         cmocka_unit_test(test_low_latency_calls_complete_while_bulk_saturates),
         cmocka_unit_test(test_a_zeroed_options_struct_means_the_default_class_not_control),
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),

@@ -479,6 +479,9 @@ void vb_wake(struct vb_qp *q);
 
 /* ---- recv.c ---- */
 void vb_drain(struct vb_qp *q);
+/* The connection is wired: rendezvous descriptors that came before are
+ * admitted now, in order, and their READs start. */
+void vb_rndv_admit_held(struct vb_qp *q);
 void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 
 /* ---- cq.c ---- */
