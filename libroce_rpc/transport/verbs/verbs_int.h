@@ -59,6 +59,12 @@
  *    made one 1 MiB READ take 2.3 s instead of 10 ms.
  *  - A frame is not posted while a one-sided operation of its class waits
  *    for room, so on one class a frame sent after a WRITE arrives after it.
+ *  - The active side is up, and sends, once its own four QPs are
+ *    established; the passive side may receive on one class before its last
+ *    class is.  What arrives meanwhile waits in order in the receive queue:
+ *    an eager frame in its buffer, a rendezvous descriptor parsed but not
+ *    yet admitted by the core (no buffer, no READ) until the connection is
+ *    reported established (recv.c, vb_rndv_admit_held).
  *  - A remote access error (forged key, deregistered region) fails the
  *    operation with RRPC_E_ACCESS and, RC semantics, breaks the QP: the
  *    connection goes down with RRPC_E_CONN_LOST.
