@@ -78,9 +78,10 @@
  *    so that its late events are only acknowledged.
  *  - Tunables (environment, read when a context first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
- *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop polls the CQ
- *    once per iteration, without sleeping, until this long passed without
- *    one, then re-arms it: cq.c), RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
+ *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop keeps polling
+ *    the CQ, up to VB_BUSY_SLICE_US per iteration, without sleeping, until
+ *    this long passed without one, then re-arms it: cq.c), RRPC_VERBS_CHUNK,
+ *    RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
 #include <errno.h>
