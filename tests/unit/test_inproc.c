@@ -276,6 +276,127 @@ static void test_a_connect_waiting_for_accept_is_refused_when_the_listener_close
     rrpc_ctx_destroy(s);
 }
 
+/* ---- a one-sided operation that fails locally still says what failed ---- */
+
+static rrpc_ctx *os_ctx; /* whose last error the callbacks read */
+static int os_done, os_status;
+static char os_why[512], os_down_why[512];
+
+static void os_cb(int status, void *user)
+{
+    (void)user;
+    os_done++;
+    os_status = status;
+    snprintf(os_why, sizeof(os_why), "%s", rrpc_ctx_last_error(os_ctx));
+}
+
+static void os_client_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    client_event(c, ev, reason, user);
+    if (ev == RRPC_CONN_DOWN)
+        snprintf(os_down_why, sizeof(os_down_why), "%s", rrpc_ctx_last_error(os_ctx));
+}
+
+/* A client of @s from @cl with a WRITE of 100 bytes at offset 64 of a
+ * server region started and its frames sent; the server has not run since.
+ * *@ret_addr: the remote address the WRITE goes to. */
+static rrpc_conn *os_start_write(rrpc_ctx *s, rrpc_ctx *cl, const char *name, rrpc_listener **l,
+                                 rrpc_region **sr, rrpc_region **lr, uint64_t *ret_addr)
+{
+    static uint8_t smem[4096], lmem[4096];
+    memset(&S, 0, sizeof(S));
+    client_downs = client_ups = client_down_reason = 0;
+    os_ctx = cl;
+    os_done = os_status = 0;
+    os_why[0] = os_down_why[0] = 0;
+    char uri[64];
+    snprintf(uri, sizeof(uri), "inproc://%s", name);
+    assert_int_equal(rrpc_listen(s, uri, server_event, NULL, l), 0);
+    rrpc_conn *c = NULL;
+    assert_int_equal(rrpc_connect(cl, uri, os_client_event, NULL, &c), 0);
+    for (int i = 0; i < 100 && !(client_ups && S.ups); i++)
+        run_both(cl, s, 1);
+    assert_int_equal(client_ups, 1);
+    assert_int_equal(rrpc_mem_reg(s, smem, sizeof(smem), RRPC_ACCESS_REMOTE_WRITE, sr), 0);
+    assert_int_equal(rrpc_mem_reg(cl, lmem, sizeof(lmem), 0, lr), 0);
+    rrpc_token t;
+    assert_int_equal(rrpc_region_token(*sr, S.server_conn, &t), 0);
+    assert_int_equal(rrpc_write(c, *lr, 0, &t, 64, 100, NULL, os_cb, NULL), 0);
+    run(cl, 5);
+    assert_int_equal(os_done, 0);
+    *ret_addr = t.addr + 64;
+    return c;
+}
+
+static void test_a_one_sided_op_lost_with_its_connection_says_what_and_why(void **state)
+{
+    (void)state;
+    rrpc_ctx *s, *cl;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    assert_int_equal(rrpc_ctx_create(&cl), 0);
+    rrpc_listener *l;
+    rrpc_region *sr, *lr;
+    uint64_t addr;
+    rrpc_conn *c = os_start_write(s, cl, "os-lost", &l, &sr, &lr, &addr);
+    rrpc_mem_dereg(sr);
+    rrpc_listener_close(l);
+    rrpc_ctx_destroy(s); /* the server's end goes without answering */
+    run(cl, 20);
+    assert_int_equal(os_done, 1);
+    assert_int_equal(os_status, RRPC_E_CONN_LOST);
+    char want[96];
+    snprintf(want, sizeof(want), "WRITE of 100 bytes at remote 0x%llx failed",
+             (unsigned long long)addr);
+    printf("# the WRITE's detail: %s\n# the DOWN's detail: %s\n", os_why, os_down_why);
+    assert_non_null(strstr(os_why, want));
+    assert_int_equal(client_downs, 1);
+    assert_non_null(strstr(os_down_why, "connection down"));
+    rrpc_conn_close(c);
+    rrpc_mem_dereg(lr);
+    rrpc_ctx_destroy(cl);
+}
+
+static void test_a_one_sided_op_past_its_deadline_says_what_and_why(void **state)
+{
+    (void)state;
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_DEADLINE_MS", "20"), 0);
+    rrpc_ctx *s, *cl;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &cl), 0);
+    rrpc_config_destroy(cfg);
+    rrpc_listener *l;
+    rrpc_region *sr, *lr;
+    uint64_t addr;
+    rrpc_conn *c = os_start_write(s, cl, "os-deadline", &l, &sr, &lr, &addr);
+    /* The server never runs: only the client's deadline can end it. */
+    int fd = rrpc_ctx_fd(cl);
+    assert_true(fd >= 0);
+    for (int i = 0; i < 1000 && !os_done; i++) {
+        int ms = -1;
+        assert_int_equal(rrpc_ctx_timeout(cl, &ms), 0);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, ms);
+        run(cl, 1);
+    }
+    assert_int_equal(os_done, 1);
+    assert_int_equal(os_status, RRPC_E_DEADLINE);
+    char want[96];
+    snprintf(want, sizeof(want), "WRITE of 100 bytes at remote 0x%llx failed",
+             (unsigned long long)addr);
+    printf("# the WRITE's detail: %s\n", os_why);
+    assert_non_null(strstr(os_why, want));
+    assert_non_null(strstr(os_why, "deadline of 20 ms"));
+    rrpc_conn_close(c);
+    rrpc_mem_dereg(lr);
+    rrpc_mem_dereg(sr);
+    rrpc_listener_close(l);
+    run_both(cl, s, 20);
+    rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +407,8 @@ int main(void)
         cmocka_unit_test(test_a_connect_to_a_name_nobody_listens_on_is_refused_and_says_so),
         cmocka_unit_test(test_a_second_listener_on_a_name_in_use_is_refused),
         cmocka_unit_test(test_a_connect_waiting_for_accept_is_refused_when_the_listener_closes),
+        cmocka_unit_test(test_a_one_sided_op_lost_with_its_connection_says_what_and_why),
+        cmocka_unit_test(test_a_one_sided_op_past_its_deadline_says_what_and_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,8 @@ static void vb_established(struct vb_conn *vc)
     rrpci_conn_established(c);
     rrpci_conn_unref(c);
     for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
+        vb_rndv_admit_held(&vc->q[i]);
+    for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
         vb_drain(&vc->q[i]);
     for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
         vb_wake(&vc->q[i]);

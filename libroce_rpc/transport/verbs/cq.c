@@ -160,7 +160,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
  *
  * With RRPC_VERBS_BUSY_POLL_US, a CQ that had completions is left unarmed
  * and the context is told to busy-poll (rrpci_ctx_busy): the loop does not
- * sleep, and polls it once per iteration (vb_busy_poll) until the window
+ * sleep, and polls it on every iteration (vb_busy_poll) until the window
  * passed without completions; only then is it armed again.  The loop keeps
  * its turns meanwhile: one busy-poll visit watches for at most
  * VB_BUSY_SLICE_US.  Returns how many completions were handled. */

@@ -67,15 +67,16 @@ void vb_drain(struct vb_qp *q)
     q->draining = false;
 }
 
-static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const char **why)
+/* Validates a rendezvous descriptor (@n bytes at @buf) into @r: header,
+ * token, segments.  No memory yet, and nothing asked of the core. */
+static int vb_rndv_parse(struct vb_conn *vc, const uint8_t *buf, uint32_t n, struct vb_rin *r,
+                         const char **why)
 {
-    struct vb_conn *vc = q->vc;
-    struct rrpci_hdr h;
     if (n < RRPCI_HDR_SIZE + VB_DESC_HEAD) {
         *why = "short rendezvous descriptor";
         return RRPC_E_PROTO;
     }
-    int rc = rrpci_hdr_decode(buf, rrpci_ctx_max_msg(vc->ctx), &h, why);
+    int rc = rrpci_hdr_decode(buf, rrpci_ctx_max_msg(vc->ctx), &r->h, why);
     if (rc)
         return rc;
     const uint8_t *p = buf + RRPCI_HDR_SIZE;
@@ -86,60 +87,100 @@ static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const
         *why = "malformed rendezvous descriptor";
         return RRPC_E_PROTO;
     }
-    struct vb_seg seg[2];
     uint64_t sum = 0;
     for (int i = 0; i < nseg; i++) {
         const uint8_t *s = p + VB_DESC_HEAD + VB_DESC_SEG * i;
-        seg[i].addr = rrpci_get64(s);
-        seg[i].len = rrpci_get32(s + 8);
-        seg[i].rkey = rrpci_get32(s + 12);
-        if (!seg[i].len) {
+        r->seg[i].addr = rrpci_get64(s);
+        r->seg[i].len = rrpci_get32(s + 8);
+        r->seg[i].rkey = rrpci_get32(s + 12);
+        if (!r->seg[i].len) {
             *why = "empty rendezvous segment";
             return RRPC_E_PROTO;
         }
-        sum += seg[i].len;
+        sum += r->seg[i].len;
     }
-    if (sum != h.len) {
+    if (sum != r->h.len) {
         *why = "rendezvous segments do not add up to the frame's length";
         return RRPC_E_PROTO;
     }
-    /* Before the payload buffer is allocated (this takes the connection down
-     * when the peer had no credit for the frame). */
-    if ((rc = rrpci_conn_rx_admit(vc->conn, q->cls, &h))) {
+    r->token = token;
+    r->nseg = nseg;
+    return 0;
+}
+
+/* Admits @r's frame with the core (which takes the connection down when
+ * the peer had no credit for it, or is not authenticated yet), then gives
+ * it a registered buffer and queues its READs. */
+static int vb_rndv_admit(struct vb_qp *q, struct vb_rin *r, const char **why)
+{
+    struct vb_conn *vc = q->vc;
+    int rc = rrpci_conn_rx_admit(vc->conn, q->cls, &r->h);
+    if (rc) {
         *why = "frame refused at its header";
         return rc;
     }
-    struct vb_rin *r = calloc(1, sizeof(*r));
-    if (!r)
-        return -ENOMEM;
     void *b = NULL;
-    if (posix_memalign(&b, 4096, h.len)) {
-        free(r);
+    if (posix_memalign(&b, 4096, r->h.len)) {
         *why = "out of memory for a rendezvous buffer";
         return -ENOMEM;
     }
     r->buf = b;
-    r->mr = ibv_reg_mr(vc->dev->pd, r->buf, h.len, IBV_ACCESS_LOCAL_WRITE);
+    r->mr = ibv_reg_mr(vc->dev->pd, r->buf, r->h.len, IBV_ACCESS_LOCAL_WRITE);
     if (!r->mr) {
-        rc = vb_errno();
-        vb_rin_free(r);
         *why = "cannot register a rendezvous buffer (locked-memory limit?)";
+        return vb_errno();
+    }
+    RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: reading a %u-byte rendezvous payload",
+              vc->peer, q->cls, r->h.len);
+    r->rnext = NULL;
+    *q->readq_tail = r;
+    q->readq_tail = &r->rnext;
+    return 0;
+}
+
+/* A rendezvous descriptor arrived.  The active side may send one as soon
+ * as all its classes are established, before this (passive) side has seen
+ * its last class established and reported the connection to the core: such
+ * a descriptor waits, in order in the receive queue and with no buffer,
+ * until vb_rndv_admit_held (its receive buffer is re-posted, and what the
+ * peer can send meanwhile is bounded by our posted receives). */
+static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const char **why)
+{
+    struct vb_rin *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    int rc = vb_rndv_parse(q->vc, buf, n, r, why);
+    if (!rc && vb_wired(q->vc))
+        rc = vb_rndv_admit(q, r, why);
+    if (rc) {
+        vb_rin_free(r);
         return rc;
     }
     r->wr.kind = VB_K_READ;
     r->wr.cls = q->cls;
     r->it.type = VB_I_RNDV;
-    r->h = h;
-    r->token = token;
-    r->nseg = nseg;
-    memcpy(r->seg, seg, sizeof(seg));
-    RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: reading a %u-byte rendezvous payload",
-              vc->peer, q->cls, h.len);
     vb_rxq_push(q, &r->it);
-    r->rnext = NULL;
-    *q->readq_tail = r;
-    q->readq_tail = &r->rnext;
     return 0;
+}
+
+void vb_rndv_admit_held(struct vb_qp *q)
+{
+    struct vb_conn *vc = q->vc;
+    for (struct vb_item_hdr *it = q->rxq; it && vb_wired(vc); it = it->next) {
+        struct vb_rin *r = rrpci_container_of(it, struct vb_rin, it);
+        if (it->type != VB_I_RNDV || r->buf)
+            continue;
+        const char *why = NULL;
+        int rc = vb_rndv_admit(q, r, &why);
+        if (rc) {
+            vb_fail(vc, rc, "peer %s, class %d: %s", vc->peer, q->cls, why);
+            return;
+        }
+    }
+    int rc = vb_wired(vc) ? vb_kick(q) : 0;
+    if (rc)
+        vb_fail(vc, RRPC_E_CONN_LOST, "peer %s, class %d: ibv_post_send: %s", vc->peer, q->cls,
+                rrpc_strerror(rc));
 }
 
 static int vb_on_done(struct vb_qp *q, uint32_t token, const char **why)

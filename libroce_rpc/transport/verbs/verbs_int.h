@@ -59,6 +59,12 @@
  *    made one 1 MiB READ take 2.3 s instead of 10 ms.
  *  - A frame is not posted while a one-sided operation of its class waits
  *    for room, so on one class a frame sent after a WRITE arrives after it.
+ *  - The active side is up, and sends, once its own four QPs are
+ *    established; the passive side may receive on one class before its last
+ *    class is.  What arrives meanwhile waits in order in the receive queue:
+ *    an eager frame in its buffer, a rendezvous descriptor parsed but not
+ *    yet admitted by the core (no buffer, no READ) until the connection is
+ *    reported established (recv.c, vb_rndv_admit_held).
  *  - A remote access error (forged key, deregistered region) fails the
  *    operation with RRPC_E_ACCESS and, RC semantics, breaks the QP: the
  *    connection goes down with RRPC_E_CONN_LOST.
@@ -72,9 +78,10 @@
  *    so that its late events are only acknowledged.
  *  - Tunables (environment, read when a context first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
- *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop polls the CQ
- *    once per iteration, without sleeping, until this long passed without
- *    one, then re-arms it: cq.c), RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
+ *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop keeps polling
+ *    the CQ, up to VB_BUSY_SLICE_US per iteration, without sleeping, until
+ *    this long passed without one, then re-arms it: cq.c), RRPC_VERBS_CHUNK,
+ *    RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -479,6 +486,9 @@ void vb_wake(struct vb_qp *q);
 
 /* ---- recv.c ---- */
 void vb_drain(struct vb_qp *q);
+/* The connection is wired: rendezvous descriptors that came before are
+ * admitted now, in order, and their READs start. */
+void vb_rndv_admit_held(struct vb_qp *q);
 void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 
 /* ---- cq.c ---- */
