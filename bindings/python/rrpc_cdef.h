@@ -48,6 +48,31 @@ int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret_value);
 void rrpc_config_destroy(rrpc_config *cfg);
 int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx);
 const char *rrpc_version(void);
+#define RRPC_STATS_RTT_BUCKETS 24
+typedef struct rrpc_class_stats {
+    uint64_t calls;
+    uint64_t calls_ok;
+    uint64_t calls_failed;
+    uint64_t call_bytes_out;
+    uint64_t call_bytes_in;
+    uint64_t requests;
+    uint64_t onesided_ops;
+    uint64_t onesided_bytes;
+    uint64_t onesided_failed;
+    uint64_t credit_stalls;
+    uint64_t rtt_us_sum;
+    uint64_t rtt_buckets[24];
+    uint64_t reserved[4];
+} rrpc_class_stats;
+typedef struct rrpc_stats {
+    rrpc_class_stats cls[5];
+    uint64_t conns_up;
+    uint64_t conns_down;
+    uint64_t keepalive_losses;
+    uint64_t reserved[8];
+} rrpc_stats;
+int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
+int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);
 const char *rrpc_ctx_last_error(rrpc_ctx *ctx);
 
 typedef enum rrpc_conn_event { RRPC_CONN_UP, RRPC_CONN_DOWN, ... } rrpc_conn_event;

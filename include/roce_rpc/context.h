@@ -190,6 +190,60 @@ RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms);
  */
 RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
 
+/* ---- metrics --------------------------------------------------------------- */
+
+/* Round-trip buckets of rrpc_class_stats: bucket 0 counts round trips under
+ * 1 us, bucket i (1..RRPC_STATS_RTT_BUCKETS - 2) those in [2^(i-1), 2^i) us,
+ * the last one those of 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about 4.2 s) and
+ * more. */
+#define RRPC_STATS_RTT_BUCKETS 24
+
+/*
+ * What a context did in one QoS class, counted since it was made.  The
+ * client-side figures count calls and one-sided operations this context
+ * made; @requests counts the requests its handlers were given.
+ */
+typedef struct rrpc_class_stats {
+    uint64_t calls;           /* calls made (accepted by rrpc_call) */
+    uint64_t calls_ok;        /* answered with status 0 */
+    uint64_t calls_failed;    /* answered with an error, or failed here (deadline, lost) */
+    uint64_t call_bytes_out;  /* request payload bytes of the calls made */
+    uint64_t call_bytes_in;   /* response payload bytes of the answers received */
+    uint64_t requests;        /* requests received for this context's handlers */
+    uint64_t onesided_ops;    /* READs and WRITEs started */
+    uint64_t onesided_bytes;  /* their bytes */
+    uint64_t onesided_failed; /* those that completed with an error */
+    uint64_t credit_stalls;   /* frames queued while the class had no credit from the peer */
+    uint64_t rtt_us_sum;      /* sum of the round trips of answered calls, us */
+    uint64_t rtt_buckets[RRPC_STATS_RTT_BUCKETS]; /* their round trips (see above) */
+    uint64_t reserved[4];
+} rrpc_class_stats;
+
+typedef struct rrpc_stats {
+    rrpc_class_stats cls[5]; /* by class: [RRPC_CLASS_CONTROL .. RRPC_CLASS_BACKGROUND]; [0] zero */
+    uint64_t conns_up;         /* connections that came up */
+    uint64_t conns_down;       /* connections that went down after coming up */
+    uint64_t keepalive_losses; /* peers declared lost by the keepalive timeout */
+    uint64_t reserved[8];
+} rrpc_stats;
+
+/*
+ * Copies @ctx's counters into *@ret (any thread; a consistent snapshot,
+ * taken under the context's lock).  Counting costs a few additions per call
+ * on the loop thread and is always on.  Returns 0 or -EINVAL.
+ */
+RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
+
+/*
+ * The counters of @ctx in the Prometheus text exposition format (0.0.4):
+ * metric families rrpc_*, with a class="..." label where they are per
+ * class; docs/metrics.md lists them.  Writes at most @len bytes, NUL
+ * included, to @buf and the length of the whole text (NUL excluded) to
+ * *@ret_len, so a call with @len 0 sizes the buffer.  Returns 0, -EINVAL,
+ * or -ENOBUFS when the text was cut (*@ret_len says how much is needed).
+ */
+RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);
+
 /*
  * A human-readable description of the last error reported in @ctx on the
  * calling thread: what failed, with whom, and what to do.  Valid until the

@@ -120,6 +120,7 @@ bool rrpci_conn_enter(rrpc_conn *c, enum rrpci_conn_event ev)
     case RRPCI_UP:
         rrpci_timer_stop(&c->setup_timer);
         c->announced = true;
+        c->ctx->stats.conns_up++;
         rrpci_ka_start(c);
         break;
     case RRPCI_REFUSING: /* the ERROR frame has 50 ms to leave */
@@ -254,6 +255,8 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
 {
     if (!rrpci_conn_enter(c, RRPCI_EV_DOWN))
         return; /* down already */
+    if (c->announced)
+        c->ctx->stats.conns_down++;
     c->down_reason = reason;
     snprintf(c->down_why, sizeof(c->down_why), "%s", why ? why : rrpc_strerror(reason));
     rrpci_list_del(&c->dirty_link);

@@ -64,6 +64,7 @@ struct rrpc_ctx {
     bool ran_callbacks; /* driven: the last run invoked callbacks, so watchers they started
                          * reach the kernel only at the next run: progress is due at once */
     struct rrpci_timer *timers; /* the active ones */
+    rrpc_stats stats; /* the metrics (core/stats.c), under the lock */
 
     struct rrpci_config cfg;
     struct rrpci_class_cfg cls[RRPCI_MAX_CLASSES];
@@ -262,8 +263,20 @@ struct rrpci_pending {
     uint32_t parts_left;
     int op_status;
     bool is_read;
+    int cls;   /* for the metrics */
+    double t0; /* rrpci_stats_now() when the call was made */
 };
 void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
+
+/* Metrics (core/stats.c): the context's counters, under its lock; @cls is
+ * an internal class index. */
+double rrpci_stats_now(void);
+void rrpci_stats_call(rrpc_ctx *ctx, int cls, size_t len);
+void rrpci_stats_call_done(rrpc_ctx *ctx, int cls, int status, size_t len, double t0);
+void rrpci_stats_request(rrpc_ctx *ctx, int cls);
+void rrpci_stats_onesided(rrpc_ctx *ctx, int cls, size_t len);
+void rrpci_stats_onesided_failed(rrpc_ctx *ctx, int cls);
+void rrpci_stats_credit_stall(rrpc_ctx *ctx, int cls);
 void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);

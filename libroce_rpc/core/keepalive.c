@@ -37,6 +37,7 @@ void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         snprintf(why, sizeof(why), "no keepalive from the peer in %d ms (RRPC_KEEPALIVE_TIMEOUT_MS)",
                  cfg->keepalive_timeout_ms);
         rrpci_set_error(c->ctx, RRPC_E_CONN_LOST, "%s", why);
+        c->ctx->stats.keepalive_losses++;
         rrpci_conn_down(c, RRPC_E_CONN_LOST, why);
         return;
     }

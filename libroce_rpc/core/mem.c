@@ -225,6 +225,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     pd->is_read = is_read;
     pd->remote_addr = remote->addr + remote_off;
     pd->len = len;
+    pd->cls = cls;
     uint64_t id = pd->node.key;
     if (c->ops->rdma) {
         struct rrpci_rdma_op op = {
@@ -279,6 +280,8 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
             r = 0; /* the connection went down meanwhile and @cb has had its answer */
         }
     }
+    if (r == 0)
+        rrpci_stats_onesided(ctx, cls, len);
 out:
     rrpci_unlock(ctx);
     return r;
@@ -302,6 +305,8 @@ static void os_complete(rrpc_conn *c, struct rrpci_pending *pd)
 {
     rrpci_idmap_del(&c->pending, pd->node.key);
     rrpci_timer_stop(&pd->deadline);
+    if (pd->op_status != 0)
+        rrpci_stats_onesided_failed(c->ctx, pd->cls);
     pd->op_cb(pd->op_status, pd->user);
     free(pd);
 }

@@ -111,11 +111,15 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
         s->head = m;
         if (!s->tail)
             s->tail = m;
-    } else if (s->tail) {
-        s->tail->next = m;
-        s->tail = m;
     } else {
-        s->head = s->tail = m;
+        if (s->credit.tx_avail == 0 && c->announced)
+            rrpci_stats_credit_stall(c->ctx, cls);
+        if (s->tail) {
+            s->tail->next = m;
+            s->tail = m;
+        } else {
+            s->head = s->tail = m;
+        }
     }
     rrpci_conn_flush(c);
     return 0;

@@ -811,6 +811,44 @@ class Context(_Closable):
         else:
             _destroy(core)
 
+    # -- metrics --
+    def stats(self) -> dict:
+        """The context's counters (rrpc_ctx_stats): {"classes": {name:
+        {calls, calls_ok, calls_failed, call_bytes_out, call_bytes_in,
+        requests, onesided_ops, onesided_bytes, onesided_failed,
+        credit_stalls, rtt_us_sum, rtt_buckets}}, "conns_up", "conns_down",
+        "keepalive_losses"}; docs/metrics.md says what each counts."""
+        st = ffi.new("rrpc_stats *")
+        with self._core.use():
+            r = lib.rrpc_ctx_stats(self._ptr, st)
+        if r:
+            raise RrpcError(r, strerror(r))
+        fields = ("calls", "calls_ok", "calls_failed", "call_bytes_out", "call_bytes_in",
+                  "requests", "onesided_ops", "onesided_bytes", "onesided_failed",
+                  "credit_stalls", "rtt_us_sum")
+        classes = {}
+        for c in (CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND):
+            cs = st.cls[c]
+            d = {f: int(getattr(cs, f)) for f in fields}
+            d["rtt_buckets"] = [int(cs.rtt_buckets[i]) for i in range(lib.RRPC_STATS_RTT_BUCKETS)]
+            classes[_s(lib.rrpc_class_name(c))] = d
+        return {"classes": classes, "conns_up": int(st.conns_up),
+                "conns_down": int(st.conns_down), "keepalive_losses": int(st.keepalive_losses)}
+
+    def metrics_text(self) -> str:
+        """The counters in the Prometheus text format (rrpc_ctx_stats_text),
+        to serve at /metrics from the application's own HTTP server."""
+        n = ffi.new("size_t *")
+        with self._core.use():
+            while True:
+                size = n[0] + 1
+                buf = ffi.new("char[]", size)
+                r = lib.rrpc_ctx_stats_text(self._ptr, buf, size, n)
+                if r == 0:
+                    return ffi.string(buf).decode()
+                if r != -errno.ENOBUFS:
+                    raise RrpcError(r, strerror(r))
+
     # -- configuration --
     def set_class(self, cls: _QoS, dscp: int, weight: int, credits: int) -> None:
         """rrpc_class_set: before the first listen/connect."""

@@ -320,3 +320,26 @@ def test_handler_returning_a_non_buffer_fails_the_call_at_once_with_a_handler_er
     # and the server goes on serving
     assert conn.call("echo", b"still here", timeout=30) == b"still here"
     pool.shutdown()
+
+
+def test_stats_and_the_metrics_text_count_calls_per_class(pair):
+    s, lis, c = pair
+    s.add_handler("echo", lambda d: d)
+    conn = c.connect(client_uri(lis))
+    for _ in range(3):
+        conn.call("echo", b"x" * 10, qos="low_latency")
+    conn.call("echo", b"y" * 100, qos="bulk")
+    st = c.stats()
+    ll, bulk = st["classes"]["low_latency"], st["classes"]["bulk"]
+    assert (ll["calls"], ll["calls_ok"], ll["call_bytes_out"]) == (3, 3, 30)
+    assert (bulk["calls"], bulk["call_bytes_in"]) == (1, 100)
+    assert sum(ll["rtt_buckets"]) == 3 and st["conns_up"] == 1
+    assert s.stats()["classes"]["bulk"]["requests"] == 1
+    text = c.metrics_text()
+    assert 'rrpc_calls_total{class="low_latency"} 3\n' in text
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        return
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["rrpc_call_duration_seconds"].type == "histogram"

@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The metrics (rrpc_ctx_stats, rrpc_ctx_stats_text) over a real tcp
+ * connection on loopback, with traffic in two classes.
+ *
+ *   stats_traffic          cmocka tests of the counters and the text
+ *   stats_traffic --dump   the traffic, then the client's text on stdout and
+ *                          the server's after a line "# server" (for the
+ *                          Prometheus tools in check-prometheus.sh)
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <roce_rpc/rrpc.h>
+
+static rrpc_conn *_Atomic g_accepted; /* set on the server's loop thread */
+static uint8_t g_target[1 << 16];
+
+static void echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)user;
+    rrpc_respond(req, p, len);
+}
+
+static void on_conn(rrpc_conn *conn, rrpc_conn_event ev, int reason, void *user)
+{
+    (void)reason;
+    (void)user;
+    if (ev == RRPC_CONN_UP)
+        g_accepted = conn;
+}
+
+struct pair {
+    rrpc_ctx *srv, *cli;
+    rrpc_listener *l;
+    rrpc_conn *c;
+    rrpc_region *treg, *sreg;
+    uint8_t src[4096];
+};
+
+/* 10 echo calls of 64 B on low_latency, 5 of 1000 B on bulk, one call of a
+ * method nobody registered (low_latency), one WRITE of 4096 B on bulk. */
+static int traffic(struct pair *p)
+{
+    int r;
+    if ((r = rrpc_ctx_create(&p->srv)) || (r = rrpc_ctx_create(&p->cli)))
+        return r;
+    if ((r = rrpc_register(p->srv, "echo", echo, NULL)) ||
+        (r = rrpc_mem_reg(p->srv, g_target, sizeof(g_target), RRPC_ACCESS_REMOTE_WRITE, &p->treg)) ||
+        (r = rrpc_listen(p->srv, "tcp://127.0.0.1:0", on_conn, NULL, &p->l)) ||
+        (r = rrpc_ctx_start_thread(p->srv)) || (r = rrpc_ctx_start_thread(p->cli)))
+        return r;
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(p->l));
+    if ((r = rrpc_connect_sync(p->cli, uri, 5000, NULL, NULL, &p->c)))
+        return r;
+    char buf[1000] = {0};
+    void *out;
+    size_t n;
+    for (int i = 0; i < 10; i++) {
+        rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY};
+        if ((r = rrpc_call_sync(p->c, "echo", buf, 64, &o, &out, &n)))
+            return r;
+        free(out);
+    }
+    for (int i = 0; i < 5; i++) {
+        rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
+        if ((r = rrpc_call_sync(p->c, "echo", buf, sizeof(buf), &o, &out, &n)))
+            return r;
+        free(out);
+    }
+    if (rrpc_call_sync(p->c, "nobody", "x", 1, NULL, &out, &n) != RRPC_E_NO_METHOD)
+        return -EPROTO;
+    rrpc_token tok; /* the server's UP callback ran before it served the calls above */
+    if (!g_accepted || (r = rrpc_region_token(p->treg, g_accepted, &tok)) ||
+        (r = rrpc_mem_reg(p->cli, p->src, sizeof(p->src), 0, &p->sreg)))
+        return r ? r : -ENOTCONN;
+    rrpc_op_opts oo = {.qos_class = RRPC_CLASS_BULK};
+    return rrpc_write_sync(p->c, p->sreg, 0, &tok, 0, sizeof(p->src), &oo);
+}
+
+static void pair_free(struct pair *p)
+{
+    rrpc_conn_close(p->c);
+    rrpc_ctx_destroy(p->cli);
+    rrpc_ctx_destroy(p->srv);
+}
+
+static char *text_of(rrpc_ctx *ctx)
+{
+    size_t need = 0;
+    assert_int_equal(rrpc_ctx_stats_text(ctx, NULL, 0, &need), -ENOBUFS);
+    assert_true(need > 1000);
+    char *t = malloc(need + 1);
+    size_t got = 0;
+    assert_int_equal(rrpc_ctx_stats_text(ctx, t, need, &got), -ENOBUFS); /* no room for NUL */
+    assert_int_equal(rrpc_ctx_stats_text(ctx, t, need + 1, &got), 0);
+    assert_int_equal(got, need);
+    assert_int_equal(strlen(t), need);
+    return t;
+}
+
+static void test_counters_move_in_the_class_of_the_traffic(void **state)
+{
+    (void)state;
+    struct pair p = {0};
+    int r = traffic(&p);
+    if (r)
+        fail_msg("traffic: %s: %s", rrpc_err_name(r), rrpc_ctx_last_error(p.cli));
+    rrpc_stats c, s;
+    assert_int_equal(rrpc_ctx_stats(p.cli, &c), 0);
+    assert_int_equal(rrpc_ctx_stats(p.srv, &s), 0);
+    const rrpc_class_stats *ll = &c.cls[RRPC_CLASS_LOW_LATENCY], *bk = &c.cls[RRPC_CLASS_BULK];
+    assert_int_equal(ll->calls, 11);
+    assert_int_equal(ll->calls_ok, 10);
+    assert_int_equal(ll->calls_failed, 1);
+    assert_int_equal(ll->call_bytes_out, 10 * 64 + 1);
+    assert_int_equal(ll->call_bytes_in, 10 * 64);
+    assert_int_equal(bk->calls, 5);
+    assert_int_equal(bk->calls_ok, 5);
+    assert_int_equal(bk->call_bytes_out, 5000);
+    assert_int_equal(bk->onesided_ops, 1);
+    assert_int_equal(bk->onesided_bytes, 4096);
+    assert_int_equal(bk->onesided_failed, 0);
+    uint64_t answered = 0, sum_ll = 0;
+    for (int i = 0; i < RRPC_STATS_RTT_BUCKETS; i++)
+        sum_ll += ll->rtt_buckets[i];
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++)
+        for (int i = 0; i < RRPC_STATS_RTT_BUCKETS; i++)
+            answered += c.cls[k].rtt_buckets[i];
+    assert_int_equal(sum_ll, 11);
+    assert_int_equal(answered, 16);
+    assert_true(ll->rtt_us_sum > 0);
+    assert_int_equal(c.cls[RRPC_CLASS_BACKGROUND].calls, 0);
+    assert_int_equal(s.cls[RRPC_CLASS_LOW_LATENCY].requests, 11);
+    assert_int_equal(s.cls[RRPC_CLASS_BULK].requests, 5);
+    assert_int_equal(c.conns_up, 1);
+    assert_int_equal(s.conns_up, 1);
+    char *t = text_of(p.cli);
+    assert_non_null(strstr(t, "# TYPE rrpc_calls_total counter\n"));
+    assert_non_null(strstr(t, "rrpc_calls_total{class=\"low_latency\"} 11\n"));
+    assert_non_null(strstr(t, "rrpc_calls_total{class=\"bulk\"} 5\n"));
+    assert_non_null(strstr(t, "rrpc_calls_failed_total{class=\"low_latency\"} 1\n"));
+    assert_non_null(strstr(t, "rrpc_onesided_bytes_total{class=\"bulk\"} 4096\n"));
+    assert_non_null(strstr(t, "rrpc_call_duration_seconds_bucket{class=\"low_latency\",le=\"+Inf\"} 11\n"));
+    assert_non_null(strstr(t, "rrpc_call_duration_seconds_count{class=\"bulk\"} 5\n"));
+    assert_non_null(strstr(t, "rrpc_connections_up_total 1\n"));
+    free(t);
+    pair_free(&p);
+}
+
+static void test_bad_arguments_are_refused(void **state)
+{
+    (void)state;
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    rrpc_stats s;
+    size_t n;
+    char b[8];
+    assert_int_equal(rrpc_ctx_stats(NULL, &s), -EINVAL);
+    assert_int_equal(rrpc_ctx_stats(ctx, NULL), -EINVAL);
+    assert_int_equal(rrpc_ctx_stats_text(ctx, NULL, 8, &n), -EINVAL);
+    assert_int_equal(rrpc_ctx_stats_text(ctx, b, sizeof(b), NULL), -EINVAL);
+    assert_int_equal(rrpc_ctx_stats_text(ctx, b, sizeof(b), &n), -ENOBUFS);
+    assert_int_equal(strlen(b), sizeof(b) - 1); /* cut, and NUL-terminated */
+    assert_int_equal(rrpc_ctx_stats(ctx, &s), 0);
+    assert_int_equal(s.cls[RRPC_CLASS_BULK].calls, 0);
+    rrpc_ctx_destroy(ctx);
+}
+
+static void dump(rrpc_ctx *ctx)
+{
+    size_t need = 0;
+    rrpc_ctx_stats_text(ctx, NULL, 0, &need);
+    char *t = malloc(need + 1);
+    if (t && rrpc_ctx_stats_text(ctx, t, need + 1, &need) == 0)
+        fputs(t, stdout);
+    free(t);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--dump") == 0) {
+        struct pair p = {0};
+        int r = traffic(&p);
+        if (r) {
+            fprintf(stderr, "stats_traffic: %s: %s\n", rrpc_err_name(r), rrpc_ctx_last_error(p.cli));
+            return 1;
+        }
+        dump(p.cli);
+        printf("# server\n");
+        dump(p.srv);
+        pair_free(&p);
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counters_move_in_the_class_of_the_traffic),
+        cmocka_unit_test(test_bad_arguments_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
