@@ -92,7 +92,7 @@ struct service *registry_service(const char *name)
     return NULL;
 }
 
-int registry_add(const char *name, const char *principal, struct endpoint *eps, size_t n_eps,
+int registry_add(const char *name, const char *principal, struct rrpci_endpoint *eps, size_t n_eps,
                  const struct registration *tmpl, struct registration **ret)
 {
     uint64_t id;

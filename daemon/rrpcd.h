@@ -70,11 +70,7 @@ extern int log_level;
 
 /* ---- the registry (registry.c) ------------------------------------------ */
 
-struct endpoint {
-    char transport[8];
-    char host[256];
-    uint16_t port;
-};
+/* struct rrpci_endpoint: the control schema's endpoint (broker/mpcheck.h). */
 
 struct registration {
     struct registration *next;
@@ -82,7 +78,7 @@ struct registration {
     struct service *svc;
     uint64_t id;
     char principal[256];
-    struct endpoint *eps;
+    struct rrpci_endpoint *eps;
     size_t n_eps;
     uint32_t classes; /* bit per QoS class */
     uint32_t lease_ms;
@@ -109,7 +105,7 @@ size_t registry_count(void);
 /* Takes ownership of @eps on success; copies the rest of @tmpl (classes,
  * lease_ms, has_instance, instance, answer_bytes).  -ENOMEM, -EIO (no
  * randomness). */
-int registry_add(const char *service, const char *principal, struct endpoint *eps,
+int registry_add(const char *service, const char *principal, struct rrpci_endpoint *eps,
                  size_t n_eps, const struct registration *tmpl, struct registration **ret);
 struct registration *registry_find(uint64_t id);
 void registry_remove(struct registration *r);

@@ -329,19 +329,6 @@ static void answer_fatal(struct conn *c, uint64_t id, const char *code, const ch
 
 /* ---- requests ---------------------------------------------------------------- */
 
-/* A string of 1..outlen-1 bytes, no NUL, no control characters. */
-static bool mstr(const msgpack_object *o, char *out, size_t outlen)
-{
-    if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
-        o->via.str.size >= outlen)
-        return false;
-    for (uint32_t i = 0; i < o->via.str.size; i++)
-        if ((unsigned char)o->via.str.ptr[i] < 0x20 || o->via.str.ptr[i] == 0x7f)
-            return false;
-    memcpy(out, o->via.str.ptr, o->via.str.size);
-    out[o->via.str.size] = 0;
-    return true;
-}
 
 static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
 {
@@ -381,18 +368,7 @@ static void pack_endpoints(msgpack_packer *pk, const struct registration *r)
 {
     msgpack_pack_array(pk, (uint32_t)r->n_eps);
     for (size_t i = 0; i < r->n_eps; i++) {
-        msgpack_pack_map(pk, 4);
-        pk_str(pk, "transport");
-        pk_str(pk, r->eps[i].transport);
-        pk_str(pk, "host");
-        pk_str(pk, r->eps[i].host);
-        pk_str(pk, "port");
-        msgpack_pack_uint32(pk, r->eps[i].port);
-        pk_str(pk, "classes");
-        msgpack_pack_array(pk, (uint32_t)__builtin_popcount(r->classes));
-        for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++)
-            if (r->classes & (1u << k))
-                pk_str(pk, rrpc_class_name(k));
+        rrpci_pk_endpoint(pk, &r->eps[i], true, r->classes);
     }
 }
 
@@ -456,7 +432,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     char service[256];
     const msgpack_object *eps = rrpci_mp_get(m, "endpoints"), *cls = rrpci_mp_get(m, "classes");
     const msgpack_object *inst = rrpci_mp_get(m, "instance");
-    if (!mstr(rrpci_mp_get(m, "service"), service, sizeof(service)) || !eps ||
+    if (!rrpci_mp_str(rrpci_mp_get(m, "service"), service, sizeof(service)) || !eps ||
         eps->type != MSGPACK_OBJECT_ARRAY || eps->via.array.size == 0 ||
         eps->via.array.size > MAX_EPS || !cls || cls->type != MSGPACK_OBJECT_ARRAY ||
         cls->via.array.size > 4) {
@@ -497,7 +473,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     uint32_t classes = 0;
     for (uint32_t i = 0; i < cls->via.array.size; i++) {
         char name[32];
-        int k = mstr(&cls->via.array.ptr[i], name, sizeof(name)) ? rrpc_class_from_name(name) : -1;
+        int k = rrpci_mp_str(&cls->via.array.ptr[i], name, sizeof(name)) ? rrpc_class_from_name(name) : -1;
         if (k < 0) {
             answer_error(c, id, "bad_request", "unknown QoS class");
             return;
@@ -528,24 +504,18 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, "limit", msg);
         return;
     }
-    struct endpoint *ep = calloc(eps->via.array.size, sizeof(*ep));
+    struct rrpci_endpoint *ep = calloc(eps->via.array.size, sizeof(*ep));
     if (!ep) {
         answer_error(c, id, "internal", "out of memory");
         return;
     }
     for (uint32_t i = 0; i < eps->via.array.size; i++) {
-        const msgpack_object *e = &eps->via.array.ptr[i];
-        uint64_t port;
-        if (!mstr(rrpci_mp_get(e, "transport"), ep[i].transport, sizeof(ep[i].transport)) ||
-            (strcmp(ep[i].transport, "tcp") && strcmp(ep[i].transport, "rdma")) ||
-            !mstr(rrpci_mp_get(e, "host"), ep[i].host, sizeof(ep[i].host)) ||
-            !rrpci_mp_uint(rrpci_mp_get(e, "port"), &port) || port == 0 || port > 65535) {
+        if (!rrpci_mp_endpoint(&eps->via.array.ptr[i], &ep[i])) {
             free(ep);
             answer_error(c, id, "bad_request", "an endpoint needs transport (tcp|rdma), host "
                          "and port");
             return;
         }
-        ep[i].port = (uint16_t)port;
     }
     tmpl.eps = ep;
     tmpl.n_eps = eps->via.array.size;
@@ -647,7 +617,7 @@ static int make_ticket(const struct service *s, const struct registration *r,
 static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
-    if (!mstr(rrpci_mp_get(m, "service"), service, sizeof(service))) {
+    if (!rrpci_mp_str(rrpci_mp_get(m, "service"), service, sizeof(service))) {
         answer_error(c, id, "bad_request", "lookup needs service");
         return;
     }
@@ -721,7 +691,7 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
         answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 1");
         goto out;
     }
-    if (!rrpci_mp_uint(rrpci_mp_get(m, "id"), &id) || !mstr(rrpci_mp_get(m, "op"), op, sizeof(op))) {
+    if (!rrpci_mp_uint(rrpci_mp_get(m, "id"), &id) || !rrpci_mp_str(rrpci_mp_get(m, "op"), op, sizeof(op))) {
         answer_fatal(c, id, "bad_request", "a request needs id and op");
         goto out;
     }

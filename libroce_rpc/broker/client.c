@@ -43,17 +43,11 @@
 #define ERR_MAX 512
 #define HOST_MAX 256
 
-struct endpoint {
-    char transport[8]; /* "tcp", "rdma" */
-    char host[HOST_MAX];
-    int port;
-};
-
 struct reg {
     struct reg *next;
     char service[256];
     rrpc_ctx *ctx;
-    struct endpoint *eps;
+    struct rrpci_endpoint *eps;
     size_t n_eps;
     unsigned class_mask;
     uint64_t id;       /* rrpcd's registration id; 0 while not registered */
@@ -279,15 +273,6 @@ static int is_ip(const char *s)
 
 /* ---- msgpack helpers ----------------------------------------------------- */
 
-static bool mstr(const msgpack_object *o, char *out, size_t outlen)
-{
-    if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= outlen ||
-        memchr(o->via.str.ptr, 0, o->via.str.size))
-        return false;
-    memcpy(out, o->via.str.ptr, o->via.str.size);
-    out[o->via.str.size] = 0;
-    return true;
-}
 
 /* An answer: msgpack-c's objects point into the buffer they came from. */
 struct reply {
@@ -403,8 +388,10 @@ static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool
                     b->port);
     if (!ok->via.boolean) {
         char code[64] = "?", msg[256] = "";
-        mstr(rrpci_mp_get(&u->data, "err"), code, sizeof(code));
-        mstr(rrpci_mp_get(&u->data, "msg"), msg, sizeof(msg));
+        rrpci_mp_text(rrpci_mp_get(&u->data, "err"), code, sizeof(code));
+        rrpci_mp_text(rrpci_mp_get(&u->data, "msg"), msg, sizeof(msg));
+        if (!code[0])
+            snprintf(code, sizeof(code), "?");
         *refused = true;
         return fail(b, map_err(code), "rrpcd refused: %s: %s", code, msg);
     }
@@ -445,7 +432,8 @@ static int do_connect(struct rrpc_broker *b)
     bool refused;
     r = exchange(b, &q, &u, &refused);
     req_free(&q);
-    if (!r && !mstr(rrpci_mp_get(&u.u.data, "principal"), b->principal, sizeof(b->principal)))
+    if (!r && !rrpci_mp_str(rrpci_mp_get(&u.u.data, "principal"), b->principal,
+                            sizeof(b->principal)))
         r = fail(b, -EPROTO, "rrpcd did not say who we are");
     /* In TLS 1.3 the server checks our certificate after our handshake is
      * done; a refusal then shows up as a reset on the first exchange. */
@@ -675,23 +663,10 @@ static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
     pk_str(&q.pk, g->service);
     pk_str(&q.pk, "endpoints");
     msgpack_pack_array(&q.pk, (uint32_t)g->n_eps);
-    for (size_t i = 0; i < g->n_eps; i++) {
-        msgpack_pack_map(&q.pk, 3);
-        pk_str(&q.pk, "transport");
-        pk_str(&q.pk, g->eps[i].transport);
-        pk_str(&q.pk, "host");
-        pk_str(&q.pk, g->eps[i].host);
-        pk_str(&q.pk, "port");
-        msgpack_pack_uint32(&q.pk, (uint32_t)g->eps[i].port);
-    }
+    for (size_t i = 0; i < g->n_eps; i++)
+        rrpci_pk_endpoint(&q.pk, &g->eps[i], false, 0);
     pk_str(&q.pk, "classes");
-    int nc = 0;
-    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
-        nc += !!(g->class_mask & (1u << c));
-    msgpack_pack_array(&q.pk, (uint32_t)nc);
-    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
-        if (g->class_mask & (1u << c))
-            pk_str(&q.pk, rrpc_class_name(c));
+    rrpci_pk_classes(&q.pk, g->class_mask);
 
     struct reply u;
     reply_init(&u);
@@ -858,7 +833,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     if (!ctx || !service || !*service || strlen(service) > 255 || !uris || n == 0 || n > 64 ||
         (class_mask & ~RRPC_CLASS_MASK_ALL))
         return fail(b, -EINVAL, "rrpc_broker_register: bad arguments");
-    struct endpoint *eps = calloc(n, sizeof(*eps));
+    struct rrpci_endpoint *eps = calloc(n, sizeof(*eps));
     if (!eps)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -883,7 +858,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
             return bad;
         }
         strcpy(eps[i].transport, sl == 3 ? "tcp" : "rdma");
-        eps[i].port = atoi(port);
+        eps[i].port = (uint16_t)atoi(port); /* split_addr checked 1..65535 */
     }
 
     pthread_mutex_lock(&b->io);
@@ -974,26 +949,17 @@ static int add_endpoints(struct rrpc_broker *b, const char *service, const msgpa
 {
     for (uint32_t i = 0; i < eps->via.array.size; i++) {
         const msgpack_object *e = &eps->via.array.ptr[i];
-        char tr[8], host[HOST_MAX];
-        uint64_t port;
-        const msgpack_object *cl = rrpci_mp_get(e, "classes");
-        if (!mstr(rrpci_mp_get(e, "transport"), tr, sizeof(tr)) ||
-            !mstr(rrpci_mp_get(e, "host"), host, sizeof(host)) ||
-            !rrpci_mp_uint(rrpci_mp_get(e, "port"), &port) || port == 0 || port > 65535 || !cl ||
-            cl->type != MSGPACK_OBJECT_ARRAY)
+        struct rrpci_endpoint ep;
+        long mask = rrpci_mp_classes(rrpci_mp_get(e, "classes"));
+        if (!rrpci_mp_endpoint(e, &ep) || mask < 0)
             return fail(b, -EPROTO, "rrpcd's answer to lookup '%s': an endpoint of instance %zu "
                         "is malformed", service, k);
         rrpc_service_endpoint *out = &info->endpoints[info->n_endpoints++];
-        snprintf(out->uri, sizeof(out->uri), strchr(host, ':') ? "%s://[%s]:%u" : "%s://%s:%u",
-                 tr, host, (unsigned)port);
+        snprintf(out->uri, sizeof(out->uri),
+                 strchr(ep.host, ':') ? "%s://[%s]:%u" : "%s://%s:%u", ep.transport, ep.host,
+                 (unsigned)ep.port);
         out->instance = k;
-        for (uint32_t j = 0; j < cl->via.array.size; j++) {
-            char name[32];
-            int c;
-            if (mstr(&cl->via.array.ptr[j], name, sizeof(name)) &&
-                (c = rrpc_class_from_name(name)) >= 0)
-                out->class_mask |= 1u << c;
-        }
+        out->class_mask = (unsigned)mask;
     }
     return 0;
 }

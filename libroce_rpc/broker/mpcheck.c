@@ -2,6 +2,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <roce_rpc/rrpc.h>
+
 #include "broker/mpcheck.h"
 
 static uint64_t be(const uint8_t *p, int n)
@@ -108,5 +110,87 @@ bool rrpci_mp_uint(const msgpack_object *o, uint64_t *out)
     if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
         return false;
     *out = o->via.u64;
+    return true;
+}
+
+bool rrpci_mp_str(const msgpack_object *o, char *out, size_t outlen)
+{
+    if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
+        o->via.str.size >= outlen)
+        return false;
+    for (uint32_t i = 0; i < o->via.str.size; i++)
+        if ((unsigned char)o->via.str.ptr[i] < 0x20 || o->via.str.ptr[i] == 0x7f)
+            return false;
+    memcpy(out, o->via.str.ptr, o->via.str.size);
+    out[o->via.str.size] = 0;
+    return true;
+}
+
+void rrpci_mp_text(const msgpack_object *o, char *out, size_t outlen)
+{
+    if (!outlen)
+        return;
+    out[0] = 0;
+    if (!o || o->type != MSGPACK_OBJECT_STR)
+        return;
+    size_t n = o->via.str.size < outlen - 1 ? o->via.str.size : outlen - 1;
+    const char *nul = memchr(o->via.str.ptr, 0, n);
+    if (nul)
+        n = (size_t)(nul - o->via.str.ptr);
+    memcpy(out, o->via.str.ptr, n);
+    out[n] = 0;
+}
+
+void rrpci_pk_classes(msgpack_packer *pk, unsigned mask)
+{
+    uint32_t n = 0;
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
+        n += !!(mask & (1u << c));
+    msgpack_pack_array(pk, n);
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
+        if (mask & (1u << c))
+            pk_str(pk, rrpc_class_name(c));
+}
+
+long rrpci_mp_classes(const msgpack_object *o)
+{
+    if (!o || o->type != MSGPACK_OBJECT_ARRAY)
+        return -1;
+    long mask = 0;
+    for (uint32_t j = 0; j < o->via.array.size; j++) {
+        char name[32];
+        int c;
+        if (rrpci_mp_str(&o->via.array.ptr[j], name, sizeof(name)) &&
+            (c = rrpc_class_from_name(name)) >= 0)
+            mask |= 1L << c;
+    }
+    return mask;
+}
+
+void rrpci_pk_endpoint(msgpack_packer *pk, const struct rrpci_endpoint *e, bool with_classes,
+                       unsigned class_mask)
+{
+    msgpack_pack_map(pk, with_classes ? 4 : 3);
+    pk_str(pk, "transport");
+    pk_str(pk, e->transport);
+    pk_str(pk, "host");
+    pk_str(pk, e->host);
+    pk_str(pk, "port");
+    msgpack_pack_uint32(pk, e->port);
+    if (with_classes) {
+        pk_str(pk, "classes");
+        rrpci_pk_classes(pk, class_mask);
+    }
+}
+
+bool rrpci_mp_endpoint(const msgpack_object *o, struct rrpci_endpoint *e)
+{
+    uint64_t port;
+    if (!rrpci_mp_str(rrpci_mp_get(o, "transport"), e->transport, sizeof(e->transport)) ||
+        (strcmp(e->transport, "tcp") != 0 && strcmp(e->transport, "rdma") != 0) ||
+        !rrpci_mp_str(rrpci_mp_get(o, "host"), e->host, sizeof(e->host)) ||
+        !rrpci_mp_uint(rrpci_mp_get(o, "port"), &port) || port == 0 || port > 65535)
+        return false;
+    e->port = (uint16_t)port;
     return true;
 }

@@ -51,4 +51,37 @@ const msgpack_object *rrpci_mp_get(const msgpack_object *map, const char *key);
 /* A non-negative integer into *@out; false for anything else. */
 bool rrpci_mp_uint(const msgpack_object *o, uint64_t *out);
 
+/* ---- the control schema's shared pieces (docs/broker.md), for rrpcd and the
+ * broker client alike ---------------------------------------------------- */
+
+/* A name (service, principal, host, class, transport): a str of
+ * 1..@outlen-1 bytes without NUL or control characters, copied to @out. */
+bool rrpci_mp_str(const msgpack_object *o, char *out, size_t outlen);
+
+/* A message (an error's code and words): any str without NUL, possibly
+ * empty, cut to @outlen-1 bytes; "" when @o is no str. */
+void rrpci_mp_text(const msgpack_object *o, char *out, size_t outlen);
+
+/* An endpoint of a registration or a lookup answer:
+ * {"transport": "tcp"|"rdma", "host": HOST, "port": 1..65535[, "classes": [...]]}. */
+struct rrpci_endpoint {
+    char transport[8];
+    char host[256];
+    uint16_t port;
+};
+
+/* Packs @e with its "classes" (bit 1 << class, public numbers) when
+ * @with_classes. */
+void rrpci_pk_endpoint(msgpack_packer *pk, const struct rrpci_endpoint *e, bool with_classes,
+                       unsigned class_mask);
+
+/* Reads the endpoint map @o into *@e; false when a field is missing or
+ * malformed (an unknown transport, port 0 or above 65535). */
+bool rrpci_mp_endpoint(const msgpack_object *o, struct rrpci_endpoint *e);
+
+/* Packs the classes of @mask as an array of names; reads such an array back
+ * into a mask (names it does not know are skipped; -1 when @o is no array). */
+void rrpci_pk_classes(msgpack_packer *pk, unsigned mask);
+long rrpci_mp_classes(const msgpack_object *o);
+
 #endif

@@ -750,16 +750,22 @@ static void raw_done(uint64_t id, int64_t status)
     free(out);
 }
 
-/* Replaces the tensor server by one with the budget @max_bytes (0: default). */
-static void reserve(uint64_t max_bytes)
+/* Replaces the tensor server by one made with @o. */
+static void serve_with(const rrpc_tensor_server_opts *o)
 {
     close_server();
     rrpc_tensor_server *srv;
-    rrpc_tensor_server_opts o = {.max_bytes = max_bytes};
-    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), 0);
+    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, o, &srv), 0);
     lock();
     T.srv = srv;
     unlock();
+}
+
+/* Replaces the tensor server by one with the budget @max_bytes (0: default). */
+static void reserve(uint64_t max_bytes)
+{
+    rrpc_tensor_server_opts o = {.max_bytes = max_bytes};
+    serve_with(&o);
 }
 
 static void test_tensor_offers_beyond_the_budget_are_refused_before_any_allocation(void **state)
@@ -881,13 +887,8 @@ static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_d
 static void test_tensor_sender_order_offers_give_dense_strides_whatever_the_wire_says(void **state)
 {
     (void)state;
-    close_server();
-    rrpc_tensor_server *srv;
     rrpc_tensor_server_opts o = {.flags = RRPC_TENSOR_SERVE_SENDER_ORDER};
-    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), 0);
-    lock();
-    T.srv = srv;
-    unlock();
+    serve_with(&o);
     static const struct {
         int64_t order[3];
         int64_t want[3];
