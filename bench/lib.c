@@ -77,17 +77,24 @@ static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
 }
 
 /* Creates a context with the tunable "NAME=VALUE" @env set through the
- * library's config object (NULL: the defaults). */
+ * library's config object (NULL: none).  Keepalives are off unless the
+ * environment sets RRPC_KEEPALIVE_MS: a driven client does not run its loop
+ * while the peer tools run (sockperf, ucx_perftest, iperf3 take longer than
+ * the 15 s keepalive timeout together), and the server would declare its
+ * idle connections lost before the next test ("write to the peer failed"). */
 static int ctx_create_with(const char *env, rrpc_ctx **ret)
 {
-    if (!env)
-        return rrpc_ctx_create(ret);
-    char name[128];
-    const char *eq = strchr(env, '=');
-    snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - env) : (int)strlen(env), env);
     rrpc_config *cfg = NULL;
     int r = rrpc_config_create(&cfg);
-    if (r == 0 && (r = rrpc_config_set(cfg, name, eq ? eq + 1 : "")) == 0)
+    if (r == 0 && !getenv("RRPC_KEEPALIVE_MS"))
+        r = rrpc_config_set(cfg, "RRPC_KEEPALIVE_MS", "0");
+    if (r == 0 && env) {
+        char name[128];
+        const char *eq = strchr(env, '=');
+        snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - env) : (int)strlen(env), env);
+        r = rrpc_config_set(cfg, name, eq ? eq + 1 : "");
+    }
+    if (r == 0)
         r = rrpc_ctx_create_with(cfg, ret);
     rrpc_config_destroy(cfg);
     return r;
