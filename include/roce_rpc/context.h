@@ -192,10 +192,10 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
 
 /* ---- metrics --------------------------------------------------------------- */
 
-/* Round-trip buckets of rrpc_class_stats: bucket 0 counts round trips under
- * 1 us, bucket i (1..RRPC_STATS_RTT_BUCKETS - 2) those in [2^(i-1), 2^i) us,
- * the last one those of 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about 4.2 s) and
- * more. */
+/* Round-trip buckets of rrpc_class_stats: bucket 0 counts round trips of at
+ * most 1 us, bucket i (1..RRPC_STATS_RTT_BUCKETS - 2) those in (2^(i-1), 2^i]
+ * us, the last one those over 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about
+ * 4.2 s).  Upper bounds are inclusive, as Prometheus' "le" says. */
 #define RRPC_STATS_RTT_BUCKETS 24
 
 /*

@@ -22,12 +22,11 @@ static rrpc_class_stats *cls_stats(rrpc_ctx *ctx, int cls)
     return &ctx->stats.cls[rrpci_cls_public(cls)];
 }
 
-/* The bucket of a round trip of @us microseconds (see RRPC_STATS_RTT_BUCKETS). */
-static int rtt_bucket(double us)
+int rrpci_stats_bucket(double us)
 {
     int i = 0;
     double edge = 1.0;
-    while (i < RRPC_STATS_RTT_BUCKETS - 1 && us >= edge) {
+    while (i < RRPC_STATS_RTT_BUCKETS - 1 && us > edge) {
         i++;
         edge *= 2.0;
     }
@@ -53,7 +52,7 @@ void rrpci_stats_call_done(rrpc_ctx *ctx, int cls, int status, size_t len, doubl
     if (us < 0)
         us = 0;
     s->rtt_us_sum += (uint64_t)us;
-    s->rtt_buckets[rtt_bucket(us)]++;
+    s->rtt_buckets[rrpci_stats_bucket(us)]++;
 }
 
 void rrpci_stats_request(rrpc_ctx *ctx, int cls)
@@ -126,12 +125,9 @@ static void single(struct out *o, const char *name, const char *help, uint64_t v
         (unsigned long long)v);
 }
 
-RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len)
+int rrpci_stats_render(const rrpc_stats *sp, char *buf, size_t len, size_t *ret_len)
 {
-    if (!ctx || !ret_len || (len && !buf))
-        return -EINVAL;
-    rrpc_stats st;
-    rrpc_ctx_stats(ctx, &st);
+    const rrpc_stats st = *sp;
     struct out o = {.buf = buf, .len = len};
 #define F(field) offsetof(rrpc_class_stats, field)
     per_class(&o, &st, "rrpc_calls_total", "Calls made.", F(calls));
@@ -184,4 +180,13 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
         return -ENOBUFS;
     }
     return 0;
+}
+
+RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len)
+{
+    if (!ctx || !ret_len || (len && !buf))
+        return -EINVAL;
+    rrpc_stats st;
+    rrpc_ctx_stats(ctx, &st);
+    return rrpci_stats_render(&st, buf, len, ret_len);
 }
