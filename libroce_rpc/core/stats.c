@@ -33,20 +33,24 @@ int rrpci_stats_bucket(double us)
     return i;
 }
 
-void rrpci_stats_call(rrpc_ctx *ctx, int cls, size_t len)
+void rrpci_stats_call(rrpc_conn *c, int cls, size_t len)
 {
-    rrpc_class_stats *s = cls_stats(ctx, cls);
+    rrpc_class_stats *s = cls_stats(c->ctx, cls);
     s->calls++;
     s->call_bytes_out += len;
+    c->stats.calls++;
 }
 
-void rrpci_stats_call_done(rrpc_ctx *ctx, int cls, int status, size_t len, double t0)
+void rrpci_stats_call_done(rrpc_conn *c, int cls, int status, size_t len, double t0)
 {
-    rrpc_class_stats *s = cls_stats(ctx, cls);
-    if (status == 0)
+    rrpc_class_stats *s = cls_stats(c->ctx, cls);
+    if (status == 0) {
         s->calls_ok++;
-    else
+        c->stats.calls_ok++;
+    } else {
         s->calls_failed++;
+        c->stats.calls_failed++;
+    }
     s->call_bytes_in += len;
     double us = (rrpci_stats_now() - t0) * 1e6;
     if (us < 0)
@@ -55,9 +59,22 @@ void rrpci_stats_call_done(rrpc_ctx *ctx, int cls, int status, size_t len, doubl
     s->rtt_buckets[rrpci_stats_bucket(us)]++;
 }
 
-void rrpci_stats_request(rrpc_ctx *ctx, int cls)
+void rrpci_stats_request(rrpc_conn *c, int cls)
 {
-    cls_stats(ctx, cls)->requests++;
+    cls_stats(c->ctx, cls)->requests++;
+    c->stats.requests++;
+}
+
+void rrpci_stats_frame_out(rrpc_conn *c, size_t len)
+{
+    c->stats.frames_out++;
+    c->stats.bytes_out += len;
+}
+
+void rrpci_stats_frame_in(rrpc_conn *c, size_t len)
+{
+    c->stats.frames_in++;
+    c->stats.bytes_in += len;
 }
 
 void rrpci_stats_onesided(rrpc_ctx *ctx, int cls, size_t len)
@@ -84,6 +101,16 @@ RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret)
     rrpci_lock(ctx);
     *ret = ctx->stats;
     pthread_mutex_unlock(&ctx->lock); /* not rrpci_unlock: nothing changed */
+    return 0;
+}
+
+RRPC_API int rrpc_conn_stats(rrpc_conn *c, rrpc_conn_stat *ret)
+{
+    if (!c || !ret)
+        return -EINVAL;
+    rrpci_lock(c->ctx);
+    *ret = c->stats;
+    pthread_mutex_unlock(&c->ctx->lock); /* as rrpc_ctx_stats */
     return 0;
 }
 
