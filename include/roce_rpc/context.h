@@ -192,10 +192,10 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
 
 /* ---- metrics --------------------------------------------------------------- */
 
-/* Round-trip buckets of rrpc_class_stats: bucket 0 counts round trips under
- * 1 us, bucket i (1..RRPC_STATS_RTT_BUCKETS - 2) those in [2^(i-1), 2^i) us,
- * the last one those of 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about 4.2 s) and
- * more. */
+/* Round-trip buckets of rrpc_class_stats: bucket 0 counts round trips of at
+ * most 1 us, bucket i (1..RRPC_STATS_RTT_BUCKETS - 2) those in (2^(i-1), 2^i]
+ * us, the last one those over 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about
+ * 4.2 s).  Upper bounds are inclusive, as Prometheus' "le" says. */
 #define RRPC_STATS_RTT_BUCKETS 24
 
 /*
@@ -421,6 +421,32 @@ RRPC_API void rrpc_conn_set_user(rrpc_conn *conn, void *user);
 
 /* The peer's address as "IP:PORT" in @buf (NUL-terminated, truncated). */
 RRPC_API int rrpc_conn_peer(rrpc_conn *conn, char *buf, size_t len);
+
+/*
+ * What one connection carried, counted since it was made (all classes
+ * together; rrpc_ctx_stats has the figures per class).  Frames are the
+ * protocol's messages of any type, their bytes the payload (the 32-byte
+ * header not counted); one-sided data moved natively by the NIC is not in
+ * them.
+ */
+typedef struct rrpc_conn_stat {
+    uint64_t calls;        /* calls made on it (accepted by rrpc_call) */
+    uint64_t calls_ok;     /* answered with status 0 */
+    uint64_t calls_failed; /* answered with an error, or failed here */
+    uint64_t requests;     /* requests received on it for this context's handlers */
+    uint64_t frames_out;   /* frames the transport took */
+    uint64_t bytes_out;    /* their payload bytes */
+    uint64_t frames_in;    /* frames received */
+    uint64_t bytes_in;     /* their payload bytes */
+    uint64_t reserved[8];
+} rrpc_conn_stat;
+
+/*
+ * Copies @conn's counters into *@ret (any thread, under the context's lock;
+ * @conn must be a connection the caller still holds: before rrpc_conn_close,
+ * or inside its event callback).  Returns 0 or -EINVAL.
+ */
+RRPC_API int rrpc_conn_stats(rrpc_conn *conn, rrpc_conn_stat *ret);
 
 #ifdef __cplusplus
 }

@@ -146,6 +146,7 @@ struct rrpc_conn {
     struct rrpci_timer ka_timer;
     ev_tstamp last_rx, ka_sent;
     bool ka_probe_out;
+    rrpc_conn_stat stats; /* its counters (core/stats.c), under the lock */
     void *priv;
 };
 
@@ -271,9 +272,17 @@ void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
 /* Metrics (core/stats.c): the context's counters, under its lock; @cls is
  * an internal class index. */
 double rrpci_stats_now(void);
-void rrpci_stats_call(rrpc_ctx *ctx, int cls, size_t len);
-void rrpci_stats_call_done(rrpc_ctx *ctx, int cls, int status, size_t len, double t0);
-void rrpci_stats_request(rrpc_ctx *ctx, int cls);
+/* The round-trip bucket of @us microseconds (see RRPC_STATS_RTT_BUCKETS). */
+int rrpci_stats_bucket(double us);
+/* The Prometheus text of the snapshot @st, as rrpc_ctx_stats_text (whose
+ * body it is, the snapshot taken); pure, for the unit tests. */
+int rrpci_stats_render(const rrpc_stats *st, char *buf, size_t len, size_t *ret_len);
+void rrpci_stats_call(rrpc_conn *c, int cls, size_t len);
+void rrpci_stats_call_done(rrpc_conn *c, int cls, int status, size_t len, double t0);
+void rrpci_stats_request(rrpc_conn *c, int cls);
+/* A frame of @len payload bytes taken by the transport / received on @c. */
+void rrpci_stats_frame_out(rrpc_conn *c, size_t len);
+void rrpci_stats_frame_in(rrpc_conn *c, size_t len);
 void rrpci_stats_onesided(rrpc_ctx *ctx, int cls, size_t len);
 void rrpci_stats_onesided_failed(rrpc_ctx *ctx, int cls);
 void rrpci_stats_credit_stall(rrpc_ctx *ctx, int cls);

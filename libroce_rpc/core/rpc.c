@@ -104,7 +104,7 @@ static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, con
 void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     rrpc_ctx *ctx = c->ctx;
-    rrpci_stats_request(ctx, cls);
+    rrpci_stats_request(c, cls);
     struct rrpci_idnode *n = rrpci_idmap_get(&ctx->methods, h->arg);
     if (!n) {
         char msg[96];
@@ -187,7 +187,7 @@ void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
 {
     rrpci_timer_stop(&pd->deadline);
     if (pd->kind == RRPCI_PEND_CALL) {
-        rrpci_stats_call_done(pd->conn->ctx, pd->cls, status, 0, pd->t0);
+        rrpci_stats_call_done(pd->conn, pd->cls, status, 0, pd->t0);
         rrpc_result res = {.status = status, .message = msg ? msg : ""};
         pd->cb(&res, pd->user);
     } else if (pd->op_cb) {
@@ -308,7 +308,7 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     m = NULL;
     if (r == 0) {
         pd = NULL;
-        rrpci_stats_call(ctx, cls, len);
+        rrpci_stats_call(c, cls, len);
     }
 out:
     if (pd) {
@@ -344,7 +344,7 @@ void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_
         msg[n2] = 0;
         res.message = msg;
     }
-    rrpci_stats_call_done(c->ctx, pd->cls, res.status, res.len, pd->t0);
+    rrpci_stats_call_done(c, pd->cls, res.status, res.len, pd->t0);
     pd->cb(&res, pd->user);
     free(pd);
 }

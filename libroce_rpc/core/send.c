@@ -69,7 +69,7 @@ void rrpci_conn_flush(rrpc_conn *c)
             rrpci_credit_take(&s->credit);
         m->h.credits = rrpci_credit_harvest(&s->credit);
         rrpci_hdr_encode(&m->h, m->hdr);
-        size_t answer = answer_size(m->h.type, m->h.len);
+        size_t answer = answer_size(m->h.type, m->h.len), len = m->h.len;
         int r = c->ops->send(c, cls, m);
         if (r == -EAGAIN) {
             /* Put everything back as it was; wait for rrpci_conn_writable. */
@@ -87,6 +87,7 @@ void rrpci_conn_flush(rrpc_conn *c)
             break;
         }
         c->answer_bytes -= answer; /* taken: the transport owns @m now */
+        rrpci_stats_frame_out(c, len);
     }
     c->in_flush = false;
     if (rrpci_conn_wire_open(c) && !rrpci_conn_backlogged(c))

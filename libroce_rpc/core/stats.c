@@ -22,43 +22,59 @@ static rrpc_class_stats *cls_stats(rrpc_ctx *ctx, int cls)
     return &ctx->stats.cls[rrpci_cls_public(cls)];
 }
 
-/* The bucket of a round trip of @us microseconds (see RRPC_STATS_RTT_BUCKETS). */
-static int rtt_bucket(double us)
+int rrpci_stats_bucket(double us)
 {
     int i = 0;
     double edge = 1.0;
-    while (i < RRPC_STATS_RTT_BUCKETS - 1 && us >= edge) {
+    while (i < RRPC_STATS_RTT_BUCKETS - 1 && us > edge) {
         i++;
         edge *= 2.0;
     }
     return i;
 }
 
-void rrpci_stats_call(rrpc_ctx *ctx, int cls, size_t len)
+void rrpci_stats_call(rrpc_conn *c, int cls, size_t len)
 {
-    rrpc_class_stats *s = cls_stats(ctx, cls);
+    rrpc_class_stats *s = cls_stats(c->ctx, cls);
     s->calls++;
     s->call_bytes_out += len;
+    c->stats.calls++;
 }
 
-void rrpci_stats_call_done(rrpc_ctx *ctx, int cls, int status, size_t len, double t0)
+void rrpci_stats_call_done(rrpc_conn *c, int cls, int status, size_t len, double t0)
 {
-    rrpc_class_stats *s = cls_stats(ctx, cls);
-    if (status == 0)
+    rrpc_class_stats *s = cls_stats(c->ctx, cls);
+    if (status == 0) {
         s->calls_ok++;
-    else
+        c->stats.calls_ok++;
+    } else {
         s->calls_failed++;
+        c->stats.calls_failed++;
+    }
     s->call_bytes_in += len;
     double us = (rrpci_stats_now() - t0) * 1e6;
     if (us < 0)
         us = 0;
     s->rtt_us_sum += (uint64_t)us;
-    s->rtt_buckets[rtt_bucket(us)]++;
+    s->rtt_buckets[rrpci_stats_bucket(us)]++;
 }
 
-void rrpci_stats_request(rrpc_ctx *ctx, int cls)
+void rrpci_stats_request(rrpc_conn *c, int cls)
 {
-    cls_stats(ctx, cls)->requests++;
+    cls_stats(c->ctx, cls)->requests++;
+    c->stats.requests++;
+}
+
+void rrpci_stats_frame_out(rrpc_conn *c, size_t len)
+{
+    c->stats.frames_out++;
+    c->stats.bytes_out += len;
+}
+
+void rrpci_stats_frame_in(rrpc_conn *c, size_t len)
+{
+    c->stats.frames_in++;
+    c->stats.bytes_in += len;
 }
 
 void rrpci_stats_onesided(rrpc_ctx *ctx, int cls, size_t len)
@@ -85,6 +101,16 @@ RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret)
     rrpci_lock(ctx);
     *ret = ctx->stats;
     pthread_mutex_unlock(&ctx->lock); /* not rrpci_unlock: nothing changed */
+    return 0;
+}
+
+RRPC_API int rrpc_conn_stats(rrpc_conn *c, rrpc_conn_stat *ret)
+{
+    if (!c || !ret)
+        return -EINVAL;
+    rrpci_lock(c->ctx);
+    *ret = c->stats;
+    pthread_mutex_unlock(&c->ctx->lock); /* as rrpc_ctx_stats */
     return 0;
 }
 
@@ -126,12 +152,9 @@ static void single(struct out *o, const char *name, const char *help, uint64_t v
         (unsigned long long)v);
 }
 
-RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len)
+int rrpci_stats_render(const rrpc_stats *sp, char *buf, size_t len, size_t *ret_len)
 {
-    if (!ctx || !ret_len || (len && !buf))
-        return -EINVAL;
-    rrpc_stats st;
-    rrpc_ctx_stats(ctx, &st);
+    const rrpc_stats st = *sp;
     struct out o = {.buf = buf, .len = len};
 #define F(field) offsetof(rrpc_class_stats, field)
     per_class(&o, &st, "rrpc_calls_total", "Calls made.", F(calls));
@@ -184,4 +207,13 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
         return -ENOBUFS;
     }
     return 0;
+}
+
+RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len)
+{
+    if (!ctx || !ret_len || (len && !buf))
+        return -EINVAL;
+    rrpc_stats st;
+    rrpc_ctx_stats(ctx, &st);
+    return rrpci_stats_render(&st, buf, len, ret_len);
 }

@@ -157,6 +157,39 @@ static void test_counters_move_in_the_class_of_the_traffic(void **state)
     pair_free(&p);
 }
 
+/* Per connection, all classes together: the client's connection made the
+ * calls, the server's received them; bytes at least the payloads (more:
+ * the WRITE's emulation over tcp, credits). */
+static void test_connection_counters_move_on_both_sides(void **state)
+{
+    (void)state;
+    struct pair p = {0};
+    int r = traffic(&p);
+    if (r)
+        fail_msg("traffic: %s: %s", rrpc_err_name(r), rrpc_ctx_last_error(p.cli));
+    rrpc_conn_stat c, s;
+    assert_int_equal(rrpc_conn_stats(p.c, &c), 0);
+    assert_int_equal(rrpc_conn_stats(g_accepted, &s), 0);
+    assert_int_equal(c.calls, 16);
+    assert_int_equal(c.calls_ok, 15);
+    assert_int_equal(c.calls_failed, 1);
+    assert_int_equal(c.requests, 0);
+    assert_int_equal(s.calls, 0);
+    assert_int_equal(s.requests, 16);
+    const uint64_t sent = 10 * 64 + 5 * 1000 + 1 + 4096, answered = 10 * 64 + 5 * 1000;
+    assert_true(c.frames_out >= 17);
+    assert_true(c.bytes_out >= sent);
+    assert_true(s.frames_in >= 17);
+    assert_true(s.bytes_in >= sent);
+    assert_true(s.frames_out >= 17);
+    assert_true(s.bytes_out >= answered);
+    assert_true(c.frames_in >= 17);
+    assert_true(c.bytes_in >= answered);
+    assert_int_equal(rrpc_conn_stats(NULL, &c), -EINVAL);
+    assert_int_equal(rrpc_conn_stats(p.c, NULL), -EINVAL);
+    pair_free(&p);
+}
+
 static void test_bad_arguments_are_refused(void **state)
 {
     (void)state;
@@ -203,6 +236,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counters_move_in_the_class_of_the_traffic),
+        cmocka_unit_test(test_connection_counters_move_on_both_sides),
         cmocka_unit_test(test_bad_arguments_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
