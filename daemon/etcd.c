@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* rrpcd's client of etcd's v3 JSON gateway: see etcd.h. */
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -391,4 +393,320 @@ int etcd_range_prefix(struct etcd *e, const char *prefix, etcd_kv_fn fn, void *a
     if (!r && revision)
         *revision = rev;
     return r;
+}
+
+/* ---- the watch ----------------------------------------------------------------------- */
+
+struct etcd_watch {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* the queue has room, or stop */
+    char (*members)[300];
+    size_t n_members;
+    char prefix[ETCD_MAX_KEY + 1];
+    int64_t next_rev; /* the revision to watch from after a reconnect */
+    void (*wake)(void *);
+    void *arg;
+    struct etcd_event *q; /* ring of ETCD_WATCH_QUEUE */
+    size_t head, count, bytes; /* bytes: of the keys and values queued */
+    bool stop, connected, stale;
+    char *line; /* the stream's unfinished line */
+    size_t len;
+};
+
+void etcd_event_free(struct etcd_event *ev)
+{
+    free(ev->key);
+    free(ev->val);
+    memset(ev, 0, sizeof(*ev));
+}
+
+/* Queues @ev (taking its buffers), waiting for room; false when stopping. */
+static bool enqueue(struct etcd_watch *w, struct etcd_event *ev)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t size = ev->klen + ev->vlen;
+    while (!w->stop && (w->count == ETCD_WATCH_QUEUE ||
+                        (w->count && w->bytes + size > ETCD_WATCH_QUEUE_BYTES)))
+        pthread_cond_wait(&w->cv, &w->mu);
+    bool ok = !w->stop;
+    if (ok) {
+        w->q[(w->head + w->count) % ETCD_WATCH_QUEUE] = *ev;
+        w->count++;
+        w->bytes += size;
+        if (ev->revision >= w->next_rev)
+            w->next_rev = ev->revision + 1;
+    } else {
+        etcd_event_free(ev);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (ok)
+        w->wake(w->arg);
+    return ok;
+}
+
+static void set_state(struct etcd_watch *w, bool connected, bool stale)
+{
+    pthread_mutex_lock(&w->mu);
+    bool changed = w->connected != connected || (stale && !w->stale);
+    w->connected = connected;
+    w->stale |= stale;
+    pthread_mutex_unlock(&w->mu);
+    if (changed)
+        w->wake(w->arg);
+}
+
+/* One line of the stream: {"result": {"header": ..., "events": [...], "canceled": ...}}.
+ * Returns false to end the stream (a bad line, a cancel, or stop). */
+static bool on_line(struct etcd_watch *w, const char *s, size_t n)
+{
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return false;
+    json_object *o = json_tokener_parse_ex(tok, s, (int)n), *res, *evs, *hdr, *x;
+    bool ok = o && json_tokener_get_error(tok) == json_tokener_success &&
+              json_object_object_get_ex(o, "result", &res) &&
+              json_object_is_type(res, json_type_object);
+    json_tokener_free(tok);
+    if (!ok) {
+        LOG(LOG_ERR, "etcd watch: a line that is not {\"result\": {...}}; reconnecting");
+        json_object_put(o);
+        return false;
+    }
+    int64_t compact = 0, rev = 0;
+    if (json_object_object_get_ex(res, "canceled", &x) && json_object_get_boolean(x)) {
+        get_int64(res, "compact_revision", &compact);
+        LOG(LOG_WARNING, "etcd watch canceled by etcd%s", compact ? " (revisions compacted)"
+                                                                   : "");
+        if (compact)
+            set_state(w, false, true);
+        json_object_put(o);
+        return false;
+    }
+    if (json_object_object_get_ex(res, "header", &hdr))
+        get_int64(hdr, "revision", &rev);
+    ok = true;
+    if (json_object_object_get_ex(res, "events", &evs)) {
+        if (!json_object_is_type(evs, json_type_array))
+            ok = false;
+        for (size_t i = 0; ok && i < json_object_array_length(evs); i++) {
+            json_object *e = json_object_array_get_idx(evs, i), *kv, *type;
+            struct etcd_event ev = { 0 };
+            uint8_t *k = NULL;
+            ok = json_object_is_type(e, json_type_object) &&
+                 json_object_object_get_ex(e, "kv", &kv) &&
+                 json_object_is_type(kv, json_type_object);
+            /* protobuf's JSON leaves out PUT, the zero value of the event type */
+            ev.put = !json_object_object_get_ex(e, "type", &type) ||
+                     strcmp(json_object_get_string(type), "DELETE");
+            ok = ok && get_b64(kv, "key", ETCD_MAX_KEY, &k, &ev.klen) == 0;
+            ev.key = (char *)k;
+            if (ok && ev.put)
+                ok = get_b64(kv, "value", ETCD_MAX_VALUE, &ev.val, &ev.vlen) == 0 &&
+                     get_int64(kv, "lease", &ev.lease) == 0;
+            if (ok)
+                ok = get_int64(kv, "mod_revision", &ev.revision) == 0;
+            if (ok && !ev.revision)
+                ev.revision = rev;
+            if (!ok) {
+                LOG(LOG_ERR, "etcd watch: an event that is not what etcd sends; reconnecting");
+                etcd_event_free(&ev);
+            } else if (!enqueue(w, &ev)) {
+                ok = false;
+            }
+        }
+    }
+    json_object_put(o);
+    return ok;
+}
+
+static size_t on_stream(char *p, size_t size, size_t nmemb, void *arg)
+{
+    struct etcd_watch *w = arg;
+    size_t n = size * nmemb;
+    set_state(w, true, false);
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\n') {
+            bool ok = on_line(w, w->line, w->len);
+            w->len = 0;
+            if (!ok)
+                return 0;
+            continue;
+        }
+        if (w->len == ETCD_MAX_ANSWER) {
+            LOG(LOG_ERR, "etcd watch: a line over %u bytes; reconnecting", ETCD_MAX_ANSWER);
+            w->len = 0;
+            return 0;
+        }
+        w->line[w->len++] = p[i];
+    }
+    return n;
+}
+
+static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    struct etcd_watch *w = arg;
+    pthread_mutex_lock(&w->mu);
+    bool stop = w->stop;
+    pthread_mutex_unlock(&w->mu);
+    return stop;
+}
+
+static void *watch_thread(void *arg)
+{
+    struct etcd_watch *w = arg;
+    CURL *c = curl_easy_init();
+    size_t m = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        bool stop = w->stop || w->stale;
+        int64_t from = w->next_rev;
+        pthread_mutex_unlock(&w->mu);
+        if (stop || !c)
+            break;
+        char pfx[4 * ((ETCD_MAX_KEY + 2) / 3) + 1], end[sizeof(pfx)], url[400];
+        char endraw[ETCD_MAX_KEY + 1];
+        size_t pl = strlen(w->prefix);
+        memcpy(endraw, w->prefix, pl);
+        endraw[pl - 1]++;
+        etcd_b64_encode(w->prefix, pl, pfx, sizeof(pfx));
+        etcd_b64_encode(endraw, pl, end, sizeof(end));
+        json_object *req = json_object_new_object(), *cr = json_object_new_object();
+        if (!req || !cr) {
+            json_object_put(req);
+            json_object_put(cr);
+            break;
+        }
+        json_object_object_add(cr, "key", json_object_new_string(pfx));
+        json_object_object_add(cr, "range_end", json_object_new_string(end));
+        json_object_object_add(cr, "start_revision", int64_string(from));
+        json_object_object_add(req, "create_request", cr);
+        snprintf(url, sizeof(url), "http://%s/v3/watch", w->members[m]);
+        curl_easy_reset(c);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_COPYPOSTFIELDS,
+                         json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+        json_object_put(req);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+        /* A dead peer: no byte for 10 s (etcd sends progress only on changes) is not an
+         * error by itself, so only TCP keep-alive finds a peer that went away silently. */
+        curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 5L);
+        curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 2L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_stream);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, w);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, w);
+        w->len = 0;
+        CURLcode r = curl_easy_perform(c);
+        set_state(w, false, false);
+        pthread_mutex_lock(&w->mu);
+        stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        if (stop)
+            break;
+        LOG(LOG_DEBUG, "etcd watch on %s ended: %s", w->members[m], curl_easy_strerror(r));
+        m = (m + 1) % w->n_members;
+        /* Wait half a second before the next member (or until stopped). */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 500000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&w->mu);
+        while (!w->stop && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0)
+            ;
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (c)
+        curl_easy_cleanup(c);
+    return NULL;
+}
+
+int etcd_watch_start(struct etcd_watch **ret, const char (*members)[300], size_t n,
+                     const char *prefix, int64_t start_rev, void (*wake)(void *), void *arg)
+{
+    size_t pl = strlen(prefix);
+    if (!n || check_key(prefix) || (uint8_t)prefix[pl - 1] == 0xff || start_rev < 0 || !wake)
+        return -EINVAL;
+    struct etcd_watch *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->members = calloc(n, sizeof(*w->members));
+    w->q = calloc(ETCD_WATCH_QUEUE, sizeof(*w->q));
+    w->line = malloc(ETCD_MAX_ANSWER);
+    if (!w->members || !w->q || !w->line) {
+        free(w->members);
+        free(w->q);
+        free(w->line);
+        free(w);
+        return -ENOMEM;
+    }
+    memcpy(w->members, members, n * sizeof(*members));
+    w->n_members = n;
+    memcpy(w->prefix, prefix, pl + 1);
+    w->next_rev = start_rev;
+    w->wake = wake;
+    w->arg = arg;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, watch_thread, w)) {
+        w->stop = true;
+        etcd_watch_stop(w);
+        return -ENOMEM;
+    }
+    *ret = w;
+    return 0;
+}
+
+int etcd_watch_next(struct etcd_watch *w, struct etcd_event *ev)
+{
+    int r = -EAGAIN;
+    pthread_mutex_lock(&w->mu);
+    if (w->count) {
+        *ev = w->q[w->head];
+        w->bytes -= ev->klen + ev->vlen;
+        w->head = (w->head + 1) % ETCD_WATCH_QUEUE;
+        w->count--;
+        pthread_cond_signal(&w->cv);
+        r = 0;
+    } else if (w->stale) {
+        r = -ESTALE;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return r;
+}
+
+bool etcd_watch_connected(struct etcd_watch *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool c = w->connected;
+    pthread_mutex_unlock(&w->mu);
+    return c;
+}
+
+void etcd_watch_stop(struct etcd_watch *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    bool started = !w->stop;
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (started)
+        pthread_join(w->thread, NULL);
+    for (size_t i = 0; i < w->count; i++)
+        etcd_event_free(&w->q[(w->head + i) % ETCD_WATCH_QUEUE]);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->members);
+    free(w->q);
+    free(w->line);
+    free(w);
 }

@@ -14,6 +14,7 @@
 #ifndef RRPCD_ETCD_H
 #define RRPCD_ETCD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,38 @@ typedef int (*etcd_kv_fn)(void *arg, const char *key, size_t klen, const uint8_t
  * (may be NULL) gets the store's revision the answer reflects. */
 int etcd_range_prefix(struct etcd *e, const char *prefix, etcd_kv_fn fn, void *arg,
                       int64_t *revision);
+
+/* ---- a watch on a prefix: a curl stream on its own thread ------------------------------
+ * The thread reads etcd's watch stream (from one member after the other, reconnecting
+ * with the revision after the last one it saw) and queues what it reads; at
+ * ETCD_WATCH_QUEUE events or ETCD_WATCH_QUEUE_BYTES of keys and values queued it stops
+ * reading until the owner takes some.  A line of the stream is at most ETCD_MAX_ANSWER.  @wake is
+ * called on the thread after each event is queued and each change of state (for an
+ * ev_async). */
+#define ETCD_WATCH_QUEUE 4096
+#define ETCD_WATCH_QUEUE_BYTES (64u << 20)
+
+struct etcd_event {
+    bool put;        /* false: the key was deleted (or its lease ended) */
+    char *key;       /* NUL-terminated */
+    size_t klen;
+    uint8_t *val;    /* put only */
+    size_t vlen;
+    int64_t lease;   /* put only */
+    int64_t revision;
+};
+
+struct etcd_watch;
+/* Watches every key under @prefix from revision @start_rev on (the one after a range's). */
+int etcd_watch_start(struct etcd_watch **ret, const char (*members)[300], size_t n,
+                     const char *prefix, int64_t start_rev, void (*wake)(void *), void *arg);
+/* 0 and the oldest event in @ev (free it with etcd_event_free), -EAGAIN none queued, or
+ * -ESTALE: etcd compacted the revisions the watch needed; stop it, range and start again. */
+int etcd_watch_next(struct etcd_watch *w, struct etcd_event *ev);
+void etcd_event_free(struct etcd_event *ev);
+/* Whether the stream is open now (false while etcd is unreachable). */
+bool etcd_watch_connected(struct etcd_watch *w);
+void etcd_watch_stop(struct etcd_watch *w);
 
 /* Base64 (RFC 4648, with padding) through OpenSSL: the encoder writes a NUL-terminated
  * string of 4 * ((n + 2) / 3) characters into @out (@cap bytes; -ENOSPC if it does not fit);

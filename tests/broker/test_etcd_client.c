@@ -2,10 +2,11 @@
 /*
  * rrpcd's etcd client (daemon/etcd.c, issue #16) against a real etcd started
  * here on free loopback ports in a temporary directory: leases, keys under a
- * prefix, keep-alives of a lease that is gone, and a member list whose first
- * member does not answer.  Skips (77) when the etcd binary is missing.
+ * prefix, keep-alives of a lease that is gone, a member list whose first
+ * member does not answer, and a watch on a prefix.  Skips (77) when the etcd binary is missing.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -218,6 +219,67 @@ static void a_member_that_does_not_answer_is_skipped_for_the_next(void **state)
     etcd_close(e);
 }
 
+static int wakes;
+static pthread_mutex_t wake_mu = PTHREAD_MUTEX_INITIALIZER;
+static void on_wake(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&wake_mu);
+    wakes++;
+    pthread_mutex_unlock(&wake_mu);
+}
+
+/* The next event of @w, waiting for it 10 s at most. */
+static void next_event(struct etcd_watch *w, struct etcd_event *ev)
+{
+    for (int i = 0; i < 1000; i++) {
+        int r = etcd_watch_next(w, ev);
+        if (r == 0)
+            return;
+        assert_int_equal(r, -EAGAIN);
+        sleep_ms(10);
+    }
+    fail_msg("no watch event within 10 s");
+}
+
+static void a_watch_sees_a_put_and_the_delete_when_its_lease_is_revoked(void **state)
+{
+    (void)state;
+    struct etcd *e = open_one();
+    int64_t rev, lease;
+    assert_int_equal(etcd_put(e, "/w/before", "old", 3, 0), 0);
+    assert_int_equal(etcd_range_prefix(e, "/w/", NULL, NULL, &rev), 0);
+    char m[1][300];
+    snprintf(m[0], sizeof(m[0]), "%s", member);
+    struct etcd_watch *w;
+    assert_int_equal(etcd_watch_start(&w, (const char (*)[300])m, 1, "/w/", rev + 1, on_wake,
+                                      NULL), 0);
+    assert_int_equal(etcd_lease_grant(e, 30, &lease), 0);
+    assert_int_equal(etcd_put(e, "/w/svc/1", "endpoints", 9, lease), 0);
+    assert_int_equal(etcd_put(e, "/wx/not-under", "x", 1, 0), 0);
+    struct etcd_event ev;
+    next_event(w, &ev);
+    assert_true(ev.put);
+    assert_string_equal(ev.key, "/w/svc/1");
+    assert_int_equal(ev.vlen, 9);
+    assert_memory_equal(ev.val, "endpoints", 9);
+    assert_int_equal(ev.lease, lease);
+    assert_true(ev.revision > rev);
+    etcd_event_free(&ev);
+    assert_true(etcd_watch_connected(w));
+    assert_int_equal(etcd_lease_revoke(e, lease), 0);
+    next_event(w, &ev);
+    assert_false(ev.put);
+    assert_string_equal(ev.key, "/w/svc/1");
+    etcd_event_free(&ev);
+    assert_int_equal(etcd_watch_next(w, &ev), -EAGAIN); /* nothing from /wx/, nor "before" */
+    pthread_mutex_lock(&wake_mu);
+    assert_true(wakes >= 2);
+    pthread_mutex_unlock(&wake_mu);
+    etcd_watch_stop(w);
+    etcd_close(e);
+}
+
 int main(void)
 {
     if (system("command -v etcd > /dev/null 2>&1") != 0) {
@@ -228,6 +290,7 @@ int main(void)
         cmocka_unit_test(base64_round_trips_and_refuses_what_is_not_base64),
         cmocka_unit_test(a_key_on_a_lease_is_listed_under_its_prefix_and_goes_with_the_lease),
         cmocka_unit_test(a_member_that_does_not_answer_is_skipped_for_the_next),
+        cmocka_unit_test(a_watch_sees_a_put_and_the_delete_when_its_lease_is_revoked),
     };
     return cmocka_run_group_tests(tests, start_etcd, stop_etcd);
 }
