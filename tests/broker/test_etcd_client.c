@@ -3,7 +3,7 @@
  * rrpcd's etcd client (daemon/etcd.c, issue #16) against a real etcd started
  * here on free loopback ports in a temporary directory: leases, keys under a
  * prefix, keep-alives of a lease that is gone, a member list whose first
- * member does not answer, and a watch on a prefix.  Skips (77) when the etcd binary is missing.
+ * member does not answer, a watch on a prefix, and etcd stopped and started again.  Skips (77) when the etcd binary is missing.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -58,14 +58,12 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
-static int start_etcd(void **state)
+static int peer_port;
+
+/* Starts etcd on the ports and data directory of this run and waits (30 s at most) until a
+ * range answers. */
+static int spawn_etcd(void)
 {
-    (void)state;
-    if (!mkdtemp(dir))
-        return -1;
-    client_port = free_port();
-    int peer_port = free_port();
-    snprintf(member, sizeof(member), "127.0.0.1:%d", client_port);
     etcd_pid = fork();
     if (etcd_pid == 0) {
         char data[300], curl[320], purl[100], logf[300];
@@ -73,13 +71,12 @@ static int start_etcd(void **state)
         snprintf(logf, sizeof(logf), "%s/etcd.log", dir);
         snprintf(curl, sizeof(curl), "http://%s", member);
         snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", peer_port);
-        if (!freopen(logf, "w", stderr))
+        if (!freopen(logf, "a", stderr))
             _exit(127);
         execlp("etcd", "etcd", "--data-dir", data, "--listen-client-urls", curl,
                "--advertise-client-urls", curl, "--listen-peer-urls", purl, (char *)NULL);
         _exit(127);
     }
-    /* Ready when a range answers (30 s at most). */
     struct etcd *e;
     char m[1][300];
     snprintf(m[0], sizeof(m[0]), "%s", member);
@@ -101,13 +98,30 @@ static int start_etcd(void **state)
     return r;
 }
 
-static int stop_etcd(void **state)
+static void kill_etcd(void)
 {
-    (void)state;
     if (etcd_pid > 0) {
         kill(etcd_pid, SIGTERM);
         waitpid(etcd_pid, NULL, 0);
     }
+    etcd_pid = 0;
+}
+
+static int start_etcd(void **state)
+{
+    (void)state;
+    if (!mkdtemp(dir))
+        return -1;
+    client_port = free_port();
+    peer_port = free_port();
+    snprintf(member, sizeof(member), "127.0.0.1:%d", client_port);
+    return spawn_etcd();
+}
+
+static int stop_etcd(void **state)
+{
+    (void)state;
+    kill_etcd();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -280,6 +294,50 @@ static void a_watch_sees_a_put_and_the_delete_when_its_lease_is_revoked(void **s
     etcd_close(e);
 }
 
+/* Waits (10 s at most) until the watch's connected state is @want. */
+static void wait_connected(struct etcd_watch *w, bool want)
+{
+    for (int i = 0; i < 1000 && etcd_watch_connected(w) != want; i++)
+        sleep_ms(10);
+    assert_true(etcd_watch_connected(w) == want);
+}
+
+static void with_etcd_stopped_calls_say_unreachable_and_the_watch_resumes_when_it_is_back(
+    void **state)
+{
+    (void)state;
+    struct etcd *e = open_one();
+    int64_t rev, lease;
+    assert_int_equal(etcd_range_prefix(e, "/r/", NULL, NULL, &rev), 0);
+    char m[1][300];
+    snprintf(m[0], sizeof(m[0]), "%s", member);
+    struct etcd_watch *w;
+    assert_int_equal(etcd_watch_start(&w, (const char (*)[300])m, 1, "/r/", rev + 1, on_wake,
+                                      NULL), 0);
+    assert_int_equal(etcd_put(e, "/r/a", "1", 1, 0), 0);
+    struct etcd_event ev;
+    next_event(w, &ev);
+    assert_string_equal(ev.key, "/r/a");
+    etcd_event_free(&ev);
+
+    kill_etcd();
+    wait_connected(w, false);
+    assert_int_equal(etcd_lease_grant(e, 10, &lease), -ECONNREFUSED);
+    assert_int_equal(etcd_put(e, "/r/b", "2", 1, 0), -ECONNREFUSED);
+    assert_int_equal(etcd_watch_next(w, &ev), -EAGAIN);
+
+    assert_int_equal(spawn_etcd(), 0);
+    assert_int_equal(etcd_put(e, "/r/b", "2", 1, 0), 0);
+    next_event(w, &ev); /* the watch came back by itself, from where it was */
+    assert_true(ev.put);
+    assert_string_equal(ev.key, "/r/b");
+    etcd_event_free(&ev);
+    assert_true(etcd_watch_connected(w));
+    assert_int_equal(etcd_watch_next(w, &ev), -EAGAIN);
+    etcd_watch_stop(w);
+    etcd_close(e);
+}
+
 int main(void)
 {
     if (system("command -v etcd > /dev/null 2>&1") != 0) {
@@ -291,6 +349,8 @@ int main(void)
         cmocka_unit_test(a_key_on_a_lease_is_listed_under_its_prefix_and_goes_with_the_lease),
         cmocka_unit_test(a_member_that_does_not_answer_is_skipped_for_the_next),
         cmocka_unit_test(a_watch_sees_a_put_and_the_delete_when_its_lease_is_revoked),
+        cmocka_unit_test(
+            with_etcd_stopped_calls_say_unreachable_and_the_watch_resumes_when_it_is_back),
     };
     return cmocka_run_group_tests(tests, start_etcd, stop_etcd);
 }
