@@ -55,6 +55,7 @@ struct bench_opts {
     double ref_send_lat_us;  /* perftest ib_send_lat t_typical (one-way), 0 = not given */
     double ref_write_bw_mibs; /* perftest ib_write_bw BW average (MiB/s), 0 = not given */
     long poll_us;             /* the "polling on" variant's value of BENCH_*_POLL_ENV */
+    bool print_stats;         /* --stats: the client contexts' metrics on stderr at the end */
 };
 extern struct bench_opts g_opts;
 

@@ -480,11 +480,27 @@ static int lib_run(struct driver *drv, const struct spec *sp, int n, const struc
     return rc;
 }
 
+/* --stats: the context's metrics, as a scrape would see them. */
+static void print_stats(const struct driver *drv, rrpc_ctx *ctx)
+{
+    size_t need = 0;
+    rrpc_ctx_stats_text(ctx, NULL, 0, &need); /* sizes it: -ENOBUFS */
+    char *text = malloc(need + 1);
+    int r = text ? rrpc_ctx_stats_text(ctx, text, need + 1, &need) : -ENOMEM;
+    if (r)
+        fprintf(stderr, "rrpc-bench: %s client metrics: %s\n", drv->name, rrpc_strerror(r));
+    else
+        fprintf(stderr, "# rrpc-bench: metrics of the %s client context\n%s", drv->name, text);
+    free(text);
+}
+
 static void lib_close(struct driver *drv)
 {
     struct lib_drv *d = drv->priv;
     if (!d)
         return;
+    if (g_opts.print_stats)
+        print_stats(drv, d->ctx);
     rrpc_conn_close(d->conn);
     rrpc_ctx_destroy(d->ctx); /* frees the region */
     free(d->buf);

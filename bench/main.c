@@ -73,6 +73,8 @@ static const char usage_text[] =
     "                      peer (default in local mode: the first device on both ends, -R)\n"
     "  --plot DIR          write DIR/rrpc-bench.json, .csv and the PNG plots (python3-matplotlib)\n"
     "  --no-progress       no progress lines on stderr\n"
+    "  --stats             print each library client context's metrics (Prometheus text, as\n"
+    "                      rrpc_ctx_stats_text renders them) on stderr when it closes\n"
     "Sizes take K and M suffixes (KiB, MiB).  Latencies are round trips; see docs/performance.md.\n";
 
 static void usage(FILE *f)
@@ -916,6 +918,9 @@ int main(int argc, char **argv)
             takes = false;
         } else if (strcmp(a, "--no-progress") == 0) {
             g_opts.progress = false;
+            takes = false;
+        } else if (strcmp(a, "--stats") == 0) {
+            g_opts.print_stats = true;
             takes = false;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
