@@ -60,12 +60,6 @@ static const struct setting settings[] = {
     { "max_endpoints_per_registration", "64", "endpoints one registration may have (1..64)" },
     { "log", "stderr", "where logs go: stderr or syslog (facility daemon)" },
     { "log_level", "info", "err, warning, notice, info or debug" },
-    { "registry", "",
-      "where registrations live: empty for the embedded in-memory registry of this rrpcd, "
-      "or etcd://HOST:PORT[,HOST:PORT...] (up to 8 etcd members, v3 JSON gateway over http)" },
-    { "etcd_prefix", "/roce-rpc/",
-      "with an etcd registry: the key prefix of every registration (begins and ends with "
-      "'/', printable ASCII without spaces, at most 255 bytes)" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
 };
 
@@ -157,85 +151,6 @@ static int check_listen(const char *v, const char **why)
     return split_listen(v, host, sizeof(host), port, sizeof(port), why);
 }
 
-/* registry = "" or etcd://HOST:PORT[,HOST:PORT...]: each member has a host and a port
- * 1..65535; at most RRPCD_MAX_ETCD_ENDPOINTS of them. */
-static int set_registry(struct config *c, const char *v, const char **why)
-{
-    static const char scheme[] = "etcd://";
-    if (!*v) {
-        c->registry[0] = 0;
-        c->n_etcd_endpoints = 0;
-        return 0;
-    }
-    if (strncmp(v, scheme, sizeof(scheme) - 1)) {
-        *why = "expected etcd://HOST:PORT[,HOST:PORT...], or nothing for the embedded "
-               "in-memory registry";
-        return -EINVAL;
-    }
-    if (strlen(v) >= sizeof(c->registry)) {
-        *why = "longer than 1023 bytes";
-        return -ENAMETOOLONG;
-    }
-    char eps[RRPCD_MAX_ETCD_ENDPOINTS][300];
-    size_t n = 0;
-    const char *p = v + sizeof(scheme) - 1;
-    for (;;) {
-        size_t len = strcspn(p, ",");
-        char one[300], host[256], port[8];
-        if (n == RRPCD_MAX_ETCD_ENDPOINTS) {
-            *why = "more than 8 etcd members";
-            return -E2BIG;
-        }
-        if (len == 0 || len >= sizeof(one)) {
-            *why = "each etcd member is HOST:PORT (an empty or overlong one is in the list)";
-            return -EINVAL;
-        }
-        memcpy(one, p, len);
-        one[len] = 0;
-        int r = split_listen(one, host, sizeof(host), port, sizeof(port), why);
-        if (r)
-            return r;
-        if (!host[0] || atoi(port) == 0) {
-            *why = "each etcd member needs a host and a port 1..65535 (etcd's client port, "
-                   "usually 2379)";
-            return -EINVAL;
-        }
-        if (strpbrk(one, "/?#@ ")) {
-            *why = "an etcd member is HOST:PORT only (no path, user or query)";
-            return -EINVAL;
-        }
-        snprintf(eps[n++], sizeof(eps[0]), "%s", one);
-        if (!p[len])
-            break;
-        p += len + 1;
-    }
-    strcpy(c->registry, v);
-    memcpy(c->etcd_endpoints, eps, sizeof(eps));
-    c->n_etcd_endpoints = n;
-    return 0;
-}
-
-/* etcd_prefix: "/..../", printable ASCII without spaces. */
-static int set_etcd_prefix(struct config *c, const char *v, const char **why)
-{
-    size_t n = strlen(v);
-    if (n < 1 || v[0] != '/' || v[n - 1] != '/') {
-        *why = "the prefix begins and ends with '/' (for example /roce-rpc/)";
-        return -EINVAL;
-    }
-    if (n >= sizeof(c->etcd_prefix)) {
-        *why = "at most 255 bytes";
-        return -ENAMETOOLONG;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (v[i] <= ' ' || v[i] > '~') {
-            *why = "printable ASCII without spaces only";
-            return -EINVAL;
-        }
-    strcpy(c->etcd_prefix, v);
-    return 0;
-}
-
 static int add_rule(struct config *c, const char *v)
 {
     struct acl_rule r;
@@ -278,10 +193,6 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = set_path(c->ca, sizeof(c->ca), v);
     else if (!strcmp(k, "token_file"))
         r = set_path(c->token_file, sizeof(c->token_file), v);
-    else if (!strcmp(k, "registry"))
-        r = set_registry(c, v, &why);
-    else if (!strcmp(k, "etcd_prefix"))
-        r = set_etcd_prefix(c, v, &why);
     else if (!strcmp(k, "port_file"))
         r = set_path(c->port_file, sizeof(c->port_file), v);
     else if (!strcmp(k, "require_client_cert"))
@@ -511,19 +422,6 @@ int config_finish(struct config *c)
     if (c->require_client_cert && !c->ca[0]) {
         fprintf(stderr, "rrpcd: require_client_cert = yes needs 'ca'\n");
         return -EINVAL;
-    }
-    if (c->registry[0]) {
-#ifndef RRPCD_HAVE_ETCD
-        fprintf(stderr, "rrpcd: registry = %s: this rrpcd was built without the etcd "
-                "registry (install libcurl4-openssl-dev and libjson-c-dev, then meson setup "
-                "and rebuild), or leave 'registry' empty for the embedded in-memory one\n",
-                c->registry);
-#else
-        fprintf(stderr, "rrpcd: registry = %s: the etcd registry is not implemented yet "
-                "(issue #16); leave 'registry' empty for the embedded in-memory one\n",
-                c->registry);
-#endif
-        return -ENOTSUP;
     }
     int r = check_listen_host(c);
     if (!r)

@@ -25,8 +25,6 @@ struct token {
     uint8_t digest[32]; /* SHA-256 of the token; compared in constant time */
 };
 
-#define RRPCD_MAX_ETCD_ENDPOINTS 8
-
 struct config {
     char listen[300];
     char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
@@ -41,11 +39,6 @@ struct config {
     size_t n_acl;
     struct token *tokens;
     size_t n_tokens;
-    /* registry: empty for the embedded in-memory registry, or etcd://HOST:PORT[,...] */
-    char registry[1024];
-    char etcd_prefix[256];
-    char etcd_endpoints[RRPCD_MAX_ETCD_ENDPOINTS][300]; /* "HOST:PORT", from registry */
-    size_t n_etcd_endpoints;
 };
 
 /* Prints the settings table (name, default, meaning). */

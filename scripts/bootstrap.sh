@@ -12,13 +12,12 @@ WHAT=${1:-}
 case "$WHAT" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
 PKGS="meson ninja-build pkg-config gcc scdoc man-db libev-dev libmsgpack-dev libssl-dev openssl libcmocka-dev
-      libibverbs-dev librdmacm-dev ibverbs-providers rdma-core libcurl4-openssl-dev libjson-c-dev
+      libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       python3 python3-dev python3-cffi python3-numpy python3-pytest python3-pytest-asyncio python3-mesonpy python3-venv python3-pip patchelf
       iperf3 sockperf qperf ucx-utils python3-matplotlib"  # the last line: the bench's peers and plots
 # The test run also uses torch, where the Python suite checks DLPack with real torch tensors,
 # and Prometheus' own tools, which read the metrics text.
-# etcd-server: the broker tests that run rrpcd's registry on a real etcd (issue #16).
-[ "$WHAT" = test ] && PKGS="$PKGS python3-torch prometheus python3-prometheus-client etcd-server"
+[ "$WHAT" = test ] && PKGS="$PKGS python3-torch prometheus python3-prometheus-client"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "bootstrap: installing:" $missing

@@ -2,8 +2,7 @@
 # tests/install/test-rrpcd-check.sh RRPCD SRC_ROOT: `rrpcd --check` refuses what the start
 # would refuse (and the start refuses it too), each with a message naming the setting:
 # a port out of range, a listen host that does not resolve, a certificate, key, CA bundle or
-# token file that is missing or does not parse, a key of another certificate, a registry or
-# etcd_prefix that is not well formed, and an etcd registry this rrpcd cannot serve.  A good
+# token file that is missing or does not parse, a key of another certificate.  A good
 # configuration passes --check and starts.  Needs the openssl command (development CA).
 set -u
 RRPCD=${1:?usage: test-rrpcd-check.sh RRPCD SRC_ROOT}
@@ -70,36 +69,6 @@ refused "a token file that does not exist" "cannot open the token file $WORK/mis
   -s "token_file=$WORK/missing-tokens"
 refused "a token file that does not parse" "bad-tokens:1: expected \"PRINCIPAL TOKEN\"" \
   -s "token_file=$WORK/bad-tokens"
-
-# The registry (issue #16): empty is the embedded one; etcd://HOST:PORT[,HOST:PORT...].
-refused "a registry that is not etcd://" "bad value 'http://127.0.0.1:2379' for registry: expected etcd://" \
-  -s registry=http://127.0.0.1:2379
-refused "an etcd member without a port" "for registry: expected HOST:PORT" \
-  -s registry=etcd://127.0.0.1
-refused "an etcd member with port 0" "for registry: each etcd member needs a host and a port 1..65535" \
-  -s registry=etcd://127.0.0.1:0
-refused "an etcd member without a host" "for registry: each etcd member needs a host" \
-  -s registry=etcd://:2379
-refused "an empty etcd member in the list" "for registry: each etcd member is HOST:PORT" \
-  -s registry=etcd://127.0.0.1:2379,,127.0.0.1:2380
-refused "an etcd member with a path" "for registry: an etcd member is HOST:PORT only" \
-  -s registry=etcd://user@127.0.0.1:2379
-refused "more than 8 etcd members" "for registry: more than 8 etcd members" \
-  -s registry=etcd://$(printf 'h%d:2379,' 1 2 3 4 5 6 7 8)h9:2379
-refused "an etcd_prefix without the leading /" "for etcd_prefix: the prefix begins and ends with '/'" \
-  -s etcd_prefix=roce-rpc/
-refused "an etcd_prefix without the trailing /" "for etcd_prefix: the prefix begins and ends with '/'" \
-  -s etcd_prefix=/roce-rpc
-refused "an etcd_prefix with a space" "for etcd_prefix: printable ASCII without spaces" \
-  -s "etcd_prefix=/roce rpc/"
-# A well formed etcd registry is refused, with the reason, until this rrpcd serves one.
-refused "an etcd registry this rrpcd does not serve" \
-  "registry = etcd://127.0.0.1:2379,\[::1\]:2379: (this rrpcd was built without the etcd registry \(install libcurl4-openssl-dev and libjson-c-dev|the etcd registry is not implemented yet)" \
-  -s "registry=etcd://127.0.0.1:2379,[::1]:2379" -s etcd_prefix=/other/
-# An empty registry is the embedded one.
-out=$("$RRPCD" "${GOOD[@]}" -s registry= --check 2>&1); rc=$?
-[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts registry= (the embedded registry)" ||
-  bad "--check on registry=: exit $rc: $out"
 
 # The good configuration: --check says so, and it starts.
 out=$("$RRPCD" "${GOOD[@]}" --check 2>&1); rc=$?
