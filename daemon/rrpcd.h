@@ -25,6 +25,8 @@ struct token {
     uint8_t digest[32]; /* SHA-256 of the token; compared in constant time */
 };
 
+#define ETCD_MAX_ENDPOINTS 16
+
 struct config {
     char listen[300];
     char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
@@ -39,6 +41,12 @@ struct config {
     size_t n_acl;
     struct token *tokens;
     size_t n_tokens;
+    /* registry = etcd://HOST:PORT[,HOST:PORT...]: n_etcd > 0 (config_finish refuses it
+     * today: the etcd registry is not built yet, docs/broker.md). */
+    char etcd_hosts[ETCD_MAX_ENDPOINTS][300];
+    size_t n_etcd;
+    char etcd_prefix[200];
+    char etcd_cert[1024], etcd_key[1024], etcd_ca[1024], etcd_user[256], etcd_password_file[1024];
 };
 
 /* Prints the settings table (name, default, meaning). */
