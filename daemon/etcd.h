@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* A small client of etcd's v3 JSON gateway (/v3/...) over libcurl and json-c:
+ * leases, put, range by prefix, delete.  Blocking calls, each bounded by a
+ * timeout; one client is used by one thread at a time.  Not yet used by
+ * rrpcd's registry (issue #16). */
+#ifndef RRPCD_ETCD_H
+#define RRPCD_ETCD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct etcd;
+
+/* What a client needs: endpoints "HOST:PORT", tried in turn; https when
+ * @ca or @cert is set (NULL or "" otherwise). */
+struct etcd_opts {
+    const char *const *hosts;
+    size_t n_hosts;
+    const char *cert, *key, *ca;
+    long timeout_ms; /* each request, connect included */
+};
+
+/* The largest answer a client accepts; a larger one fails the call (-EMSGSIZE). */
+#define ETCD_MAX_ANSWER (4u << 20)
+
+/* -ENOMEM, -EINVAL (no host). */
+int etcd_open(struct etcd **ret, const struct etcd_opts *o);
+void etcd_close(struct etcd *e);
+/* Why the last call failed, for logs and answers ("" after a success). */
+const char *etcd_error(const struct etcd *e);
+
+/* Every call returns 0, -EHOSTUNREACH (no endpoint answered), -EPROTO (an
+ * answer that is not what the gateway sends, or an error it reports),
+ * -EMSGSIZE or -ENOMEM. */
+int etcd_lease_grant(struct etcd *e, int64_t ttl_s, int64_t *ret_id);
+/* -ENOENT: the lease is gone (expired or revoked). */
+int etcd_lease_keepalive(struct etcd *e, int64_t id, int64_t *ret_ttl_s);
+int etcd_lease_revoke(struct etcd *e, int64_t id);
+/* @lease 0: no lease. */
+int etcd_put(struct etcd *e, const char *key, const void *val, size_t len, int64_t lease);
+int etcd_delete(struct etcd *e, const char *key);
+/* Calls @fn for each key under @prefix (at most @limit of them; 0: no limit),
+ * in key order; stops at @fn's first non-zero return, which it returns. */
+typedef int (*etcd_kv_fn)(void *arg, const char *key, const void *val, size_t len);
+int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv_fn fn, void *arg);
+
+#endif

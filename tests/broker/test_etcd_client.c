@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rrpcd's etcd client (daemon/etcd.h) against the real etcd: this program
+ * starts etcd on free loopback ports in a temporary directory, talks to its
+ * v3 JSON gateway, and stops it.  Skips (77) when the etcd binary is missing.
+ *
+ * Environment: ETCD = the etcd binary (default: etcd on PATH).
+ * No assertion depends on timing: a lease's expiry is waited for with a
+ * generous bound.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "etcd.h"
+
+static char dir[] = "/tmp/rrpc-etcd-XXXXXX";
+static char host[64];
+static pid_t etcd_pid;
+
+/* A loopback port free right now (etcd binds it a moment later). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+        getsockname(fd, (struct sockaddr *)&a, &len))
+        abort();
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static const char *etcd_bin(void)
+{
+    const char *e = getenv("ETCD");
+    return e && e[0] ? e : "/usr/bin/etcd";
+}
+
+static struct etcd *client_of(const char *const *hosts, size_t n)
+{
+    struct etcd_opts o = { .hosts = hosts, .n_hosts = n, .timeout_ms = 3000 };
+    struct etcd *e;
+    assert_int_equal(etcd_open(&e, &o), 0);
+    return e;
+}
+
+static struct etcd *client(void)
+{
+    const char *hosts[] = { host };
+    return client_of(hosts, 1);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (access(etcd_bin(), X_OK)) {
+        printf("skipped: no etcd binary at %s (apt-get install etcd-server, or set ETCD)\n",
+               etcd_bin());
+        exit(77);
+    }
+    if (!mkdtemp(dir))
+        return -1;
+    int cport = free_port(), pport = free_port();
+    snprintf(host, sizeof(host), "127.0.0.1:%d", cport);
+    char curl_[128], purl[128], cluster[160], ddir[300], log[300];
+    snprintf(curl_, sizeof(curl_), "http://127.0.0.1:%d", cport);
+    snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pport);
+    snprintf(cluster, sizeof(cluster), "t=%s", purl);
+    snprintf(ddir, sizeof(ddir), "%s/data", dir);
+    snprintf(log, sizeof(log), "%s/etcd.log", dir);
+    etcd_pid = fork();
+    if (etcd_pid == 0) {
+        if (!freopen(log, "w", stderr) || !freopen(log, "a", stdout))
+            _exit(126);
+        execl(etcd_bin(), "etcd", "--name", "t", "--data-dir", ddir, "--listen-client-urls",
+              curl_, "--advertise-client-urls", curl_, "--listen-peer-urls", purl,
+              "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+              (char *)NULL);
+        _exit(127);
+    }
+    if (etcd_pid < 0)
+        return -1;
+    /* Ready when it answers; a generous bound. */
+    struct etcd *e = client();
+    int r = -1;
+    for (int i = 0; i < 300 && r; i++) {
+        int64_t id;
+        r = etcd_lease_grant(e, 5, &id);
+        if (r)
+            usleep(100 * 1000);
+    }
+    if (r)
+        fprintf(stderr, "etcd did not come up: %s (log: %s)\n", etcd_error(e), log);
+    etcd_close(e);
+    return r ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (etcd_pid > 0) {
+        kill(etcd_pid, SIGTERM);
+        waitpid(etcd_pid, NULL, 0);
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+struct seen {
+    int n;
+    char keys[8][128];
+    unsigned char vals[8][64];
+    size_t lens[8];
+};
+
+static int collect(void *arg, const char *key, const void *val, size_t len)
+{
+    struct seen *s = arg;
+    if (s->n == 8 || strlen(key) >= 128 || len > 64)
+        return -E2BIG;
+    snprintf(s->keys[s->n], 128, "%s", key);
+    memcpy(s->vals[s->n], val, len);
+    s->lens[s->n++] = len;
+    return 0;
+}
+
+static void put_keys_are_found_by_prefix_with_their_values_byte_for_byte(void **state)
+{
+    (void)state;
+    struct etcd *e = client();
+    const unsigned char bin[] = { 0, 1, 2, 0xff, 0xfe, '=', 0 };
+    assert_int_equal(etcd_put(e, "/p1/a", bin, sizeof(bin), 0), 0);
+    assert_int_equal(etcd_put(e, "/p1/b", "", 0, 0), 0);
+    assert_int_equal(etcd_put(e, "/p10", "outside", 7, 0), 0);
+    struct seen s = { 0 };
+    assert_int_equal(etcd_range_prefix(e, "/p1/", 0, collect, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.keys[0], "/p1/a");
+    assert_int_equal(s.lens[0], sizeof(bin));
+    assert_memory_equal(s.vals[0], bin, sizeof(bin));
+    assert_string_equal(s.keys[1], "/p1/b");
+    assert_int_equal(s.lens[1], 0);
+    assert_int_equal(etcd_delete(e, "/p1/a"), 0);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(etcd_range_prefix(e, "/p1/", 0, collect, &s), 0);
+    assert_int_equal(s.n, 1);
+    assert_string_equal(s.keys[0], "/p1/b");
+    etcd_close(e);
+}
+
+static void a_key_bound_to_a_lease_goes_when_the_lease_expires(void **state)
+{
+    (void)state;
+    struct etcd *e = client();
+    int64_t id;
+    assert_int_equal(etcd_lease_grant(e, 1, &id), 0);
+    assert_int_equal(etcd_put(e, "/lease/x", "v", 1, id), 0);
+    struct seen s = { 0 };
+    assert_int_equal(etcd_range_prefix(e, "/lease/", 0, collect, &s), 0);
+    assert_int_equal(s.n, 1);
+    /* Gone within a generous bound (TTL 1 s; etcd checks leases every 500 ms). */
+    for (int i = 0; i < 300 && s.n; i++) {
+        usleep(100 * 1000);
+        memset(&s, 0, sizeof(s));
+        assert_int_equal(etcd_range_prefix(e, "/lease/", 0, collect, &s), 0);
+    }
+    assert_int_equal(s.n, 0);
+    int64_t ttl;
+    assert_int_equal(etcd_lease_keepalive(e, id, &ttl), -ENOENT);
+    assert_non_null(strstr(etcd_error(e), "is gone"));
+    etcd_close(e);
+}
+
+static void a_kept_alive_lease_answers_its_ttl_and_a_revoked_one_takes_its_keys(void **state)
+{
+    (void)state;
+    struct etcd *e = client();
+    int64_t id, ttl = 0;
+    assert_int_equal(etcd_lease_grant(e, 30, &id), 0);
+    assert_int_equal(etcd_put(e, "/rev/x", "v", 1, id), 0);
+    assert_int_equal(etcd_lease_keepalive(e, id, &ttl), 0);
+    assert_int_equal(ttl, 30);
+    assert_int_equal(etcd_lease_revoke(e, id), 0);
+    struct seen s = { 0 };
+    assert_int_equal(etcd_range_prefix(e, "/rev/", 0, collect, &s), 0);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(etcd_lease_keepalive(e, id, &ttl), -ENOENT);
+    /* A put bound to a lease that is gone: etcd refuses it, and says why. */
+    assert_int_equal(etcd_put(e, "/rev/y", "v", 1, id), -EPROTO);
+    assert_non_null(strstr(etcd_error(e), "lease not found"));
+    etcd_close(e);
+}
+
+static void an_endpoint_that_does_not_answer_is_skipped_and_none_answering_is_an_error(void **state)
+{
+    (void)state;
+    char dead[64];
+    snprintf(dead, sizeof(dead), "127.0.0.1:%d", free_port());
+    const char *both[] = { dead, host };
+    struct etcd *e = client_of(both, 2);
+    assert_int_equal(etcd_put(e, "/fo/x", "v", 1, 0), 0);
+    etcd_close(e);
+    const char *none[] = { dead };
+    e = client_of(none, 1);
+    assert_int_equal(etcd_put(e, "/fo/y", "v", 1, 0), -EHOSTUNREACH);
+    assert_non_null(strstr(etcd_error(e), dead));
+    etcd_close(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(put_keys_are_found_by_prefix_with_their_values_byte_for_byte),
+        cmocka_unit_test(a_key_bound_to_a_lease_goes_when_the_lease_expires),
+        cmocka_unit_test(a_kept_alive_lease_answers_its_ttl_and_a_revoked_one_takes_its_keys),
+        cmocka_unit_test(an_endpoint_that_does_not_answer_is_skipped_and_none_answering_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
