@@ -23,6 +23,7 @@ struct etcd {
     char *buf; /* the answer being received */
     size_t len, cap;
     bool too_big;
+    long timeout_ms;
 };
 
 static void set_err(struct etcd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -88,6 +89,7 @@ int etcd_open(struct etcd **ret, const struct etcd_opts *o)
         snprintf(e->urls[i], n, "%s://%s", tls ? "https" : "http", o->hosts[i]);
         e->n_urls++;
     }
+    e->timeout_ms = o->timeout_ms;
     CURL *c = e->curl;
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, o->timeout_ms);
@@ -329,7 +331,8 @@ int etcd_delete(struct etcd *e, const char *key)
                     NULL);
 }
 
-int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv_fn fn, void *arg)
+/* The range [prefix, end) is every key under prefix: *@ret_end gets end. */
+static int prefix_end(const char *prefix, char **ret_end)
 {
     size_t n = strlen(prefix);
     if (!n || (unsigned char)prefix[n - 1] == 0xff)
@@ -337,14 +340,70 @@ int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv
     char *end = strdup(prefix);
     if (!end)
         return -ENOMEM;
-    end[n - 1]++; /* the range [prefix, end) is every key under prefix */
+    end[n - 1]++;
+    *ret_end = end;
+    return 0;
+}
+
+/* The revision in an answer's header. */
+static bool header_rev(json_object *ans, int64_t *rev)
+{
+    json_object *h;
+    return json_object_object_get_ex(ans, "header", &h) && get_i64(h, "revision", rev);
+}
+
+/* Decodes one {"key", "value"} object of an answer. */
+static int decode_kv(struct etcd *e, json_object *kv, unsigned char **key, unsigned char **val,
+                     size_t *vlen)
+{
+    json_object *k, *v;
+    size_t klen;
+    *key = *val = NULL;
+    if (!json_object_is_type(kv, json_type_object) || !json_object_object_get_ex(kv, "key", &k) ||
+        unb64(json_object_get_string(k), key, &klen)) {
+        set_err(e, "an entry without a base64 key");
+        return -EPROTO;
+    }
+    if (strlen((char *)*key) != klen) {
+        set_err(e, "a key with a NUL byte");
+        free(*key);
+        *key = NULL;
+        return -EPROTO;
+    }
+    /* The gateway omits empty values (and a DELETE's). */
+    if (json_object_object_get_ex(kv, "value", &v) ? unb64(json_object_get_string(v), val, vlen)
+                                                   : unb64("", val, vlen)) {
+        set_err(e, "an entry whose value is not base64");
+        free(*key);
+        *key = NULL;
+        return -EPROTO;
+    }
+    return 0;
+}
+
+int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv_fn fn, void *arg,
+                      int64_t *ret_rev)
+{
+    size_t n = strlen(prefix);
+    char *end;
+    int r = prefix_end(prefix, &end);
+    if (r)
+        return r;
     json_object *req = json_object_new_object(), *ans, *kvs;
     bool ok = req && add(req, "key", b64(prefix, n)) && add(req, "range_end", b64(end, n)) &&
               (!limit || add(req, "limit", i64str(limit)));
     free(end);
-    int r = send_req(e, "/v3/kv/range", req, ok, &ans);
+    r = send_req(e, "/v3/kv/range", req, ok, &ans);
     if (r)
         return r;
+    int64_t rev = 0;
+    if (!header_rev(ans, &rev)) {
+        set_err(e, "range: the answer has no header revision");
+        json_object_put(ans);
+        return -EPROTO;
+    }
+    if (ret_rev)
+        *ret_rev = rev;
     if (!json_object_object_get_ex(ans, "kvs", &kvs)) {
         json_object_put(ans); /* no key: the gateway leaves "kvs" out */
         return 0;
@@ -355,28 +414,196 @@ int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv
         return -EPROTO;
     }
     for (size_t i = 0; !r && i < json_object_array_length(kvs); i++) {
-        json_object *kv = json_object_array_get_idx(kvs, i), *k, *v;
-        unsigned char *key = NULL, *val = NULL;
-        size_t klen, vlen;
-        if (!json_object_is_type(kv, json_type_object) ||
-            !json_object_object_get_ex(kv, "key", &k) ||
-            unb64(json_object_get_string(k), &key, &klen)) {
-            set_err(e, "range: an entry without a base64 key");
-            r = -EPROTO;
-        } else if (json_object_object_get_ex(kv, "value", &v)
-                       ? unb64(json_object_get_string(v), &val, &vlen) != 0
-                       : unb64("", &val, &vlen) != 0) { /* the gateway omits empty values */
-            set_err(e, "range: an entry whose value is not base64");
-            r = -EPROTO;
-        } else if (strlen((char *)key) != klen) {
-            set_err(e, "range: a key with a NUL byte");
-            r = -EPROTO;
-        } else {
+        unsigned char *key, *val;
+        size_t vlen;
+        r = decode_kv(e, json_object_array_get_idx(kvs, i), &key, &val, &vlen);
+        if (!r)
             r = fn(arg, (char *)key, val, vlen);
-        }
         free(key);
         free(val);
     }
     json_object_put(ans);
+    return r;
+}
+
+struct watch {
+    struct etcd *e;
+    json_tokener *tok;
+    size_t since; /* bytes of the message being parsed */
+    etcd_watch_fn fn;
+    void *arg;
+    const volatile int *stop;
+    int r; /* why the transfer was aborted */
+};
+
+/* One message of the stream: {"result": {"header", "created"?, "events"?}} or {"error"}. */
+static int watch_message(struct watch *w, json_object *msg)
+{
+    struct etcd *e = w->e;
+    json_object *res, *evs, *x;
+    if (!json_object_is_type(msg, json_type_object) ||
+        !json_object_object_get_ex(msg, "result", &res)) {
+        set_err(e, "watch: %s", json_object_object_get_ex(msg, "error", &x)
+                                    ? json_object_to_json_string(x)
+                                    : "a message without result");
+        return -EPROTO;
+    }
+    if (json_object_object_get_ex(res, "canceled", &x) && json_object_get_boolean(x)) {
+        set_err(e, "watch: etcd canceled it (%s)",
+                json_object_object_get_ex(res, "cancel_reason", &x) ? json_object_get_string(x)
+                                                                    : "no reason given");
+        return -EPROTO;
+    }
+    if (!json_object_object_get_ex(res, "events", &evs))
+        return 0; /* "created", or progress */
+    if (!json_object_is_type(evs, json_type_array)) {
+        set_err(e, "watch: events is not an array");
+        return -EPROTO;
+    }
+    int r = 0;
+    for (size_t i = 0; !r && i < json_object_array_length(evs); i++) {
+        json_object *ev = json_object_array_get_idx(evs, i), *kv, *t;
+        enum etcd_event type = ETCD_PUT; /* the gateway omits the default, PUT */
+        if (json_object_object_get_ex(ev, "type", &t)) {
+            const char *ts = json_object_get_string(t);
+            if (!strcmp(ts, "DELETE"))
+                type = ETCD_DELETE;
+            else if (strcmp(ts, "PUT")) {
+                set_err(e, "watch: an event of type %s", ts);
+                return -EPROTO;
+            }
+        }
+        unsigned char *key, *val;
+        size_t vlen;
+        int64_t rev = 0;
+        if (!json_object_object_get_ex(ev, "kv", &kv)) {
+            set_err(e, "watch: an event without kv");
+            return -EPROTO;
+        }
+        get_i64(kv, "mod_revision", &rev);
+        r = decode_kv(e, kv, &key, &val, &vlen);
+        if (!r)
+            r = w->fn(w->arg, type, (char *)key, val, vlen, rev);
+        free(key);
+        free(val);
+    }
+    return r;
+}
+
+static size_t on_watch_data(char *p, size_t size, size_t n, void *arg)
+{
+    struct watch *w = arg;
+    size_t len = size * n, off = 0;
+    while (off < len) {
+        json_object *msg = json_tokener_parse_ex(w->tok, p + off, (int)(len - off));
+        enum json_tokener_error err = json_tokener_get_error(w->tok);
+        size_t used = json_tokener_get_parse_end(w->tok);
+        if (err == json_tokener_continue) {
+            w->since += len - off;
+            if (w->since > ETCD_MAX_ANSWER) {
+                set_err(w->e, "watch: a message larger than %u bytes", ETCD_MAX_ANSWER);
+                w->r = -EMSGSIZE;
+                return 0;
+            }
+            return len;
+        }
+        if (!msg) {
+            set_err(w->e, "watch: not JSON: %s", json_tokener_error_desc(err));
+            w->r = -EPROTO;
+            return 0;
+        }
+        int r = watch_message(w, msg);
+        json_object_put(msg);
+        json_tokener_reset(w->tok);
+        w->since = 0;
+        if (r) {
+            w->r = r;
+            return 0;
+        }
+        off += used ? used : len - off;
+        while (off < len && (p[off] == '\n' || p[off] == '\r' || p[off] == ' '))
+            off++;
+    }
+    return len;
+}
+
+static int on_watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    (void)a, (void)b, (void)c, (void)d;
+    struct watch *w = arg;
+    if (w->stop && *w->stop) {
+        w->r = -ECANCELED;
+        return 1;
+    }
+    return 0;
+}
+
+int etcd_watch_prefix(struct etcd *e, const char *prefix, int64_t start_rev, etcd_watch_fn fn,
+                      void *arg, const volatile int *stop)
+{
+    char *end;
+    int r = prefix_end(prefix, &end);
+    if (r)
+        return r;
+    size_t n = strlen(prefix);
+    json_object *req = json_object_new_object(), *cr = json_object_new_object();
+    bool ok = req && cr && add(cr, "key", b64(prefix, n)) && add(cr, "range_end", b64(end, n)) &&
+              (!start_rev || add(cr, "start_revision", i64str(start_rev)));
+    free(end);
+    if (ok)
+        ok = add(req, "create_request", cr);
+    else
+        json_object_put(cr);
+    const char *body = ok ? json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN) : NULL;
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    struct watch w = { .e = e, .tok = json_tokener_new_ex(64), .fn = fn, .arg = arg, .stop = stop };
+    if (!body || !hdr || !w.tok) {
+        r = -ENOMEM;
+        goto out;
+    }
+    CURL *c = e->curl;
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_watch_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &w);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_watch_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &w);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 0L);
+    r = -EHOSTUNREACH;
+    for (size_t tries = 0; tries < e->n_urls; tries++) {
+        char url[600];
+        snprintf(url, sizeof(url), "%s/v3/watch", e->urls[e->cur]);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        w.r = 0;
+        CURLcode cc = curl_easy_perform(c);
+        if (w.r) {
+            r = w.r;
+            break;
+        }
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (cc == CURLE_OK) {
+            set_err(e, "%s: the watch stream ended (HTTP %ld)", url, status);
+            r = -ECONNRESET;
+            break;
+        }
+        set_err(e, "%s: %s", url, curl_easy_strerror(cc));
+        if (status) { /* it answered, then failed: no other endpoint is tried */
+            r = -ECONNRESET;
+            break;
+        }
+        e->cur = (e->cur + 1) % e->n_urls;
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, e);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+out:
+    curl_slist_free_all(hdr);
+    if (w.tok)
+        json_tokener_free(w.tok);
+    json_object_put(req);
     return r;
 }
