@@ -62,13 +62,14 @@ static const struct setting settings[] = {
     { "log_level", "info", "err, warning, notice, info or debug" },
     { "registry", "memory",
       "memory: the registry in this rrpcd's memory; etcd://HOST:PORT[,HOST:PORT...] "
-      "(at most 16): the registry on etcd (refused today: not built yet, docs/broker.md)" },
+      "(at most 16): the registry on etcd, shared by every rrpcd on the same prefix" },
     { "etcd_prefix", "/rrpc/", "key prefix of the registry on etcd (begins with /, at most "
                                "199 printable characters)" },
     { "etcd_cert", "", "PEM client certificate rrpcd presents to etcd (then https)" },
     { "etcd_key", "", "PEM private key of etcd_cert; default: the etcd_cert file" },
     { "etcd_ca", "", "PEM CA bundle etcd's server certificate must chain to (then https)" },
-    { "etcd_user", "", "etcd user (etcd's own authentication); needs etcd_password_file" },
+    { "etcd_user", "", "etcd user (etcd's own authentication; refused: not built yet); needs "
+                       "etcd_password_file" },
     { "etcd_password_file", "", "file whose first line is etcd_user's password; must not be "
                                 "readable by others" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
@@ -497,8 +498,7 @@ static int check_tls(const struct config *c)
 }
 
 /* The etcd settings: only with registry = etcd://..., and their files load as a start would
- * load them.  A valid etcd configuration is refused too (the etcd registry is not built yet),
- * but only after every setting was checked, so that --check and the start say the same. */
+ * load them.  etcd_user is refused (not built yet), after every other setting was checked. */
 static int check_etcd(struct config *c)
 {
     const char *stray = c->etcd_cert[0] ? "etcd_cert" : c->etcd_key[0] ? "etcd_key"
@@ -578,10 +578,12 @@ static int check_etcd(struct config *c)
             return -EINVAL;
         }
     }
-    fprintf(stderr, "rrpcd: registry = etcd://%s%s: the etcd registry is not built yet "
-            "(issue #16; the settings are valid): remove the registry line to use the "
-            "embedded registry\n", c->etcd_hosts[0], c->n_etcd > 1 ? ",..." : "");
-    return -ENOTSUP;
+    if (c->etcd_user[0]) {
+        fprintf(stderr, "rrpcd: etcd_user: etcd's user authentication is not built yet (use "
+                "etcd_cert: etcd's client certificate authentication)\n");
+        return -ENOTSUP;
+    }
+    return 0;
 }
 
 int config_finish(struct config *c)

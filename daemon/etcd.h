@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* A small client of etcd's v3 JSON gateway (/v3/...) over libcurl and json-c:
  * leases, put, range by prefix, delete.  Blocking calls, each bounded by a
- * timeout (a watch: its connect); one client is used by one thread at a time.  Not yet used by
- * rrpcd's registry (issue #16). */
+ * timeout (a watch: its connect); one client is used by one thread at a time.  rrpcd
+ * uses it for the registry on etcd (etcdreg.c, issue #16). */
 #ifndef RRPCD_ETCD_H
 #define RRPCD_ETCD_H
 

@@ -28,29 +28,11 @@
 #include <cmocka.h>
 
 #include "etcd.h"
+#include "etcd_test.h"
 
 static char dir[] = "/tmp/rrpc-etcd-XXXXXX";
 static char host[64];
-static pid_t etcd_pid;
-
-/* A loopback port free right now (etcd binds it a moment later). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        abort();
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static const char *etcd_bin(void)
-{
-    const char *e = getenv("ETCD");
-    return e && e[0] ? e : "/usr/bin/etcd";
-}
+static struct etcd_member member = { .pid = -1 };
 
 static struct etcd *client_of(const char *const *hosts, size_t n)
 {
@@ -69,33 +51,13 @@ static struct etcd *client(void)
 static int setup(void **state)
 {
     (void)state;
-    if (access(etcd_bin(), X_OK)) {
-        printf("skipped: no etcd binary at %s (apt-get install etcd-server, or set ETCD)\n",
-               etcd_bin());
-        exit(77);
-    }
+    etcd_bin_or_skip();
     if (!mkdtemp(dir))
         return -1;
-    int cport = free_port(), pport = free_port();
-    snprintf(host, sizeof(host), "127.0.0.1:%d", cport);
-    char curl_[128], purl[128], cluster[160], ddir[300], log[300];
-    snprintf(curl_, sizeof(curl_), "http://127.0.0.1:%d", cport);
-    snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pport);
-    snprintf(cluster, sizeof(cluster), "t=%s", purl);
-    snprintf(ddir, sizeof(ddir), "%s/data", dir);
-    snprintf(log, sizeof(log), "%s/etcd.log", dir);
-    etcd_pid = fork();
-    if (etcd_pid == 0) {
-        if (!freopen(log, "w", stderr) || !freopen(log, "a", stdout))
-            _exit(126);
-        execl(etcd_bin(), "etcd", "--name", "t", "--data-dir", ddir, "--listen-client-urls",
-              curl_, "--advertise-client-urls", curl_, "--listen-peer-urls", purl,
-              "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-              (char *)NULL);
-        _exit(127);
-    }
-    if (etcd_pid < 0)
+    snprintf(member.dir, sizeof(member.dir), "%s", dir);
+    if (etcd_member_start(&member))
         return -1;
+    snprintf(host, sizeof(host), "127.0.0.1:%d", member.client_port);
     /* Ready when it answers; a generous bound. */
     struct etcd *e = client();
     int r = -1;
@@ -106,7 +68,7 @@ static int setup(void **state)
             usleep(100 * 1000);
     }
     if (r)
-        fprintf(stderr, "etcd did not come up: %s (log: %s)\n", etcd_error(e), log);
+        fprintf(stderr, "etcd did not come up: %s (log: %s/etcd.log)\n", etcd_error(e), dir);
     etcd_close(e);
     return r ? -1 : 0;
 }
@@ -114,10 +76,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (etcd_pid > 0) {
-        kill(etcd_pid, SIGTERM);
-        waitpid(etcd_pid, NULL, 0);
-    }
+    etcd_member_stop(&member, SIGTERM);
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -212,7 +171,7 @@ static void an_endpoint_that_does_not_answer_is_skipped_and_none_answering_is_an
 {
     (void)state;
     char dead[64];
-    snprintf(dead, sizeof(dead), "127.0.0.1:%d", free_port());
+    snprintf(dead, sizeof(dead), "127.0.0.1:%d", etcd_free_port());
     const char *both[] = { dead, host };
     struct etcd *e = client_of(both, 2);
     assert_int_equal(etcd_put(e, "/fo/x", "v", 1, 0), 0);

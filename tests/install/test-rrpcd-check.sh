@@ -97,10 +97,13 @@ refused "an etcd CA file that does not parse" "etcd_ca = $WORK/garbage.pem: no P
   "${E[@]}" -s "etcd_ca=$WORK/garbage.pem"
 refused "the etcd key of another certificate" "etcd_key = $C/kv-server.key: not a PEM private key of etcd_cert" \
   "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/kv-server.key"
-refused "a valid etcd configuration (the etcd registry is not built yet)" \
-  "registry = etcd://127.0.0.1:2379,...: the etcd registry is not built yet" \
-  "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/rrpcd.key" -s "etcd_ca=$C/ca.crt" \
-  -s etcd_user=rrpcd -s "etcd_password_file=$WORK/etcd-pw" -s etcd_prefix=/cluster-a/rrpc/
+refused "etcd_user (etcd's user authentication is not built yet)" \
+  "etcd_user: etcd's user authentication is not built yet" \
+  "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/etcd-pw"
+out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/rrpcd.key" \
+  -s "etcd_ca=$C/ca.crt" -s etcd_prefix=/cluster-a/rrpc/ --check 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts a good etcd configuration" ||
+  bad "--check on a good etcd configuration: exit $rc: $out"
 
 # The good configuration: --check says so, and it starts.
 out=$("$RRPCD" "${GOOD[@]}" --check 2>&1); rc=$?
