@@ -73,7 +73,8 @@ const char *etcdreg_degraded(void)
 static int push(enum ev_type type, const char *key, const void *val, size_t len, const char *why)
 {
     struct event *e = calloc(1, sizeof(*e));
-    if (!e || (key && !(e->key = strdup(key))) || (val && !(e->val = malloc(len ? len : 1)))) {
+    /* The value is kept NUL-terminated: apply_put parses it as text. */
+    if (!e || (key && !(e->key = strdup(key))) || (val && !(e->val = malloc(len + 1)))) {
         if (e) {
             free(e->key);
             free(e);
@@ -81,8 +82,10 @@ static int push(enum ev_type type, const char *key, const void *val, size_t len,
         return -ENOMEM;
     }
     e->type = type;
-    if (val)
+    if (val) {
         memcpy(e->val, val, len);
+        e->val[len] = 0;
+    }
     e->len = len;
     if (why)
         snprintf(e->why, sizeof(e->why), "%s", why);
