@@ -60,6 +60,18 @@ static const struct setting settings[] = {
     { "max_endpoints_per_registration", "64", "endpoints one registration may have (1..64)" },
     { "log", "stderr", "where logs go: stderr or syslog (facility daemon)" },
     { "log_level", "info", "err, warning, notice, info or debug" },
+    { "registry", "memory",
+      "memory: the registry in this rrpcd's memory; etcd://HOST:PORT[,HOST:PORT...] "
+      "(at most 16): the registry on etcd, shared by every rrpcd on the same prefix" },
+    { "etcd_prefix", "/rrpc/", "key prefix of the registry on etcd (begins with /, at most "
+                               "199 printable characters)" },
+    { "etcd_cert", "", "PEM client certificate rrpcd presents to etcd (then https)" },
+    { "etcd_key", "", "PEM private key of etcd_cert; default: the etcd_cert file" },
+    { "etcd_ca", "", "PEM CA bundle etcd's server certificate must chain to (then https)" },
+    { "etcd_user", "", "etcd user (etcd's own authentication; refused: not built yet); needs "
+                       "etcd_password_file" },
+    { "etcd_password_file", "", "file whose first line is etcd_user's password; must not be "
+                                "readable by others" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
 };
 
@@ -151,6 +163,66 @@ static int check_listen(const char *v, const char **why)
     return split_listen(v, host, sizeof(host), port, sizeof(port), why);
 }
 
+/* registry = memory | etcd://HOST:PORT[,HOST:PORT...]; each HOST:PORT is checked as listen
+ * is, and the port must not be 0. */
+static int set_registry(struct config *c, const char *v, const char **why)
+{
+    if (!strcmp(v, "memory")) {
+        c->n_etcd = 0;
+        return 0;
+    }
+    static const char scheme[] = "etcd://";
+    if (strncmp(v, scheme, sizeof(scheme) - 1)) {
+        *why = "expected memory or etcd://HOST:PORT[,HOST:PORT...]";
+        return -EINVAL;
+    }
+    size_t n = 0;
+    for (const char *p = v + sizeof(scheme) - 1;; n++) {
+        size_t len = strcspn(p, ",");
+        char one[300], host[256], port[8];
+        if (n == ETCD_MAX_ENDPOINTS) {
+            *why = "at most 16 etcd endpoints";
+            return -E2BIG;
+        }
+        if (len == 0 || len >= sizeof(one)) {
+            *why = "each etcd endpoint is HOST:PORT or [IPv6]:PORT, separated by commas";
+            return -EINVAL;
+        }
+        memcpy(one, p, len);
+        one[len] = 0;
+        int r = split_listen(one, host, sizeof(host), port, sizeof(port), why);
+        if (r) {
+            *why = "each etcd endpoint is HOST:PORT or [IPv6]:PORT, port 1..65535";
+            return r;
+        }
+        if (!host[0] || atoi(port) == 0) {
+            *why = "an etcd endpoint needs a host and a port 1..65535";
+            return -EINVAL;
+        }
+        snprintf(c->etcd_hosts[n], sizeof(c->etcd_hosts[n]), "%s", one);
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    c->n_etcd = n + 1;
+    return 0;
+}
+
+static int set_prefix(struct config *c, const char *v, const char **why)
+{
+    if (v[0] != '/' || strlen(v) >= sizeof(c->etcd_prefix)) {
+        *why = "the prefix begins with / and has at most 199 characters";
+        return -EINVAL;
+    }
+    for (const char *p = v; *p; p++)
+        if (!isgraph((unsigned char)*p)) {
+            *why = "the prefix is printable ASCII without spaces";
+            return -EINVAL;
+        }
+    strcpy(c->etcd_prefix, v);
+    return 0;
+}
+
 static int add_rule(struct config *c, const char *v)
 {
     struct acl_rule r;
@@ -193,6 +265,20 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = set_path(c->ca, sizeof(c->ca), v);
     else if (!strcmp(k, "token_file"))
         r = set_path(c->token_file, sizeof(c->token_file), v);
+    else if (!strcmp(k, "registry"))
+        r = set_registry(c, v, &why);
+    else if (!strcmp(k, "etcd_prefix"))
+        r = set_prefix(c, v, &why);
+    else if (!strcmp(k, "etcd_cert"))
+        r = set_path(c->etcd_cert, sizeof(c->etcd_cert), v);
+    else if (!strcmp(k, "etcd_key"))
+        r = set_path(c->etcd_key, sizeof(c->etcd_key), v);
+    else if (!strcmp(k, "etcd_ca"))
+        r = set_path(c->etcd_ca, sizeof(c->etcd_ca), v);
+    else if (!strcmp(k, "etcd_user"))
+        r = set_path(c->etcd_user, sizeof(c->etcd_user), v);
+    else if (!strcmp(k, "etcd_password_file"))
+        r = set_path(c->etcd_password_file, sizeof(c->etcd_password_file), v);
     else if (!strcmp(k, "port_file"))
         r = set_path(c->port_file, sizeof(c->port_file), v);
     else if (!strcmp(k, "require_client_cert"))
@@ -411,6 +497,95 @@ static int check_tls(const struct config *c)
     return r;
 }
 
+/* The etcd settings: only with registry = etcd://..., and their files load as a start would
+ * load them.  etcd_user is refused (not built yet), after every other setting was checked. */
+static int check_etcd(struct config *c)
+{
+    const char *stray = c->etcd_cert[0] ? "etcd_cert" : c->etcd_key[0] ? "etcd_key"
+                        : c->etcd_ca[0] ? "etcd_ca" : c->etcd_user[0] ? "etcd_user"
+                        : c->etcd_password_file[0] ? "etcd_password_file"
+                        : strcmp(c->etcd_prefix, "/rrpc/") ? "etcd_prefix" : NULL;
+    if (!c->n_etcd) {
+        if (!stray)
+            return 0;
+        fprintf(stderr, "rrpcd: %s is set but registry is not etcd://... (set registry = "
+                "etcd://HOST:PORT, or remove %s)\n", stray, stray);
+        return -EINVAL;
+    }
+    if (c->etcd_key[0] && !c->etcd_cert[0]) {
+        fprintf(stderr, "rrpcd: etcd_key is set without etcd_cert (set both, or neither)\n");
+        return -EINVAL;
+    }
+    if (!!c->etcd_user[0] != !!c->etcd_password_file[0]) {
+        fprintf(stderr, "rrpcd: etcd_user and etcd_password_file go together (set both, or "
+                "neither)\n");
+        return -EINVAL;
+    }
+    if (c->etcd_cert[0] && !c->etcd_key[0])
+        strcpy(c->etcd_key, c->etcd_cert);
+    int r;
+    if ((c->etcd_cert[0] &&
+         ((r = check_readable("etcd_cert", c->etcd_cert, "rrpcd's PEM client certificate "
+                              "for etcd")) ||
+          (r = check_readable("etcd_key", c->etcd_key, "the PEM private key of etcd_cert")))) ||
+        (c->etcd_ca[0] && (r = check_readable("etcd_ca", c->etcd_ca, "the PEM CA bundle "
+                                              "etcd's certificate chains to"))))
+        return r;
+    if (c->etcd_cert[0] || c->etcd_ca[0]) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        if (!ctx)
+            return -ENOMEM;
+        ERR_clear_error();
+        r = -EINVAL;
+        if (c->etcd_cert[0] && SSL_CTX_use_certificate_chain_file(ctx, c->etcd_cert) != 1)
+            fprintf(stderr, "rrpcd: etcd_cert = %s: not a PEM certificate (chain) OpenSSL "
+                    "can load:\n", c->etcd_cert);
+        else if (c->etcd_cert[0] &&
+                 (SSL_CTX_use_PrivateKey_file(ctx, c->etcd_key, SSL_FILETYPE_PEM) != 1 ||
+                  SSL_CTX_check_private_key(ctx) != 1))
+            fprintf(stderr, "rrpcd: etcd_key = %s: not a PEM private key of etcd_cert = %s "
+                    "(use the unencrypted key the certificate was made for):\n",
+                    c->etcd_key, c->etcd_cert);
+        else if (c->etcd_ca[0] && SSL_CTX_load_verify_locations(ctx, c->etcd_ca, NULL) != 1)
+            fprintf(stderr, "rrpcd: etcd_ca = %s: no PEM certificate OpenSSL can load in "
+                    "it:\n", c->etcd_ca);
+        else
+            r = 0;
+        print_ssl_errors();
+        SSL_CTX_free(ctx);
+        if (r)
+            return r;
+    }
+    if (c->etcd_password_file[0]) {
+        FILE *f = fopen(c->etcd_password_file, "r");
+        if (!f) {
+            r = -errno;
+            fprintf(stderr, "rrpcd: etcd_password_file = %s: cannot open it: %s\n",
+                    c->etcd_password_file, strerror(-r));
+            return r;
+        }
+        struct stat st;
+        char line[512];
+        bool got = fgets(line, sizeof(line), f) && trim(line)[0];
+        if (fstat(fileno(f), &st) == 0 && (st.st_mode & 007))
+            fprintf(stderr, "rrpcd: warning: etcd_password_file %s is readable by others "
+                    "(chmod 600 it)\n", c->etcd_password_file);
+        OPENSSL_cleanse(line, sizeof(line));
+        fclose(f);
+        if (!got) {
+            fprintf(stderr, "rrpcd: etcd_password_file = %s: its first line is empty (write "
+                    "the password of etcd_user on it)\n", c->etcd_password_file);
+            return -EINVAL;
+        }
+    }
+    if (c->etcd_user[0]) {
+        fprintf(stderr, "rrpcd: etcd_user: etcd's user authentication is not built yet (use "
+                "etcd_cert: etcd's client certificate authentication)\n");
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
 int config_finish(struct config *c)
 {
     if (!c->cert[0]) {
@@ -426,6 +601,8 @@ int config_finish(struct config *c)
     int r = check_listen_host(c);
     if (!r)
         r = check_tls(c);
+    if (!r)
+        r = check_etcd(c);
     if (r)
         return r;
     if (c->token_file[0])

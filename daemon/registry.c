@@ -33,6 +33,7 @@ static void reg_free(struct registration *r)
     r->svc->n_regs--;
     r->svc->answer_bytes -= r->answer_bytes;
     rrpci_idmap_del(&by_id, r->id);
+    OPENSSL_cleanse(r->secret, sizeof(r->secret));
     free(r->eps);
     free(r);
 }
@@ -84,6 +85,11 @@ size_t registry_count(void)
     return by_id.count;
 }
 
+struct service *registry_services(void)
+{
+    return services;
+}
+
 struct service *registry_service(const char *name)
 {
     for (struct service *s = services; s; s = s->next)
@@ -93,13 +99,14 @@ struct service *registry_service(const char *name)
 }
 
 int registry_add(const char *name, const char *principal, struct rrpci_endpoint *eps, size_t n_eps,
-                 const struct registration *tmpl, struct registration **ret)
+                 const struct registration *tmpl, bool with_secret, struct registration **ret)
 {
-    uint64_t id;
-    do
+    uint64_t id = tmpl->id;
+    if (id && registry_find(id))
+        return -EEXIST;
+    while (id == 0 || registry_find(id))
         if (RAND_bytes((unsigned char *)&id, sizeof(id)) != 1)
             return -EIO;
-    while (id == 0 || registry_find(id));
     struct service *s = registry_service(name);
     bool new_service = !s;
     if (!s) {
@@ -126,7 +133,9 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
     r->n_eps = n_eps;
     r->classes = tmpl->classes;
     r->lease_ms = tmpl->lease_ms;
-    r->expires_ms = mono_ms() + tmpl->lease_ms;
+    r->expires_ms = tmpl->expires_ms ? tmpl->expires_ms : mono_ms() + tmpl->lease_ms;
+    r->etcd_lease = tmpl->etcd_lease;
+    memcpy(r->secret, with_secret ? tmpl->secret : s->secret, sizeof(r->secret));
     r->has_instance = tmpl->has_instance;
     memcpy(r->instance, tmpl->instance, sizeof(r->instance));
     r->answer_bytes = tmpl->answer_bytes;

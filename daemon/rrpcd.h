@@ -25,6 +25,8 @@ struct token {
     uint8_t digest[32]; /* SHA-256 of the token; compared in constant time */
 };
 
+#define ETCD_MAX_ENDPOINTS 16
+
 struct config {
     char listen[300];
     char cert[1024], key[1024], ca[1024], token_file[1024], port_file[1024];
@@ -39,6 +41,12 @@ struct config {
     size_t n_acl;
     struct token *tokens;
     size_t n_tokens;
+    /* registry = etcd://HOST:PORT[,HOST:PORT...]: n_etcd > 0 (etcdreg.c;
+     * docs/broker.md). */
+    char etcd_hosts[ETCD_MAX_ENDPOINTS][300];
+    size_t n_etcd;
+    char etcd_prefix[200];
+    char etcd_cert[1024], etcd_key[1024], etcd_ca[1024], etcd_user[256], etcd_password_file[1024];
 };
 
 /* Prints the settings table (name, default, meaning). */
@@ -86,6 +94,11 @@ struct registration {
     bool has_instance;  /* the server sent an instance id: its tickets are bound to it */
     uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
     size_t answer_bytes; /* the most its entry adds to a lookup answer */
+    /* Its tickets' key: the service's secret of the rrpcd it registered through (with the
+     * registry on etcd, another rrpcd's: it travels in the registration's value). */
+    uint8_t secret[RRPC_TICKET_SECRET_LEN];
+    int64_t etcd_lease; /* registry on etcd: the lease its key is bound to */
+    bool etcd_stale;    /* registry on etcd: not (yet) seen since the last resync */
 };
 
 struct service {
@@ -103,19 +116,45 @@ int64_t wall_ms(void);
 void registry_sweep(int64_t now);
 size_t registry_count(void);
 /* Takes ownership of @eps on success; copies the rest of @tmpl (classes,
- * lease_ms, has_instance, instance, answer_bytes).  -ENOMEM, -EIO (no
+ * lease_ms, has_instance, instance, answer_bytes, etcd_lease; id when not 0
+ * (-EEXIST when taken), else a random one; secret when @with_secret, else the
+ * service's; expires_ms when not 0, else now + lease_ms).  -ENOMEM, -EIO (no
  * randomness). */
 int registry_add(const char *service, const char *principal, struct rrpci_endpoint *eps,
-                 size_t n_eps, const struct registration *tmpl, struct registration **ret);
+                 size_t n_eps, const struct registration *tmpl, bool with_secret,
+                 struct registration **ret);
 struct registration *registry_find(uint64_t id);
 void registry_remove(struct registration *r);
 struct service *registry_service(const char *name);
+/* The first service (then ->next), for walks that do not remove. */
+struct service *registry_services(void);
 void registry_free(void);
 
 /* ---- the server (server.c) ----------------------------------------------- */
 
 struct ev_loop;
 int server_start(struct ev_loop *loop, struct config *cfg);
+/* The most @r adds to a lookup answer (its answer_bytes). */
+size_t server_answer_bytes(const struct registration *r);
+
+/* ---- the registry on etcd (etcdreg.c) ----------------------------------------- */
+
+/* With registry = etcd://...: the clients, and the thread that keeps the local registry in
+ * step with etcd (range, then watch).  0 or a negative code; nothing without etcd. */
+int etcdreg_start(struct ev_loop *loop, const struct config *cfg);
+void etcdreg_stop(void);
+bool etcdreg_on(void);
+/* Why rrpcd is degraded (etcd unreachable, or not synchronized yet), or NULL. */
+const char *etcdreg_degraded(void);
+/* Grants @r a lease of its lease_ms and puts it; on failure rrpcd is degraded. */
+int etcdreg_put(struct registration *r);
+/* Keeps @r's lease alive: -ENOENT when etcd no longer has it; -EAGAIN at once while
+ * degraded; a failure to reach etcd makes rrpcd degraded. */
+int etcdreg_renew(struct registration *r);
+/* Revokes @r's lease (its key goes with it); a failure is logged. */
+void etcdreg_remove(struct registration *r);
+/* Why the last write failed. */
+const char *etcdreg_error(void);
 void server_stop(void);
 
 #include "broker/mpcheck.h" /* rrpci_mp_check, rrpci_mp_get, rrpci_mp_uint */

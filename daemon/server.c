@@ -394,7 +394,7 @@ static void pack_instance(msgpack_packer *pk, const struct registration *r, cons
 #define LOOKUP_OVERHEAD 256
 
 /* The most @r can add to a lookup answer: its entry with the longest ticket. */
-static size_t instance_bytes(const struct registration *r)
+size_t server_answer_bytes(const struct registration *r)
 {
     static const uint8_t longest[RRPC_TICKET_MAX_LEN];
     msgpack_sbuffer sb;
@@ -504,6 +504,15 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, "limit", msg);
         return;
     }
+    const char *down = etcdreg_on() ? etcdreg_degraded() : NULL;
+    if (down) {
+        char msg[500];
+        snprintf(msg, sizeof(msg), "this rrpcd is degraded, the registry on etcd is unreachable "
+                 "(%s): lookups answer from its cache, registrations are refused; try again "
+                 "later", down);
+        answer_error(c, id, "busy", msg);
+        return;
+    }
     struct rrpci_endpoint *ep = calloc(eps->via.array.size, sizeof(*ep));
     if (!ep) {
         answer_error(c, id, "internal", "out of memory");
@@ -521,7 +530,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     tmpl.n_eps = eps->via.array.size;
     tmpl.classes = classes;
     tmpl.lease_ms = (uint32_t)lease;
-    tmpl.answer_bytes = instance_bytes(&tmpl);
+    tmpl.answer_bytes = server_answer_bytes(&tmpl);
     size_t total;
     if (!lookup_fits(svc, &tmpl, &total)) {
         char msg[500];
@@ -533,10 +542,18 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         return;
     }
     struct registration *r;
-    int e = registry_add(service, c->principal, ep, tmpl.n_eps, &tmpl, &r);
+    int e = registry_add(service, c->principal, ep, tmpl.n_eps, &tmpl, false, &r);
     if (e) {
         free(ep);
         answer_error(c, id, "internal", strerror(-e));
+        return;
+    }
+    if (etcdreg_on() && (e = etcdreg_put(r)) != 0) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd is "
+                 "degraded: try again later", e == -ENOMEM ? "out of memory" : etcdreg_error());
+        registry_remove(r);
+        answer_error(c, id, "busy", msg);
         return;
     }
     LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms%s)",
@@ -549,8 +566,8 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     pk_str(&a.pk, "lease_ms");
     msgpack_pack_uint32(&a.pk, r->lease_ms);
     pk_str(&a.pk, "secret");
-    msgpack_pack_bin(&a.pk, sizeof(r->svc->secret));
-    msgpack_pack_bin_body(&a.pk, r->svc->secret, sizeof(r->svc->secret));
+    msgpack_pack_bin(&a.pk, sizeof(r->secret));
+    msgpack_pack_bin_body(&a.pk, r->secret, sizeof(r->secret));
     answer_end(c, &a);
 }
 
@@ -574,7 +591,18 @@ static void op_renew(struct conn *c, uint64_t id, const msgpack_object *m)
     struct registration *r = own_reg(c, id, m);
     if (!r)
         return;
-    r->expires_ms = mono_ms() + r->lease_ms;
+    int e = etcdreg_on() ? etcdreg_renew(r) : 0;
+    if (e == -ENOENT) {
+        LOG(LOG_NOTICE, "%s: '%s' %016llx: its lease on etcd is gone", c->peer, r->svc->name,
+            (unsigned long long)r->id);
+        registry_remove(r);
+        answer_error(c, id, "not_found", "its lease on etcd expired: register again");
+        return;
+    }
+    /* etcd unreachable (degraded): the registration stays in this rrpcd's cache as long as
+     * it is renewed; etcd's lease may lapse meanwhile, and then the next renewal says so. */
+    if (r->expires_ms != INT64_MAX)
+        r->expires_ms = mono_ms() + r->lease_ms;
     LOG(LOG_DEBUG, "%s: renewed '%s' %016llx", c->peer, r->svc->name,
         (unsigned long long)r->id);
     struct answer a;
@@ -590,6 +618,8 @@ static void op_unregister(struct conn *c, uint64_t id, const msgpack_object *m)
     if (!r)
         return;
     LOG(LOG_INFO, "%s: '%s' unregistered '%s'", c->peer, c->principal, r->svc->name);
+    if (etcdreg_on())
+        etcdreg_remove(r);
     registry_remove(r);
     struct answer a;
     answer_begin(&a, id, true, 0);
@@ -601,9 +631,9 @@ static int make_ticket(const struct service *s, const struct registration *r,
                        const char *principal, int64_t expiry, uint8_t *t, size_t *tlen)
 {
     if (r->has_instance)
-        return rrpc_ticket_issue_instance(s->secret, principal, s->name, r->instance, expiry,
+        return rrpc_ticket_issue_instance(r->secret, principal, s->name, r->instance, expiry,
                                           NULL, t, RRPC_TICKET_MAX_LEN, tlen);
-    return rrpc_ticket_issue(s->secret, principal, s->name, expiry, NULL, t,
+    return rrpc_ticket_issue(r->secret, principal, s->name, expiry, NULL, t,
                              RRPC_TICKET_MAX_LEN, tlen);
 }
 

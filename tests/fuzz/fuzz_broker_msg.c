@@ -41,6 +41,31 @@ void log_msg(int level, const char *fmt, ...)
     va_end(ap);
 }
 
+/* daemon/etcdreg.c is not linked: the embedded registry only (registry = memory). */
+bool etcdreg_on(void)
+{
+    return false;
+}
+const char *etcdreg_degraded(void)
+{
+    return NULL;
+}
+int etcdreg_put(struct registration *r)
+{
+    return -ENOTSUP;
+}
+int etcdreg_renew(struct registration *r)
+{
+    return -ENOTSUP;
+}
+void etcdreg_remove(struct registration *r)
+{
+}
+const char *etcdreg_error(void)
+{
+    return "";
+}
+
 /*
  * OpenSSL's RAND_bytes, replaced for this program: registration ids are then
  * small numbers (the first is 1; a new service also draws its secret), so

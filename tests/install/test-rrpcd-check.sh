@@ -70,6 +70,41 @@ refused "a token file that does not exist" "cannot open the token file $WORK/mis
 refused "a token file that does not parse" "bad-tokens:1: expected \"PRINCIPAL TOKEN\"" \
   -s "token_file=$WORK/bad-tokens"
 
+# The etcd registry's settings (issue #16): each checked as the start checks it.
+printf 'etcd-pass\n' > "$WORK/etcd-pw"; chmod 600 "$WORK/etcd-pw"
+: > "$WORK/empty-pw"; chmod 600 "$WORK/empty-pw"
+refused "registry=zk://h:1 (not memory or etcd://)" "bad value 'zk://h:1' for registry: expected memory or etcd://" \
+  -s registry=zk://h:1
+refused "registry=etcd:// (no endpoint)" "for registry: each etcd endpoint is HOST:PORT" \
+  -s registry=etcd://
+refused "an etcd endpoint with port 0" "for registry: an etcd endpoint needs a host and a port 1..65535" \
+  -s registry=etcd://127.0.0.1:2379,127.0.0.1:0
+refused "an etcd endpoint with a port out of range" "for registry: each etcd endpoint is HOST:PORT or \[IPv6\]:PORT, port 1..65535" \
+  -s registry=etcd://127.0.0.1:70000
+refused "etcd_prefix without a leading /" "bad value 'rrpc' for etcd_prefix: the prefix begins with /" \
+  -s etcd_prefix=rrpc
+refused "etcd_ca without registry = etcd://" "etcd_ca is set but registry is not etcd://" \
+  -s "etcd_ca=$C/ca.crt"
+E=(-s registry=etcd://127.0.0.1:2379,[::1]:2379)
+refused "etcd_key without etcd_cert" "etcd_key is set without etcd_cert" "${E[@]}" -s "etcd_key=$C/rrpcd.key"
+refused "etcd_user without a password file" "etcd_user and etcd_password_file go together" \
+  "${E[@]}" -s etcd_user=rrpcd
+refused "an etcd password file whose first line is empty" "etcd_password_file = $WORK/empty-pw: its first line is empty" \
+  "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/empty-pw"
+refused "an etcd CA file that does not exist" "etcd_ca = $C/missing.crt: cannot open it" \
+  "${E[@]}" -s "etcd_ca=$C/missing.crt"
+refused "an etcd CA file that does not parse" "etcd_ca = $WORK/garbage.pem: no PEM certificate" \
+  "${E[@]}" -s "etcd_ca=$WORK/garbage.pem"
+refused "the etcd key of another certificate" "etcd_key = $C/kv-server.key: not a PEM private key of etcd_cert" \
+  "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/kv-server.key"
+refused "etcd_user (etcd's user authentication is not built yet)" \
+  "etcd_user: etcd's user authentication is not built yet" \
+  "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/etcd-pw"
+out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/rrpcd.key" \
+  -s "etcd_ca=$C/ca.crt" -s etcd_prefix=/cluster-a/rrpc/ --check 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts a good etcd configuration" ||
+  bad "--check on a good etcd configuration: exit $rc: $out"
+
 # The good configuration: --check says so, and it starts.
 out=$("$RRPCD" "${GOOD[@]}" --check 2>&1); rc=$?
 [ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts the good configuration" ||

@@ -1,0 +1,497 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The registry on etcd (registry = etcd://...; issue #16).  Each registration
+ * is the key PREFIX "reg/" ID (16 hex digits) bound to an etcd lease of its
+ * lease_ms (rounded up to whole seconds); its value, JSON, says what a lookup
+ * needs.  Writes (register, renew = lease keep-alive, unregister = revoke) are
+ * made from the loop with a timeout; lookups read the local registry, which a
+ * thread keeps in step with etcd: a range of the prefix, then a watch from the
+ * range's revision on, again after every failure.  Its events reach the loop
+ * through a bounded queue and an ev_async.  While the watch is down, rrpcd is
+ * degraded: lookups answer from what it holds, registrations are refused.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <json-c/json.h>
+#include <openssl/crypto.h>
+
+#include "etcd.h"
+#include "rrpcd.h"
+
+#define QUEUE_MAX 65536       /* events between the watch thread and the loop */
+#define OP_TIMEOUT_MS 2000    /* each write from the loop */
+#define RETRY_MS 1000         /* between two attempts of the watch thread */
+#define VALUE_MAX (64 * 1024) /* the largest registration value taken from etcd */
+
+enum ev_type { EV_PUT, EV_DELETE, EV_RESYNC, EV_SYNCED, EV_DOWN };
+
+struct event {
+    struct event *next;
+    enum ev_type type;
+    char *key;
+    unsigned char *val;
+    size_t len;
+    char why[300];
+};
+
+static const struct config *cfg;
+static struct ev_loop *loop;
+static struct etcd *ops, *watcher;
+static pthread_t thread;
+static bool thread_running;
+static volatile int stop_flag;
+static ev_async wake;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t room = PTHREAD_COND_INITIALIZER;
+static struct event *q_head, *q_tail;
+static size_t q_len;
+static bool degraded = true; /* until the first sync */
+static int64_t logged_ms;    /* when being degraded was last logged */
+#define LOG_EVERY_MS 30000   /* while degraded, the reason is logged again this often */
+static char degraded_why[300] = "not synchronized with etcd yet";
+
+bool etcdreg_on(void)
+{
+    return ops != NULL;
+}
+
+const char *etcdreg_degraded(void)
+{
+    return degraded ? degraded_why : NULL;
+}
+
+/* ---- the watch thread ------------------------------------------------------------ */
+
+static int push(enum ev_type type, const char *key, const void *val, size_t len, const char *why)
+{
+    struct event *e = calloc(1, sizeof(*e));
+    /* The value is kept NUL-terminated: apply_put parses it as text. */
+    if (!e || (key && !(e->key = strdup(key))) || (val && !(e->val = malloc(len + 1)))) {
+        if (e) {
+            free(e->key);
+            free(e);
+        }
+        return -ENOMEM;
+    }
+    e->type = type;
+    if (val) {
+        memcpy(e->val, val, len);
+        e->val[len] = 0;
+    }
+    e->len = len;
+    if (why)
+        snprintf(e->why, sizeof(e->why), "%s", why);
+    pthread_mutex_lock(&mu);
+    while (q_len >= QUEUE_MAX && !stop_flag)
+        pthread_cond_wait(&room, &mu);
+    if (q_tail)
+        q_tail->next = e;
+    else
+        q_head = e;
+    q_tail = e;
+    q_len++;
+    pthread_mutex_unlock(&mu);
+    ev_async_send(loop, &wake);
+    return 0;
+}
+
+static int on_kv(void *arg, const char *key, const void *val, size_t len)
+{
+    (void)arg;
+    return push(EV_PUT, key, val, len, NULL);
+}
+
+static int on_change(void *arg, enum etcd_event ev, const char *key, const void *val, size_t len,
+                     int64_t rev)
+{
+    (void)arg, (void)rev;
+    return push(ev == ETCD_PUT ? EV_PUT : EV_DELETE, key, val, len, NULL);
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    while (!stop_flag) {
+        int64_t rev = 0;
+        int r = push(EV_RESYNC, NULL, NULL, 0, NULL);
+        if (!r)
+            r = etcd_range_prefix(watcher, cfg->etcd_prefix, 0, on_kv, NULL, &rev);
+        if (!r)
+            r = push(EV_SYNCED, NULL, NULL, 0, NULL);
+        if (!r)
+            r = etcd_watch_prefix(watcher, cfg->etcd_prefix, rev + 1, on_change, NULL, &stop_flag);
+        if (stop_flag)
+            break;
+        char why[300];
+        snprintf(why, sizeof(why), "%s", r == -ENOMEM ? "out of memory" : etcd_error(watcher));
+        push(EV_DOWN, NULL, NULL, 0, why);
+        for (int i = 0; i < RETRY_MS / 100 && !stop_flag; i++)
+            usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+/* ---- values ------------------------------------------------------------------------ */
+
+static void hex(char *out, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", p[i]);
+}
+
+static bool unhex(const char *s, uint8_t *out, size_t n)
+{
+    if (!s || strlen(s) != 2 * n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return false;
+        out[i] = (uint8_t)v;
+    }
+    return true;
+}
+
+static void key_of(char *out, size_t n, uint64_t id)
+{
+    snprintf(out, n, "%sreg/%016" PRIx64, cfg->etcd_prefix, id);
+}
+
+/* The value of @r: what another rrpcd needs to answer lookups of it and to renew it. */
+static char *encode(const struct registration *r)
+{
+    char sec[2 * RRPC_TICKET_SECRET_LEN + 1], inst[2 * RRPC_TICKET_INSTANCE_LEN + 1];
+    json_object *o = json_object_new_object(), *eps = json_object_new_array();
+    if (!o || !eps) {
+        json_object_put(o);
+        json_object_put(eps);
+        return NULL;
+    }
+    hex(sec, r->secret, sizeof(r->secret));
+    json_object_object_add(o, "service", json_object_new_string(r->svc->name));
+    json_object_object_add(o, "principal", json_object_new_string(r->principal));
+    json_object_object_add(o, "classes", json_object_new_int64(r->classes));
+    json_object_object_add(o, "lease_ms", json_object_new_int64(r->lease_ms));
+    json_object_object_add(o, "lease", json_object_new_int64(r->etcd_lease));
+    json_object_object_add(o, "secret", json_object_new_string(sec));
+    if (r->has_instance) {
+        hex(inst, r->instance, sizeof(r->instance));
+        json_object_object_add(o, "instance", json_object_new_string(inst));
+    }
+    for (size_t i = 0; i < r->n_eps; i++) {
+        json_object *ep = json_object_new_object();
+        json_object_object_add(ep, "transport", json_object_new_string(r->eps[i].transport));
+        json_object_object_add(ep, "host", json_object_new_string(r->eps[i].host));
+        json_object_object_add(ep, "port", json_object_new_int(r->eps[i].port));
+        json_object_array_add(eps, ep);
+    }
+    json_object_object_add(o, "endpoints", eps);
+    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+    char *out = s ? strdup(s) : NULL;
+    OPENSSL_cleanse(sec, sizeof(sec));
+    json_object_put(o);
+    return out;
+}
+
+static const char *str_of(json_object *o, const char *name, size_t max)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    const char *s = json_object_get_string(v);
+    return strlen(s) < max ? s : NULL;
+}
+
+static bool int_of(json_object *o, const char *name, int64_t min, int64_t max, int64_t *out)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_int))
+        return false;
+    *out = json_object_get_int64(v);
+    return *out >= min && *out <= max;
+}
+
+/* A registration another rrpcd (or this one) put: checked as if it came from the wire. */
+static void apply_put(const char *key, const unsigned char *val, size_t len)
+{
+    char want[300];
+    uint64_t id;
+    size_t pl = strlen(cfg->etcd_prefix);
+    if (strncmp(key + pl, "reg/", 4) || sscanf(key + pl + 4, "%16" SCNx64, &id) != 1 || !id) {
+        LOG(LOG_WARNING, "etcd: ignoring the key %s: not PREFIXreg/ID", key);
+        return;
+    }
+    key_of(want, sizeof(want), id);
+    if (strcmp(want, key)) {
+        LOG(LOG_WARNING, "etcd: ignoring the key %s: not PREFIXreg/ID", key);
+        return;
+    }
+    struct registration *old = registry_find(id);
+    if (old) {
+        old->etcd_stale = false;
+        return;
+    }
+    json_object *o = len <= VALUE_MAX ? json_tokener_parse((const char *)val) : NULL, *eps;
+    struct registration tmpl;
+    memset(&tmpl, 0, sizeof(tmpl));
+    const char *service = o ? str_of(o, "service", 256) : NULL;
+    const char *principal = o ? str_of(o, "principal", 256) : NULL;
+    const char *inst = o ? str_of(o, "instance", 64) : NULL;
+    int64_t classes, lease_ms, lease;
+    struct rrpci_endpoint *ep = NULL;
+    size_t n = 0;
+    bool ok = service && service[0] && principal &&
+              int_of(o, "classes", 1, RRPC_CLASS_MASK_ALL, &classes) &&
+              int_of(o, "lease_ms", 100, 3600000, &lease_ms) &&
+              int_of(o, "lease", 1, INT64_MAX, &lease) &&
+              unhex(str_of(o, "secret", 128), tmpl.secret, sizeof(tmpl.secret)) &&
+              (!inst || unhex(inst, tmpl.instance, sizeof(tmpl.instance))) &&
+              json_object_object_get_ex(o, "endpoints", &eps) &&
+              json_object_is_type(eps, json_type_array) &&
+              (n = json_object_array_length(eps)) >= 1 && n <= 64 &&
+              (ep = calloc(n, sizeof(*ep)));
+    for (size_t i = 0; ok && i < n; i++) {
+        json_object *e = json_object_array_get_idx(eps, i);
+        const char *t = str_of(e, "transport", sizeof(ep->transport));
+        const char *h = str_of(e, "host", sizeof(ep->host));
+        int64_t port;
+        ok = t && h && h[0] && (!strcmp(t, "tcp") || !strcmp(t, "rdma")) &&
+             int_of(e, "port", 1, 65535, &port);
+        if (ok) {
+            strcpy(ep[i].transport, t);
+            strcpy(ep[i].host, h);
+            ep[i].port = (uint16_t)port;
+        }
+    }
+    if (!ok) {
+        LOG(LOG_WARNING, "etcd: ignoring the registration %s: its value is not one rrpcd wrote",
+            key);
+        free(ep);
+        json_object_put(o);
+        return;
+    }
+    tmpl.id = id;
+    tmpl.classes = (uint32_t)classes;
+    tmpl.lease_ms = (uint32_t)lease_ms;
+    tmpl.etcd_lease = lease;
+    tmpl.has_instance = inst != NULL;
+    tmpl.eps = ep;
+    tmpl.n_eps = n;
+    tmpl.expires_ms = INT64_MAX; /* etcd's lease decides */
+    tmpl.answer_bytes = server_answer_bytes(&tmpl);
+    struct registration *r;
+    int e = registry_add(service, principal, ep, n, &tmpl, true, &r);
+    OPENSSL_cleanse(tmpl.secret, sizeof(tmpl.secret));
+    if (e) {
+        LOG(LOG_ERR, "etcd: cannot hold the registration %s: %s", key, strerror(-e));
+        free(ep);
+    } else {
+        LOG(LOG_INFO, "etcd: '%s' registered '%s' (%zu endpoints) through another rrpcd",
+            principal, service, n);
+    }
+    json_object_put(o);
+}
+
+static void apply_delete(const char *key)
+{
+    uint64_t id;
+    size_t pl = strlen(cfg->etcd_prefix);
+    if (strncmp(key + pl, "reg/", 4) || sscanf(key + pl + 4, "%16" SCNx64, &id) != 1)
+        return;
+    struct registration *r = registry_find(id);
+    if (r) {
+        LOG(LOG_INFO, "etcd: the registration of '%s' %016" PRIx64 " is gone (unregistered or "
+            "its lease expired)", r->svc->name, id);
+        registry_remove(r);
+    }
+}
+
+/* Drops what a resync did not see again; ours stay (their renewals find out). */
+static void drop_stale(void)
+{
+    struct service *s;
+    bool again = true;
+    while (again) {
+        again = false;
+        for (s = registry_services(); s && !again; s = s->next)
+            for (struct registration *r = s->regs; r; r = r->next)
+                if (r->etcd_stale && r->expires_ms == INT64_MAX) {
+                    registry_remove(r); /* may free s: start over */
+                    again = true;
+                    break;
+                }
+    }
+}
+
+static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    pthread_mutex_lock(&mu);
+    struct event *e = q_head;
+    q_head = q_tail = NULL;
+    q_len = 0;
+    pthread_cond_broadcast(&room);
+    pthread_mutex_unlock(&mu);
+    while (e) {
+        struct event *next = e->next;
+        switch (e->type) {
+        case EV_PUT:
+            apply_put(e->key, e->val, e->len);
+            break;
+        case EV_DELETE:
+            apply_delete(e->key);
+            break;
+        case EV_RESYNC:
+            for (struct service *s = registry_services(); s; s = s->next)
+                for (struct registration *r = s->regs; r; r = r->next)
+                    r->etcd_stale = true;
+            break;
+        case EV_SYNCED:
+            drop_stale();
+            if (degraded)
+                LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations); not degraded",
+                    registry_count());
+            degraded = false;
+            break;
+        case EV_DOWN:
+            if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
+                logged_ms = mono_ms();
+                LOG(LOG_ERR, "etcd: unreachable (%s): DEGRADED: lookups answer from this "
+                    "rrpcd's cache, registrations are refused; retrying every %d ms", e->why,
+                    RETRY_MS);
+            }
+            snprintf(degraded_why, sizeof(degraded_why), "%s", e->why);
+            degraded = true;
+            break;
+        }
+        free(e->key);
+        free(e->val);
+        free(e);
+        e = next;
+    }
+}
+
+/* ---- writes from the loop ------------------------------------------------------------- */
+
+static void went_down(void)
+{
+    if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
+        logged_ms = mono_ms();
+        LOG(LOG_ERR, "etcd: %s: DEGRADED: lookups answer from this rrpcd's cache, "
+            "registrations are refused", etcd_error(ops));
+    }
+    snprintf(degraded_why, sizeof(degraded_why), "%s", etcd_error(ops));
+    degraded = true;
+}
+
+int etcdreg_put(struct registration *r)
+{
+    int64_t lease;
+    int e = etcd_lease_grant(ops, ((int64_t)r->lease_ms + 999) / 1000, &lease);
+    if (e) {
+        went_down();
+        return e;
+    }
+    r->etcd_lease = lease;
+    char key[300], *val = encode(r);
+    if (!val)
+        return -ENOMEM;
+    key_of(key, sizeof(key), r->id);
+    e = etcd_put(ops, key, val, strlen(val), lease);
+    OPENSSL_cleanse(val, strlen(val));
+    free(val);
+    if (e) {
+        went_down();
+        etcd_lease_revoke(ops, lease);
+    }
+    return e;
+}
+
+int etcdreg_renew(struct registration *r)
+{
+    if (degraded)
+        return -EAGAIN; /* no wait on an etcd known to be unreachable */
+    int64_t ttl;
+    int e = etcd_lease_keepalive(ops, r->etcd_lease, &ttl);
+    if (e && e != -ENOENT)
+        went_down();
+    return e;
+}
+
+void etcdreg_remove(struct registration *r)
+{
+    if (r->etcd_lease && etcd_lease_revoke(ops, r->etcd_lease))
+        LOG(LOG_WARNING, "etcd: cannot revoke the lease of '%s' %016" PRIx64 " (%s); it "
+            "expires by itself", r->svc->name, r->id, etcd_error(ops));
+}
+
+const char *etcdreg_error(void)
+{
+    return etcd_error(ops);
+}
+
+int etcdreg_start(struct ev_loop *l, const struct config *c)
+{
+    if (!c->n_etcd)
+        return 0;
+    cfg = c;
+    loop = l;
+    const char *hosts[ETCD_MAX_ENDPOINTS];
+    for (size_t i = 0; i < c->n_etcd; i++)
+        hosts[i] = c->etcd_hosts[i];
+    struct etcd_opts o = { .hosts = hosts, .n_hosts = c->n_etcd, .cert = c->etcd_cert,
+                           .key = c->etcd_key, .ca = c->etcd_ca, .timeout_ms = OP_TIMEOUT_MS };
+    int r = etcd_open(&ops, &o);
+    if (!r)
+        r = etcd_open(&watcher, &o);
+    if (r) {
+        LOG(LOG_ERR, "etcd: cannot make a client: %s", strerror(-r));
+        return r;
+    }
+    ev_async_init(&wake, wake_cb);
+    ev_async_start(loop, &wake);
+    stop_flag = 0;
+    if ((r = pthread_create(&thread, NULL, watch_main, NULL))) {
+        LOG(LOG_ERR, "etcd: cannot start the watch thread: %s", strerror(r));
+        return -r;
+    }
+    thread_running = true;
+    LOG(LOG_NOTICE, "registry on etcd: %s%s, prefix %s, %s", c->etcd_hosts[0],
+        c->n_etcd > 1 ? " (and more)" : "", c->etcd_prefix,
+        c->etcd_ca[0] || c->etcd_cert[0] ? "https" : "http");
+    return 0;
+}
+
+void etcdreg_stop(void)
+{
+    if (thread_running) {
+        pthread_mutex_lock(&mu);
+        stop_flag = 1;
+        pthread_cond_broadcast(&room);
+        pthread_mutex_unlock(&mu);
+        pthread_join(thread, NULL);
+        thread_running = false;
+    }
+    if (ops) {
+        ev_async_stop(loop, &wake);
+        for (struct event *e = q_head, *n; e; e = n) {
+            n = e->next;
+            free(e->key);
+            free(e->val);
+            free(e);
+        }
+        q_head = q_tail = NULL;
+        q_len = 0;
+    }
+    etcd_close(ops);
+    etcd_close(watcher);
+    ops = watcher = NULL;
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers of the tests that run the real etcd: one member on free loopback
+ * ports, its data in a directory of the test's. */
+#ifndef RRPC_TEST_ETCD_TEST_H
+#define RRPC_TEST_ETCD_TEST_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+/* A loopback port free right now (the caller binds it a moment later). */
+static inline int etcd_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+        getsockname(fd, (struct sockaddr *)&a, &len))
+        abort();
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The etcd binary: $ETCD, or Debian's; exits 77 (skip) with the reason when it is missing. */
+static inline const char *etcd_bin_or_skip(void)
+{
+    const char *e = getenv("ETCD");
+    e = e && e[0] ? e : "/usr/bin/etcd";
+    if (access(e, X_OK)) {
+        printf("skipped: no etcd binary at %s (apt-get install etcd-server, or set ETCD)\n", e);
+        exit(77);
+    }
+    return e;
+}
+
+struct etcd_member {
+    pid_t pid;
+    int client_port, peer_port;
+    char dir[300]; /* its data directory and log, etcd.log */
+};
+
+/* Starts (or starts again, same ports and data) the member of @m in @m->dir; -1 on failure. */
+static inline int etcd_member_start(struct etcd_member *m)
+{
+    if (!m->client_port) {
+        m->client_port = etcd_free_port();
+        m->peer_port = etcd_free_port();
+    }
+    char curl_[128], purl[128], cluster[160], ddir[400], log[400];
+    snprintf(curl_, sizeof(curl_), "http://127.0.0.1:%d", m->client_port);
+    snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", m->peer_port);
+    snprintf(cluster, sizeof(cluster), "t=%s", purl);
+    snprintf(ddir, sizeof(ddir), "%s/data", m->dir);
+    snprintf(log, sizeof(log), "%s/etcd.log", m->dir);
+    const char *bin = etcd_bin_or_skip();
+    m->pid = fork();
+    if (m->pid == 0) {
+        if (!freopen(log, "a", stderr) || !freopen(log, "a", stdout))
+            _exit(126);
+        execl(bin, "etcd", "--name", "t", "--data-dir", ddir, "--listen-client-urls", curl_,
+              "--advertise-client-urls", curl_, "--listen-peer-urls", purl,
+              "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+              (char *)NULL);
+        _exit(127);
+    }
+    return m->pid > 0 ? 0 : -1;
+}
+
+static inline void etcd_member_stop(struct etcd_member *m, int sig)
+{
+    if (m->pid > 0) {
+        kill(m->pid, sig);
+        waitpid(m->pid, NULL, 0);
+        m->pid = -1;
+    }
+}
+
+#endif

@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Two rrpcd on one etcd (registry = etcd://...; issue #16), over real TLS with
+ * certificates from scripts/make-dev-certs.sh, and the real etcd this program
+ * starts on free loopback ports (skipped when etcd-server is missing).
+ *
+ * Environment (set by meson): RRPCD, MAKE_CERTS; ETCD (optional).
+ * No assertion depends on timing: every wait is bounded generously (30 s)
+ * and the time taken is printed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include <roce_rpc/broker.h>
+#include <roce_rpc/rrpc.h>
+
+#include "broker_test.h"
+#include "etcd_test.h"
+
+#define WAIT_MS 30000
+
+static char dir[256];
+static struct etcd_member member = { .pid = -1 };
+
+struct broker {
+    const char *name;
+    pid_t pid;
+    char addr[64];
+};
+static struct broker A = { "a", -1, "" }, B = { "b", -1, "" };
+
+static void start_rrpcd(struct broker *k)
+{
+    char portfile[300], log[300], conf[300], reg[80];
+    snprintf(portfile, sizeof(portfile), "%s/port-%s", dir, k->name);
+    snprintf(log, sizeof(log), "%s/rrpcd-%s.log", dir, k->name);
+    snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
+    snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d", member.client_port);
+    char pf[320];
+    snprintf(pf, sizeof(pf), "port_file=%s", portfile);
+    unlink(portfile);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", reg, "-s", pf, (char *)NULL);
+        _exit(127);
+    }
+    k->pid = pid;
+    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", rrpcd_wait_port(pid, portfile, log));
+}
+
+static void stop_rrpcd(struct broker *k, int sig)
+{
+    if (k->pid <= 0)
+        return;
+    int st;
+    kill(k->pid, sig);
+    assert_int_equal(waitpid(k->pid, &st, 0), k->pid);
+    k->pid = -1;
+    if (sig == SIGTERM && (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
+        fail_msg("rrpcd %s did not exit cleanly on SIGTERM (0x%x); see %s", k->name, st, dir);
+}
+
+static int open_as(const struct broker *k, const char *who, rrpc_broker **ret)
+{
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/%s.crt", dir, who);
+    snprintf(key, sizeof(key), "%s/%s.key", dir, who);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 3000 };
+    return rrpc_broker_open(k->addr, &o, ret);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_DFL);
+    etcd_bin_or_skip();
+    snprintf(dir, sizeof(dir), "/tmp/rrpc-etcd-cluster-XXXXXX");
+    const char *mk = getenv("MAKE_CERTS");
+    if (!mkdtemp(dir) || !mk || !getenv("RRPCD"))
+        return -1;
+    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f,
+            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
+            "etcd_prefix = /test/rrpc/\n"
+            "allow = register * kv-server\nallow = lookup * kv-client\n",
+            dir, dir, dir);
+    fclose(f);
+    snprintf(member.dir, sizeof(member.dir), "%s", dir);
+    if (etcd_member_start(&member))
+        return -1;
+    start_rrpcd(&A);
+    start_rrpcd(&B);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    stop_rrpcd(&A, SIGTERM);
+    stop_rrpcd(&B, SIGTERM);
+    etcd_member_stop(&member, SIGTERM);
+    if (getenv("RRPC_TEST_KEEP"))
+        fprintf(stderr, "kept %s\n", dir);
+    else
+        sh("rm -rf %s", dir);
+    return 0;
+}
+
+struct server {
+    rrpc_ctx *ctx;
+    rrpc_listener *l;
+    rrpc_broker *b;
+    int calls;
+};
+
+static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    struct server *s = user;
+    __atomic_add_fetch(&s->calls, 1, __ATOMIC_SEQ_CST);
+    rrpc_respond(req, p, len);
+}
+
+/* A server registered through @k; returns the register's result, waiting (bounded) for an
+ * rrpcd that is not synchronized with etcd yet when @wait. */
+static int server_start(struct server *s, const struct broker *k, const char *service,
+                        bool wait)
+{
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(open_as(k, "kv-server", &s->b), 0);
+    assert_int_equal(rrpc_ctx_create(&s->ctx), 0);
+    assert_int_equal(rrpc_register(s->ctx, "echo", h_echo, s), 0);
+    assert_int_equal(rrpc_broker_gate(s->b, s->ctx, service), 0);
+    assert_int_equal(rrpc_ctx_start_thread(s->ctx), 0);
+    assert_int_equal(rrpc_listen(s->ctx, "tcp://127.0.0.1:0", NULL, NULL, &s->l), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(s->l));
+    const char *uris[] = { uri };
+    int r;
+    int64_t t0 = now_ms();
+    while ((r = rrpc_broker_register(s->b, s->ctx, service, uris, 1, 0)) == -EAGAIN && wait &&
+           now_ms() - t0 < WAIT_MS)
+        sleep_ms(50);
+    return r;
+}
+
+static void server_stop(struct server *s)
+{
+    rrpc_listener_close(s->l);
+    rrpc_ctx_destroy(s->ctx);
+    rrpc_broker_close(s->b);
+}
+
+/* Looks @service up through @b until the answer is @want (0 or -ENOENT); the ms it took. */
+static int64_t lookup_until(rrpc_broker *b, const char *service, int want)
+{
+    int64_t t0 = now_ms();
+    int r;
+    do {
+        rrpc_service_info *info = NULL;
+        r = rrpc_broker_lookup(b, service, &info);
+        rrpc_service_info_free(info);
+        if (r != want)
+            sleep_ms(20);
+    } while (r != want && now_ms() - t0 < WAIT_MS);
+    if (r != want)
+        fail_msg("lookup of %s: %d (%s), wanted %d", service, r, rrpc_broker_last_error(b), want);
+    return now_ms() - t0;
+}
+
+static void call_echo(rrpc_ctx *ctx, rrpc_broker *b, const char *service)
+{
+    rrpc_conn *c;
+    int r = rrpc_connect_service(ctx, b, service, 3000, NULL, NULL, &c);
+    if (r)
+        fail_msg("connect_service: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(b));
+    void *resp = NULL;
+    size_t len = 0;
+    rrpc_call_opts o = { .qos_class = RRPC_CLASS_CONTROL, .deadline_ms = 3000 };
+    assert_int_equal(rrpc_call_sync(c, "echo", "ping", 4, &o, &resp, &len), 0);
+    assert_int_equal(len, 4);
+    free(resp);
+    rrpc_conn_close(c);
+}
+
+static void a_service_registered_through_a_is_looked_up_and_called_through_b(void **state)
+{
+    (void)state;
+    struct server s;
+    int r = server_start(&s, &A, "kv-one", true);
+    if (r)
+        fail_msg("register through A: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(s.b));
+    rrpc_broker *b;
+    assert_int_equal(open_as(&B, "kv-client", &b), 0);
+    printf("visible through B %lld ms after the register through A returned\n",
+           (long long)lookup_until(b, "kv-one", 0));
+    /* B's ticket, for a server that registered through A. */
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    call_echo(ctx, b, "kv-one");
+    assert_int_equal(s.calls, 1);
+    /* Unregistered through A: gone through B. */
+    assert_int_equal(rrpc_broker_unregister(s.b, "kv-one"), 0);
+    printf("gone through B %lld ms after the unregister through A\n",
+           (long long)lookup_until(b, "kv-one", -ENOENT));
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+    server_stop(&s);
+}
+
+static void the_registrations_of_a_killed_broker_expire_with_their_etcd_lease(void **state)
+{
+    (void)state;
+    struct server s;
+    assert_int_equal(server_start(&s, &A, "kv-orphan", true), 0);
+    rrpc_broker *b;
+    assert_int_equal(open_as(&B, "kv-client", &b), 0);
+    lookup_until(b, "kv-orphan", 0);
+    /* A dies: nobody keeps the lease alive (the server's renewals find no broker). */
+    stop_rrpcd(&A, SIGKILL);
+    printf("gone through B %lld ms after A was killed (lease_ms 2000)\n",
+           (long long)lookup_until(b, "kv-orphan", -ENOENT));
+    rrpc_broker_close(b);
+    server_stop(&s);
+    start_rrpcd(&A);
+}
+
+static void without_etcd_lookups_answer_from_cache_registrations_fail_and_all_recovers(
+    void **state)
+{
+    (void)state;
+    struct server s1, s2, s3;
+    assert_int_equal(server_start(&s1, &A, "kv-cached", true), 0);
+    rrpc_broker *b;
+    assert_int_equal(open_as(&B, "kv-client", &b), 0);
+    lookup_until(b, "kv-cached", 0);
+
+    etcd_member_stop(&member, SIGKILL);
+    /* Lookups from B's cache go on, also past the lease's length. */
+    for (int i = 0; i < 40; i++) {
+        rrpc_service_info *info = NULL;
+        int r = rrpc_broker_lookup(b, "kv-cached", &info);
+        if (r)
+            fail_msg("lookup %d with etcd down: %s: %s", i, rrpc_strerror(r),
+                     rrpc_broker_last_error(b));
+        rrpc_service_info_free(info);
+        sleep_ms(100);
+    }
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    call_echo(ctx, b, "kv-cached");
+    /* A registration is refused, and says why. */
+    int r = server_start(&s2, &A, "kv-refused", false);
+    assert_int_equal(r, -EAGAIN);
+    const char *why = rrpc_broker_last_error(s2.b);
+    printf("register with etcd down: %s\n", why);
+    assert_non_null(strstr(why, "degraded"));
+    assert_non_null(strstr(why, "etcd"));
+    server_stop(&s2);
+
+    /* etcd returns (same data): registrations work again, and B sees them. */
+    assert_int_equal(etcd_member_start(&member), 0);
+    int64_t t0 = now_ms();
+    r = server_start(&s3, &A, "kv-after", true);
+    if (r)
+        fail_msg("register after etcd returned: %s: %s", rrpc_strerror(r),
+                 rrpc_broker_last_error(s3.b));
+    printf("registration accepted %lld ms after etcd was started again\n",
+           (long long)(now_ms() - t0));
+    lookup_until(b, "kv-after", 0);
+    call_echo(ctx, b, "kv-after");
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+    server_stop(&s3);
+    server_stop(&s1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_service_registered_through_a_is_looked_up_and_called_through_b),
+        cmocka_unit_test(the_registrations_of_a_killed_broker_expire_with_their_etcd_lease),
+        cmocka_unit_test(
+            without_etcd_lookups_answer_from_cache_registrations_fail_and_all_recovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
