@@ -452,6 +452,17 @@ class _Core:
             self.kick()
         return fut
 
+    def future(self):
+        """The future an operation of this context completes: on a context
+        that roce_rpc.aio drives, a future of its event loop (completions
+        run on that loop's thread; a cancelled one is left as it is), else
+        a running concurrent.futures.Future."""
+        if self.aio is not None:
+            return self.aio.create_future()
+        fut = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        return fut
+
     def conn_slot(self):
         """(_ConnSlot, user pointer) for the events of a connection we make."""
         slot = _ConnSlot(self)
@@ -945,8 +956,7 @@ class Context(_Closable):
         @timeout s, RrpcPermissionError when the ticket is refused)."""
         core = self._core
         slot, user = core.conn_slot()
-        slot.fut = fut = concurrent.futures.Future()
-        fut.set_running_or_notify_cancel()
+        slot.fut = fut = core.future()
         slot.what = "connect %s" % uri
         pp = ffi.new("rrpc_conn **")
         opts = ffi.new("rrpc_connect_opts *")
@@ -1260,11 +1270,7 @@ class Conn(_Closable):
         the response bytes (or RrpcError).  @callback(future), if given, is
         added as a done callback; it runs on the loop thread."""
         core = self._core
-        if _fut is None:
-            fut = concurrent.futures.Future()
-            fut.set_running_or_notify_cancel()
-        else:
-            fut = _fut  # roce_rpc.aio: an asyncio future of the loop that runs the callbacks
+        fut = _fut if _fut is not None else core.future()  # _fut: call()'s _Waiter
         if callback is not None:
             fut.add_done_callback(callback)
         opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
@@ -1299,8 +1305,7 @@ class Conn(_Closable):
             remote = Token.from_bytes(remote)
         if length is None:
             length = min(local.nbytes - local_offset, remote.length - remote_offset)
-        fut = concurrent.futures.Future()
-        fut.set_running_or_notify_cancel()
+        fut = core.future()
         opts = ffi.new("rrpc_op_opts *")
         opts.qos_class = _qos(qos, lib.RRPC_CLASS_BULK)
         if notify is not None:

@@ -40,7 +40,6 @@ loop that has to run for them to finish.
 import asyncio
 import collections
 import logging
-import threading
 from typing import Any, Callable, Optional, Tuple
 
 from ._rrpc import ffi, lib
@@ -50,31 +49,6 @@ from ._core import RrpcError, _closed_error
 __all__ = ["Context", "Conn", "TensorServer"]
 
 log = logging.getLogger("roce_rpc")
-
-
-def _bridge(loop, cfut):
-    """An asyncio future on @loop that follows the concurrent future @cfut.
-    Completions run on @loop's thread (the context is driven there); only
-    a close from another thread takes the threadsafe path."""
-    af = loop.create_future()
-    owner = threading.get_ident()
-
-    def settle(f):
-        if af.done():  # cancelled by the awaiting task: never delivered
-            return
-        exc = f.exception()
-        if exc is not None:
-            af.set_exception(exc)
-        else:
-            af.set_result(f.result())
-
-    def done(f):
-        if threading.get_ident() == owner:
-            settle(f)
-        elif not loop.is_closed():
-            loop.call_soon_threadsafe(settle, f)
-    cfut.add_done_callback(done)
-    return af
 
 
 class _AsyncWith:
@@ -246,9 +220,9 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                       src: Optional[str] = None) -> "Conn":
         """Connects to @uri; returns once the connection is up.  Raises as
         roce_rpc.Context.connect; cancelling closes the half-made connection."""
-        c, cfut = self.sync.connect_async(uri, timeout=timeout, ticket=ticket, src=src)
+        c, fut = self.sync.connect_async(uri, timeout=timeout, ticket=ticket, src=src)
         try:
-            await _bridge(self._loop, cfut)
+            await fut  # of this loop: the context's futures are (_Core.future)
         except BaseException:
             c.close()
             raise
@@ -315,40 +289,32 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
             raise AttributeError(name)
         return getattr(self.sync, name)
 
-    def _await(self, cfut):
-        return _bridge(self._actx._loop, cfut)
-
     async def call(self, method: str, data=b"", *, qos=None,
                    timeout: Optional[float] = None) -> bytes:
         """Calls @method; the response bytes, or RrpcError (a handler's code
         > 0, RrpcTimeoutError at the deadline, ...)."""
-        # the completion runs on this loop's thread: it settles an asyncio
-        # future directly (a cancelled one is left as it is)
-        fut = self._actx._loop.create_future()
-        return await self.sync.call_async(method, data, qos=qos, timeout=timeout, _fut=fut)
+        return await self.sync.call_async(method, data, qos=qos, timeout=timeout)
 
     async def write(self, local, local_offset: int, remote, remote_offset: int = 0,
                     length: Optional[int] = None, *, qos=None, notify: Optional[int] = None
                     ) -> None:
         """One-sided WRITE (see roce_rpc.Conn.write_async); @notify: write-with-notify."""
-        await self._await(self.sync.write_async(local, local_offset, remote, remote_offset,
-                                                length, qos=qos, notify=notify))
+        await self.sync.write_async(local, local_offset, remote, remote_offset, length,
+                                    qos=qos, notify=notify)
 
     async def read(self, local, local_offset: int, remote, remote_offset: int = 0,
                    length: Optional[int] = None, *, qos=None) -> None:
         """One-sided READ into Region @local."""
-        await self._await(self.sync.read_async(local, local_offset, remote, remote_offset,
-                                               length, qos=qos))
+        await self.sync.read_async(local, local_offset, remote, remote_offset, length, qos=qos)
 
     async def send_tensor(self, name: str, array: Any, *, qos=None) -> None:
         """Sends @array as tensor @name; returns when the receiver has it all."""
-        await self._await(self.sync.send_tensor_async(name, array, qos=qos))
+        await self.sync.send_tensor_async(name, array, qos=qos)
 
     async def kv_transfer(self, src, dst, pairs, *, qos=None, notify: Optional[int] = None
                           ) -> int:
         """Copies KV pages (see roce_rpc.Conn.kv_transfer); the WRITE count."""
-        return await self._await(self.sync.kv_transfer_async(src, dst, pairs, qos=qos,
-                                                             notify=notify))
+        return await self.sync.kv_transfer_async(src, dst, pairs, qos=qos, notify=notify)
 
     def close(self) -> None:
         self.sync.close()

@@ -18,7 +18,6 @@ KV pages: pool = ctx.kv_pool(array) over an array whose first dimension
 counts pages; pool.token(conn) goes to the peer (KvToken, 48 bytes); the
 peer calls conn.kv_transfer(its_pool, token, [(src, dst), ...]).
 """
-import concurrent.futures
 import errno
 import logging
 import os as _os
@@ -223,8 +222,7 @@ def send_tensor_async(conn, name, array, *, qos=None):
     else:
         region, temp = _region_for(core, a, writable=False)
         _describe(t, a, region, code=code)
-    fut = concurrent.futures.Future()
-    fut.set_running_or_notify_cancel()
+    fut = core.future()
     enders = (region, _Temp(region)) if temp else (region,)
 
     def start(user):
@@ -692,8 +690,7 @@ def kv_transfer_async(conn, src, dst, pairs, *, qos=None, notify=None):
         opts.notify = 1
         opts.imm = int(notify) & 0xFFFFFFFF
     writes = _Writes()
-    fut = concurrent.futures.Future()
-    fut.set_running_or_notify_cancel()
+    fut = core.future()
 
     def start(user):
         r = lib.rrpc_kv_transfer(conn._ptr, src._ptr, dst._c(), cpairs, n, opts,
