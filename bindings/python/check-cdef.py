@@ -18,7 +18,8 @@ import sys
 
 # function -> why the Python package does not bind it
 NOT_BOUND = {
-    "rrpc_conn_stats": "not bound yet: metrics from Python come next",
+    "rrpc_conn_stats": "Context.stats() has the per-peer sums (rrpc_ctx_peer_stats); a "
+                       "connection's own figures are C only",
     "rrpc_call_sync": "Python waits on a Future, which can be interrupted; a blocking C wait cannot",
     "rrpc_read_sync": "as rrpc_call_sync",
     "rrpc_write_sync": "as rrpc_call_sync",

@@ -49,6 +49,8 @@ void rrpc_config_destroy(rrpc_config *cfg);
 int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx);
 const char *rrpc_version(void);
 #define RRPC_STATS_RTT_BUCKETS 24
+#define RRPC_STATS_ERRORS 9
+#define RRPC_STATS_PEERS 64
 typedef struct rrpc_class_stats {
     uint64_t calls;
     uint64_t calls_ok;
@@ -60,8 +62,13 @@ typedef struct rrpc_class_stats {
     uint64_t onesided_bytes;
     uint64_t onesided_failed;
     uint64_t credit_stalls;
+    uint64_t credit_wait_ns;
+    uint64_t queued_frames;
     uint64_t rtt_us_sum;
     uint64_t rtt_buckets[24];
+    uint64_t onesided_us_sum;
+    uint64_t onesided_buckets[24];
+    uint64_t call_errors[9];
     uint64_t reserved[4];
 } rrpc_class_stats;
 typedef struct rrpc_stats {
@@ -73,6 +80,27 @@ typedef struct rrpc_stats {
 } rrpc_stats;
 int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
 int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);
+const char *rrpc_stats_error_label(int i);
+int rrpc_stats_error_slot(int status);
+typedef struct rrpc_conn_stat {
+    uint64_t calls;
+    uint64_t calls_ok;
+    uint64_t calls_failed;
+    uint64_t requests;
+    uint64_t frames_out;
+    uint64_t bytes_out;
+    uint64_t frames_in;
+    uint64_t bytes_in;
+    uint64_t onesided_ops;
+    uint64_t onesided_bytes;
+    uint64_t reserved[6];
+} rrpc_conn_stat;
+typedef struct rrpc_peer_stats {
+    char peer[48];
+    uint64_t conns;
+    rrpc_conn_stat s;
+} rrpc_peer_stats;
+int rrpc_ctx_peer_stats(rrpc_ctx *ctx, rrpc_peer_stats *ret, size_t n, size_t *ret_n);
 const char *rrpc_ctx_last_error(rrpc_ctx *ctx);
 
 typedef enum rrpc_conn_event { RRPC_CONN_UP, RRPC_CONN_DOWN, ... } rrpc_conn_event;

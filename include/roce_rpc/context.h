@@ -192,11 +192,24 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
 
 /* ---- metrics --------------------------------------------------------------- */
 
-/* Round-trip buckets of rrpc_class_stats: bucket 0 counts round trips of at
- * most 1 us, bucket i (1..RRPC_STATS_RTT_BUCKETS - 2) those in (2^(i-1), 2^i]
- * us, the last one those over 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about
- * 4.2 s).  Upper bounds are inclusive, as Prometheus' "le" says. */
+/* Latency buckets of rrpc_class_stats (call round trips, one-sided
+ * completions): bucket 0 counts durations of at most 1 us, bucket i
+ * (1..RRPC_STATS_RTT_BUCKETS - 2) those in (2^(i-1), 2^i] us, the last one
+ * those over 2^(RRPC_STATS_RTT_BUCKETS - 2) us (about 4.2 s).  Upper bounds
+ * are inclusive, as Prometheus' "le" says. */
 #define RRPC_STATS_RTT_BUCKETS 24
+
+/* Failed calls by code (rrpc_class_stats.call_errors): a fixed table, so the
+ * series stay bounded whatever the peers answer.  rrpc_stats_error_label
+ * names each slot: "RRPC_E_DEADLINE", "RRPC_E_CONN_LOST", "RRPC_E_CLOSED",
+ * "RRPC_E_NO_METHOD", "RRPC_E_TOO_BIG", "RRPC_E_LIMIT", "RRPC_E_ARGS",
+ * "application" (a positive code a handler answered), "other". */
+#define RRPC_STATS_ERRORS 9
+
+/* The label of slot @i of call_errors (NULL outside 0..RRPC_STATS_ERRORS-1),
+ * and the slot a status counts in (-1 for status 0). */
+RRPC_API const char *rrpc_stats_error_label(int i);
+RRPC_API int rrpc_stats_error_slot(int status);
 
 /*
  * What a context did in one QoS class, counted since it was made.  The
@@ -214,8 +227,18 @@ typedef struct rrpc_class_stats {
     uint64_t onesided_bytes;  /* their bytes */
     uint64_t onesided_failed; /* those that completed with an error */
     uint64_t credit_stalls;   /* frames queued while the class had no credit from the peer */
+    uint64_t credit_wait_ns;  /* time frames of the class waited for credit, ns: on each
+                                 connection from its first stall until a frame that waited
+                                 leaves, summed over the connections */
+    uint64_t queued_frames;   /* a gauge: frames of the class in the send queues of the
+                                 context's connections when the snapshot was taken (waiting
+                                 for credit or for the transport) */
     uint64_t rtt_us_sum;      /* sum of the round trips of answered calls, us */
     uint64_t rtt_buckets[RRPC_STATS_RTT_BUCKETS]; /* their round trips (see above) */
+    uint64_t onesided_us_sum; /* sum of the one-sided operations' durations, start to
+                                 completion (ok or failed), us */
+    uint64_t onesided_buckets[RRPC_STATS_RTT_BUCKETS]; /* their durations */
+    uint64_t call_errors[RRPC_STATS_ERRORS]; /* calls_failed by code (see above) */
     uint64_t reserved[4];
 } rrpc_class_stats;
 
@@ -229,8 +252,9 @@ typedef struct rrpc_stats {
 
 /*
  * Copies @ctx's counters into *@ret (any thread; a consistent snapshot,
- * taken under the context's lock).  Counting costs a few additions per call
- * on the loop thread and is always on.  Returns 0 or -EINVAL.
+ * taken under the context's lock; the queue depths are counted then, by
+ * walking the connections' send queues).  Counting costs a few additions per
+ * call on the loop thread and is always on.  Returns 0 or -EINVAL.
  */
 RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
 
@@ -438,7 +462,9 @@ typedef struct rrpc_conn_stat {
     uint64_t bytes_out;    /* their payload bytes */
     uint64_t frames_in;    /* frames received */
     uint64_t bytes_in;     /* their payload bytes */
-    uint64_t reserved[8];
+    uint64_t onesided_ops;   /* READs and WRITEs started on it */
+    uint64_t onesided_bytes; /* their bytes */
+    uint64_t reserved[6];
 } rrpc_conn_stat;
 
 /*
@@ -447,6 +473,32 @@ typedef struct rrpc_conn_stat {
  * or inside its event callback).  Returns 0 or -EINVAL.
  */
 RRPC_API int rrpc_conn_stats(rrpc_conn *conn, rrpc_conn_stat *ret);
+
+/* Peers rrpc_ctx_peer_stats tells apart; the connections of any further
+ * peer count together under the peer "other". */
+#define RRPC_STATS_PEERS 64
+
+/*
+ * What the context's connections to one peer carried: @peer is the peer's
+ * address without its port ("10.0.0.2", "fd00::2"; the transport's name,
+ * "inproc", where it has no address), or "other".  Counted for the
+ * connections that came up (all they did, from the moment they were made);
+ * the counters of a connection that went down stay with its peer.
+ */
+typedef struct rrpc_peer_stats {
+    char peer[48];
+    uint64_t conns;   /* a gauge: its connections up when the snapshot was taken */
+    rrpc_conn_stat s; /* their counters summed (rrpc_conn_stat) */
+} rrpc_peer_stats;
+
+/*
+ * Copies the per-peer counters of @ctx into @ret (room for @n entries; at
+ * most RRPC_STATS_PEERS + 1 exist) and their number into *@ret_n, in the
+ * order the peers first came up ("other" last).  Any thread.  Returns 0,
+ * -EINVAL, or -ENOBUFS when @n is too small (*@ret_n says how many exist;
+ * the first @n are copied).
+ */
+RRPC_API int rrpc_ctx_peer_stats(rrpc_ctx *ctx, rrpc_peer_stats *ret, size_t n, size_t *ret_n);
 
 #ifdef __cplusplus
 }

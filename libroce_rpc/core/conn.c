@@ -120,7 +120,7 @@ bool rrpci_conn_enter(rrpc_conn *c, enum rrpci_conn_event ev)
     case RRPCI_UP:
         rrpci_timer_stop(&c->setup_timer);
         c->announced = true;
-        c->ctx->stats.conns_up++;
+        rrpci_stats_conn_up(c);
         rrpci_ka_start(c);
         break;
     case RRPCI_REFUSING: /* the ERROR frame has 50 ms to leave */
@@ -287,6 +287,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         rrpci_set_error(c->ctx, reason, "%s connection down: %s", c->ops->name, c->down_why);
         c->fn(c, RRPC_CONN_DOWN, reason, c->user);
     }
+    rrpci_stats_conn_gone(c);
     rrpci_list_del(&c->link);
     c->refs--; /* the context's list; ours, taken above, is still held */
     rrpci_conn_unref(c);

@@ -65,6 +65,14 @@ struct rrpc_ctx {
                          * reach the kernel only at the next run: progress is due at once */
     struct rrpci_timer *timers; /* the active ones */
     rrpc_stats stats; /* the metrics (core/stats.c), under the lock */
+    /* Per peer: the counters of its connections gone down (the ones up are
+     * summed when read); slot RRPC_STATS_PEERS is "other". */
+    struct rrpci_peer {
+        char name[48];
+        rrpc_conn_stat gone;
+    } peers[RRPC_STATS_PEERS + 1];
+    uint32_t n_peers; /* slots used below RRPC_STATS_PEERS */
+    bool peer_other;  /* some connection counted under "other" */
 
     struct rrpci_config cfg;
     struct rrpci_class_cfg cls[RRPCI_MAX_CLASSES];
@@ -107,6 +115,7 @@ struct rrpci_class_state {
     struct rrpci_msg *head, *tail; /* waiting for credit or for the transport */
     bool blocked;                  /* the transport said -EAGAIN */
     uint32_t held; /* consumed requests whose credit is held back: answer backlog */
+    double stall_t0; /* rrpci_stats_now() since frames wait for credit; 0: none wait */
 };
 
 struct rrpc_conn {
@@ -147,6 +156,7 @@ struct rrpc_conn {
     ev_tstamp last_rx, ka_sent;
     bool ka_probe_out;
     rrpc_conn_stat stats; /* its counters (core/stats.c), under the lock */
+    int peer_slot;        /* its peer's slot in ctx->peers + 1; 0: it never came up */
     void *priv;
 };
 
@@ -276,16 +286,26 @@ double rrpci_stats_now(void);
 int rrpci_stats_bucket(double us);
 /* The Prometheus text of the snapshot @st, as rrpc_ctx_stats_text (whose
  * body it is, the snapshot taken); pure, for the unit tests. */
-int rrpci_stats_render(const rrpc_stats *st, char *buf, size_t len, size_t *ret_len);
+int rrpci_stats_render(const rrpc_stats *st, const rrpc_peer_stats *peers, size_t n_peers,
+                       char *buf, size_t len, size_t *ret_len);
 void rrpci_stats_call(rrpc_conn *c, int cls, size_t len);
 void rrpci_stats_call_done(rrpc_conn *c, int cls, int status, size_t len, double t0);
 void rrpci_stats_request(rrpc_conn *c, int cls);
 /* A frame of @len payload bytes taken by the transport / received on @c. */
 void rrpci_stats_frame_out(rrpc_conn *c, size_t len);
 void rrpci_stats_frame_in(rrpc_conn *c, size_t len);
-void rrpci_stats_onesided(rrpc_ctx *ctx, int cls, size_t len);
-void rrpci_stats_onesided_failed(rrpc_ctx *ctx, int cls);
-void rrpci_stats_credit_stall(rrpc_ctx *ctx, int cls);
+void rrpci_stats_onesided(rrpc_conn *c, int cls, size_t len);
+/* A one-sided operation started at @t0 completed with @status. */
+void rrpci_stats_onesided_done(rrpc_conn *c, int cls, int status, double t0);
+/* A frame of @s's class queued with no credit from the peer: counts the
+ * stall and starts the class's wait clock; _credit_sent stops it when a frame
+ * that waited leaves, and restarts it if the rest still has no credit. */
+void rrpci_stats_credit_stall(rrpc_ctx *ctx, int cls, struct rrpci_class_state *s);
+void rrpci_stats_credit_sent(rrpc_ctx *ctx, int cls, struct rrpci_class_state *s);
+/* @c came up: it is counted, and under its peer from now on. */
+void rrpci_stats_conn_up(rrpc_conn *c);
+/* @c leaves the context's list: its counters stay with its peer. */
+void rrpci_stats_conn_gone(rrpc_conn *c);
 void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
 void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);

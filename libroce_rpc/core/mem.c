@@ -226,6 +226,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     pd->remote_addr = remote->addr + remote_off;
     pd->len = len;
     pd->cls = cls;
+    pd->t0 = rrpci_stats_now();
     uint64_t id = pd->node.key;
     if (c->ops->rdma) {
         struct rrpci_rdma_op op = {
@@ -281,7 +282,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
         }
     }
     if (r == 0)
-        rrpci_stats_onesided(ctx, cls, len);
+        rrpci_stats_onesided(c, cls, len);
 out:
     rrpci_unlock(ctx);
     return r;
@@ -305,8 +306,7 @@ static void os_complete(rrpc_conn *c, struct rrpci_pending *pd)
 {
     rrpci_idmap_del(&c->pending, pd->node.key);
     rrpci_timer_stop(&pd->deadline);
-    if (pd->op_status != 0)
-        rrpci_stats_onesided_failed(c->ctx, pd->cls);
+    rrpci_stats_onesided_done(c, pd->cls, pd->op_status, pd->t0);
     pd->op_cb(pd->op_status, pd->user);
     free(pd);
 }

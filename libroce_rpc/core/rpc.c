@@ -191,7 +191,7 @@ void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
         rrpc_result res = {.status = status, .message = msg ? msg : ""};
         pd->cb(&res, pd->user);
     } else if (pd->op_cb) {
-        rrpci_stats_onesided_failed(pd->conn->ctx, pd->cls);
+        rrpci_stats_onesided_done(pd->conn, pd->cls, status, pd->t0);
         rrpci_os_fail_detail(pd, status, false, (const uint8_t *)msg, msg ? strlen(msg) : 0);
         pd->op_cb(status, pd->user);
     }

@@ -88,6 +88,8 @@ void rrpci_conn_flush(rrpc_conn *c)
         }
         c->answer_bytes -= answer; /* taken: the transport owns @m now */
         rrpci_stats_frame_out(c, len);
+        if (!exempt && s->stall_t0 != 0)
+            rrpci_stats_credit_sent(c->ctx, cls, s);
     }
     c->in_flush = false;
     if (rrpci_conn_wire_open(c) && !rrpci_conn_backlogged(c))
@@ -114,7 +116,7 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
             s->tail = m;
     } else {
         if (s->credit.tx_avail == 0 && c->announced)
-            rrpci_stats_credit_stall(c->ctx, cls);
+            rrpci_stats_credit_stall(c->ctx, cls, s);
         if (s->tail) {
             s->tail->next = m;
             s->tail = m;

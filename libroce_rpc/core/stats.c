@@ -4,7 +4,9 @@
  * which every caller of the rrpci_stats_* hooks holds. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,12 +35,58 @@ int rrpci_stats_bucket(double us)
     return i;
 }
 
+/* Slot of call_errors by status; rrpc_stats_error_label names them. */
+static const struct {
+    int code;
+    const char *label;
+} err_slots[RRPC_STATS_ERRORS - 2] = {
+    {RRPC_E_DEADLINE, "RRPC_E_DEADLINE"}, {RRPC_E_CONN_LOST, "RRPC_E_CONN_LOST"},
+    {RRPC_E_CLOSED, "RRPC_E_CLOSED"},     {RRPC_E_NO_METHOD, "RRPC_E_NO_METHOD"},
+    {RRPC_E_TOO_BIG, "RRPC_E_TOO_BIG"},   {RRPC_E_LIMIT, "RRPC_E_LIMIT"},
+    {RRPC_E_ARGS, "RRPC_E_ARGS"},
+};
+#define ERR_APPLICATION (RRPC_STATS_ERRORS - 2)
+#define ERR_OTHER (RRPC_STATS_ERRORS - 1)
+
+RRPC_API const char *rrpc_stats_error_label(int i)
+{
+    if (i < 0 || i >= RRPC_STATS_ERRORS)
+        return NULL;
+    if (i == ERR_APPLICATION)
+        return "application";
+    if (i == ERR_OTHER)
+        return "other";
+    return err_slots[i].label;
+}
+
+RRPC_API int rrpc_stats_error_slot(int status)
+{
+    if (status == 0)
+        return -1;
+    if (status > 0)
+        return ERR_APPLICATION;
+    for (int i = 0; i < ERR_APPLICATION; i++)
+        if (err_slots[i].code == status)
+            return i;
+    return ERR_OTHER;
+}
+
 void rrpci_stats_call(rrpc_conn *c, int cls, size_t len)
 {
     rrpc_class_stats *s = cls_stats(c->ctx, cls);
     s->calls++;
     s->call_bytes_out += len;
     c->stats.calls++;
+}
+
+/* Adds the time since @t0 to a latency histogram. */
+static void observe(uint64_t *sum_us, uint64_t *buckets, double t0)
+{
+    double us = (rrpci_stats_now() - t0) * 1e6;
+    if (us < 0)
+        us = 0;
+    *sum_us += (uint64_t)us;
+    buckets[rrpci_stats_bucket(us)]++;
 }
 
 void rrpci_stats_call_done(rrpc_conn *c, int cls, int status, size_t len, double t0)
@@ -49,14 +97,11 @@ void rrpci_stats_call_done(rrpc_conn *c, int cls, int status, size_t len, double
         c->stats.calls_ok++;
     } else {
         s->calls_failed++;
+        s->call_errors[rrpc_stats_error_slot(status)]++;
         c->stats.calls_failed++;
     }
     s->call_bytes_in += len;
-    double us = (rrpci_stats_now() - t0) * 1e6;
-    if (us < 0)
-        us = 0;
-    s->rtt_us_sum += (uint64_t)us;
-    s->rtt_buckets[rrpci_stats_bucket(us)]++;
+    observe(&s->rtt_us_sum, s->rtt_buckets, t0);
 }
 
 void rrpci_stats_request(rrpc_conn *c, int cls)
@@ -77,21 +122,114 @@ void rrpci_stats_frame_in(rrpc_conn *c, size_t len)
     c->stats.bytes_in += len;
 }
 
-void rrpci_stats_onesided(rrpc_ctx *ctx, int cls, size_t len)
+void rrpci_stats_onesided(rrpc_conn *c, int cls, size_t len)
 {
-    rrpc_class_stats *s = cls_stats(ctx, cls);
+    rrpc_class_stats *s = cls_stats(c->ctx, cls);
     s->onesided_ops++;
     s->onesided_bytes += len;
+    c->stats.onesided_ops++;
+    c->stats.onesided_bytes += len;
 }
 
-void rrpci_stats_onesided_failed(rrpc_ctx *ctx, int cls)
+void rrpci_stats_onesided_done(rrpc_conn *c, int cls, int status, double t0)
 {
-    cls_stats(ctx, cls)->onesided_failed++;
+    rrpc_class_stats *s = cls_stats(c->ctx, cls);
+    if (status != 0)
+        s->onesided_failed++;
+    observe(&s->onesided_us_sum, s->onesided_buckets, t0);
 }
 
-void rrpci_stats_credit_stall(rrpc_ctx *ctx, int cls)
+void rrpci_stats_credit_stall(rrpc_ctx *ctx, int cls, struct rrpci_class_state *s)
 {
     cls_stats(ctx, cls)->credit_stalls++;
+    if (s->stall_t0 == 0)
+        s->stall_t0 = rrpci_stats_now();
+}
+
+/* Off the fast path: only called while a wait clock runs. */
+void rrpci_stats_credit_sent(rrpc_ctx *ctx, int cls, struct rrpci_class_state *s)
+{
+    double now = rrpci_stats_now();
+    if (now > s->stall_t0)
+        cls_stats(ctx, cls)->credit_wait_ns += (uint64_t)((now - s->stall_t0) * 1e9);
+    bool still = s->credit.tx_avail == 0 && s->head;
+    s->stall_t0 = still ? now : 0;
+}
+
+/* ---- per peer -------------------------------------------------------------- */
+
+static void conn_stat_add(rrpc_conn_stat *to, const rrpc_conn_stat *from)
+{
+    to->calls += from->calls;
+    to->calls_ok += from->calls_ok;
+    to->calls_failed += from->calls_failed;
+    to->requests += from->requests;
+    to->frames_out += from->frames_out;
+    to->bytes_out += from->bytes_out;
+    to->frames_in += from->frames_in;
+    to->bytes_in += from->bytes_in;
+    to->onesided_ops += from->onesided_ops;
+    to->onesided_bytes += from->onesided_bytes;
+}
+
+void rrpci_stats_conn_up(rrpc_conn *c)
+{
+    rrpc_ctx *ctx = c->ctx;
+    ctx->stats.conns_up++;
+    char name[sizeof(ctx->peers[0].name) + 8] = "";
+    if (c->ops->peer_name)
+        c->ops->peer_name(c, name, sizeof(name));
+    char *colon = strrchr(name, ':'); /* "HOST:PORT": the port goes */
+    if (colon)
+        *colon = 0;
+    if (!name[0] || strlen(name) >= sizeof(ctx->peers[0].name))
+        snprintf(name, sizeof(name), "%s", c->ops->name);
+    uint32_t i = 0;
+    while (i < ctx->n_peers && strcmp(ctx->peers[i].name, name) != 0)
+        i++;
+    if (i == ctx->n_peers) {
+        if (ctx->n_peers < RRPC_STATS_PEERS) {
+            snprintf(ctx->peers[i].name, sizeof(ctx->peers[i].name), "%s", name);
+            ctx->n_peers++;
+        } else {
+            i = RRPC_STATS_PEERS;
+            ctx->peer_other = true;
+        }
+    }
+    c->peer_slot = (int)i + 1;
+}
+
+void rrpci_stats_conn_gone(rrpc_conn *c)
+{
+    if (c->peer_slot)
+        conn_stat_add(&c->ctx->peers[c->peer_slot - 1].gone, &c->stats);
+}
+
+/* The per-peer view under the lock: @ret has room for RRPC_STATS_PEERS + 1. */
+static size_t peer_snapshot(rrpc_ctx *ctx, rrpc_peer_stats *ret)
+{
+    size_t n = ctx->n_peers + (ctx->peer_other ? 1 : 0);
+    for (uint32_t i = 0; i < ctx->n_peers; i++) {
+        snprintf(ret[i].peer, sizeof(ret[i].peer), "%s", ctx->peers[i].name);
+        ret[i].conns = 0;
+        ret[i].s = ctx->peers[i].gone;
+    }
+    if (ctx->peer_other) {
+        rrpc_peer_stats *o = &ret[n - 1];
+        snprintf(o->peer, sizeof(o->peer), "other");
+        o->conns = 0;
+        o->s = ctx->peers[RRPC_STATS_PEERS].gone;
+    }
+    for (struct rrpci_list *l = ctx->conns.next; l != &ctx->conns; l = l->next) {
+        const rrpc_conn *c = rrpci_container_of(l, rrpc_conn, link);
+        if (!c->peer_slot)
+            continue;
+        size_t i = c->peer_slot - 1 == RRPC_STATS_PEERS ? n - 1 : (size_t)c->peer_slot - 1;
+        conn_stat_add(&ret[i].s, &c->stats);
+        if (c->state == RRPCI_UP)
+            ret[i].conns++;
+    }
+    return n;
 }
 
 RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret)
@@ -100,6 +238,13 @@ RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret)
         return -EINVAL;
     rrpci_lock(ctx);
     *ret = ctx->stats;
+    /* Queue depths are counted here, when read, not on every send. */
+    for (struct rrpci_list *l = ctx->conns.next; l != &ctx->conns; l = l->next) {
+        const rrpc_conn *c = rrpci_container_of(l, rrpc_conn, link);
+        for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+            for (const struct rrpci_msg *m = c->cls[i].head; m; m = m->next)
+                ret->cls[rrpci_cls_public(i)].queued_frames++;
+    }
     pthread_mutex_unlock(&ctx->lock); /* not rrpci_unlock: nothing changed */
     return 0;
 }
@@ -112,6 +257,23 @@ RRPC_API int rrpc_conn_stats(rrpc_conn *c, rrpc_conn_stat *ret)
     *ret = c->stats;
     pthread_mutex_unlock(&c->ctx->lock); /* as rrpc_ctx_stats */
     return 0;
+}
+
+RRPC_API int rrpc_ctx_peer_stats(rrpc_ctx *ctx, rrpc_peer_stats *ret, size_t n, size_t *ret_n)
+{
+    if (!ctx || !ret_n || (n && !ret))
+        return -EINVAL;
+    rrpc_peer_stats *all = malloc(sizeof(*all) * (RRPC_STATS_PEERS + 1));
+    if (!all)
+        return -ENOMEM;
+    rrpci_lock(ctx);
+    size_t have = peer_snapshot(ctx, all);
+    pthread_mutex_unlock(&ctx->lock); /* as rrpc_ctx_stats */
+    if (n)
+        memcpy(ret, all, sizeof(*all) * (have < n ? have : n));
+    free(all);
+    *ret_n = have;
+    return have > n ? -ENOBUFS : 0;
 }
 
 /* ---- Prometheus text ------------------------------------------------------------ */
@@ -152,7 +314,82 @@ static void single(struct out *o, const char *name, const char *help, uint64_t v
         (unsigned long long)v);
 }
 
-int rrpci_stats_render(const rrpc_stats *sp, char *buf, size_t len, size_t *ret_len)
+/* A gauge family with a value per class. */
+static void per_class_gauge(struct out *o, const rrpc_stats *st, const char *name,
+                            const char *help, size_t off)
+{
+    put(o, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st->cls[c] + off, sizeof(v));
+        put(o, "%s{class=\"%s\"} %llu\n", name, rrpc_class_name(c), (unsigned long long)v);
+    }
+}
+
+/* A histogram family per class from microsecond buckets at offset @off_b of
+ * rrpc_class_stats and their sum at @off_sum. */
+static void histogram(struct out *o, const rrpc_stats *st, const char *h, const char *help,
+                      size_t off_b, size_t off_sum)
+{
+    put(o, "# HELP %s %s\n# TYPE %s histogram\n", h, help, h);
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++) {
+        const char *base = (const char *)&st->cls[c];
+        uint64_t b[RRPC_STATS_RTT_BUCKETS], sum_us;
+        memcpy(b, base + off_b, sizeof(b));
+        memcpy(&sum_us, base + off_sum, sizeof(sum_us));
+        const char *cn = rrpc_class_name(c);
+        uint64_t cum = 0;
+        double edge_us = 1.0;
+        for (int i = 0; i < RRPC_STATS_RTT_BUCKETS - 1; i++, edge_us *= 2.0) {
+            cum += b[i];
+            put(o, "%s_bucket{class=\"%s\",le=\"%.9g\"} %llu\n", h, cn, edge_us / 1e6,
+                (unsigned long long)cum);
+        }
+        cum += b[RRPC_STATS_RTT_BUCKETS - 1];
+        put(o, "%s_bucket{class=\"%s\",le=\"+Inf\"} %llu\n", h, cn, (unsigned long long)cum);
+        put(o, "%s_sum{class=\"%s\"} %.6f\n", h, cn, (double)sum_us / 1e6);
+        put(o, "%s_count{class=\"%s\"} %llu\n", h, cn, (unsigned long long)cum);
+    }
+}
+
+/* @v as a label value of the text format: backslash, quote and newline
+ * escaped (the rest is the peer's numeric address, or "other"). */
+static const char *label(char *dst, size_t len, const char *v)
+{
+    size_t k = 0;
+    for (; *v && k + 3 < len; v++) {
+        if (*v == '\\' || *v == '"' || *v == '\n') {
+            dst[k++] = '\\';
+            dst[k++] = *v == '\n' ? 'n' : *v;
+        } else {
+            dst[k++] = *v;
+        }
+    }
+    dst[k] = 0;
+    return dst;
+}
+
+/* One family with a value per peer: @off is the field's offset in
+ * rrpc_conn_stat, or SIZE_MAX for the open connections (a gauge). */
+static void per_peer(struct out *o, const rrpc_peer_stats *p, size_t n, const char *name,
+                     const char *help, size_t off)
+{
+    if (!n)
+        return;
+    const char *type = off == SIZE_MAX ? "gauge" : "counter";
+    put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = p[i].conns;
+        if (off != SIZE_MAX)
+            memcpy(&v, (const char *)&p[i].s + off, sizeof(v));
+        char lv[2 * sizeof(p[i].peer) + 1];
+        put(o, "%s{peer=\"%s\"} %llu\n", name, label(lv, sizeof(lv), p[i].peer),
+            (unsigned long long)v);
+    }
+}
+
+int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_t n_peers,
+                       char *buf, size_t len, size_t *ret_len)
 {
     const rrpc_stats st = *sp;
     struct out o = {.buf = buf, .len = len};
@@ -162,6 +399,13 @@ int rrpci_stats_render(const rrpc_stats *sp, char *buf, size_t len, size_t *ret_
     per_class(&o, &st, "rrpc_calls_failed_total",
               "Calls answered with an error, or failed locally (deadline, lost connection).",
               F(calls_failed));
+    const char *e = "rrpc_call_errors_total";
+    put(&o, "# HELP %s Calls failed, by code (a fixed set; application: a handler's positive "
+            "code).\n# TYPE %s counter\n", e, e);
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
+        for (int i = 0; i < RRPC_STATS_ERRORS; i++)
+            put(&o, "%s{class=\"%s\",code=\"%s\"} %llu\n", e, rrpc_class_name(c),
+                rrpc_stats_error_label(i), (unsigned long long)st.cls[c].call_errors[i]);
     per_class(&o, &st, "rrpc_call_sent_bytes_total", "Request payload bytes of the calls made.",
               F(call_bytes_out));
     per_class(&o, &st, "rrpc_call_received_bytes_total",
@@ -176,30 +420,43 @@ int rrpci_stats_render(const rrpc_stats *sp, char *buf, size_t len, size_t *ret_
               "One-sided operations that completed with an error.", F(onesided_failed));
     per_class(&o, &st, "rrpc_credit_stalls_total",
               "Frames queued while their class had no credit from the peer.", F(credit_stalls));
+    const char *w = "rrpc_credit_wait_seconds_total";
+    put(&o, "# HELP %s Time frames of the class waited for credit from the peer, summed over "
+            "the connections.\n# TYPE %s counter\n", w, w);
+    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
+        put(&o, "%s{class=\"%s\"} %.9f\n", w, rrpc_class_name(c),
+            (double)st.cls[c].credit_wait_ns / 1e9);
+    per_class_gauge(&o, &st, "rrpc_send_queue_frames",
+                    "Frames of the class in the connections' send queues (waiting for credit "
+                    "or for the transport).", F(queued_frames));
+    histogram(&o, &st, "rrpc_call_duration_seconds",
+              "Round trip of the calls answered, from the call to its answer.", F(rtt_buckets),
+              F(rtt_us_sum));
+    histogram(&o, &st, "rrpc_onesided_duration_seconds",
+              "One-sided operations from their start to their completion (ok or failed).",
+              F(onesided_buckets), F(onesided_us_sum));
 #undef F
-    const char *h = "rrpc_call_duration_seconds";
-    put(&o, "# HELP %s Round trip of the calls answered, from the call to its answer.\n"
-            "# TYPE %s histogram\n", h, h);
-    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++) {
-        const rrpc_class_stats *s = &st.cls[c];
-        const char *cn = rrpc_class_name(c);
-        uint64_t cum = 0;
-        double edge_us = 1.0;
-        for (int i = 0; i < RRPC_STATS_RTT_BUCKETS - 1; i++, edge_us *= 2.0) {
-            cum += s->rtt_buckets[i];
-            put(&o, "%s_bucket{class=\"%s\",le=\"%.9g\"} %llu\n", h, cn, edge_us / 1e6,
-                (unsigned long long)cum);
-        }
-        cum += s->rtt_buckets[RRPC_STATS_RTT_BUCKETS - 1];
-        put(&o, "%s_bucket{class=\"%s\",le=\"+Inf\"} %llu\n", h, cn, (unsigned long long)cum);
-        put(&o, "%s_sum{class=\"%s\"} %.6f\n", h, cn, (double)s->rtt_us_sum / 1e6);
-        put(&o, "%s_count{class=\"%s\"} %llu\n", h, cn, (unsigned long long)cum);
-    }
     single(&o, "rrpc_connections_up_total", "Connections that came up.", st.conns_up);
     single(&o, "rrpc_connections_down_total", "Connections that went down after coming up.",
            st.conns_down);
     single(&o, "rrpc_keepalive_losses_total", "Peers declared lost by the keepalive timeout.",
            st.keepalive_losses);
+#define P(field) offsetof(rrpc_conn_stat, field)
+    per_peer(&o, peers, n_peers, "rrpc_peer_connections", "Connections to the peer up now.",
+             SIZE_MAX);
+    per_peer(&o, peers, n_peers, "rrpc_peer_calls_total", "Calls made to the peer.", P(calls));
+    per_peer(&o, peers, n_peers, "rrpc_peer_calls_failed_total",
+             "Calls to the peer that failed (answered with an error or failed here).",
+             P(calls_failed));
+    per_peer(&o, peers, n_peers, "rrpc_peer_requests_total",
+             "Requests received from the peer for this context's handlers.", P(requests));
+    per_peer(&o, peers, n_peers, "rrpc_peer_sent_bytes_total",
+             "Payload bytes of the frames sent to the peer (all types).", P(bytes_out));
+    per_peer(&o, peers, n_peers, "rrpc_peer_received_bytes_total",
+             "Payload bytes of the frames received from the peer (all types).", P(bytes_in));
+    per_peer(&o, peers, n_peers, "rrpc_peer_onesided_bytes_total",
+             "Bytes of the one-sided operations started towards the peer.", P(onesided_bytes));
+#undef P
     *ret_len = o.used;
     if (o.used >= len) { /* cut (or only sized, with @len 0) */
         if (len)
@@ -215,5 +472,13 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
         return -EINVAL;
     rrpc_stats st;
     rrpc_ctx_stats(ctx, &st);
-    return rrpci_stats_render(&st, buf, len, ret_len);
+    rrpc_peer_stats *peers = malloc(sizeof(*peers) * (RRPC_STATS_PEERS + 1));
+    if (!peers)
+        return -ENOMEM;
+    rrpci_lock(ctx);
+    size_t n = peer_snapshot(ctx, peers);
+    pthread_mutex_unlock(&ctx->lock); /* as rrpc_ctx_stats */
+    int r = rrpci_stats_render(&st, peers, n, buf, len, ret_len);
+    free(peers);
+    return r;
 }

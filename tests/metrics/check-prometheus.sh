@@ -61,6 +61,15 @@ checks = [
     (val(s, "rrpc_requests_total", **{"class": "low_latency"}), 11),
     (val(s, "rrpc_requests_total", **{"class": "bulk"}), 5),
     (val(c, "rrpc_connections_up_total"), 1),
+    (val(c, "rrpc_call_errors_total", **{"class": "low_latency", "code": "RRPC_E_NO_METHOD"}), 1),
+    (val(c, "rrpc_call_errors_total", **{"class": "bulk", "code": "RRPC_E_DEADLINE"}), 0),
+    (val(c, "rrpc_onesided_duration_seconds_count", **{"class": "bulk"}), 1),
+    (val(c, "rrpc_send_queue_frames", **{"class": "bulk"}), 0),
+    (val(c, "rrpc_credit_wait_seconds_total", **{"class": "low_latency"}), 0),
+    (val(c, "rrpc_peer_calls_total", peer="127.0.0.1"), 16),
+    (val(c, "rrpc_peer_connections", peer="127.0.0.1"), 1),
+    (val(c, "rrpc_peer_onesided_bytes_total", peer="127.0.0.1"), 4096),
+    (val(s, "rrpc_peer_requests_total", peer="127.0.0.1"), 16),
 ]
 bad = [(i, got, want) for i, (got, want) in enumerate(checks) if got != want]
 assert not bad, "prometheus_client read other values: %r" % bad

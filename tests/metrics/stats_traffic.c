@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <roce_rpc/rrpc.h>
@@ -89,7 +90,8 @@ static int traffic(struct pair *p)
 
 static void pair_free(struct pair *p)
 {
-    rrpc_conn_close(p->c);
+    if (p->c)
+        rrpc_conn_close(p->c);
     rrpc_ctx_destroy(p->cli);
     rrpc_ctx_destroy(p->srv);
 }
@@ -130,6 +132,17 @@ static void test_counters_move_in_the_class_of_the_traffic(void **state)
     assert_int_equal(bk->onesided_ops, 1);
     assert_int_equal(bk->onesided_bytes, 4096);
     assert_int_equal(bk->onesided_failed, 0);
+    /* the unknown method is the one failure, under its code */
+    assert_int_equal(ll->call_errors[rrpc_stats_error_slot(RRPC_E_NO_METHOD)], 1);
+    uint64_t errs = 0, os_done = 0;
+    for (int i = 0; i < RRPC_STATS_ERRORS; i++)
+        errs += ll->call_errors[i] + bk->call_errors[i];
+    assert_int_equal(errs, 1);
+    for (int i = 0; i < RRPC_STATS_RTT_BUCKETS; i++)
+        os_done += bk->onesided_buckets[i] + ll->onesided_buckets[i];
+    assert_int_equal(os_done, 1); /* the WRITE, completed */
+    assert_true(bk->onesided_us_sum > 0);
+    assert_int_equal(bk->queued_frames, 0);
     uint64_t answered = 0, sum_ll = 0;
     for (int i = 0; i < RRPC_STATS_RTT_BUCKETS; i++)
         sum_ll += ll->rtt_buckets[i];
@@ -153,8 +166,119 @@ static void test_counters_move_in_the_class_of_the_traffic(void **state)
     assert_non_null(strstr(t, "rrpc_call_duration_seconds_bucket{class=\"low_latency\",le=\"+Inf\"} 11\n"));
     assert_non_null(strstr(t, "rrpc_call_duration_seconds_count{class=\"bulk\"} 5\n"));
     assert_non_null(strstr(t, "rrpc_connections_up_total 1\n"));
+    assert_non_null(strstr(
+        t, "rrpc_call_errors_total{class=\"low_latency\",code=\"RRPC_E_NO_METHOD\"} 1\n"));
+    assert_non_null(strstr(t, "rrpc_onesided_duration_seconds_count{class=\"bulk\"} 1\n"));
+    assert_non_null(strstr(t, "rrpc_peer_calls_total{peer=\"127.0.0.1\"} 16\n"));
+    assert_non_null(strstr(t, "rrpc_peer_onesided_bytes_total{peer=\"127.0.0.1\"} 4096\n"));
     free(t);
     pair_free(&p);
+}
+
+/* Per peer: both sides see one peer, 127.0.0.1, with what the connection
+ * carried; when it goes down its counters stay and the gauge drops. */
+static void test_peer_counters_outlive_their_connections(void **state)
+{
+    (void)state;
+    struct pair p = {0};
+    int r = traffic(&p);
+    if (r)
+        fail_msg("traffic: %s: %s", rrpc_err_name(r), rrpc_ctx_last_error(p.cli));
+    rrpc_peer_stats ps[RRPC_STATS_PEERS + 1];
+    size_t n = 0;
+    assert_int_equal(rrpc_ctx_peer_stats(p.cli, ps, RRPC_STATS_PEERS + 1, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(ps[0].peer, "127.0.0.1");
+    assert_int_equal(ps[0].conns, 1);
+    assert_int_equal(ps[0].s.calls, 16);
+    assert_int_equal(ps[0].s.calls_failed, 1);
+    assert_int_equal(ps[0].s.onesided_ops, 1);
+    assert_int_equal(ps[0].s.onesided_bytes, 4096);
+    rrpc_conn_stat cs;
+    assert_int_equal(rrpc_conn_stats(p.c, &cs), 0);
+    assert_int_equal(ps[0].s.bytes_out, cs.bytes_out);
+    assert_int_equal(rrpc_ctx_peer_stats(p.srv, ps, 1, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(ps[0].peer, "127.0.0.1");
+    assert_int_equal(ps[0].s.requests, 16);
+    /* too small a buffer: told how many there are */
+    assert_int_equal(rrpc_ctx_peer_stats(p.cli, NULL, 0, &n), -ENOBUFS);
+    assert_int_equal(n, 1);
+    assert_int_equal(rrpc_ctx_peer_stats(p.cli, NULL, 1, &n), -EINVAL);
+    assert_int_equal(rrpc_ctx_peer_stats(NULL, ps, 1, &n), -EINVAL);
+
+    rrpc_conn_close(p.c);
+    p.c = NULL;
+    for (int i = 0; i < 3000; i++) { /* the close reaches the loop: at most about 30 s */
+        assert_int_equal(rrpc_ctx_peer_stats(p.cli, ps, 1, &n), 0);
+        if (ps[0].conns == 0)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(ps[0].conns, 0);
+    assert_int_equal(ps[0].s.calls, 16);
+    assert_int_equal(ps[0].s.onesided_bytes, 4096);
+    char *t = text_of(p.cli);
+    assert_non_null(strstr(t, "rrpc_peer_connections{peer=\"127.0.0.1\"} 0\n"));
+    assert_non_null(strstr(t, "rrpc_peer_calls_total{peer=\"127.0.0.1\"} 16\n"));
+    free(t);
+    pair_free(&p);
+}
+
+static void count_done(const rrpc_result *res, void *user)
+{
+    int *done = user;
+    if (res->status == 0)
+        (*done)++;
+}
+
+/* The server grants bulk one credit; the client runs in driven mode and does
+ * not run its loop while it makes 20 calls, so no credit can come back in
+ * between: the first call leaves, the 19 others wait in the queue for
+ * credit, and the time they wait is counted once they leave. */
+static void test_calls_without_credit_count_stalls_queue_and_the_time_they_waited(void **state)
+{
+    (void)state;
+    rrpc_ctx *srv, *cli;
+    rrpc_listener *l;
+    rrpc_conn *c;
+    assert_int_equal(rrpc_ctx_create(&srv), 0);
+    assert_int_equal(rrpc_ctx_create(&cli), 0);
+    int dscp, weight;
+    assert_int_equal(rrpc_class_get(srv, RRPC_CLASS_BULK, &dscp, &weight, NULL), 0);
+    assert_int_equal(rrpc_class_set(srv, RRPC_CLASS_BULK, dscp, weight, 1), 0);
+    assert_int_equal(rrpc_register(srv, "echo", echo, NULL), 0);
+    assert_int_equal(rrpc_listen(srv, "tcp://127.0.0.1:0", on_conn, NULL, &l), 0);
+    assert_int_equal(rrpc_ctx_start_thread(srv), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(l));
+    assert_int_equal(rrpc_connect_sync(cli, uri, 5000, NULL, NULL, &c), 0);
+    int done = 0;
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(rrpc_call(c, "echo", "abcd", 4, &o, count_done, &done), 0);
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(cli, &st), 0);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_stalls, 19);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].queued_frames, 19);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_wait_ns, 0); /* none has left yet */
+    for (int i = 0; i < 3000 && done < 20; i++) /* at most about 30 s */
+        assert_true(rrpc_ctx_progress(cli, 10) >= 0);
+    assert_int_equal(done, 20);
+    assert_int_equal(rrpc_ctx_stats(cli, &st), 0);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_stalls, 19);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].queued_frames, 0);
+    /* 19 waits of a loopback round trip each: not 0 ns on any clock */
+    assert_true(st.cls[RRPC_CLASS_BULK].credit_wait_ns > 0);
+    assert_int_equal(st.cls[RRPC_CLASS_LOW_LATENCY].credit_wait_ns, 0);
+    char *t = text_of(cli);
+    assert_non_null(strstr(t, "rrpc_credit_wait_seconds_total{class=\"low_latency\"} 0.000000000\n"));
+    assert_null(strstr(t, "rrpc_credit_wait_seconds_total{class=\"bulk\"} 0.000000000\n"));
+    assert_non_null(strstr(t, "rrpc_send_queue_frames{class=\"bulk\"} 0\n"));
+    free(t);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cli);
+    rrpc_ctx_destroy(srv);
 }
 
 /* Per connection, all classes together: the client's connection made the
@@ -237,6 +361,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counters_move_in_the_class_of_the_traffic),
         cmocka_unit_test(test_connection_counters_move_on_both_sides),
+        cmocka_unit_test(test_peer_counters_outlive_their_connections),
+        cmocka_unit_test(test_calls_without_credit_count_stalls_queue_and_the_time_they_waited),
         cmocka_unit_test(test_bad_arguments_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,15 +54,27 @@ static rrpc_stats sample(void)
     ll->rtt_us_sum = 1500000; /* 1.5 s */
     st.cls[RRPC_CLASS_BULK].onesided_bytes = 123456789012ull;
     st.keepalive_losses = 3;
+    ll->call_errors[rrpc_stats_error_slot(RRPC_E_DEADLINE)] = 1;
+    ll->call_errors[rrpc_stats_error_slot(42)] = 1;
+    st.cls[RRPC_CLASS_BULK].onesided_buckets[2] = 3;
+    st.cls[RRPC_CLASS_BULK].onesided_us_sum = 9;
+    st.cls[RRPC_CLASS_BULK].credit_wait_ns = 1500000000ull;
+    st.cls[RRPC_CLASS_BULK].queued_frames = 11;
     return st;
 }
+
+static rrpc_peer_stats g_peers[3] = {
+    {.peer = "10.0.0.2", .conns = 2, .s = {.calls = 5, .bytes_out = 640, .onesided_bytes = 77}},
+    {.peer = "fe80::1%a\"b\\c", .conns = 0, .s = {.calls_failed = 1}},
+    {.peer = "other", .conns = 1, .s = {.requests = 9}},
+};
 
 static char g_text[64 * 1024];
 
 static void render(const rrpc_stats *st)
 {
     size_t need = 0;
-    assert_int_equal(rrpci_stats_render(st, g_text, sizeof(g_text), &need), 0);
+    assert_int_equal(rrpci_stats_render(st, g_peers, 3, g_text, sizeof(g_text), &need), 0);
     assert_int_equal(need, strlen(g_text));
 }
 
@@ -131,7 +143,7 @@ static void test_text_is_sized_with_len_0_and_cut_with_enobufs(void **state)
     (void)state;
     rrpc_stats st = sample();
     size_t need = 0;
-    assert_int_equal(rrpci_stats_render(&st, NULL, 0, &need), -ENOBUFS);
+    assert_int_equal(rrpci_stats_render(&st, g_peers, 3, NULL, 0, &need), -ENOBUFS);
     assert_true(need > 1000);
     render(&st);
     assert_int_equal(need, strlen(g_text));
@@ -139,16 +151,80 @@ static void test_text_is_sized_with_len_0_and_cut_with_enobufs(void **state)
     char small[64];
     memset(small, 'x', sizeof(small));
     size_t need2 = 0;
-    assert_int_equal(rrpci_stats_render(&st, small, sizeof(small), &need2), -ENOBUFS);
+    assert_int_equal(rrpci_stats_render(&st, g_peers, 3, small, sizeof(small), &need2), -ENOBUFS);
     assert_int_equal(need2, need);
     assert_int_equal(small[sizeof(small) - 1], 0);
     assert_memory_equal(small, g_text, sizeof(small) - 1);
 
     /* exactly the text and its NUL fits */
     static char exact[64 * 1024];
-    assert_int_equal(rrpci_stats_render(&st, exact, need + 1, &need2), 0);
+    assert_int_equal(rrpci_stats_render(&st, g_peers, 3, exact, need + 1, &need2), 0);
     assert_string_equal(exact, g_text);
-    assert_int_equal(rrpci_stats_render(&st, exact, need, &need2), -ENOBUFS);
+    assert_int_equal(rrpci_stats_render(&st, g_peers, 3, exact, need, &need2), -ENOBUFS);
+}
+
+static void test_failed_calls_count_under_a_fixed_set_of_codes(void **state)
+{
+    (void)state;
+    assert_int_equal(rrpc_stats_error_slot(0), -1);
+    assert_string_equal(rrpc_stats_error_label(rrpc_stats_error_slot(RRPC_E_DEADLINE)),
+                        "RRPC_E_DEADLINE");
+    assert_string_equal(rrpc_stats_error_label(rrpc_stats_error_slot(RRPC_E_CONN_LOST)),
+                        "RRPC_E_CONN_LOST");
+    assert_string_equal(rrpc_stats_error_label(rrpc_stats_error_slot(7)), "application");
+    assert_string_equal(rrpc_stats_error_label(rrpc_stats_error_slot(-ENOMEM)), "other");
+    assert_string_equal(rrpc_stats_error_label(rrpc_stats_error_slot(RRPC_E_PROTO)), "other");
+    assert_null(rrpc_stats_error_label(-1));
+    assert_null(rrpc_stats_error_label(RRPC_STATS_ERRORS));
+    for (int i = 0; i < RRPC_STATS_ERRORS; i++) /* each slot has its own label */
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(rrpc_stats_error_label(i), rrpc_stats_error_label(j));
+
+    rrpc_stats st = sample();
+    render(&st);
+    assert_line("# TYPE rrpc_call_errors_total counter");
+    assert_line("rrpc_call_errors_total{class=\"low_latency\",code=\"RRPC_E_DEADLINE\"} 1");
+    assert_line("rrpc_call_errors_total{class=\"low_latency\",code=\"application\"} 1");
+    assert_line("rrpc_call_errors_total{class=\"low_latency\",code=\"other\"} 0");
+    int n = 0;
+    for (const char *p = g_text; (p = strstr(p, "\nrrpc_call_errors_total{")); p++)
+        n++;
+    assert_int_equal(n, RRPC_CLASS_COUNT * RRPC_STATS_ERRORS);
+}
+
+static void test_credit_wait_queue_depth_and_onesided_durations_are_rendered(void **state)
+{
+    (void)state;
+    rrpc_stats st = sample();
+    render(&st);
+    assert_line("# TYPE rrpc_credit_wait_seconds_total counter");
+    assert_line("rrpc_credit_wait_seconds_total{class=\"bulk\"} 1.500000000");
+    assert_line("# TYPE rrpc_send_queue_frames gauge");
+    assert_line("rrpc_send_queue_frames{class=\"bulk\"} 11");
+    assert_line("rrpc_send_queue_frames{class=\"low_latency\"} 0");
+    assert_line("# TYPE rrpc_onesided_duration_seconds histogram");
+    assert_line("rrpc_onesided_duration_seconds_bucket{class=\"bulk\",le=\"2e-06\"} 0");
+    assert_line("rrpc_onesided_duration_seconds_bucket{class=\"bulk\",le=\"4e-06\"} 3");
+    assert_line("rrpc_onesided_duration_seconds_count{class=\"bulk\"} 3");
+    assert_line("rrpc_onesided_duration_seconds_sum{class=\"bulk\"} 0.000009");
+}
+
+static void test_peers_are_labelled_by_address_with_values_escaped(void **state)
+{
+    (void)state;
+    rrpc_stats st = sample();
+    render(&st);
+    assert_line("# TYPE rrpc_peer_connections gauge");
+    assert_line("rrpc_peer_connections{peer=\"10.0.0.2\"} 2");
+    assert_line("rrpc_peer_calls_total{peer=\"10.0.0.2\"} 5");
+    assert_line("rrpc_peer_sent_bytes_total{peer=\"10.0.0.2\"} 640");
+    assert_line("rrpc_peer_onesided_bytes_total{peer=\"10.0.0.2\"} 77");
+    assert_line("rrpc_peer_calls_failed_total{peer=\"fe80::1%a\\\"b\\\\c\"} 1");
+    assert_line("rrpc_peer_requests_total{peer=\"other\"} 9");
+    /* no peers: no peer families at all (a family without samples is noise) */
+    size_t need = 0;
+    assert_int_equal(rrpci_stats_render(&st, NULL, 0, g_text, sizeof(g_text), &need), 0);
+    assert_null(strstr(g_text, "rrpc_peer_"));
 }
 
 int main(void)
@@ -159,6 +235,9 @@ int main(void)
         cmocka_unit_test(test_text_has_help_type_and_a_value_per_class),
         cmocka_unit_test(test_histogram_buckets_are_cumulative_with_sum_and_count),
         cmocka_unit_test(test_text_is_sized_with_len_0_and_cut_with_enobufs),
+        cmocka_unit_test(test_failed_calls_count_under_a_fixed_set_of_codes),
+        cmocka_unit_test(test_credit_wait_queue_depth_and_onesided_durations_are_rendered),
+        cmocka_unit_test(test_peers_are_labelled_by_address_with_values_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

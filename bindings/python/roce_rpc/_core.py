@@ -824,26 +824,48 @@ class Context(_Closable):
 
     # -- metrics --
     def stats(self) -> dict:
-        """The context's counters (rrpc_ctx_stats): {"classes": {name:
-        {calls, calls_ok, calls_failed, call_bytes_out, call_bytes_in,
-        requests, onesided_ops, onesided_bytes, onesided_failed,
-        credit_stalls, rtt_us_sum, rtt_buckets}}, "conns_up", "conns_down",
+        """The context's counters (rrpc_ctx_stats, rrpc_ctx_peer_stats):
+        {"classes": {name: {calls, calls_ok, calls_failed, call_errors (a
+        dict by code: RRPC_E_DEADLINE, ..., application, other),
+        call_bytes_out, call_bytes_in, requests, onesided_ops,
+        onesided_bytes, onesided_failed, credit_stalls, credit_wait_ns,
+        queued_frames, rtt_us_sum, rtt_buckets, onesided_us_sum,
+        onesided_buckets}}, "peers": {address: {conns, calls, calls_ok,
+        calls_failed, requests, frames_out, bytes_out, frames_in, bytes_in,
+        onesided_ops, onesided_bytes}}, "conns_up", "conns_down",
         "keepalive_losses"}; docs/metrics.md says what each counts."""
         st = ffi.new("rrpc_stats *")
+        peers = ffi.new("rrpc_peer_stats[]", lib.RRPC_STATS_PEERS + 1)
+        n_peers = ffi.new("size_t *")
         with self._core.use():
             r = lib.rrpc_ctx_stats(self._ptr, st)
+            if r == 0:
+                r = lib.rrpc_ctx_peer_stats(self._ptr, peers, lib.RRPC_STATS_PEERS + 1, n_peers)
         if r:
             raise RrpcError(r, strerror(r))
         fields = ("calls", "calls_ok", "calls_failed", "call_bytes_out", "call_bytes_in",
                   "requests", "onesided_ops", "onesided_bytes", "onesided_failed",
-                  "credit_stalls", "rtt_us_sum")
+                  "credit_stalls", "credit_wait_ns", "queued_frames", "rtt_us_sum",
+                  "onesided_us_sum")
+        nb = lib.RRPC_STATS_RTT_BUCKETS
         classes = {}
         for c in (CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND):
             cs = st.cls[c]
             d = {f: int(getattr(cs, f)) for f in fields}
-            d["rtt_buckets"] = [int(cs.rtt_buckets[i]) for i in range(lib.RRPC_STATS_RTT_BUCKETS)]
+            d["rtt_buckets"] = [int(cs.rtt_buckets[i]) for i in range(nb)]
+            d["onesided_buckets"] = [int(cs.onesided_buckets[i]) for i in range(nb)]
+            d["call_errors"] = {_s(lib.rrpc_stats_error_label(i)): int(cs.call_errors[i])
+                                for i in range(lib.RRPC_STATS_ERRORS)}
             classes[_s(lib.rrpc_class_name(c))] = d
-        return {"classes": classes, "conns_up": int(st.conns_up),
+        pfields = ("calls", "calls_ok", "calls_failed", "requests", "frames_out", "bytes_out",
+                   "frames_in", "bytes_in", "onesided_ops", "onesided_bytes")
+        by_peer = {}
+        for i in range(n_peers[0]):
+            p = peers[i]
+            d = {"conns": int(p.conns)}
+            d.update({f: int(getattr(p.s, f)) for f in pfields})
+            by_peer[_s(p.peer)] = d
+        return {"classes": classes, "peers": by_peer, "conns_up": int(st.conns_up),
                 "conns_down": int(st.conns_down), "keepalive_losses": int(st.keepalive_losses)}
 
     def metrics_text(self) -> str:

@@ -335,8 +335,18 @@ def test_stats_and_the_metrics_text_count_calls_per_class(pair):
     assert (bulk["calls"], bulk["call_bytes_in"]) == (1, 100)
     assert sum(ll["rtt_buckets"]) == 3 and st["conns_up"] == 1
     assert s.stats()["classes"]["bulk"]["requests"] == 1
+    try:
+        conn.call("nobody", b"")
+    except Exception:
+        pass
+    st = c.stats()
+    assert st["classes"]["low_latency"]["call_errors"]["RRPC_E_NO_METHOD"] == 1
+    assert sum(st["classes"]["bulk"]["call_errors"].values()) == 0
+    peer = st["peers"][next(iter(st["peers"]))]
+    assert len(st["peers"]) == 1 and peer["conns"] == 1 and peer["calls"] == 5
+    assert s.stats()["peers"][next(iter(s.stats()["peers"]))]["requests"] == 5
     text = c.metrics_text()
-    assert 'rrpc_calls_total{class="low_latency"} 3\n' in text
+    assert 'rrpc_calls_total{class="low_latency"} 4\n' in text
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError:
