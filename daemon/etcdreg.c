@@ -4,11 +4,16 @@
  * is the key PREFIX "reg/" ID (16 hex digits) bound to an etcd lease of its
  * lease_ms (rounded up to whole seconds); its value, JSON, says what a lookup
  * needs.  Writes (register, renew = lease keep-alive, unregister = revoke) are
- * made from the loop with a timeout; lookups read the local registry, which a
- * thread keeps in step with etcd: a range of the prefix, then a watch from the
- * range's revision on, again after every failure.  Its events reach the loop
- * through a bounded queue and an ev_async.  While the watch is down, rrpcd is
- * degraded: lookups answer from what it holds, registrations are refused.
+ * made by a writer thread, never on the loop: a register is answered when
+ * etcd took it (tried again for up to PUT_BUDGET_MS while the cluster does
+ * not answer, as during a leader election); a renewal is answered at once
+ * and its keep-alive follows (a lease etcd no longer has shows at the next
+ * renewal).  Lookups read the local registry, which a watch thread keeps in
+ * step with etcd: a range of the prefix, then a watch from the range's
+ * revision on, again after every failure.  Both threads' results reach the
+ * loop through one bounded queue and an ev_async.  rrpcd is degraded when a
+ * write failed, or when the watch stayed down for DOWN_GRACE_MS: lookups
+ * answer from what it holds, registrations are refused at once.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -26,12 +31,15 @@
 #include "etcd.h"
 #include "rrpcd.h"
 
-#define QUEUE_MAX 65536       /* events between the watch thread and the loop */
-#define OP_TIMEOUT_MS 2000    /* each write from the loop */
+#define QUEUE_MAX 65536       /* events between the threads and the loop */
+#define JOBS_MAX 16384        /* writes waiting for the writer thread */
+#define OP_TIMEOUT_MS 2000    /* each request to one etcd endpoint */
+#define PUT_BUDGET_MS 8000    /* a register's write is tried again for this long */
+#define DOWN_GRACE_MS 5000    /* a watch down for longer makes rrpcd degraded */
 #define RETRY_MS 1000         /* between two attempts of the watch thread */
 #define VALUE_MAX (64 * 1024) /* the largest registration value taken from etcd */
 
-enum ev_type { EV_PUT, EV_DELETE, EV_RESYNC, EV_SYNCED, EV_DOWN };
+enum ev_type { EV_PUT, EV_DELETE, EV_RESYNC, EV_SYNCED, EV_DOWN, EV_PUT_DONE, EV_RENEW_DONE };
 
 struct event {
     struct event *next;
@@ -40,13 +48,31 @@ struct event {
     unsigned char *val;
     size_t len;
     char why[300];
+    /* EV_PUT_DONE, EV_RENEW_DONE: the writer's result */
+    int err;
+    uint64_t reg_id, serial, req_id;
+    int64_t lease;
+};
+
+enum job_type { JOB_PUT, JOB_KEEPALIVE, JOB_REVOKE };
+
+struct job {
+    struct job *next;
+    enum job_type type;
+    uint64_t reg_id, serial, req_id;
+    int64_t lease, ttl_s;
+    char key[300];
+    json_object *val; /* JOB_PUT: the value, "lease" added once granted */
 };
 
 static const struct config *cfg;
 static struct ev_loop *loop;
 static struct etcd *ops, *watcher;
-static pthread_t thread;
-static bool thread_running;
+static pthread_t thread, writer;
+static bool thread_running, writer_running;
+static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
+static struct job *j_head, *j_tail;
+static size_t j_len;
 static volatile int stop_flag;
 static ev_async wake;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -54,6 +80,7 @@ static pthread_cond_t room = PTHREAD_COND_INITIALIZER;
 static struct event *q_head, *q_tail;
 static size_t q_len;
 static bool degraded = true; /* until the first sync */
+static bool write_down;      /* the last write failed (cleared by one that works, or a sync) */
 static int64_t logged_ms;    /* when being degraded was last logged */
 #define LOG_EVERY_MS 30000   /* while degraded, the reason is logged again this often */
 static char degraded_why[300] = "not synchronized with etcd yet";
@@ -69,6 +96,21 @@ const char *etcdreg_degraded(void)
 }
 
 /* ---- the watch thread ------------------------------------------------------------ */
+
+static void push_event(struct event *e)
+{
+    pthread_mutex_lock(&mu);
+    while (q_len >= QUEUE_MAX && !stop_flag)
+        pthread_cond_wait(&room, &mu);
+    if (q_tail)
+        q_tail->next = e;
+    else
+        q_head = e;
+    q_tail = e;
+    q_len++;
+    pthread_mutex_unlock(&mu);
+    ev_async_send(loop, &wake);
+}
 
 static int push(enum ev_type type, const char *key, const void *val, size_t len, const char *why)
 {
@@ -89,17 +131,7 @@ static int push(enum ev_type type, const char *key, const void *val, size_t len,
     e->len = len;
     if (why)
         snprintf(e->why, sizeof(e->why), "%s", why);
-    pthread_mutex_lock(&mu);
-    while (q_len >= QUEUE_MAX && !stop_flag)
-        pthread_cond_wait(&room, &mu);
-    if (q_tail)
-        q_tail->next = e;
-    else
-        q_head = e;
-    q_tail = e;
-    q_len++;
-    pthread_mutex_unlock(&mu);
-    ev_async_send(loop, &wake);
+    push_event(e);
     return 0;
 }
 
@@ -119,6 +151,8 @@ static int on_change(void *arg, enum etcd_event ev, const char *key, const void 
 static void *watch_main(void *arg)
 {
     (void)arg;
+    bool synced = false;
+    int64_t down_since = 0; /* when the watch last went down; 0: it is up */
     while (!stop_flag) {
         int64_t rev = 0;
         int r = push(EV_RESYNC, NULL, NULL, 0, NULL);
@@ -126,13 +160,24 @@ static void *watch_main(void *arg)
             r = etcd_range_prefix(watcher, cfg->etcd_prefix, 0, on_kv, NULL, &rev);
         if (!r)
             r = push(EV_SYNCED, NULL, NULL, 0, NULL);
-        if (!r)
+        if (!r) {
+            synced = true;
+            down_since = 0;
             r = etcd_watch_prefix(watcher, cfg->etcd_prefix, rev + 1, on_change, NULL, &stop_flag);
+        }
         if (stop_flag)
             break;
+        /* A member going away (or a leader election) costs the watch a few
+         * seconds: rrpcd is degraded only when it stays down longer, or has
+         * never been synchronized. */
+        if (!down_since)
+            down_since = mono_ms();
         char why[300];
         snprintf(why, sizeof(why), "%s", r == -ENOMEM ? "out of memory" : etcd_error(watcher));
-        push(EV_DOWN, NULL, NULL, 0, why);
+        if (!synced || mono_ms() - down_since >= DOWN_GRACE_MS)
+            push(EV_DOWN, NULL, NULL, 0, why);
+        else
+            LOG(LOG_WARNING, "etcd: the watch broke (%s); again in %d ms", why, RETRY_MS);
         for (int i = 0; i < RETRY_MS / 100 && !stop_flag; i++)
             usleep(100 * 1000);
     }
@@ -165,8 +210,9 @@ static void key_of(char *out, size_t n, uint64_t id)
     snprintf(out, n, "%sreg/%016" PRIx64, cfg->etcd_prefix, id);
 }
 
-/* The value of @r: what another rrpcd needs to answer lookups of it and to renew it. */
-static char *encode(const struct registration *r)
+/* The value of @r: what another rrpcd needs to answer lookups of it and to renew it
+ * (the writer adds "lease"). */
+static json_object *encode(const struct registration *r)
 {
     char sec[2 * RRPC_TICKET_SECRET_LEN + 1], inst[2 * RRPC_TICKET_INSTANCE_LEN + 1];
     json_object *o = json_object_new_object(), *eps = json_object_new_array();
@@ -180,7 +226,6 @@ static char *encode(const struct registration *r)
     json_object_object_add(o, "principal", json_object_new_string(r->principal));
     json_object_object_add(o, "classes", json_object_new_int64(r->classes));
     json_object_object_add(o, "lease_ms", json_object_new_int64(r->lease_ms));
-    json_object_object_add(o, "lease", json_object_new_int64(r->etcd_lease));
     json_object_object_add(o, "secret", json_object_new_string(sec));
     if (r->has_instance) {
         hex(inst, r->instance, sizeof(r->instance));
@@ -194,11 +239,8 @@ static char *encode(const struct registration *r)
         json_object_array_add(eps, ep);
     }
     json_object_object_add(o, "endpoints", eps);
-    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-    char *out = s ? strdup(s) : NULL;
     OPENSSL_cleanse(sec, sizeof(sec));
-    json_object_put(o);
-    return out;
+    return o; /* "lease" is added by the writer once etcd granted it */
 }
 
 static const char *str_of(json_object *o, const char *name, size_t max)
@@ -314,7 +356,8 @@ static void apply_delete(const char *key)
     }
 }
 
-/* Drops what a resync did not see again; ours stay (their renewals find out). */
+/* Drops what a resync did not see again; ours stay (their renewals find out), and so
+ * do those whose write is under way. */
 static void drop_stale(void)
 {
     struct service *s;
@@ -323,13 +366,16 @@ static void drop_stale(void)
         again = false;
         for (s = registry_services(); s && !again; s = s->next)
             for (struct registration *r = s->regs; r; r = r->next)
-                if (r->etcd_stale && r->expires_ms == INT64_MAX) {
+                if (r->etcd_stale && r->expires_ms == INT64_MAX && !r->etcd_pending) {
                     registry_remove(r); /* may free s: start over */
                     again = true;
                     break;
                 }
     }
 }
+
+static void put_done(const struct event *e);
+static void renew_done(const struct event *e);
 
 static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
 {
@@ -360,6 +406,13 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
                 LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations); not degraded",
                     registry_count());
             degraded = false;
+            write_down = false;
+            break;
+        case EV_PUT_DONE:
+            put_done(e);
+            break;
+        case EV_RENEW_DONE:
+            renew_done(e);
             break;
         case EV_DOWN:
             if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
@@ -379,63 +432,264 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
     }
 }
 
-/* ---- writes from the loop ------------------------------------------------------------- */
+/* ---- writes: the writer thread ------------------------------------------------------- */
 
-static void went_down(void)
+static void job_free(struct job *j)
+{
+    if (j->val) {
+        /* the value holds the registration's secret */
+        const char *t = json_object_to_json_string_ext(j->val, JSON_C_TO_STRING_PLAIN);
+        if (t)
+            OPENSSL_cleanse((char *)t, strlen(t));
+        json_object_put(j->val);
+    }
+    free(j);
+}
+
+/* Queues @j for the writer (the loop's side); -EAGAIN when JOBS_MAX wait already. */
+static int submit(struct job *j)
+{
+    pthread_mutex_lock(&mu);
+    if (j_len >= JOBS_MAX || stop_flag) {
+        pthread_mutex_unlock(&mu);
+        job_free(j);
+        return -EAGAIN;
+    }
+    if (j_tail)
+        j_tail->next = j;
+    else
+        j_head = j;
+    j_tail = j;
+    j_len++;
+    pthread_cond_signal(&jobs_cv);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* Whether @e's last failure is one a cluster choosing a leader gives (a timeout),
+ * not one of an etcd that is not there (refused) or refuses (an error answer). */
+static bool worth_again(int e)
+{
+    return e == -EHOSTUNREACH && strstr(etcd_error(ops), "Timeout");
+}
+
+/* A register: a lease, then the key bound to it; tried again while etcd times out,
+ * for PUT_BUDGET_MS at most. */
+static void do_put(struct job *j, struct event *ev)
+{
+    int64_t t0 = mono_ms();
+    int e;
+    for (;;) {
+        int64_t lease = 0;
+        e = etcd_lease_grant(ops, j->ttl_s, &lease);
+        if (!e) {
+            json_object_object_add(j->val, "lease", json_object_new_int64(lease));
+            const char *v = json_object_to_json_string_ext(j->val, JSON_C_TO_STRING_PLAIN);
+            e = v ? etcd_put(ops, j->key, v, strlen(v), lease) : -ENOMEM;
+            if (!e) {
+                ev->lease = lease;
+                break;
+            }
+            etcd_lease_revoke(ops, lease);
+        }
+        if (!worth_again(e) || stop_flag || mono_ms() - t0 >= PUT_BUDGET_MS)
+            break;
+        LOG(LOG_WARNING, "etcd: %s; trying the register again", etcd_error(ops));
+    }
+    ev->err = e;
+}
+
+static void *writer_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        while (!j_head && !stop_flag)
+            pthread_cond_wait(&jobs_cv, &mu);
+        struct job *j = j_head;
+        if (stop_flag || !j) {
+            pthread_mutex_unlock(&mu);
+            break;
+        }
+        j_head = j->next;
+        if (!j_head)
+            j_tail = NULL;
+        j_len--;
+        pthread_mutex_unlock(&mu);
+        struct event *ev = calloc(1, sizeof(*ev));
+        if (!ev) {
+            job_free(j);
+            continue;
+        }
+        ev->reg_id = j->reg_id;
+        ev->serial = j->serial;
+        ev->req_id = j->req_id;
+        switch (j->type) {
+        case JOB_PUT:
+            ev->type = EV_PUT_DONE;
+            do_put(j, ev);
+            break;
+        case JOB_KEEPALIVE: {
+            int64_t ttl;
+            ev->type = EV_RENEW_DONE;
+            ev->err = etcd_lease_keepalive(ops, j->lease, &ttl);
+            break;
+        }
+        case JOB_REVOKE:
+            ev->type = EV_RENEW_DONE;
+            ev->reg_id = 0; /* nothing to tell the registration: it is gone */
+            if ((ev->err = etcd_lease_revoke(ops, j->lease)) == -ENOENT)
+                ev->err = 0;
+            if (ev->err)
+                LOG(LOG_WARNING, "etcd: cannot revoke the lease %" PRId64 " (%s); it expires "
+                    "by itself", j->lease, etcd_error(ops));
+            break;
+        }
+        if (ev->err)
+            snprintf(ev->why, sizeof(ev->why), "%s",
+                     ev->err == -ENOMEM ? "out of memory" : etcd_error(ops));
+        job_free(j);
+        push_event(ev);
+    }
+    return NULL;
+}
+
+/* ---- writes: the loop's side -------------------------------------------------------- */
+
+static void went_down(const char *why)
 {
     if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
         logged_ms = mono_ms();
         LOG(LOG_ERR, "etcd: %s: DEGRADED: lookups answer from this rrpcd's cache, "
-            "registrations are refused", etcd_error(ops));
+            "registrations are refused", why);
     }
-    snprintf(degraded_why, sizeof(degraded_why), "%s", etcd_error(ops));
+    snprintf(degraded_why, sizeof(degraded_why), "%s", why);
     degraded = true;
+    write_down = true;
 }
 
-int etcdreg_put(struct registration *r)
+/* A write went through: a degradation that a failed write caused is over (one the
+ * watch caused ends with its next synchronization). */
+static void write_ok(void)
 {
-    int64_t lease;
-    int e = etcd_lease_grant(ops, ((int64_t)r->lease_ms + 999) / 1000, &lease);
-    if (e) {
-        went_down();
-        return e;
+    if (write_down) {
+        write_down = false;
+        LOG(LOG_NOTICE, "etcd: a write went through again; not degraded");
+        degraded = false;
     }
-    r->etcd_lease = lease;
-    char key[300], *val = encode(r);
-    if (!val)
+}
+
+static void put_done(const struct event *e)
+{
+    struct registration *r = registry_find(e->reg_id);
+    if (!e->err) {
+        write_ok();
+        if (r && r->etcd_pending) {
+            r->etcd_pending = false;
+            r->svc->n_pending--;
+            r->etcd_lease = e->lease;
+            r->expires_ms = mono_ms() + r->lease_ms;
+            if (server_register_done(e->serial, e->req_id, r, 0, NULL))
+                return;
+            LOG(LOG_NOTICE, "'%s' %016" PRIx64 ": its server left before etcd took the "
+                "registration; withdrawn", r->svc->name, r->id);
+            registry_remove(r);
+        } else {
+            server_register_done(e->serial, e->req_id, NULL, -ENOENT,
+                                 "the registration went away while etcd took it; register "
+                                 "again");
+        }
+        struct job *j = calloc(1, sizeof(*j)); /* nobody holds it: its lease goes */
+        if (j) {
+            j->type = JOB_REVOKE;
+            j->lease = e->lease;
+            submit(j);
+        }
+        return;
+    }
+    went_down(e->why);
+    if (r && r->etcd_pending)
+        registry_remove(r);
+    char msg[600];
+    snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd is "
+             "degraded: try again later", e->why);
+    server_register_done(e->serial, e->req_id, NULL, e->err, msg);
+}
+
+static void renew_done(const struct event *e)
+{
+    if (!e->err) {
+        write_ok();
+        return;
+    }
+    if (e->err == -ENOENT) {
+        struct registration *r = registry_find(e->reg_id);
+        if (r)
+            r->etcd_gone = true; /* its next renewal says so */
+        return;
+    }
+    went_down(e->why);
+}
+
+int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
+{
+    if (degraded)
+        return -EAGAIN;
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->val = encode(r))) {
+        free(j);
         return -ENOMEM;
-    key_of(key, sizeof(key), r->id);
-    e = etcd_put(ops, key, val, strlen(val), lease);
-    OPENSSL_cleanse(val, strlen(val));
-    free(val);
-    if (e) {
-        went_down();
-        etcd_lease_revoke(ops, lease);
+    }
+    j->type = JOB_PUT;
+    j->reg_id = r->id;
+    j->serial = serial;
+    j->req_id = req_id;
+    j->ttl_s = ((int64_t)r->lease_ms + 999) / 1000;
+    key_of(j->key, sizeof(j->key), r->id);
+    int e = submit(j);
+    if (!e) {
+        r->etcd_pending = true;
+        r->svc->n_pending++;
+        r->expires_ms = INT64_MAX; /* its lease starts when etcd took it */
     }
     return e;
 }
 
 int etcdreg_renew(struct registration *r)
 {
+    if (r->etcd_gone)
+        return -ENOENT;
     if (degraded)
         return -EAGAIN; /* no wait on an etcd known to be unreachable */
-    int64_t ttl;
-    int e = etcd_lease_keepalive(ops, r->etcd_lease, &ttl);
-    if (e && e != -ENOENT)
-        went_down();
-    return e;
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return -ENOMEM;
+    j->type = JOB_KEEPALIVE;
+    j->reg_id = r->id;
+    j->lease = r->etcd_lease;
+    return submit(j);
 }
 
 void etcdreg_remove(struct registration *r)
 {
-    if (r->etcd_lease && etcd_lease_revoke(ops, r->etcd_lease))
-        LOG(LOG_WARNING, "etcd: cannot revoke the lease of '%s' %016" PRIx64 " (%s); it "
-            "expires by itself", r->svc->name, r->id, etcd_error(ops));
+    if (!r->etcd_lease)
+        return;
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        LOG(LOG_WARNING, "etcd: cannot revoke the lease of '%s' %016" PRIx64 " (out of "
+            "memory); it expires by itself", r->svc->name, r->id);
+        return;
+    }
+    j->type = JOB_REVOKE;
+    j->lease = r->etcd_lease;
+    if (submit(j))
+        LOG(LOG_WARNING, "etcd: cannot revoke the lease of '%s' %016" PRIx64 " (too many "
+            "writes waiting); it expires by itself", r->svc->name, r->id);
 }
 
 const char *etcdreg_error(void)
 {
-    return etcd_error(ops);
+    return degraded_why;
 }
 
 int etcdreg_start(struct ev_loop *l, const struct config *c)
@@ -464,6 +718,11 @@ int etcdreg_start(struct ev_loop *l, const struct config *c)
         return -r;
     }
     thread_running = true;
+    if ((r = pthread_create(&writer, NULL, writer_main, NULL))) {
+        LOG(LOG_ERR, "etcd: cannot start the writer thread: %s", strerror(r));
+        return -r;
+    }
+    writer_running = true;
     LOG(LOG_NOTICE, "registry on etcd: %s%s, prefix %s, %s", c->etcd_hosts[0],
         c->n_etcd > 1 ? " (and more)" : "", c->etcd_prefix,
         c->etcd_ca[0] || c->etcd_cert[0] ? "https" : "http");
@@ -476,10 +735,26 @@ void etcdreg_stop(void)
         pthread_mutex_lock(&mu);
         stop_flag = 1;
         pthread_cond_broadcast(&room);
+        pthread_cond_broadcast(&jobs_cv);
         pthread_mutex_unlock(&mu);
         pthread_join(thread, NULL);
         thread_running = false;
     }
+    if (writer_running) {
+        pthread_mutex_lock(&mu);
+        stop_flag = 1;
+        pthread_cond_broadcast(&jobs_cv);
+        pthread_cond_broadcast(&room);
+        pthread_mutex_unlock(&mu);
+        pthread_join(writer, NULL);
+        writer_running = false;
+    }
+    for (struct job *j = j_head, *n; j; j = n) {
+        n = j->next;
+        job_free(j);
+    }
+    j_head = j_tail = NULL;
+    j_len = 0;
     if (ops) {
         ev_async_stop(loop, &wake);
         for (struct event *e = q_head, *n; e; e = n) {

@@ -31,6 +31,8 @@ int64_t wall_ms(void)
 static void reg_free(struct registration *r)
 {
     r->svc->n_regs--;
+    if (r->etcd_pending)
+        r->svc->n_pending--;
     r->svc->answer_bytes -= r->answer_bytes;
     rrpci_idmap_del(&by_id, r->id);
     OPENSSL_cleanse(r->secret, sizeof(r->secret));

@@ -99,6 +99,8 @@ struct registration {
     uint8_t secret[RRPC_TICKET_SECRET_LEN];
     int64_t etcd_lease; /* registry on etcd: the lease its key is bound to */
     bool etcd_stale;    /* registry on etcd: not (yet) seen since the last resync */
+    bool etcd_pending;  /* registry on etcd: its write is under way; not in lookups yet */
+    bool etcd_gone;     /* registry on etcd: a keep-alive found its lease gone */
 };
 
 struct service {
@@ -107,6 +109,7 @@ struct service {
     uint8_t secret[RRPC_TICKET_SECRET_LEN];
     struct registration *regs;
     size_t n_regs;
+    size_t n_pending; /* of them, registrations whose etcd write is under way */
     size_t answer_bytes; /* sum of the registrations' answer_bytes */
 };
 
@@ -136,6 +139,10 @@ struct ev_loop;
 int server_start(struct ev_loop *loop, struct config *cfg);
 /* The most @r adds to a lookup answer (its answer_bytes). */
 size_t server_answer_bytes(const struct registration *r);
+/* The registry on etcd took @r (@err 0) or did not (@r NULL, @why): answers the
+ * register @req_id of the session @serial.  false when that session is gone. */
+bool server_register_done(uint64_t serial, uint64_t req_id, struct registration *r, int err,
+                          const char *why);
 
 /* ---- the registry on etcd (etcdreg.c) ----------------------------------------- */
 
@@ -146,14 +153,18 @@ void etcdreg_stop(void);
 bool etcdreg_on(void);
 /* Why rrpcd is degraded (etcd unreachable, or not synchronized yet), or NULL. */
 const char *etcdreg_degraded(void);
-/* Grants @r a lease of its lease_ms and puts it; on failure rrpcd is degraded. */
-int etcdreg_put(struct registration *r);
-/* Keeps @r's lease alive: -ENOENT when etcd no longer has it; -EAGAIN at once while
- * degraded; a failure to reach etcd makes rrpcd degraded. */
+/* Queues the write of @r (a lease of its lease_ms, then its key) for the writer
+ * thread and marks it pending (not in lookups, no local expiry); the loop hears
+ * of the result through server_register_done(@serial, @req_id, ...).  -EAGAIN at
+ * once while degraded or when too many writes wait, -ENOMEM. */
+int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id);
+/* Queues a keep-alive of @r's lease: -ENOENT when an earlier one found the lease
+ * gone; -EAGAIN at once while degraded.  A failure to reach etcd makes rrpcd
+ * degraded. */
 int etcdreg_renew(struct registration *r);
-/* Revokes @r's lease (its key goes with it); a failure is logged. */
+/* Queues the revocation of @r's lease (its key goes with it); a failure is logged. */
 void etcdreg_remove(struct registration *r);
-/* Why the last write failed. */
+/* Why rrpcd is degraded, or the last write failed. */
 const char *etcdreg_error(void);
 void server_stop(void);
 

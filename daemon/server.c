@@ -65,6 +65,7 @@ struct conn {
     size_t frame_len, frame_got, frame_cap;
     uint8_t *wbuf;
     size_t wlen, woff, wcap;
+    uint64_t serial; /* names the session to answers that come later (etcd writes) */
 };
 
 static struct ev_loop *loop;
@@ -427,6 +428,8 @@ static bool lookup_fits(const struct service *s, const struct registration *r, s
     return total <= CTL_MAX_FRAME;
 }
 
+static void register_answer(struct conn *c, uint64_t id, const struct registration *r);
+
 static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
@@ -548,16 +551,29 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, "internal", strerror(-e));
         return;
     }
-    if (etcdreg_on() && (e = etcdreg_put(r)) != 0) {
-        char msg[600];
-        snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd is "
-                 "degraded: try again later", e == -ENOMEM ? "out of memory" : etcdreg_error());
-        registry_remove(r);
-        answer_error(c, id, "busy", msg);
+    if (etcdreg_on()) {
+        /* Answered by server_register_done once etcd took it (or did not). */
+        if ((e = etcdreg_put(r, c->serial, id)) != 0) {
+            char msg[600];
+            snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd "
+                     "is degraded: try again later",
+                     e == -ENOMEM ? "out of memory"
+                     : e == -EAGAIN && !etcdreg_degraded() ? "too many writes waiting"
+                                                           : etcdreg_error());
+            registry_remove(r);
+            answer_error(c, id, "busy", msg);
+        }
         return;
     }
+    register_answer(c, id, r);
+}
+
+/* The answer to the register @id that made @r. */
+static void register_answer(struct conn *c, uint64_t id, const struct registration *r)
+{
+    const struct rrpci_endpoint *ep = r->eps;
     LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms%s)",
-        c->peer, c->principal, service, r->n_eps, ep[0].transport, ep[0].host, ep[0].port,
+        c->peer, c->principal, r->svc->name, r->n_eps, ep[0].transport, ep[0].host, ep[0].port,
         r->lease_ms, r->has_instance ? "" : ", no instance id: its tickets are unbound");
     struct answer a;
     answer_begin(&a, id, true, 3);
@@ -569,6 +585,22 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     msgpack_pack_bin(&a.pk, sizeof(r->secret));
     msgpack_pack_bin_body(&a.pk, r->secret, sizeof(r->secret));
     answer_end(c, &a);
+}
+
+bool server_register_done(uint64_t serial, uint64_t req_id, struct registration *r, int err,
+                          const char *why)
+{
+    struct conn *c = conns;
+    while (c && c->serial != serial)
+        c = c->next;
+    if (!c || c->closing || c->draining)
+        return false;
+    if (err)
+        answer_error(c, req_id, "busy", why);
+    else
+        register_answer(c, req_id, r);
+    set_events(c, EV_READ | EV_WRITE); /* its io callback sends it */
+    return true;
 }
 
 static struct registration *own_reg(struct conn *c, uint64_t id, const msgpack_object *m)
@@ -591,7 +623,7 @@ static void op_renew(struct conn *c, uint64_t id, const msgpack_object *m)
     struct registration *r = own_reg(c, id, m);
     if (!r)
         return;
-    int e = etcdreg_on() ? etcdreg_renew(r) : 0;
+    int e = etcdreg_on() ? etcdreg_renew(r) : 0; /* queued: a lapse shows at the next one */
     if (e == -ENOENT) {
         LOG(LOG_NOTICE, "%s: '%s' %016llx: its lease on etcd is gone", c->peer, r->svc->name,
             (unsigned long long)r->id);
@@ -644,6 +676,16 @@ static int make_ticket(const struct service *s, const struct registration *r,
  * clients that know no "instances".  register keeps its size within the
  * frame limit (lookup_fits).
  */
+/* The registration of @s after @r (the first for NULL), round the list, skipping those
+ * whose etcd write is under way; @s has at least one that is not. */
+static struct registration *next_live(const struct service *s, struct registration *r)
+{
+    do
+        r = r && r->next ? r->next : s->regs;
+    while (r->etcd_pending);
+    return r;
+}
+
 static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
@@ -657,16 +699,18 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         return;
     }
     struct service *s = registry_service(service);
-    if (!s || !s->n_regs) {
+    /* Registrations whose etcd write is under way are not answered yet. */
+    size_t live = s ? s->n_regs - s->n_pending : 0;
+    if (!live) {
         answer_error(c, id, "not_found", "no live registration of this service");
         return;
     }
     /* Rotate: instance k of the list comes first this time. */
     static unsigned rotation;
-    size_t first = rotation++ % s->n_regs;
-    struct registration *r0 = s->regs;
+    size_t first = rotation++ % live;
+    struct registration *r0 = next_live(s, NULL);
     for (size_t i = 0; i < first; i++)
-        r0 = r0->next;
+        r0 = next_live(s, r0);
     int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
     uint8_t ticket[RRPC_TICKET_MAX_LEN];
     size_t tlen;
@@ -684,20 +728,20 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
     pk_str(&a.pk, "expiry_ms");
     msgpack_pack_uint64(&a.pk, (uint64_t)expiry);
     pk_str(&a.pk, "instances");
-    msgpack_pack_array(&a.pk, (uint32_t)s->n_regs);
+    msgpack_pack_array(&a.pk, (uint32_t)live);
     struct registration *r = r0;
-    for (size_t i = 0; i < s->n_regs; i++) {
+    for (size_t i = 0; i < live; i++) {
         if (i > 0 && make_ticket(s, r, c->principal, expiry, ticket, &tlen)) {
             msgpack_sbuffer_destroy(&a.sb);
             answer_error(c, id, "internal", "cannot make a ticket");
             return;
         }
         pack_instance(&a.pk, r, ticket, tlen);
-        r = r->next ? r->next : s->regs;
+        r = next_live(s, r);
     }
     answer_end(c, &a);
     LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances)", c->peer, c->principal, service,
-        s->n_regs);
+        live);
 }
 
 static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
@@ -1007,6 +1051,8 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
         c->src = src;
         SSL_set_accept_state(ssl);
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
+        static uint64_t serials;
+        c->serial = ++serials;
         c->prev = conns_tail; /* the newest goes last: eviction looks from the head */
         if (conns_tail)
             conns_tail->next = c;

@@ -11,8 +11,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+
+#include <string.h>
 
 /* A loopback port free right now (the caller binds it a moment later). */
 static inline int etcd_free_port(void)
@@ -43,7 +46,37 @@ struct etcd_member {
     pid_t pid;
     int client_port, peer_port;
     char dir[300]; /* its data directory and log, etcd.log */
+    /* A member of a cluster (etcd_cluster_init): its name and the
+     * cluster's --initial-cluster; empty: a cluster of one, named "t". */
+    char name[16];
+    char cluster[400];
 };
+
+/*
+ * Prepares @n members of one cluster (ports, names m0.., and each one's
+ * directory @dir/mI, which must not exist yet); start each with
+ * etcd_member_start.  Returns -1 when @dir is too long or mkdir fails.
+ */
+static inline int etcd_cluster_init(struct etcd_member *m, int n, const char *dir)
+{
+    char cluster[400] = "";
+    for (int i = 0; i < n; i++) {
+        memset(&m[i], 0, sizeof(m[i]));
+        m[i].pid = -1;
+        m[i].client_port = etcd_free_port();
+        m[i].peer_port = etcd_free_port();
+        snprintf(m[i].name, sizeof(m[i].name), "m%d", i);
+        if ((size_t)snprintf(m[i].dir, sizeof(m[i].dir), "%s/m%d", dir, i) >= sizeof(m[i].dir) ||
+            mkdir(m[i].dir, 0700))
+            return -1;
+        size_t k = strlen(cluster);
+        snprintf(cluster + k, sizeof(cluster) - k, "%sm%d=http://127.0.0.1:%d", i ? "," : "", i,
+                 m[i].peer_port);
+    }
+    for (int i = 0; i < n; i++)
+        snprintf(m[i].cluster, sizeof(m[i].cluster), "%s", cluster);
+    return 0;
+}
 
 /* Starts (or starts again, same ports and data) the member of @m in @m->dir; -1 on failure. */
 static inline int etcd_member_start(struct etcd_member *m)
@@ -52,10 +85,14 @@ static inline int etcd_member_start(struct etcd_member *m)
         m->client_port = etcd_free_port();
         m->peer_port = etcd_free_port();
     }
-    char curl_[128], purl[128], cluster[160], ddir[400], log[400];
+    char curl_[128], purl[128], cluster[400], ddir[400], log[400];
     snprintf(curl_, sizeof(curl_), "http://127.0.0.1:%d", m->client_port);
     snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", m->peer_port);
-    snprintf(cluster, sizeof(cluster), "t=%s", purl);
+    const char *name = m->name[0] ? m->name : "t";
+    if (m->cluster[0])
+        snprintf(cluster, sizeof(cluster), "%s", m->cluster);
+    else
+        snprintf(cluster, sizeof(cluster), "t=%s", purl);
     snprintf(ddir, sizeof(ddir), "%s/data", m->dir);
     snprintf(log, sizeof(log), "%s/etcd.log", m->dir);
     const char *bin = etcd_bin_or_skip();
@@ -63,10 +100,12 @@ static inline int etcd_member_start(struct etcd_member *m)
     if (m->pid == 0) {
         if (!freopen(log, "a", stderr) || !freopen(log, "a", stdout))
             _exit(126);
-        execl(bin, "etcd", "--name", "t", "--data-dir", ddir, "--listen-client-urls", curl_,
+        execl(bin, "etcd", "--name", name, "--data-dir", ddir, "--listen-client-urls", curl_,
               "--advertise-client-urls", curl_, "--listen-peer-urls", purl,
               "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-              (char *)NULL);
+              /* a shared 2-CPU test machine: slow heartbeats must not
+               * look like a dead leader (etcd's defaults: 100 and 1000 ms) */
+              "--heartbeat-interval", "250", "--election-timeout", "2500", (char *)NULL);
         _exit(127);
     }
     return m->pid > 0 ? 0 : -1;

@@ -50,7 +50,7 @@ const char *etcdreg_degraded(void)
 {
     return NULL;
 }
-int etcdreg_put(struct registration *r)
+int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
 {
     return -ENOTSUP;
 }
