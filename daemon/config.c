@@ -68,8 +68,8 @@ static const struct setting settings[] = {
     { "etcd_cert", "", "PEM client certificate rrpcd presents to etcd (then https)" },
     { "etcd_key", "", "PEM private key of etcd_cert; default: the etcd_cert file" },
     { "etcd_ca", "", "PEM CA bundle etcd's server certificate must chain to (then https)" },
-    { "etcd_user", "", "etcd user (etcd's own authentication; refused: not built yet); needs "
-                       "etcd_password_file" },
+    { "etcd_user", "", "etcd user (etcd's own authentication: a token asked for with this "
+                       "user and password); needs etcd_password_file" },
     { "etcd_password_file", "", "file whose first line is etcd_user's password; must not be "
                                 "readable by others" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
@@ -498,7 +498,7 @@ static int check_tls(const struct config *c)
 }
 
 /* The etcd settings: only with registry = etcd://..., and their files load as a start would
- * load them.  etcd_user is refused (not built yet), after every other setting was checked. */
+ * load them. */
 static int check_etcd(struct config *c)
 {
     const char *stray = c->etcd_cert[0] ? "etcd_cert" : c->etcd_key[0] ? "etcd_key"
@@ -578,12 +578,22 @@ static int check_etcd(struct config *c)
             return -EINVAL;
         }
     }
-    if (c->etcd_user[0]) {
-        fprintf(stderr, "rrpcd: etcd_user: etcd's user authentication is not built yet (use "
-                "etcd_cert: etcd's client certificate authentication)\n");
-        return -ENOTSUP;
-    }
     return 0;
+}
+
+int config_etcd_password(const struct config *c, char *buf, size_t len)
+{
+    FILE *f = fopen(c->etcd_password_file, "r");
+    if (!f)
+        return -errno;
+    char line[512];
+    bool got = fgets(line, sizeof(line), f) != NULL;
+    fclose(f);
+    int r = got && trim(line)[0] && strlen(trim(line)) < len ? 0 : -EINVAL;
+    if (!r)
+        snprintf(buf, len, "%s", trim(line));
+    OPENSSL_cleanse(line, sizeof(line));
+    return r;
 }
 
 int config_finish(struct config *c)

@@ -11,6 +11,7 @@
 
 #include <curl/curl.h>
 #include <json-c/json.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "etcd.h"
@@ -24,7 +25,12 @@ struct etcd {
     size_t len, cap;
     bool too_big;
     long timeout_ms;
+    char *user, *password; /* etcd's own authentication, or NULL */
+    char *token;           /* what /v3/auth/authenticate gave; NULL: none yet */
+    long status;           /* the HTTP status of the last answer */
 };
+
+#define AUTH_PATH "/v3/auth/authenticate"
 
 static void set_err(struct etcd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_err(struct etcd *e, const char *fmt, ...)
@@ -90,6 +96,9 @@ int etcd_open(struct etcd **ret, const struct etcd_opts *o)
         e->n_urls++;
     }
     e->timeout_ms = o->timeout_ms;
+    if (o->user && o->user[0] &&
+        (!(e->user = strdup(o->user)) || !(e->password = strdup(o->password ? o->password : ""))))
+        goto nomem;
     CURL *c = e->curl;
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, o->timeout_ms);
@@ -116,6 +125,13 @@ void etcd_close(struct etcd *e)
         return;
     if (e->curl)
         curl_easy_cleanup(e->curl);
+    if (e->password)
+        OPENSSL_cleanse(e->password, strlen(e->password));
+    if (e->token)
+        OPENSSL_cleanse(e->token, strlen(e->token));
+    free(e->user);
+    free(e->password);
+    free(e->token);
     for (size_t i = 0; i < e->n_urls; i++)
         free(e->urls[i]);
     free(e->urls);
@@ -123,12 +139,38 @@ void etcd_close(struct etcd *e)
     free(e);
 }
 
+static bool add(json_object *o, const char *name, json_object *v);
+
+/* The request headers: JSON, and the token once authenticated (not on @path
+ * AUTH_PATH itself).  NULL when out of memory. */
+static struct curl_slist *headers(struct etcd *e, const char *path)
+{
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (h && e->token && strcmp(path, AUTH_PATH)) {
+        size_t n = strlen(e->token) + 32;
+        char *line = malloc(n);
+        struct curl_slist *h2 = NULL;
+        if (line) {
+            snprintf(line, n, "Authorization: %s", e->token);
+            h2 = curl_slist_append(h, line);
+            OPENSSL_cleanse(line, strlen(line));
+            free(line);
+        }
+        if (!h2) {
+            curl_slist_free_all(h);
+            return NULL;
+        }
+    }
+    return h;
+}
+
 /* POSTs @req to @path on the current endpoint, moving on to the next ones
  * when one does not answer; parses the answer into *@ret. */
-static int call(struct etcd *e, const char *path, json_object *req, json_object **ret)
+static int call_at(struct etcd *e, const char *path, json_object *req, json_object **ret)
 {
     const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *hdr = headers(e, path);
+    e->status = 0;
     if (!body || !hdr) {
         curl_slist_free_all(hdr);
         return -ENOMEM;
@@ -155,6 +197,7 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
         }
         long status = 0;
         curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+        e->status = status;
         json_object *ans = e->len ? json_tokener_parse(e->buf) : NULL;
         if (!ans || !json_object_is_type(ans, json_type_object)) {
             set_err(e, "%s: HTTP %ld, an answer that is not a JSON object", url, status);
@@ -180,6 +223,59 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
     }
     curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdr);
+    return r;
+}
+
+/* Asks etcd for a token for the configured user (etcd's own authentication). */
+static int authenticate(struct etcd *e)
+{
+    free(e->token);
+    e->token = NULL;
+    json_object *req = json_object_new_object(), *ans = NULL, *t;
+    int r = -ENOMEM;
+    if (req && add(req, "name", json_object_new_string(e->user)) &&
+        add(req, "password", json_object_new_string(e->password)))
+        r = call_at(e, AUTH_PATH, req, &ans);
+    if (req) { /* the password was in it */
+        const char *b = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+        if (b)
+            OPENSSL_cleanse((char *)b, strlen(b));
+    }
+    json_object_put(req);
+    if (r == -EPROTO && e->status >= 400 && e->status < 500) {
+        char why[sizeof(e->err)];
+        snprintf(why, sizeof(why), "%s", e->err);
+        set_err(e, "etcd refused the user '%s' (etcd_user, etcd_password_file): %s", e->user,
+                why);
+        r = -EACCES;
+    }
+    if (r)
+        return r;
+    if (!json_object_object_get_ex(ans, "token", &t) || !json_object_is_type(t, json_type_string) ||
+        !json_object_get_string_len(t) || json_object_get_string_len(t) > 4096) {
+        set_err(e, "%s: the answer has no token", AUTH_PATH);
+        r = -EPROTO;
+    } else if (!(e->token = strdup(json_object_get_string(t)))) {
+        r = -ENOMEM;
+    }
+    json_object_put(ans);
+    return r;
+}
+
+/* call_at with the token etcd's authentication needs: asked for first, and once
+ * again when etcd no longer knows it (simple tokens expire, and go when
+ * authentication is turned off and on). */
+static int call(struct etcd *e, const char *path, json_object *req, json_object **ret)
+{
+    int r;
+    if (e->user && !e->token && (r = authenticate(e)))
+        return r;
+    r = call_at(e, path, req, ret);
+    if (r == -EPROTO && e->user && e->status == 401) {
+        if ((r = authenticate(e)))
+            return r;
+        r = call_at(e, path, req, ret);
+    }
     return r;
 }
 
@@ -555,7 +651,11 @@ int etcd_watch_prefix(struct etcd *e, const char *prefix, int64_t start_rev, etc
     else
         json_object_put(cr);
     const char *body = ok ? json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN) : NULL;
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    if (body && e->user && !e->token && (r = authenticate(e))) {
+        json_object_put(req);
+        return r;
+    }
+    struct curl_slist *hdr = body ? headers(e, "/v3/watch") : NULL;
     struct watch w = { .e = e, .tok = json_tokener_new_ex(64), .fn = fn, .arg = arg, .stop = stop };
     if (!body || !hdr || !w.tok) {
         r = -ENOMEM;
@@ -583,6 +683,10 @@ int etcd_watch_prefix(struct etcd *e, const char *prefix, int64_t start_rev, etc
         }
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (status == 401 && e->user) {
+            free(e->token); /* the next watch asks for a new one */
+            e->token = NULL;
+        }
         if (cc == CURLE_OK) {
             set_err(e, "%s: the watch stream ended (HTTP %ld)", url, status);
             r = -ECONNRESET;

@@ -17,6 +17,7 @@ struct etcd_opts {
     const char *const *hosts;
     size_t n_hosts;
     const char *cert, *key, *ca;
+    const char *user, *password; /* etcd's own authentication (NULL or "": none) */
     long timeout_ms; /* each request, connect included */
 };
 
@@ -30,8 +31,10 @@ void etcd_close(struct etcd *e);
 const char *etcd_error(const struct etcd *e);
 
 /* Every call returns 0, -EHOSTUNREACH (no endpoint answered), -EPROTO (an
- * answer that is not what the gateway sends, or an error it reports),
- * -EMSGSIZE or -ENOMEM. */
+ * answer that is not what the gateway sends, or an error it reports, such as
+ * "permission denied"), -EACCES (etcd refused the user and password),
+ * -EMSGSIZE or -ENOMEM.  With a user, the client authenticates at its first
+ * call, and again when etcd answers that the token is no longer valid. */
 int etcd_lease_grant(struct etcd *e, int64_t ttl_s, int64_t *ret_id);
 /* -ENOENT: the lease is gone (expired or revoked). */
 int etcd_lease_keepalive(struct etcd *e, int64_t id, int64_t *ret_ttl_s);

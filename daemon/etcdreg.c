@@ -701,11 +701,20 @@ int etcdreg_start(struct ev_loop *l, const struct config *c)
     const char *hosts[ETCD_MAX_ENDPOINTS];
     for (size_t i = 0; i < c->n_etcd; i++)
         hosts[i] = c->etcd_hosts[i];
+    char password[512] = "";
+    int r = c->etcd_user[0] ? config_etcd_password(c, password, sizeof(password)) : 0;
+    if (r) {
+        LOG(LOG_ERR, "etcd: etcd_password_file = %s: cannot read the password: %s",
+            c->etcd_password_file, strerror(-r));
+        return r;
+    }
     struct etcd_opts o = { .hosts = hosts, .n_hosts = c->n_etcd, .cert = c->etcd_cert,
-                           .key = c->etcd_key, .ca = c->etcd_ca, .timeout_ms = OP_TIMEOUT_MS };
-    int r = etcd_open(&ops, &o);
+                           .key = c->etcd_key, .ca = c->etcd_ca, .user = c->etcd_user,
+                           .password = password, .timeout_ms = OP_TIMEOUT_MS };
+    r = etcd_open(&ops, &o);
     if (!r)
         r = etcd_open(&watcher, &o);
+    OPENSSL_cleanse(password, sizeof(password));
     if (r) {
         LOG(LOG_ERR, "etcd: cannot make a client: %s", strerror(-r));
         return r;
@@ -723,9 +732,10 @@ int etcdreg_start(struct ev_loop *l, const struct config *c)
         return -r;
     }
     writer_running = true;
-    LOG(LOG_NOTICE, "registry on etcd: %s%s, prefix %s, %s", c->etcd_hosts[0],
+    LOG(LOG_NOTICE, "registry on etcd: %s%s, prefix %s, %s%s%s", c->etcd_hosts[0],
         c->n_etcd > 1 ? " (and more)" : "", c->etcd_prefix,
-        c->etcd_ca[0] || c->etcd_cert[0] ? "https" : "http");
+        c->etcd_ca[0] || c->etcd_cert[0] ? "https" : "http",
+        c->etcd_user[0] ? ", as etcd user " : "", c->etcd_user);
     return 0;
 }
 

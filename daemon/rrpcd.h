@@ -60,6 +60,10 @@ int config_set(struct config *c, const char *key, const char *value, const char 
 int config_finish(struct config *c);
 void config_free(struct config *c);
 
+/* The first line of etcd_password_file, trimmed, into @buf: 0, -errno, or -EINVAL (empty,
+ * or longer than @len). */
+int config_etcd_password(const struct config *c, char *buf, size_t len);
+
 bool acl_allows(const struct config *c, const char *action, const char *service,
                 const char *principal);
 /* The principal of @token, or NULL. */

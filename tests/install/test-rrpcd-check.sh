@@ -97,9 +97,12 @@ refused "an etcd CA file that does not parse" "etcd_ca = $WORK/garbage.pem: no P
   "${E[@]}" -s "etcd_ca=$WORK/garbage.pem"
 refused "the etcd key of another certificate" "etcd_key = $C/kv-server.key: not a PEM private key of etcd_cert" \
   "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/kv-server.key"
-refused "etcd_user (etcd's user authentication is not built yet)" \
-  "etcd_user: etcd's user authentication is not built yet" \
-  "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/etcd-pw"
+refused "an etcd password file that does not exist" "etcd_password_file = $WORK/missing-pw: cannot open it" \
+  "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/missing-pw"
+out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/etcd-pw" \
+  --check 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts etcd_user with its password file" ||
+  bad "--check on etcd_user with a password file: exit $rc: $out"
 out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/rrpcd.key" \
   -s "etcd_ca=$C/ca.crt" -s etcd_prefix=/cluster-a/rrpc/ --check 2>&1); rc=$?
 [ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts a good etcd configuration" ||
