@@ -287,3 +287,80 @@ def test_rrpcd_metrics_answer_get_only_and_survive_idle_connections(rrpcd):
     finally:
         for sk in idle:
             sk.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, fn, bound=90):
+    """Polls @fn until it is true; fails after @bound seconds (a generous bound)."""
+    for _ in range(bound * 10):
+        if fn():
+            return
+        time.sleep(0.1)
+    pytest.fail("never happened: " + what)
+
+
+def test_rrpcd_on_etcd_says_when_it_is_degraded_and_counts_etcd_errors():
+    etcd = os.environ.get("ETCD") or "/usr/bin/etcd"
+    if not os.access(etcd, os.X_OK):
+        pytest.skip("no etcd binary at %s (apt-get install etcd-server, or set ETCD)" % etcd)
+    if not os.environ.get("RRPCD") or not os.environ.get("MAKE_CERTS"):
+        pytest.skip("RRPCD / MAKE_CERTS unset (meson test sets them)")
+    d = tempfile.mkdtemp(prefix="rrpc-metrics-etcd-")
+    subprocess.run([os.environ["MAKE_CERTS"], d], check=True, stdout=subprocess.DEVNULL)
+    cport, pport = free_port(), free_port()
+    curl, purl = "http://127.0.0.1:%d" % cport, "http://127.0.0.1:%d" % pport
+    elog = open(os.path.join(d, "etcd.log"), "w")
+
+    def start_etcd():
+        return subprocess.Popen(
+            [etcd, "--name", "t", "--data-dir", os.path.join(d, "data"),
+             "--listen-client-urls", curl, "--advertise-client-urls", curl,
+             "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+             "--initial-cluster", "t=" + purl, "--heartbeat-interval", "250",
+             "--election-timeout", "2500"], stdout=elog, stderr=elog)
+    e = start_etcd()
+    conf = os.path.join(d, "rrpcd.conf")
+    with open(conf, "w") as f:
+        f.write("listen = 127.0.0.1:0\ncert = {d}/rrpcd.crt\nkey = {d}/rrpcd.key\n"
+                "ca = {d}/ca.crt\nport_file = {d}/port\nregistry = etcd://127.0.0.1:{p}\n"
+                "metrics_listen = 127.0.0.1:0\nmetrics_port_file = {d}/mport\n".format(d=d, p=cport))
+    log = open(os.path.join(d, "log"), "w")
+    r = subprocess.Popen([os.environ["RRPCD"], "-c", conf], stdout=log, stderr=log)
+    try:
+        def mport():
+            try:
+                return int(open(os.path.join(d, "mport")).read())
+            except (OSError, ValueError):
+                assert r.poll() is None, "rrpcd exited: " + open(os.path.join(d, "log")).read()
+                return None
+        wait_for("rrpcd serving its metrics", mport)
+        port = mport()
+
+        def now():
+            return samples(get_metrics(port))
+        wait_for("rrpcd synchronized with etcd (rrpcd_etcd_degraded 0)",
+                 lambda: val(now(), "rrpcd_etcd_degraded") == 0)
+        text = get_metrics(port)
+        promtool_accepts(text)
+        assert val(samples(text), "rrpcd_etcd_errors_total", op="watch") == 0
+        e.kill()
+        e.wait()
+        wait_for("rrpcd degraded once etcd is gone (rrpcd_etcd_degraded 1)",
+                 lambda: val(now(), "rrpcd_etcd_degraded") == 1)
+        assert val(now(), "rrpcd_etcd_errors_total", op="watch") >= 1
+        e = start_etcd()
+        wait_for("rrpcd synchronized again (rrpcd_etcd_degraded 0)",
+                 lambda: val(now(), "rrpcd_etcd_degraded") == 0)
+    finally:
+        r.terminate()
+        r.wait(10)
+        e.kill()
+        e.wait()
+        log.close()
+        elog.close()
+        shutil.rmtree(d, ignore_errors=True)
