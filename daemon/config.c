@@ -19,6 +19,9 @@
 #include <openssl/x509.h>
 
 #include "rrpcd.h"
+#ifdef RRPC_HAVE_MHD
+#include "util/metrics_http.h"
+#endif
 
 struct setting {
     const char *name;
@@ -73,6 +76,13 @@ static const struct setting settings[] = {
     { "etcd_password_file", "", "file whose first line is etcd_user's password; must not be "
                                 "readable by others" },
     { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
+    { "metrics_listen", "", "HOST:PORT (or [IPv6]:PORT) to serve GET /metrics on over HTTP "
+      "(Prometheus text; port 0 picks a free one); empty: off" },
+    { "metrics_port_file", "", "once serving metrics, write their port to this file" },
+    { "metrics_max_connections", "8",
+      "HTTP connections to metrics_listen held at once (1..1024); more wait in the backlog" },
+    { "metrics_timeout_s", "10",
+      "an HTTP connection to metrics_listen without progress this long is closed (1..3600)" },
 };
 
 void config_print_table(void *fpv)
@@ -223,6 +233,28 @@ static int set_prefix(struct config *c, const char *v, const char **why)
     return 0;
 }
 
+/* metrics_listen: "" (off) or HOST:PORT with a host: never every address by default. */
+static int set_metrics_listen(struct config *c, const char *v, const char **why)
+{
+    static char buf[400];
+    if (!*v) {
+        c->metrics_listen[0] = 0;
+        return 0;
+    }
+#ifdef RRPC_HAVE_MHD
+    if (rrpci_mhttp_check_listen(v, buf, sizeof(buf))) {
+        *why = buf;
+        return -EINVAL;
+    }
+    return set_path(c->metrics_listen, sizeof(c->metrics_listen), v);
+#else
+    (void)c, (void)buf;
+    *why = "this rrpcd was built without libmicrohttpd (install libmicrohttpd-dev and build "
+           "with meson -Dmetrics_http=enabled)";
+    return -EOPNOTSUPP;
+#endif
+}
+
 static int add_rule(struct config *c, const char *v)
 {
     struct acl_rule r;
@@ -281,6 +313,14 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = set_path(c->etcd_password_file, sizeof(c->etcd_password_file), v);
     else if (!strcmp(k, "port_file"))
         r = set_path(c->port_file, sizeof(c->port_file), v);
+    else if (!strcmp(k, "metrics_listen"))
+        r = set_metrics_listen(c, v, &why);
+    else if (!strcmp(k, "metrics_port_file"))
+        r = set_path(c->metrics_port_file, sizeof(c->metrics_port_file), v);
+    else if (!strcmp(k, "metrics_max_connections"))
+        r = parse_int(v, 1, 1024, &c->metrics_max_connections);
+    else if (!strcmp(k, "metrics_timeout_s"))
+        r = parse_int(v, 1, 3600, &c->metrics_timeout_s);
     else if (!strcmp(k, "require_client_cert"))
         r = parse_bool(v, &c->require_client_cert);
     else if (!strcmp(k, "allow"))
@@ -425,6 +465,29 @@ static int check_listen_host(const struct config *c)
     if (g) {
         fprintf(stderr, "rrpcd: listen = %s: %s (give an address of this host, or a name it "
                 "resolves)\n", c->listen, gai_strerror(g));
+        return -EINVAL;
+    }
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* metrics_listen's host resolves as the start will resolve it (not bound here either). */
+static int check_metrics_host(const struct config *c)
+{
+    char host[300];
+    if (!c->metrics_listen[0])
+        return 0;
+    const char *v = c->metrics_listen, *end = v[0] == '[' ? strchr(v, ']') : strrchr(v, ':');
+    size_t n = (size_t)(end - v) - (v[0] == '[');
+    memcpy(host, v + (v[0] == '['), n); /* set_metrics_listen checked the form */
+    host[n] = 0;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE };
+    struct addrinfo *res;
+    int g = getaddrinfo(host, NULL, &hints, &res);
+    if (g) {
+        fprintf(stderr, "rrpcd: metrics_listen = %s: %s (give an address of this host, or a "
+                "name it resolves)\n", v, gai_strerror(g));
         return -EINVAL;
     }
     freeaddrinfo(res);
@@ -608,7 +671,14 @@ int config_finish(struct config *c)
         fprintf(stderr, "rrpcd: require_client_cert = yes needs 'ca'\n");
         return -EINVAL;
     }
+    if (c->metrics_port_file[0] && !c->metrics_listen[0]) {
+        fprintf(stderr, "rrpcd: metrics_port_file is set but metrics_listen is not (set "
+                "metrics_listen = HOST:PORT, or remove metrics_port_file)\n");
+        return -EINVAL;
+    }
     int r = check_listen_host(c);
+    if (!r)
+        r = check_metrics_host(c);
     if (!r)
         r = check_tls(c);
     if (!r)

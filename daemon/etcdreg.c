@@ -170,6 +170,7 @@ static void *watch_main(void *arg)
         /* A member going away (or a leader election) costs the watch a few
          * seconds: rrpcd is degraded only when it stays down longer, or has
          * never been synchronized. */
+        metrics_etcd_error("watch");
         if (!down_since)
             down_since = mono_ms();
         char why[300];
@@ -406,6 +407,7 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
                 LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations); not degraded",
                     registry_count());
             degraded = false;
+            metrics_etcd_degraded(false);
             write_down = false;
             break;
         case EV_PUT_DONE:
@@ -423,6 +425,7 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             }
             snprintf(degraded_why, sizeof(degraded_why), "%s", e->why);
             degraded = true;
+            metrics_etcd_degraded(true);
             break;
         }
         free(e->key);
@@ -566,6 +569,8 @@ static void went_down(const char *why)
     snprintf(degraded_why, sizeof(degraded_why), "%s", why);
     degraded = true;
     write_down = true;
+    metrics_etcd_error("write");
+    metrics_etcd_degraded(true);
 }
 
 /* A write went through: a degradation that a failed write caused is over (one the
@@ -576,6 +581,7 @@ static void write_ok(void)
         write_down = false;
         LOG(LOG_NOTICE, "etcd: a write went through again; not degraded");
         degraded = false;
+        metrics_etcd_degraded(false);
     }
 }
 

@@ -150,10 +150,13 @@ int main(int argc, char **argv)
     ev_signal_init(&sint, on_stop, SIGINT);
     ev_signal_start(loop, &sterm);
     ev_signal_start(loop, &sint);
-    if (server_start(loop, &cfg) == 0 && etcdreg_start(loop, &cfg) == 0) {
+    /* The metrics address first: a start that fails there writes no port_file. */
+    if (metrics_start(&cfg) == 0 && server_start(loop, &cfg) == 0 &&
+        etcdreg_start(loop, &cfg) == 0) {
         ev_run(loop, 0);
         rc = 0;
     }
+    metrics_stop();
     etcdreg_stop();
     server_stop();
     registry_free();

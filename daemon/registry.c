@@ -30,6 +30,7 @@ int64_t wall_ms(void)
 
 static void reg_free(struct registration *r)
 {
+    metrics_registry(0, -1);
     r->svc->n_regs--;
     if (r->etcd_pending)
         r->svc->n_pending--;
@@ -42,6 +43,7 @@ static void reg_free(struct registration *r)
 
 static void service_free(struct service *s)
 {
+    metrics_registry(-1, 0);
     OPENSSL_cleanse(s->secret, sizeof(s->secret));
     free(s);
 }
@@ -120,6 +122,7 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
             free(s);
             return -EIO;
         }
+        metrics_registry(1, 0); /* service_free takes it back */
     }
     struct registration *r = calloc(1, sizeof(*r));
     if (!r || rrpci_idmap_put(&by_id, id, &r->node)) {
@@ -144,6 +147,7 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
     r->next = s->regs;
     s->regs = r;
     s->n_regs++;
+    metrics_registry(0, 1);
     s->answer_bytes += r->answer_bytes;
     if (new_service) {
         s->next = services;

@@ -47,6 +47,9 @@ struct config {
     size_t n_etcd;
     char etcd_prefix[200];
     char etcd_cert[1024], etcd_key[1024], etcd_ca[1024], etcd_user[256], etcd_password_file[1024];
+    /* metrics_listen = HOST:PORT: GET /metrics over HTTP (metrics.c); "" off. */
+    char metrics_listen[300], metrics_port_file[1024];
+    int metrics_max_connections, metrics_timeout_s;
 };
 
 /* Prints the settings table (name, default, meaning). */
@@ -171,6 +174,28 @@ void etcdreg_remove(struct registration *r);
 /* Why rrpcd is degraded, or the last write failed. */
 const char *etcdreg_error(void);
 void server_stop(void);
+
+/* ---- rrpcd's own metrics (metrics.c) ------------------------------------------- */
+
+/* With metrics_listen set, serves GET /metrics on a thread of its own (and writes
+ * metrics_port_file); 0 or a negative code, logged with the address. */
+int metrics_start(const struct config *c);
+void metrics_stop(void);
+/* One call where each thing happens; any thread (the counters are atomics).
+ * metrics_op names the request being handled ("hello", "lookup"...; NULL: none),
+ * metrics_answer counts its answer: NULL ok, else the error code sent. */
+void metrics_op(const char *op);
+void metrics_answer(const char *err);
+void metrics_tickets(size_t n);
+void metrics_tls_failure(void);
+void metrics_sessions(int n);
+/* A connection closed at accept: "max_connections", "max_connections_per_source",
+ * "out_of_memory". */
+void metrics_refused(const char *reason);
+void metrics_registry(int d_services, int d_instances);
+void metrics_etcd_degraded(bool degraded);
+/* "watch" (the watch broke) or "write" (a write failed). */
+void metrics_etcd_error(const char *what);
 
 #include "broker/mpcheck.h" /* rrpci_mp_check, rrpci_mp_get, rrpci_mp_uint */
 

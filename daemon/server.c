@@ -180,6 +180,7 @@ static void conn_close(struct conn *c, const char *why)
         conns_tail = c->prev;
     source_put(c->src);
     n_conns--;
+    metrics_sessions(n_conns);
     free(c);
 }
 
@@ -284,6 +285,8 @@ static void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
     msgpack_pack_uint64(&a->pk, id);
     pk_str(&a->pk, "ok");
     if (ok)
+        metrics_answer(NULL);
+    if (ok)
         msgpack_pack_true(&a->pk);
     else
         msgpack_pack_false(&a->pk);
@@ -312,6 +315,7 @@ static void answer_end(struct conn *c, struct answer *a)
 static void answer_error(struct conn *c, uint64_t id, const char *code, const char *msg)
 {
     struct answer a;
+    metrics_answer(code);
     answer_begin(&a, id, false, 2);
     pk_str(&a.pk, "err");
     pk_str(&a.pk, code);
@@ -595,10 +599,12 @@ bool server_register_done(uint64_t serial, uint64_t req_id, struct registration 
         c = c->next;
     if (!c || c->closing || c->draining)
         return false;
+    metrics_op("register");
     if (err)
         answer_error(c, req_id, "busy", why);
     else
         register_answer(c, req_id, r);
+    metrics_op(NULL);
     set_events(c, EV_READ | EV_WRITE); /* its io callback sends it */
     return true;
 }
@@ -740,6 +746,7 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         r = next_live(s, r);
     }
     answer_end(c, &a);
+    metrics_tickets(live);
     LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances)", c->peer, c->principal, service,
         live);
 }
@@ -769,6 +776,7 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
         answer_fatal(c, id, "bad_request", "a request needs id and op");
         goto out;
     }
+    metrics_op(op);
     if (!strcmp(op, "hello"))
         op_hello(c, id, m);
     else if (!c->authed)
@@ -784,6 +792,7 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
     else
         answer_error(c, id, "bad_request", "unknown op");
 out:
+    metrics_op(NULL);
     msgpack_unpacked_destroy(&u);
 }
 
@@ -897,6 +906,7 @@ static void conn_drive(struct conn *c)
             }
             char why[300];
             snprintf(why, sizeof(why), "TLS handshake failed: %s", ssl_reason());
+            metrics_tls_failure();
             c->closing = true; /* no close_notify on a failed handshake */
             conn_linger(c, why);
             return;
@@ -1023,12 +1033,14 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
         bool full;
         struct source *src = source_get(&ss, &full);
         if (!src) {
+            metrics_refused(full ? "max_connections_per_source" : "out_of_memory");
             log_refusal(peer, full ? "max_connections_per_source reached for this address"
                                    : "out of memory");
             close(fd);
             continue;
         }
         if (n_conns >= cfg->max_connections && !evict_anonymous()) {
+            metrics_refused("max_connections");
             log_refusal(peer, "max_connections reached, every session authenticated");
             source_put(src);
             close(fd);
@@ -1037,6 +1049,7 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
         struct conn *c = calloc(1, sizeof(*c));
         SSL *ssl = c ? SSL_new(sslctx) : NULL;
         if (!ssl || rrpci_ssl_set_socket(ssl, fd)) { /* writes never raise SIGPIPE */
+            metrics_refused("out_of_memory");
             log_refusal(peer, "out of memory");
             SSL_free(ssl);
             free(c);
@@ -1060,6 +1073,7 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
             conns = c;
         conns_tail = c;
         n_conns++;
+        metrics_sessions(n_conns);
         ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
         c->io.data = c;
         ev_io_start(loop, &c->io);

@@ -124,10 +124,29 @@ RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx);
  * Errors: -ENOENT (no such tunable), -EINVAL (not a number, or out of its
  * range); rrpc_ctx_last_error(NULL) gives the name, the range and what the
  * tunable means.  Nothing is changed on error.
- * rrpc_config_get: the current value, or -ENOENT.
+ * rrpc_config_get: the current value, or -ENOENT; -EINVAL for a text
+ * tunable (below).
  * rrpc_ctx_create_with: as rrpc_ctx_create, with @cfg's values (NULL: the
  * environment's); -EINVAL when they do not fit together (for example a
  * keepalive timeout not above the interval).
+ *
+ * Text tunables, set with rrpc_config_set only (never from the environment,
+ * which every context of a process would share):
+ * "metrics_listen" = HOST:PORT or [IPv6]:PORT (default "": off): the context
+ * serves GET /metrics over HTTP there, its rrpc_ctx_stats_text as
+ * "text/plain; version=0.0.4; charset=utf-8", on a thread of its own (idle
+ * in poll until scraped), from rrpc_ctx_create_with until rrpc_ctx_destroy,
+ * which stops and joins it.  HOST is required (no implicit every-address:
+ * 0.0.0.0 or [::] say so); port 0 picks a free one (rrpc_ctx_metrics_port).
+ * Other paths get 404, other methods than GET and HEAD 405; at most
+ * RRPC_METRICS_MAX_CONNS connections are held, each closed after
+ * RRPC_METRICS_TIMEOUT_S without progress.  rrpc_config_set refuses a
+ * malformed address (-EINVAL) and, in a libroce_rpc built without
+ * libmicrohttpd (meson -Dmetrics_http), any address (-EOPNOTSUPP).
+ * rrpc_ctx_create_with fails when it cannot serve there, with the address in
+ * rrpc_ctx_last_error(NULL): -EADDRINUSE (another socket holds it),
+ * -EADDRNOTAVAIL (not this host's), -EACCES (a privileged port),
+ * RRPC_E_UNKNOWN_HOST, -EIO (libmicrohttpd would not start).
  */
 typedef struct rrpc_config rrpc_config;
 RRPC_API int rrpc_config_create(rrpc_config **ret_cfg);
@@ -267,6 +286,12 @@ RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
  * or -ENOBUFS when the text was cut (*@ret_len says how much is needed).
  */
 RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);
+
+/*
+ * The TCP port @ctx serves GET /metrics on (metrics_listen; the one picked
+ * when its port was 0), or -ENOENT when it serves none, -EINVAL.
+ */
+RRPC_API int rrpc_ctx_metrics_port(rrpc_ctx *ctx);
 
 /*
  * A human-readable description of the last error reported in @ctx on the

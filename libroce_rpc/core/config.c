@@ -23,6 +23,9 @@
 
 #include "core/core.h"
 #include "util/reserved.h"
+#ifdef RRPC_HAVE_MHD
+#include "util/metrics_http.h"
+#endif
 
 /* ---- configuration table ---------------------------------------------- */
 
@@ -65,6 +68,10 @@ static const struct cfg_entry core_table[] = {
     {"RRPC_BUSY_POLL_US", 0, 0, 100000, CFG_OFF(busy_poll_us),
      "after traffic the loop keeps polling its fds without sleeping this long, us (0: off); "
      "trades CPU for latency, an idle context sleeps again once it passes"},
+    {"RRPC_METRICS_MAX_CONNS", 8, 1, 1024, CFG_OFF(metrics_max_conns),
+     "metrics_listen: HTTP connections held at once; more wait in the kernel's backlog"},
+    {"RRPC_METRICS_TIMEOUT_S", 10, 1, 3600, CFG_OFF(metrics_timeout_s),
+     "metrics_listen: an HTTP connection without progress this long is closed, s"},
     {"RRPC_TENSOR_MAX_BYTES", 1L << 30, 1, 0x7fffffffffffffffL, CFG_TRANSPORT,
      "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
      "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
@@ -117,9 +124,51 @@ static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long 
 
 #define NCFG cfg_count()
 
+/*
+ * Text tunables: set from code only (rrpc_config_set), never from the
+ * environment: an RRPC_* variable reaches every context of a process, and
+ * every one would try to listen on the same address.
+ */
+struct cfg_text {
+    const char *name;
+    size_t off;
+    int (*check)(const char *value, char *why, size_t whylen);
+    const char *doc;
+};
+
+/* metrics_listen: "" (off) or HOST:PORT; binding is tried by rrpc_ctx_create_with. */
+static int check_listen(const char *v, char *why, size_t whylen)
+{
+    if (!*v)
+        return 0;
+#ifdef RRPC_HAVE_MHD
+    return rrpci_mhttp_check_listen(v, why, whylen);
+#else
+    snprintf(why, whylen, "this libroce_rpc was built without libmicrohttpd (install "
+             "libmicrohttpd-dev and build with meson -Dmetrics_http=enabled)");
+    return -EOPNOTSUPP;
+#endif
+}
+
+static const struct cfg_text text_table[] = {
+    {"metrics_listen", offsetof(struct rrpci_config, metrics_listen), check_listen,
+     "serve GET /metrics (Prometheus text) over HTTP on HOST:PORT, [IPv6]:PORT (port 0: a "
+     "free one, rrpc_ctx_metrics_port says which); \"\": off"},
+};
+#define NTEXT (sizeof(text_table) / sizeof(text_table[0]))
+
 struct rrpc_config {
     long v[RRPCI_MAX_TUNABLES];
+    char text[NTEXT][RRPCI_TEXT_MAX];
 };
+
+static const struct cfg_text *text_find(const char *name)
+{
+    for (size_t i = 0; name && i < NTEXT; i++)
+        if (strcasecmp(name, text_table[i].name) == 0)
+            return &text_table[i];
+    return NULL;
+}
 
 /* Parses @s for entry @e; -EINVAL with the detail in the thread's error. */
 static int cfg_parse(const struct cfg_entry *e, const char *s, long *ret)
@@ -180,6 +229,8 @@ int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg)
     long env[RRPCI_MAX_TUNABLES];
     if (!from && cfg_from_env(env) < 0)
         return -EINVAL;
+    for (size_t i = 0; from && i < NTEXT; i++)
+        memcpy((char *)ret_cfg + text_table[i].off, from->text[i], RRPCI_TEXT_MAX);
     return cfg_load(ret_cfg, from ? from->v : env);
 }
 
@@ -214,6 +265,16 @@ RRPC_API int rrpc_config_set(rrpc_config *cfg, const char *name, const char *val
 {
     if (!cfg || !name || !value)
         return rrpci_set_error(NULL, -EINVAL, "rrpc_config_set needs a config, a name, a value");
+    const struct cfg_text *t = text_find(name);
+    if (t) {
+        char why[400];
+        int r = strlen(value) < RRPCI_TEXT_MAX ? t->check(value, why, sizeof(why))
+                                               : (snprintf(why, sizeof(why), "too long"), -EINVAL);
+        if (r < 0)
+            return rrpci_set_error(NULL, r, "%s=\"%s\": %s", t->name, value, why);
+        snprintf(cfg->text[t - text_table], RRPCI_TEXT_MAX, "%s", value);
+        return 0;
+    }
     const struct cfg_entry *e = cfg_find(name);
     if (!e)
         return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\" "
@@ -226,6 +287,9 @@ RRPC_API int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret
     const struct cfg_entry *e = cfg_find(name);
     if (!cfg || !ret_value)
         return -EINVAL;
+    if (!e && text_find(name))
+        return rrpci_set_error(NULL, -EINVAL, "%s is text, not a number: rrpc_config_get "
+                               "reads numbers only", name);
     if (!e)
         return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\"", name ? name : "");
     *ret_value = cfg->v[e - cfg_table];
@@ -252,4 +316,7 @@ RRPC_API void rrpc_config_print(void *fp)
     for (size_t i = 0; i < NCFG; i++)
         fprintf(f, "%-26s default %-10ld %s\n", cfg_table[i].env, cfg_table[i].def,
                 cfg_table[i].doc);
+    for (size_t i = 0; i < NTEXT; i++)
+        fprintf(f, "%-26s default %-10s %s (rrpc_config_set only, not the environment)\n",
+                text_table[i].name, "\"\"", text_table[i].doc);
 }

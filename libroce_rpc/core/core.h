@@ -30,6 +30,8 @@ struct rrpci_class_cfg {
 };
 
 #define RRPCI_MAX_TUNABLES 32
+/* Text tunables (rrpc_config_set only): room for a value, NUL included. */
+#define RRPCI_TEXT_MAX 300
 struct rrpci_config {
     uint32_t max_msg;
     int deadline_ms;
@@ -43,7 +45,10 @@ struct rrpci_config {
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
+    int metrics_max_conns;    /* metrics_listen: HTTP connections held at once */
+    int metrics_timeout_s;    /* ... each closed after this long without progress */
     long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
+    char metrics_listen[RRPCI_TEXT_MAX]; /* serve GET /metrics here; "": off */
 };
 
 struct rrpc_ctx {
@@ -98,6 +103,7 @@ struct rrpc_ctx {
     rrpc_log_fn log_fn;
     void *log_user;
     int log_max;
+    struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/serve.c), or NULL */
 };
 
 struct rrpc_listener {
@@ -355,6 +361,11 @@ bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t le
 /* config.c: the configuration of a new context: @from's values, or the
  * environment's when NULL.  0, or -EINVAL with the detail set. */
 int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg);
+/* serve.c: with metrics_listen set, serves GET /metrics on a thread of its own
+ * (0, or the error set with the address and what to do); stops and joins it
+ * (the lock not held: a scrape takes it). */
+int rrpci_serve_start(rrpc_ctx *ctx);
+void rrpci_serve_stop(rrpc_ctx *ctx);
 /* log.c: @ctx is being destroyed: the calling thread's last error no longer
  * belongs to it. */
 void rrpci_error_forget(rrpc_ctx *ctx);

@@ -141,6 +141,10 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     ctx->busy_idle.data = ctx;
     ev_check_init(&ctx->busy_check, rrpci_busy_check_cb);
     ctx->busy_check.data = ctx;
+    if ((r = rrpci_serve_start(ctx)) < 0) {
+        rrpc_ctx_destroy(ctx);
+        return r;
+    }
     *ret_ctx = ctx;
     return 0;
 }
@@ -320,6 +324,7 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
 {
     if (!ctx)
         return;
+    rrpci_serve_stop(ctx); /* first: a scrape reads the whole context */
     if (ctx->thread_mode) {
         rrpci_lock(ctx);
         ctx->stopping = true;

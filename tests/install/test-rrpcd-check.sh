@@ -108,6 +108,41 @@ out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$
 [ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts a good etcd configuration" ||
   bad "--check on a good etcd configuration: exit $rc: $out"
 
+# metrics_listen (issue #17): checked as listen is; never every address by default.
+refused "metrics_listen=127.0.0.1:99999 (port out of range)" \
+  "bad value '127.0.0.1:99999' for metrics_listen: the port must be a number 0..65535" \
+  -s metrics_listen=127.0.0.1:99999
+refused "metrics_listen=:9464 (no host)" "for metrics_listen: the host is missing" \
+  -s metrics_listen=:9464
+refused "a metrics_listen host that does not resolve" "metrics_listen = no-such-host.invalid:9464: " \
+  -s metrics_listen=no-such-host.invalid:9464
+refused "metrics_port_file without metrics_listen" "metrics_port_file is set but metrics_listen is not" \
+  -s "metrics_port_file=$WORK/mport"
+# An address in use: --check does not bind (as for listen: a running rrpcd may hold it), the
+# start refuses it with the address, before it writes any port file.
+/usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1])); __import__("os").rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)' "$WORK/busy" &
+HOLDER=$!
+for _ in $(seq 200); do [ -s "$WORK/busy" ] && break; sleep 0.05; done
+BUSY=$(cat "$WORK/busy" 2>/dev/null)
+if [ -n "$BUSY" ]; then
+  rm -f "$WORK/port"
+  out=$(timeout 10 "$RRPCD" "${GOOD[@]}" -s "metrics_listen=127.0.0.1:$BUSY" 2>&1); rc=$?
+  if [ $rc = 1 ] && [ ! -s "$WORK/port" ] &&
+     grep -q "metrics_listen = 127.0.0.1:$BUSY: cannot listen there: address in use" <<< "$out"; then
+    ok "the start refuses a metrics_listen address in use, naming it"
+  else
+    bad "the start with metrics_listen in use: exit $rc, port file: $(cat "$WORK/port" 2>/dev/null), said: $out"
+  fi
+else
+  bad "could not hold a port for the address-in-use check"
+fi
+kill "$HOLDER" 2> /dev/null
+wait "$HOLDER" 2> /dev/null
+GOOD+=(-s metrics_listen=127.0.0.1:0 -s "metrics_port_file=$WORK/mport")
+
 # The good configuration: --check says so, and it starts.
 out=$("$RRPCD" "${GOOD[@]}" --check 2>&1); rc=$?
 [ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts the good configuration" ||
@@ -118,6 +153,8 @@ PID=$!
 for _ in $(seq 200); do [ -s "$WORK/port" ] && break; sleep 0.05; done
 [ -s "$WORK/port" ] && ok "the good configuration starts (port $(cat "$WORK/port"))" ||
   bad "the good configuration did not start: $(cat "$WORK/rrpcd.log")"
+[ -s "$WORK/mport" ] && ok "it serves its metrics (port $(cat "$WORK/mport"))" ||
+  bad "the good configuration wrote no metrics port: $(cat "$WORK/rrpcd.log")"
 
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -726,7 +726,8 @@ def _create_ctx(config, pp):
         return r
     try:
         for name, value in config.items():
-            r = lib.rrpc_config_set(cp[0], str(name).encode(), str(int(value)).encode())
+            text = value if isinstance(value, str) else str(int(value))  # metrics_listen
+            r = lib.rrpc_config_set(cp[0], str(name).encode(), text.encode())
             if r:
                 raise RrpcError(r, _s(lib.rrpc_ctx_last_error(ffi.NULL)) or
                                 "config %s=%r: %s" % (name, value, strerror(r)))
@@ -769,13 +770,16 @@ class Context(_Closable):
     config: {tunable: value} set from code over the RRPC_* environment
     (names as rrpc_config_print lists them, e.g. "RRPC_MAX_CONNS" or
     "max_conns"); an unknown name or a bad value raises RrpcValueError.
+    config={"metrics_listen": "127.0.0.1:9464"} serves GET /metrics there
+    (metrics_port says the port when it was 0).
     """
 
     def __init__(self, *, log=None, log_level=6, classes=None, config=None, _driven=False):
         pp = ffi.new("rrpc_ctx **")
         r = _create_ctx(config, pp)
         if r:
-            raise _error(r, what="rrpc_ctx_create")
+            raise RrpcError(r, "rrpc_ctx_create: %s" % (
+                _s(lib.rrpc_ctx_last_error(ffi.NULL)) or strerror(r)))
         self._ptr = pp[0]
         self._core = core = _Core(self._ptr)
         core.ctx_ref = weakref.ref(self)
@@ -868,9 +872,18 @@ class Context(_Closable):
         return {"classes": classes, "peers": by_peer, "conns_up": int(st.conns_up),
                 "conns_down": int(st.conns_down), "keepalive_losses": int(st.keepalive_losses)}
 
+    @property
+    def metrics_port(self):
+        """The TCP port this context serves GET /metrics on (the config's
+        metrics_listen), or None when it serves none."""
+        with self._core.use():
+            r = lib.rrpc_ctx_metrics_port(self._ptr)
+        return r if r >= 0 else None
+
     def metrics_text(self) -> str:
         """The counters in the Prometheus text format (rrpc_ctx_stats_text),
-        to serve at /metrics from the application's own HTTP server."""
+        to serve at /metrics from the application's own HTTP server, or by
+        the context itself: config={"metrics_listen": "HOST:PORT"}."""
         n = ffi.new("size_t *")
         with self._core.use():
             while True:

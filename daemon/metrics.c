@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rrpcd's own metrics (metrics_listen; docs/metrics.md lists them): counters
+ * the loop thread (and the etcd threads) add to with one call each, read by
+ * the HTTP server's thread for a scrape.  Every counter is an atomic, so a
+ * scrape never takes a lock the loop holds; every label comes from a fixed
+ * set, so no client can grow the series.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "rrpcd.h"
+#ifdef RRPC_HAVE_MHD
+#include "util/metrics_http.h"
+#endif
+
+static const char *const op_names[] = { "hello", "register", "renew", "unregister", "lookup",
+                                        "other" };
+#define NOPS (sizeof(op_names) / sizeof(op_names[0]))
+#define OP_OTHER (NOPS - 1)
+/* "ok", then the error codes of the control protocol (docs/broker.md). */
+static const char *const result_names[] = { "ok",        "bad_request", "version",
+                                            "unauthenticated", "auth_failed", "denied",
+                                            "not_found", "limit",       "busy",
+                                            "internal",  "other" };
+#define NRESULTS (sizeof(result_names) / sizeof(result_names[0]))
+static const char *const refusal_names[] = { "max_connections", "max_connections_per_source",
+                                             "out_of_memory" };
+#define NREFUSALS (sizeof(refusal_names) / sizeof(refusal_names[0]))
+static const char *const etcd_error_names[] = { "watch", "write" };
+#define NETCD (sizeof(etcd_error_names) / sizeof(etcd_error_names[0]))
+
+static _Atomic uint64_t requests[NOPS][NRESULTS];
+static _Atomic uint64_t refusals[NREFUSALS];
+static _Atomic uint64_t etcd_errors[NETCD];
+static _Atomic uint64_t tickets, tls_failures;
+static _Atomic int64_t sessions, services, instances;
+static _Atomic int etcd_degraded = 1; /* until the first synchronization */
+static bool etcd_on;
+static size_t cur_op = OP_OTHER; /* the loop thread's request being answered */
+
+#define ADD(v, n) atomic_fetch_add_explicit(&(v), (n), memory_order_relaxed)
+#define GET(v) atomic_load_explicit(&(v), memory_order_relaxed)
+
+static size_t find(const char *const *names, size_t n, const char *s)
+{
+    for (size_t i = 0; s && i < n; i++)
+        if (!strcmp(names[i], s))
+            return i;
+    return n - 1; /* the last name of each set is its catch-all */
+}
+
+void metrics_op(const char *op)
+{
+    cur_op = op ? find(op_names, NOPS, op) : OP_OTHER;
+}
+
+void metrics_answer(const char *err)
+{
+    ADD(requests[cur_op][err ? find(result_names, NRESULTS, err) : 0], 1);
+}
+
+void metrics_tickets(size_t n)
+{
+    ADD(tickets, n);
+}
+
+void metrics_tls_failure(void)
+{
+    ADD(tls_failures, 1);
+}
+
+void metrics_sessions(int n)
+{
+    atomic_store_explicit(&sessions, n, memory_order_relaxed);
+}
+
+void metrics_refused(const char *reason)
+{
+    ADD(refusals[find(refusal_names, NREFUSALS, reason)], 1);
+}
+
+void metrics_registry(int d_services, int d_instances)
+{
+    ADD(services, d_services);
+    ADD(instances, d_instances);
+}
+
+void metrics_etcd_degraded(bool d)
+{
+    atomic_store_explicit(&etcd_degraded, d, memory_order_relaxed);
+}
+
+void metrics_etcd_error(const char *what)
+{
+    ADD(etcd_errors[find(etcd_error_names, NETCD, what)], 1);
+}
+
+/* ---- the text, and the server ------------------------------------------------- */
+
+#ifdef RRPC_HAVE_MHD
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static int text(void *user, char **ret_text, size_t *ret_len)
+{
+    (void)user;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return -ENOMEM;
+    family(f, "rrpcd_build_info", "gauge", "Always 1; the version of this rrpcd.");
+    fprintf(f, "rrpcd_build_info{version=\"%s\"} 1\n", RRPC_VERSION_STRING);
+    family(f, "rrpcd_services", "gauge", "Services with at least one registration.");
+    fprintf(f, "rrpcd_services %lld\n", (long long)GET(services));
+    family(f, "rrpcd_registrations", "gauge",
+           "Registrations (server instances) held, all services together.");
+    fprintf(f, "rrpcd_registrations %lld\n", (long long)GET(instances));
+    family(f, "rrpcd_sessions", "gauge", "TLS sessions open, authenticated or not.");
+    fprintf(f, "rrpcd_sessions %lld\n", (long long)GET(sessions));
+    family(f, "rrpcd_sessions_refused_total", "counter",
+           "Connections closed at accept, by reason.");
+    for (size_t i = 0; i < NREFUSALS; i++)
+        fprintf(f, "rrpcd_sessions_refused_total{reason=\"%s\"} %llu\n", refusal_names[i],
+                (unsigned long long)GET(refusals[i]));
+    family(f, "rrpcd_tls_handshake_failures_total", "counter",
+           "TLS handshakes that failed (bad or unknown client certificate, not TLS 1.3, ...).");
+    fprintf(f, "rrpcd_tls_handshake_failures_total %llu\n",
+            (unsigned long long)GET(tls_failures));
+    family(f, "rrpcd_requests_total", "counter",
+           "Requests answered, by operation and result (ok or the error code).");
+    for (size_t o = 0; o < NOPS; o++)
+        for (size_t r = 0; r < NRESULTS; r++)
+            fprintf(f, "rrpcd_requests_total{op=\"%s\",result=\"%s\"} %llu\n", op_names[o],
+                    result_names[r], (unsigned long long)GET(requests[o][r]));
+    family(f, "rrpcd_tickets_issued_total", "counter",
+           "Connection tickets issued in lookup answers (one per instance listed).");
+    fprintf(f, "rrpcd_tickets_issued_total %llu\n", (unsigned long long)GET(tickets));
+    if (etcd_on) {
+        family(f, "rrpcd_etcd_degraded", "gauge",
+               "1 while the registry on etcd is unreachable or not synchronized yet.");
+        fprintf(f, "rrpcd_etcd_degraded %d\n", GET(etcd_degraded));
+        family(f, "rrpcd_etcd_errors_total", "counter",
+               "Failures to reach etcd: the watch broke, or a write failed.");
+        for (size_t i = 0; i < NETCD; i++)
+            fprintf(f, "rrpcd_etcd_errors_total{op=\"%s\"} %llu\n", etcd_error_names[i],
+                    (unsigned long long)GET(etcd_errors[i]));
+    }
+    if (fclose(f) || !buf) {
+        free(buf);
+        return -ENOMEM;
+    }
+    *ret_text = buf;
+    *ret_len = len;
+    return 0;
+}
+
+static struct rrpci_mhttp *server;
+
+/* As port_file: written whole under a temporary name, then renamed. */
+static int write_port_file(const char *path, int port)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) || rename(tmp, path)) {
+        LOG(LOG_ERR, "cannot write the metrics port file %s: %s", path, strerror(errno));
+        return -EIO;
+    }
+    return 0;
+}
+
+static void http_log(void *user, const char *msg)
+{
+    (void)user;
+    LOG(LOG_DEBUG, "metrics HTTP server: %s", msg);
+}
+#endif
+
+int metrics_start(const struct config *c)
+{
+    etcd_on = c->n_etcd > 0;
+    if (!c->metrics_listen[0])
+        return 0;
+#ifdef RRPC_HAVE_MHD
+    struct rrpci_mhttp_opts o = { .listen = c->metrics_listen,
+                                  .max_conns = (unsigned)c->metrics_max_connections,
+                                  .timeout_s = (unsigned)c->metrics_timeout_s,
+                                  .text = text, .log = http_log };
+    char why[512];
+    int r = rrpci_mhttp_start(&o, &server, why, sizeof(why));
+    if (r) {
+        LOG(LOG_ERR, "metrics_listen = %s: %s", c->metrics_listen, why);
+        return r;
+    }
+    int port = rrpci_mhttp_port(server);
+    LOG(LOG_NOTICE, "serving GET /metrics on %s (port %d)", c->metrics_listen, port);
+    if (c->metrics_port_file[0])
+        return write_port_file(c->metrics_port_file, port);
+    return 0;
+#else
+    LOG(LOG_ERR, "metrics_listen: this rrpcd was built without libmicrohttpd");
+    return -EOPNOTSUPP;
+#endif
+}
+
+void metrics_stop(void)
+{
+#ifdef RRPC_HAVE_MHD
+    rrpci_mhttp_stop(server);
+    server = NULL;
+#endif
+}

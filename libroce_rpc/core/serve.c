@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* A context serving its own metrics: metrics_listen = HOST:PORT makes it answer
+ * GET /metrics with rrpc_ctx_stats_text (util/metrics_http.c, libmicrohttpd),
+ * from rrpc_ctx_create_with until rrpc_ctx_destroy. */
+#include <errno.h>
+#include <stdlib.h>
+#include <syslog.h>
+
+#include <pthread.h>
+
+#include "core/core.h"
+
+#ifdef RRPC_HAVE_MHD
+#include "util/metrics_http.h"
+
+/* One scrape, on the server's thread: rrpc_ctx_stats_text takes the
+ * context's lock for its snapshot. */
+static int ctx_text(void *user, char **ret_text, size_t *ret_len)
+{
+    rrpc_ctx *ctx = user;
+    size_t need = 0;
+    int r = rrpc_ctx_stats_text(ctx, NULL, 0, &need);
+    /* The text grows while it is read when a peer appears: size it again. */
+    for (int tries = 0; tries < 4 && (r == 0 || r == -ENOBUFS); tries++) {
+        size_t cap = need + 4096;
+        char *buf = malloc(cap);
+        if (!buf)
+            return -ENOMEM;
+        r = rrpc_ctx_stats_text(ctx, buf, cap, &need);
+        if (r == 0) {
+            *ret_text = buf;
+            *ret_len = need;
+            return 0;
+        }
+        free(buf);
+    }
+    return r < 0 ? r : -ENOBUFS;
+}
+
+static void ctx_http_log(void *user, const char *msg)
+{
+    rrpc_ctx *ctx = user;
+    rrpci_lock(ctx); /* the log callback is set under it */
+    RRPCI_LOG(ctx, LOG_DEBUG, "metrics HTTP server: %s", msg);
+    pthread_mutex_unlock(&ctx->lock);
+}
+#endif
+
+int rrpci_serve_start(rrpc_ctx *ctx)
+{
+    if (!ctx->cfg.metrics_listen[0])
+        return 0;
+#ifdef RRPC_HAVE_MHD
+    struct rrpci_mhttp_opts o = {
+        .listen = ctx->cfg.metrics_listen,
+        .max_conns = (unsigned)ctx->cfg.metrics_max_conns,
+        .timeout_s = (unsigned)ctx->cfg.metrics_timeout_s,
+        .text = ctx_text,
+        .log = ctx_http_log,
+        .user = ctx,
+    };
+    char why[512];
+    int r = rrpci_mhttp_start(&o, &ctx->metrics_http, why, sizeof(why));
+    if (r < 0)
+        return rrpci_set_error(NULL, r, "metrics_listen=%s: %s", ctx->cfg.metrics_listen, why);
+    RRPCI_LOG(ctx, LOG_INFO, "serving GET /metrics on %s (port %d)", ctx->cfg.metrics_listen,
+              rrpci_mhttp_port(ctx->metrics_http));
+    return 0;
+#else
+    return rrpci_set_error(NULL, -EOPNOTSUPP,
+                           "metrics_listen=%s: this libroce_rpc was built without libmicrohttpd, "
+                           "so it cannot serve /metrics (install libmicrohttpd-dev and build "
+                           "with meson -Dmetrics_http=enabled; or serve rrpc_ctx_stats_text "
+                           "from the application's own HTTP server)",
+                           ctx->cfg.metrics_listen);
+#endif
+}
+
+void rrpci_serve_stop(rrpc_ctx *ctx)
+{
+#ifdef RRPC_HAVE_MHD
+    rrpci_mhttp_stop(ctx->metrics_http); /* joins its thread: no scrape runs after this */
+#endif
+    ctx->metrics_http = NULL;
+}
+
+RRPC_API int rrpc_ctx_metrics_port(rrpc_ctx *ctx)
+{
+    if (!ctx)
+        return -EINVAL;
+#ifdef RRPC_HAVE_MHD
+    if (ctx->metrics_http)
+        return rrpci_mhttp_port(ctx->metrics_http);
+#endif
+    return -ENOENT;
+}
