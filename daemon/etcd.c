@@ -28,6 +28,7 @@ struct etcd {
     char *user, *password; /* etcd's own authentication, or NULL */
     char *token;           /* what /v3/auth/authenticate gave; NULL: none yet */
     long status;           /* the HTTP status of the last answer */
+    bool timed_out;        /* an endpoint of the last call did not answer in time */
 };
 
 #define AUTH_PATH "/v3/auth/authenticate"
@@ -44,6 +45,11 @@ static void set_err(struct etcd *e, const char *fmt, ...)
 const char *etcd_error(const struct etcd *e)
 {
     return e->err;
+}
+
+bool etcd_timed_out(const struct etcd *e)
+{
+    return e->timed_out;
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
@@ -171,6 +177,7 @@ static int call_at(struct etcd *e, const char *path, json_object *req, json_obje
     const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
     struct curl_slist *hdr = headers(e, path);
     e->status = 0;
+    e->timed_out = false;
     if (!body || !hdr) {
         curl_slist_free_all(hdr);
         return -ENOMEM;
@@ -192,6 +199,8 @@ static int call_at(struct etcd *e, const char *path, json_object *req, json_obje
         }
         if (cc != CURLE_OK) {
             set_err(e, "%s: %s", url, curl_easy_strerror(cc));
+            if (cc == CURLE_OPERATION_TIMEDOUT)
+                e->timed_out = true;
             e->cur = (e->cur + 1) % e->n_urls;
             continue;
         }

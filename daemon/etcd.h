@@ -6,6 +6,7 @@
 #ifndef RRPCD_ETCD_H
 #define RRPCD_ETCD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,9 @@ int etcd_open(struct etcd **ret, const struct etcd_opts *o);
 void etcd_close(struct etcd *e);
 /* Why the last call failed, for logs and answers ("" after a success). */
 const char *etcd_error(const struct etcd *e);
+/* Whether an endpoint of the last call did not answer in time (a cluster busy
+ * electing a leader does that; a stopped etcd refuses at once). */
+bool etcd_timed_out(const struct etcd *e);
 
 /* Every call returns 0, -EHOSTUNREACH (no endpoint answered), -EPROTO (an
  * answer that is not what the gateway sends, or an error it reports, such as

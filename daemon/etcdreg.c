@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The registry on etcd (registry = etcd://...; issue #16).  Each registration
- * is the key PREFIX "reg/" ID (16 hex digits) bound to an etcd lease of its
- * lease_ms (rounded up to whole seconds); its value, JSON, says what a lookup
- * needs.  Writes (register, renew = lease keep-alive, unregister = revoke) are
- * made by a writer thread, never on the loop: a register is answered when
- * etcd took it (tried again for up to PUT_BUDGET_MS while the cluster does
- * not answer, as during a leader election); a renewal is answered at once
- * and its keep-alive follows (a lease etcd no longer has shows at the next
- * renewal).  Lookups read the local registry, which a watch thread keeps in
+ * is the key PREFIX "reg/" ID (16 hex digits); its value, JSON, says what a
+ * lookup needs.  Every key an rrpcd wrote is bound to that rrpcd's one etcd
+ * lease (SESSION_TTL_S, kept alive by it), so etcd's load does not grow with
+ * the registrations: the rrpcd a registration's server renews through owns
+ * it, keeps its lease_ms locally and deletes the key when it expires or is
+ * unregistered; a renewal through another rrpcd moves the key to that one's
+ * lease (the previous owner lets go when it sees the change); the keys of an
+ * rrpcd that died go with its lease.  Writes are made by a writer thread,
+ * never on the loop: a register is answered when etcd took it (tried again
+ * for up to PUT_BUDGET_MS while the cluster does not answer, as during a
+ * leader election).  Lookups read the local registry, which a watch thread keeps in
  * step with etcd: a range of the prefix, then a watch from the range's
  * revision on, again after every failure.  Both threads' results reach the
  * loop through one bounded queue and an ev_async.  rrpcd is degraded when a
@@ -37,9 +40,19 @@
 #define PUT_BUDGET_MS 8000    /* a register's write is tried again for this long */
 #define DOWN_GRACE_MS 5000    /* a watch down for longer makes rrpcd degraded */
 #define RETRY_MS 1000         /* between two attempts of the watch thread */
+#define SESSION_TTL_S 10      /* this rrpcd's lease; kept alive every third of it */
 #define VALUE_MAX (64 * 1024) /* the largest registration value taken from etcd */
 
-enum ev_type { EV_PUT, EV_DELETE, EV_RESYNC, EV_SYNCED, EV_DOWN, EV_PUT_DONE, EV_RENEW_DONE };
+enum ev_type {
+    EV_PUT,
+    EV_DELETE,
+    EV_RESYNC,
+    EV_SYNCED,
+    EV_DOWN,
+    EV_PUT_DONE,   /* a JOB_PUT's result */
+    EV_LEASE,      /* the writer holds a new lease (@lease; @replaced: another was lost) */
+    EV_LEASE_DONE, /* a keep-alive of the lease or a delete: @err */
+};
 
 struct event {
     struct event *next;
@@ -48,21 +61,21 @@ struct event {
     unsigned char *val;
     size_t len;
     char why[300];
-    /* EV_PUT_DONE, EV_RENEW_DONE: the writer's result */
+    /* EV_PUT_DONE, EV_LEASE, EV_LEASE_DONE: the writer's result */
     int err;
-    uint64_t reg_id, serial, req_id;
+    uint64_t reg_id, serial, req_id; /* serial 0: nobody waits for the answer */
     int64_t lease;
+    bool replaced;
 };
 
-enum job_type { JOB_PUT, JOB_KEEPALIVE, JOB_REVOKE };
+enum job_type { JOB_PUT, JOB_DELETE };
 
 struct job {
     struct job *next;
     enum job_type type;
     uint64_t reg_id, serial, req_id;
-    int64_t lease, ttl_s;
     char key[300];
-    json_object *val; /* JOB_PUT: the value, "lease" added once granted */
+    json_object *val; /* JOB_PUT: the value, "lease" added by the writer */
 };
 
 static const struct config *cfg;
@@ -81,6 +94,9 @@ static struct event *q_head, *q_tail;
 static size_t q_len;
 static bool degraded = true; /* until the first sync */
 static bool write_down;      /* the last write failed (cleared by one that works, or a sync) */
+static int64_t cur_lease;    /* the loop's view of this rrpcd's lease (0: none yet) */
+static int64_t w_lease, w_ka_due, w_ka_ok; /* the writer's: its lease, next keep-alive, last one
+                                            * that worked (mono ms) */
 static int64_t logged_ms;    /* when being degraded was last logged */
 #define LOG_EVERY_MS 30000   /* while degraded, the reason is logged again this often */
 static char degraded_why[300] = "not synchronized with etcd yet";
@@ -280,6 +296,18 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
     struct registration *old = registry_find(id);
     if (old) {
         old->etcd_stale = false;
+        json_object *o = len <= VALUE_MAX ? json_tokener_parse((const char *)val) : NULL;
+        int64_t lease;
+        if (o && int_of(o, "lease", 1, INT64_MAX, &lease)) {
+            old->etcd_lease = lease;
+            /* Another rrpcd's lease now: its server renews through that one. */
+            if (old->expires_ms != INT64_MAX && !old->etcd_pending && lease != cur_lease) {
+                LOG(LOG_INFO, "etcd: '%s' %016" PRIx64 " is renewed through another rrpcd now",
+                    old->svc->name, id);
+                old->expires_ms = INT64_MAX;
+            }
+        }
+        json_object_put(o);
         return;
     }
     json_object *o = len <= VALUE_MAX ? json_tokener_parse((const char *)val) : NULL, *eps;
@@ -376,7 +404,9 @@ static void drop_stale(void)
 }
 
 static void put_done(const struct event *e);
-static void renew_done(const struct event *e);
+static void lease_done(const struct event *e);
+static void lease_new(const struct event *e);
+static void reput_owned(bool stale_only);
 
 static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
 {
@@ -402,6 +432,7 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
                     r->etcd_stale = true;
             break;
         case EV_SYNCED:
+            reput_owned(true); /* ours that etcd lost (our lease lapsed meanwhile) */
             drop_stale();
             if (degraded)
                 LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations); not degraded",
@@ -413,8 +444,11 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
         case EV_PUT_DONE:
             put_done(e);
             break;
-        case EV_RENEW_DONE:
-            renew_done(e);
+        case EV_LEASE:
+            lease_new(e);
+            break;
+        case EV_LEASE_DONE:
+            lease_done(e);
             break;
         case EV_DOWN:
             if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
@@ -469,37 +503,96 @@ static int submit(struct job *j)
     return 0;
 }
 
+static struct event *event_new(enum ev_type type)
+{
+    struct event *ev = calloc(1, sizeof(*ev));
+    if (ev)
+        ev->type = type;
+    return ev;
+}
+
 /* Whether @e's last failure is one a cluster choosing a leader gives (a timeout),
  * not one of an etcd that is not there (refused) or refuses (an error answer). */
 static bool worth_again(int e)
 {
-    return e == -EHOSTUNREACH && strstr(etcd_error(ops), "Timeout");
+    return e == -EHOSTUNREACH && etcd_timed_out(ops);
 }
 
-/* A register: a lease, then the key bound to it; tried again while etcd times out,
- * for PUT_BUDGET_MS at most. */
+/* The writer's lease: granted when it has none (the loop hears of it). */
+static int ensure_lease(void)
+{
+    if (w_lease)
+        return 0;
+    int64_t id;
+    int e = etcd_lease_grant(ops, SESSION_TTL_S, &id);
+    if (e)
+        return e;
+    struct event *ev = event_new(EV_LEASE);
+    if (!ev) {
+        etcd_lease_revoke(ops, id);
+        return -ENOMEM;
+    }
+    ev->lease = id;
+    ev->replaced = w_ka_ok != 0; /* we held one before: what was bound to it is gone */
+    w_lease = id;
+    w_ka_ok = mono_ms();
+    w_ka_due = w_ka_ok + SESSION_TTL_S * 1000 / 3;
+    push_event(ev);
+    return 0;
+}
+
+/* A put under the writer's lease; tried again while etcd times out, for
+ * PUT_BUDGET_MS at most, and with a new lease when etcd no longer knows ours. */
 static void do_put(struct job *j, struct event *ev)
 {
     int64_t t0 = mono_ms();
     int e;
     for (;;) {
-        int64_t lease = 0;
-        e = etcd_lease_grant(ops, j->ttl_s, &lease);
+        e = ensure_lease();
         if (!e) {
-            json_object_object_add(j->val, "lease", json_object_new_int64(lease));
+            json_object_object_add(j->val, "lease", json_object_new_int64(w_lease));
             const char *v = json_object_to_json_string_ext(j->val, JSON_C_TO_STRING_PLAIN);
-            e = v ? etcd_put(ops, j->key, v, strlen(v), lease) : -ENOMEM;
+            e = v ? etcd_put(ops, j->key, v, strlen(v), w_lease) : -ENOMEM;
             if (!e) {
-                ev->lease = lease;
+                ev->lease = w_lease;
                 break;
             }
-            etcd_lease_revoke(ops, lease);
+            if (e == -EPROTO && strstr(etcd_error(ops), "lease not found")) {
+                w_lease = 0; /* expired while etcd was away: a new one, and again */
+                continue;
+            }
         }
         if (!worth_again(e) || stop_flag || mono_ms() - t0 >= PUT_BUDGET_MS)
             break;
-        LOG(LOG_WARNING, "etcd: %s; trying the register again", etcd_error(ops));
+        LOG(LOG_WARNING, "etcd: %s; trying the write again", etcd_error(ops));
     }
     ev->err = e;
+}
+
+/* Keeps the writer's lease alive; a lease etcd lost is replaced at once.  A failure
+ * reaches the loop only when no keep-alive worked for half the lease's time. */
+static void keepalive(void)
+{
+    int64_t ttl;
+    int e = etcd_lease_keepalive(ops, w_lease, &ttl);
+    if (e == -ENOENT) {
+        LOG(LOG_WARNING, "etcd: this rrpcd's lease %" PRId64 " is gone; taking a new one and "
+            "writing its registrations again", w_lease);
+        w_lease = 0;
+        e = ensure_lease();
+    } else if (!e) {
+        w_ka_ok = mono_ms();
+    }
+    w_ka_due = mono_ms() + (e ? RETRY_MS : SESSION_TTL_S * 1000 / 3);
+    if (e && mono_ms() - w_ka_ok < SESSION_TTL_S * 1000 / 2)
+        return;
+    struct event *ev = event_new(EV_LEASE_DONE);
+    if (!ev)
+        return;
+    ev->err = e;
+    if (e)
+        snprintf(ev->why, sizeof(ev->why), "%s", etcd_error(ops));
+    push_event(ev);
 }
 
 static void *writer_main(void *arg)
@@ -507,19 +600,29 @@ static void *writer_main(void *arg)
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&mu);
-        while (!j_head && !stop_flag)
-            pthread_cond_wait(&jobs_cv, &mu);
-        struct job *j = j_head;
-        if (stop_flag || !j) {
+        while (!j_head && !stop_flag && !(w_lease && mono_ms() >= w_ka_due)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1; /* the keep-alive's time is looked at every second */
+            pthread_cond_timedwait(&jobs_cv, &mu, &ts);
+        }
+        if (stop_flag) {
             pthread_mutex_unlock(&mu);
             break;
         }
-        j_head = j->next;
-        if (!j_head)
-            j_tail = NULL;
-        j_len--;
+        struct job *j = j_head;
+        if (j) {
+            j_head = j->next;
+            if (!j_head)
+                j_tail = NULL;
+            j_len--;
+        }
         pthread_mutex_unlock(&mu);
-        struct event *ev = calloc(1, sizeof(*ev));
+        if (w_lease && mono_ms() >= w_ka_due)
+            keepalive();
+        if (!j)
+            continue;
+        struct event *ev = event_new(j->type == JOB_PUT ? EV_PUT_DONE : EV_LEASE_DONE);
         if (!ev) {
             job_free(j);
             continue;
@@ -527,26 +630,11 @@ static void *writer_main(void *arg)
         ev->reg_id = j->reg_id;
         ev->serial = j->serial;
         ev->req_id = j->req_id;
-        switch (j->type) {
-        case JOB_PUT:
-            ev->type = EV_PUT_DONE;
+        if (j->type == JOB_PUT) {
             do_put(j, ev);
-            break;
-        case JOB_KEEPALIVE: {
-            int64_t ttl;
-            ev->type = EV_RENEW_DONE;
-            ev->err = etcd_lease_keepalive(ops, j->lease, &ttl);
-            break;
-        }
-        case JOB_REVOKE:
-            ev->type = EV_RENEW_DONE;
-            ev->reg_id = 0; /* nothing to tell the registration: it is gone */
-            if ((ev->err = etcd_lease_revoke(ops, j->lease)) == -ENOENT)
-                ev->err = 0;
-            if (ev->err)
-                LOG(LOG_WARNING, "etcd: cannot revoke the lease %" PRId64 " (%s); it expires "
-                    "by itself", j->lease, etcd_error(ops));
-            break;
+        } else if ((ev->err = etcd_delete(ops, j->key))) {
+            LOG(LOG_WARNING, "etcd: cannot delete %s (%s); it goes with this rrpcd's lease",
+                j->key, etcd_error(ops));
         }
         if (ev->err)
             snprintf(ev->why, sizeof(ev->why), "%s",
@@ -567,10 +655,10 @@ static void went_down(const char *why)
             "registrations are refused", why);
     }
     snprintf(degraded_why, sizeof(degraded_why), "%s", why);
-    degraded = true;
-    write_down = true;
     metrics_etcd_error("write");
     metrics_etcd_degraded(true);
+    degraded = true;
+    write_down = true;
 }
 
 /* A write went through: a degradation that a failed write caused is over (one the
@@ -585,62 +673,10 @@ static void write_ok(void)
     }
 }
 
-static void put_done(const struct event *e)
+/* Queues the put of @r, bound to this rrpcd's lease; @serial/@req_id: the register
+ * to answer (0: none). */
+static int queue_put(struct registration *r, uint64_t serial, uint64_t req_id)
 {
-    struct registration *r = registry_find(e->reg_id);
-    if (!e->err) {
-        write_ok();
-        if (r && r->etcd_pending) {
-            r->etcd_pending = false;
-            r->svc->n_pending--;
-            r->etcd_lease = e->lease;
-            r->expires_ms = mono_ms() + r->lease_ms;
-            if (server_register_done(e->serial, e->req_id, r, 0, NULL))
-                return;
-            LOG(LOG_NOTICE, "'%s' %016" PRIx64 ": its server left before etcd took the "
-                "registration; withdrawn", r->svc->name, r->id);
-            registry_remove(r);
-        } else {
-            server_register_done(e->serial, e->req_id, NULL, -ENOENT,
-                                 "the registration went away while etcd took it; register "
-                                 "again");
-        }
-        struct job *j = calloc(1, sizeof(*j)); /* nobody holds it: its lease goes */
-        if (j) {
-            j->type = JOB_REVOKE;
-            j->lease = e->lease;
-            submit(j);
-        }
-        return;
-    }
-    went_down(e->why);
-    if (r && r->etcd_pending)
-        registry_remove(r);
-    char msg[600];
-    snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd is "
-             "degraded: try again later", e->why);
-    server_register_done(e->serial, e->req_id, NULL, e->err, msg);
-}
-
-static void renew_done(const struct event *e)
-{
-    if (!e->err) {
-        write_ok();
-        return;
-    }
-    if (e->err == -ENOENT) {
-        struct registration *r = registry_find(e->reg_id);
-        if (r)
-            r->etcd_gone = true; /* its next renewal says so */
-        return;
-    }
-    went_down(e->why);
-}
-
-int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
-{
-    if (degraded)
-        return -EAGAIN;
     struct job *j = calloc(1, sizeof(*j));
     if (!j || !(j->val = encode(r))) {
         free(j);
@@ -650,9 +686,83 @@ int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
     j->reg_id = r->id;
     j->serial = serial;
     j->req_id = req_id;
-    j->ttl_s = ((int64_t)r->lease_ms + 999) / 1000;
     key_of(j->key, sizeof(j->key), r->id);
-    int e = submit(j);
+    return submit(j);
+}
+
+/* Writes again the registrations this rrpcd owns (all of them, or those a resync
+ * did not find on etcd). */
+static void reput_owned(bool stale_only)
+{
+    size_t n = 0;
+    for (struct service *s = registry_services(); s; s = s->next)
+        for (struct registration *r = s->regs; r; r = r->next)
+            if (r->expires_ms != INT64_MAX && !r->etcd_pending &&
+                (!stale_only || r->etcd_stale) && queue_put(r, 0, 0) == 0)
+                n++;
+    if (n)
+        LOG(LOG_NOTICE, "etcd: writing %zu registrations of this rrpcd again", n);
+}
+
+static void lease_new(const struct event *e)
+{
+    cur_lease = e->lease;
+    LOG(LOG_INFO, "etcd: this rrpcd's lease is %" PRId64 " (%d s, kept alive)", e->lease,
+        SESSION_TTL_S);
+    if (e->replaced)
+        reput_owned(false);
+}
+
+static void lease_done(const struct event *e)
+{
+    if (e->err)
+        went_down(e->why);
+    else
+        write_ok();
+}
+
+static void put_done(const struct event *e)
+{
+    struct registration *r = registry_find(e->reg_id);
+    if (!e->err) {
+        write_ok();
+        if (r)
+            r->etcd_lease = e->lease;
+        if (!e->serial) /* written again, or taken over: nobody waits */
+            return;
+        if (r && r->etcd_pending) {
+            r->etcd_pending = false;
+            r->svc->n_pending--;
+            r->expires_ms = mono_ms() + r->lease_ms;
+            if (server_register_done(e->serial, e->req_id, r, 0, NULL))
+                return;
+            LOG(LOG_NOTICE, "'%s' %016" PRIx64 ": its server left before etcd took the "
+                "registration; withdrawn", r->svc->name, r->id);
+            etcdreg_remove(r);
+            registry_remove(r);
+        } else {
+            server_register_done(e->serial, e->req_id, NULL, -ENOENT,
+                                 "the registration went away while etcd took it; register "
+                                 "again");
+        }
+        return;
+    }
+    went_down(e->why);
+    if (!e->serial)
+        return; /* ours stays; the next resync or lease writes it again */
+    if (r && r->etcd_pending)
+        registry_remove(r);
+    char msg[600];
+    snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd is "
+             "degraded: try again later", e->why);
+    server_register_done(e->serial, e->req_id, NULL, e->err, msg);
+}
+
+int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
+{
+    if (degraded)
+        return -EAGAIN;
+    int e = queue_put(r, serial, req_id);
     if (!e) {
         r->etcd_pending = true;
         r->svc->n_pending++;
@@ -663,34 +773,28 @@ int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
 
 int etcdreg_renew(struct registration *r)
 {
-    if (r->etcd_gone)
-        return -ENOENT;
+    if (r->expires_ms != INT64_MAX)
+        return 0; /* ours: its lease is kept here, etcd's is this rrpcd's */
     if (degraded)
-        return -EAGAIN; /* no wait on an etcd known to be unreachable */
-    struct job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return -ENOMEM;
-    j->type = JOB_KEEPALIVE;
-    j->reg_id = r->id;
-    j->lease = r->etcd_lease;
-    return submit(j);
+        return -EAGAIN;
+    /* Registered through another rrpcd, renewed through this one: ours from now on. */
+    LOG(LOG_INFO, "etcd: '%s' %016" PRIx64 " is renewed through this rrpcd now; moving it to "
+        "this rrpcd's lease", r->svc->name, r->id);
+    r->expires_ms = mono_ms() + r->lease_ms;
+    return queue_put(r, 0, 0);
 }
 
 void etcdreg_remove(struct registration *r)
 {
-    if (!r->etcd_lease)
-        return;
     struct job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        LOG(LOG_WARNING, "etcd: cannot revoke the lease of '%s' %016" PRIx64 " (out of "
-            "memory); it expires by itself", r->svc->name, r->id);
-        return;
+    if (j) {
+        j->type = JOB_DELETE;
+        key_of(j->key, sizeof(j->key), r->id);
     }
-    j->type = JOB_REVOKE;
-    j->lease = r->etcd_lease;
-    if (submit(j))
-        LOG(LOG_WARNING, "etcd: cannot revoke the lease of '%s' %016" PRIx64 " (too many "
-            "writes waiting); it expires by itself", r->svc->name, r->id);
+    if (!j || submit(j))
+        LOG(LOG_WARNING, "etcd: cannot delete the key of '%s' %016" PRIx64 " (%s); it goes "
+            "with this rrpcd's lease", r->svc->name, r->id,
+            j ? "too many writes waiting" : "out of memory");
 }
 
 const char *etcdreg_error(void)

@@ -72,6 +72,8 @@ void registry_sweep(int64_t now)
             if (r->expires_ms <= now) {
                 LOG(LOG_NOTICE, "lease of '%s' registration %016llx (%s) expired", s->name,
                     (unsigned long long)r->id, r->principal);
+                if (etcdreg_on())
+                    etcdreg_remove(r); /* ours (only ours expire here): its key goes */
                 *pp = r->next;
                 reg_free(r);
                 dropped = true;

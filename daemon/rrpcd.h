@@ -107,7 +107,6 @@ struct registration {
     int64_t etcd_lease; /* registry on etcd: the lease its key is bound to */
     bool etcd_stale;    /* registry on etcd: not (yet) seen since the last resync */
     bool etcd_pending;  /* registry on etcd: its write is under way; not in lookups yet */
-    bool etcd_gone;     /* registry on etcd: a keep-alive found its lease gone */
 };
 
 struct service {
@@ -165,11 +164,12 @@ const char *etcdreg_degraded(void);
  * of the result through server_register_done(@serial, @req_id, ...).  -EAGAIN at
  * once while degraded or when too many writes wait, -ENOMEM. */
 int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id);
-/* Queues a keep-alive of @r's lease: -ENOENT when an earlier one found the lease
- * gone; -EAGAIN at once while degraded.  A failure to reach etcd makes rrpcd
- * degraded. */
+/* A renewal of @r through this rrpcd: nothing to write when it owns @r (its key is
+ * bound to this rrpcd's lease, kept alive on its own); one registered through
+ * another rrpcd moves to this one's (queued; -EAGAIN at once while degraded). */
 int etcdreg_renew(struct registration *r);
-/* Queues the revocation of @r's lease (its key goes with it); a failure is logged. */
+/* Queues the delete of @r's key (unregistered, or expired here); a failure is
+ * logged, and the key goes with this rrpcd's lease. */
 void etcdreg_remove(struct registration *r);
 /* Why rrpcd is degraded, or the last write failed. */
 const char *etcdreg_error(void);
