@@ -94,7 +94,8 @@ static bool spin_for(struct rrpci_sync *s, int us)
     }
 }
 
-static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s)
+/* Waits for @s; *@woke: whether the loop was woken after the operation began. */
+static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
 {
     while (!sync_done(s)) {
         if (!ctx->thread_mode && !ctx->in_run) {
@@ -103,10 +104,16 @@ static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s)
             continue;
         }
         /* The loop runs on another thread.  Let go of the context (waking
-         * the loop: it must see what this thread just queued) and sleep on
-         * the sync.  The timeout re-checks who drives the loop in driven
+         * the loop, the first time: it must see what this thread started)
+         * and sleep on the sync.  A later pass changed nothing, so it lets
+         * go quietly.  The timeout re-checks who drives the loop in driven
          * mode. */
-        rrpci_unlock(ctx);
+        if (*woke && ctx->thread_mode) {
+            pthread_mutex_unlock(&ctx->lock);
+        } else {
+            rrpci_unlock(ctx);
+            *woke = true;
+        }
         if (spin_for(s, ctx->cfg.sync_spin_us)) {
             rrpci_lock(ctx);
             continue;
@@ -130,13 +137,20 @@ int rrpci_sync_end(struct rrpci_sync *s, int started)
 {
     rrpc_ctx *ctx = s->ctx;
     int r = started;
+    bool woke = false;
     if (r == 0) {
-        sync_wait(ctx, s);
+        sync_wait(ctx, s, &woke);
         r = s->status;
         if (r != 0)
             rrpci_set_error(ctx, r, "%s", s->detail);
     }
-    rrpci_unlock(ctx);
+    /* Once the loop was woken for what the operation started, only results
+     * were read: a thread-mode loop has nothing to see, and waking it would
+     * cost it a pass for nothing after every call. */
+    if (woke && ctx->thread_mode)
+        pthread_mutex_unlock(&ctx->lock);
+    else
+        rrpci_unlock(ctx);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     return r;
