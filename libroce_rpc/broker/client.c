@@ -40,8 +40,11 @@
 #include "util/resolve.h"
 #include "util/reserved.h"
 
-#define ERR_MAX 512
+#define ERR_MAX 4096 /* room for the reason of every broker of a list */
 #define HOST_MAX 256
+#define WHY_MAX 240  /* one broker's reason in the error of a list that failed */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 struct reg {
     struct reg *next;
@@ -65,6 +68,16 @@ struct rrpc_broker {
     pthread_t thread;
     bool thread_started, stop;
 
+    /* The list of brokers (rrpc_broker_open's HOST:PORT,...); @cur is the
+     * one of the session, or the first to try for the next one.  @host,
+     * @port and @server_name are @cur's (the messages name them). */
+    struct baddr {
+        char host[HOST_MAX];
+        char port[8];
+    } addrs[RRPC_BROKER_MAX_ADDRS];
+    int n_addrs, cur;
+    char cur_addr[HOST_MAX + 16]; /* @lock: @cur as rrpc_broker_current gives it */
+    bool own_server_name; /* opts->server_name: the same name for every broker */
     char host[HOST_MAX];
     char port[8];
     char server_name[HOST_MAX];
@@ -344,13 +357,14 @@ static int map_err(const char *code)
  * Sends the request in @sb on the current connection and reads the answer
  * into @u; checks the envelope.  Returns 0 (u->data is the answer map), a
  * connection error (-ECONN*, -ETIMEDOUT, -EPROTO: the caller may reconnect),
- * or rrpcd's refusal mapped by map_err with @refused set.
+ * or rrpcd's refusal mapped by map_err with @refused set.  @deadline:
+ * monotonic ms.
  */
-static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool *refused)
+static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool *refused,
+                    int64_t deadline)
 {
     msgpack_unpacked *u = &rp->u;
     uint64_t want_id = q->id;
-    int64_t deadline = mono_ms() + b->timeout_ms;
     uint8_t hdr[4];
     rrpci_put_le32((uint8_t *)q->sb.data, (uint32_t)(q->sb.size - 4));
     *refused = false;
@@ -398,7 +412,8 @@ static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool
     return 0;
 }
 
-/* Connects, handshakes and authenticates ("hello"). */
+/* Connects to the broker @b->cur, handshakes and authenticates ("hello"),
+ * all within one timeout_ms. */
 static int do_connect(struct rrpc_broker *b)
 {
     int64_t deadline = mono_ms() + b->timeout_ms;
@@ -430,7 +445,7 @@ static int do_connect(struct rrpc_broker *b)
     struct reply u;
     reply_init(&u);
     bool refused;
-    r = exchange(b, &q, &u, &refused);
+    r = exchange(b, &q, &u, &refused, deadline);
     req_free(&q);
     if (!r && !rrpci_mp_str(rrpci_mp_get(&u.u.data, "principal"), b->principal,
                             sizeof(b->principal)))
@@ -446,16 +461,86 @@ static int do_connect(struct rrpc_broker *b)
     return r;
 }
 
+static void select_addr(struct rrpc_broker *b, int i)
+{
+    b->cur = i;
+    memcpy(b->host, b->addrs[i].host, sizeof(b->host));
+    memcpy(b->port, b->addrs[i].port, sizeof(b->port));
+    if (!b->own_server_name)
+        memcpy(b->server_name, b->host, sizeof(b->server_name));
+    pthread_mutex_lock(&b->lock);
+    snprintf(b->cur_addr, sizeof(b->cur_addr), strchr(b->host, ':') ? "[%s]:%s" : "%s:%s",
+             b->host, b->port);
+    pthread_mutex_unlock(&b->lock);
+}
+
+RRPC_API int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len)
+{
+    if (!b || !buf || !len)
+        return -EINVAL;
+    pthread_mutex_lock(&b->lock);
+    int n = snprintf(buf, len, "%s", b->cur_addr);
+    int index = b->cur;
+    pthread_mutex_unlock(&b->lock);
+    return (size_t)n >= len ? -ENOSPC : index;
+}
+
 /*
- * One round trip with @io held: (re)connects when needed; a request that
- * failed on a connection made earlier is sent once more on a new one.
+ * Makes a session with the first broker of the list that answers, beginning
+ * with the current one and going round the list once (at most timeout_ms
+ * each).  @why is the reason the previous session ended, or NULL.  Every
+ * broker that fails and every move to another one is logged.  When all
+ * fail, the error names each broker and its reason, and the code is the
+ * last one's.
+ */
+static int connect_any(struct rrpc_broker *b, const char *why)
+{
+    if (b->n_addrs == 1)
+        return do_connect(b);
+    int first = b->cur, r = 0;
+    char all[ERR_MAX] = "";
+    size_t used = 0;
+    for (int k = 0; k < b->n_addrs; k++) {
+        int i = (first + k) % b->n_addrs;
+        select_addr(b, i);
+        r = do_connect(b);
+        if (!r) {
+            if (k > 0)
+                blog(b, LOG_WARNING, "failed over from rrpcd %s:%s to rrpcd %s:%s (broker %d of "
+                     "%d)%s%.*s", b->addrs[first].host, b->addrs[first].port, b->host, b->port,
+                     i + 1, b->n_addrs, why ? " after " : "", WHY_MAX, why ? why : "");
+            else if (why)
+                blog(b, LOG_NOTICE, "reconnected to rrpcd %s:%s after %.*s", b->host, b->port,
+                     WHY_MAX, why);
+            return 0;
+        }
+        char one[ERR_MAX];
+        pthread_mutex_lock(&b->lock);
+        snprintf(one, sizeof(one), "%s", b->err);
+        pthread_mutex_unlock(&b->lock);
+        int n = snprintf(all + used, sizeof(all) - used, "%s%.*s", k ? "; " : "", WHY_MAX, one);
+        if (n > 0)
+            used = used + (size_t)n < sizeof(all) ? used + (size_t)n : sizeof(all) - 1;
+        blog(b, LOG_WARNING, "broker %d of %d failed: %.*s%s", i + 1, b->n_addrs, WHY_MAX, one,
+             k + 1 < b->n_addrs ? "; trying the next one" : "");
+    }
+    select_addr(b, first);
+    return fail(b, r, "none of the %d brokers answered (each tried for up to %d ms): %s",
+                b->n_addrs, b->timeout_ms, all);
+}
+
+/*
+ * One round trip with @io held: (re)connects when needed, going down the
+ * list of brokers; a request that failed on a session made earlier is sent
+ * once more on a new one (with the next broker when this one is gone).
  */
 static int roundtrip(struct rrpc_broker *b, struct req *q, struct reply *u)
 {
+    char why[ERR_MAX] = "";
     for (int attempt = 0;; attempt++) {
         bool fresh = false;
         if (!b->ssl) {
-            int r = do_connect(b);
+            int r = connect_any(b, why[0] ? why : NULL);
             if (r)
                 return r;
             fresh = true;
@@ -463,12 +548,16 @@ static int roundtrip(struct rrpc_broker *b, struct req *q, struct reply *u)
         bool refused;
         reply_destroy(u);
         reply_init(u);
-        int r = exchange(b, q, u, &refused);
+        int r = exchange(b, q, u, &refused, mono_ms() + b->timeout_ms);
         if (!r || refused)
             return r;
         disconnect(b);
         if (fresh || attempt > 0)
             return r;
+        pthread_mutex_lock(&b->lock);
+        snprintf(why, sizeof(why), "the session with rrpcd %s:%s ended: %.*s", b->host, b->port,
+                 WHY_MAX, b->err);
+        pthread_mutex_unlock(&b->lock);
     }
 }
 
@@ -512,6 +601,52 @@ static int open_fail(int code, const char *fmt, ...)
     return code;
 }
 
+/*
+ * Splits @list ("HOST:PORT[,HOST:PORT...]", blanks around an entry allowed)
+ * into @b->addrs; every entry is checked, and a bad one is named.
+ */
+static int parse_addrs(struct rrpc_broker *b, const char *list)
+{
+    static const char how[] = "give HOST:PORT, [IPv6]:PORT or tls://HOST:PORT, several "
+                              "separated by commas (at most " STR(RRPC_BROKER_MAX_ADDRS) ")";
+    if (strlen(list) > RRPC_BROKER_MAX_ADDRS * (HOST_MAX + 16))
+        return open_fail(-EINVAL, "broker address list is too long: %s", how);
+    b->n_addrs = 0;
+    for (const char *p = list;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t'))
+            p++, len--;
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        int n = b->n_addrs + 1;
+        char entry[HOST_MAX + 16];
+        if (!len)
+            return open_fail(-EINVAL, "broker address '%s': entry %d is empty; %s", list, n, how);
+        if (n > RRPC_BROKER_MAX_ADDRS)
+            return open_fail(-EINVAL, "broker address '%s' lists more than %d brokers", list,
+                             RRPC_BROKER_MAX_ADDRS);
+        if (len >= sizeof(entry))
+            return open_fail(-EINVAL, "broker address '%s': entry %d is too long; %s", list, n,
+                             how);
+        memcpy(entry, p, len);
+        entry[len] = 0;
+        struct baddr *a = &b->addrs[b->n_addrs];
+        if (split_addr(entry, a->host, sizeof(a->host), a->port, sizeof(a->port)) ||
+            !a->host[0])
+            return open_fail(-EINVAL, "broker address '%s': entry %d '%s' is not HOST:PORT "
+                             "with a port 1..65535; %s", list, n, entry, how);
+        for (int k = 0; k < b->n_addrs; k++)
+            if (!strcmp(b->addrs[k].host, a->host) && !strcmp(b->addrs[k].port, a->port))
+                return open_fail(-EINVAL, "broker address '%s': entries %d and %d are both "
+                                 "'%s'; list each broker once", list, k + 1, n, entry);
+        b->n_addrs = n;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
 RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
                               rrpc_broker **ret_b)
 {
@@ -543,12 +678,17 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         b->log_level = e && *e ? atoi(e) : -1;
     }
     int r;
-    if (split_addr(addr, b->host, sizeof(b->host), b->port, sizeof(b->port))) {
-        r = open_fail(-EINVAL, "broker address '%s' is not HOST:PORT", addr);
+    if ((r = parse_addrs(b, addr)))
         goto err;
+    if (opts->server_name) {
+        if (!opts->server_name[0] || strlen(opts->server_name) >= sizeof(b->server_name)) {
+            r = open_fail(-EINVAL, "server_name must be 1..%zu bytes", sizeof(b->server_name) - 1);
+            goto err;
+        }
+        snprintf(b->server_name, sizeof(b->server_name), "%s", opts->server_name);
+        b->own_server_name = true;
     }
-    snprintf(b->server_name, sizeof(b->server_name), "%s",
-             opts->server_name ? opts->server_name : b->host);
+    select_addr(b, 0);
     if (opts->token && !(b->token = strdup(opts->token))) {
         r = -ENOMEM;
         goto err;
@@ -584,7 +724,7 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         }
     }
     pthread_mutex_lock(&b->io);
-    r = do_connect(b);
+    r = connect_any(b, NULL);
     pthread_mutex_unlock(&b->io);
     if (r) {
         open_fail(r, "%s", b->err);
