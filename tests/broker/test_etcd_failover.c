@@ -51,14 +51,20 @@ struct broker {
     char addr[64];
 };
 static struct broker A = { "a", -1, "" }, B = { "b", -1, "" };
+/* Two rrpcd with registries of their own (registry = memory). */
+static struct broker M1 = { "m1", -1, "" }, M2 = { "m2", -1, "" };
 
 static void start_rrpcd(struct broker *k)
 {
-    char portfile[300], log[300], conf[300], reg[80];
+    char portfile[300], log[300], conf[300], reg[80], prefix[80] = "etcd_prefix=/test/failover/";
     snprintf(portfile, sizeof(portfile), "%s/port-%s", dir, k->name);
     snprintf(log, sizeof(log), "%s/rrpcd-%s.log", dir, k->name);
     snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
-    snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d", member.client_port);
+    if (k == &M1 || k == &M2) {
+        snprintf(reg, sizeof(reg), "registry=memory");
+        snprintf(prefix, sizeof(prefix), "log_level=info");
+    } else
+        snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d", member.client_port);
     char pf[320];
     snprintf(pf, sizeof(pf), "port_file=%s", portfile);
     unlink(portfile);
@@ -67,7 +73,7 @@ static void start_rrpcd(struct broker *k)
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(fd, 2);
-        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", reg, "-s", pf, (char *)NULL);
+        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", reg, "-s", prefix, "-s", pf, (char *)NULL);
         _exit(127);
     }
     k->pid = pid;
@@ -141,7 +147,6 @@ static int group_setup(void **state)
     fprintf(f,
             "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
             "listen = 127.0.0.1:0\nlease_ms = %d\nlog_level = info\n"
-            "etcd_prefix = /test/failover/\n"
             "allow = register * kv-server\nallow = lookup * kv-client\n",
             dir, dir, dir, LEASE_MS);
     fclose(f);
@@ -150,6 +155,8 @@ static int group_setup(void **state)
         return -1;
     start_rrpcd(&A);
     start_rrpcd(&B);
+    start_rrpcd(&M1);
+    start_rrpcd(&M2);
     return 0;
 }
 
@@ -158,6 +165,8 @@ static int group_teardown(void **state)
     (void)state;
     stop_rrpcd(&A, SIGTERM);
     stop_rrpcd(&B, SIGTERM);
+    stop_rrpcd(&M1, SIGTERM);
+    stop_rrpcd(&M2, SIGTERM);
     etcd_member_stop(&member, SIGTERM);
     if (getenv("RRPC_TEST_KEEP"))
         fprintf(stderr, "kept %s\n", dir);
@@ -396,11 +405,69 @@ static void a_killed_broker_is_failed_over_within_the_window_and_open_connection
     rrpc_broker_close(sb);
 }
 
+/* A broker that does not know the registration (its own registry in memory): the
+ * server registers again through it, with the same instance id. */
+static void a_server_registers_again_with_the_same_instance_through_the_next_broker(
+    void **state)
+{
+    (void)state;
+    char list[160];
+    snprintf(list, sizeof(list), "%s, %s", M1.addr, M2.addr);
+    static struct watchlog sw = { .who = "server" };
+    rrpc_broker *sb;
+    assert_int_equal(open_list(list, "kv-server", &sw, &sb), 0);
+    rrpc_ctx *sctx;
+    rrpc_listener *lis;
+    assert_int_equal(rrpc_ctx_create(&sctx), 0);
+    assert_int_equal(rrpc_register(sctx, "echo", h_echo, NULL), 0);
+    assert_int_equal(rrpc_broker_gate(sb, sctx, "kv-mem"), 0);
+    assert_int_equal(rrpc_ctx_start_thread(sctx), 0);
+    assert_int_equal(rrpc_listen(sctx, "tcp://127.0.0.1:0", NULL, NULL, &lis), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(lis));
+    const char *uris[] = { uri };
+    assert_int_equal(rrpc_broker_register(sb, sctx, "kv-mem", uris, 1, 0), 0);
+    rrpc_broker *c1, *c2;
+    assert_int_equal(open_list(M1.addr, "kv-client", NULL, &c1), 0);
+    assert_int_equal(open_list(M2.addr, "kv-client", NULL, &c2), 0);
+    rrpc_service_info *info = NULL;
+    assert_int_equal(rrpc_broker_lookup(c1, "kv-mem", &info), 0);
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
+    memcpy(instance, info->instances[0].id, sizeof(instance));
+    rrpc_service_info_free(info);
+    assert_int_equal(rrpc_broker_lookup(c2, "kv-mem", &info), -ENOENT); /* M2 knows nothing */
+    rrpc_broker_close(c1);
+
+    stop_rrpcd(&M1, SIGKILL);
+    assert_true(wait_int(&sw.failovers, 1));
+    assert_true(wait_int(&sw.reregistered, 1));
+    int r = rrpc_broker_lookup(c2, "kv-mem", &info);
+    if (r)
+        fail_msg("lookup through M2: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(c2));
+    assert_int_equal(info->n_instances, 1);
+    assert_memory_equal(info->instances[0].id, instance, sizeof(instance));
+    rrpc_service_info_free(info);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_service(ctx, c2, "kv-mem", 3000, NULL, NULL, &c), 0);
+    assert_int_equal(echo(c), 0); /* M2's ticket, accepted by the gate of the same instance */
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(c2);
+    rrpc_listener_close(lis);
+    rrpc_ctx_destroy(sctx);
+    rrpc_broker_close(sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             a_killed_broker_is_failed_over_within_the_window_and_open_connections_serve_on),
+        cmocka_unit_test(
+            a_server_registers_again_with_the_same_instance_through_the_next_broker),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
