@@ -4,6 +4,7 @@
 #define RRPC_TICKET_INSTANCE_LEN 16
 #define RRPC_TICKET_MAX_LEN ...
 typedef struct rrpc_broker rrpc_broker;
+#define RRPC_BROKER_MAX_ADDRS 16
 typedef struct rrpc_broker_opts {
     const char *ca_file;
     const char *cert_file;
@@ -21,6 +22,7 @@ int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts, rrpc_broker
 void rrpc_broker_close(rrpc_broker *b);
 const char *rrpc_broker_last_error(rrpc_broker *b);
 const char *rrpc_broker_principal(rrpc_broker *b);
+int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len);
 int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service);
 int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *service,
                          const char *const *uris, size_t n, unsigned class_mask);

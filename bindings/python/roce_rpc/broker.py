@@ -67,11 +67,16 @@ class Broker(_Closable):
     """A TLS session with rrpcd (rrpc_broker_open): authenticated by the
     client certificate (its CN is the principal) and/or a token.
 
-    addr: "HOST:PORT" (or "[IPv6]:PORT", or behind "tls://").  ca_file: the
-    CA that signed rrpcd's certificate (required).  timeout: seconds per
-    connect or round trip (default 5)."""
+    addr: "HOST:PORT" (or "[IPv6]:PORT", or behind "tls://"), or several
+    brokers that share a registry (rrpcd on etcd), as "A:7700,B:7700" or a
+    list of such strings (at most 16): the handle uses one at a time and
+    moves to the next when it is unreachable or its session dies, each
+    tried for at most @timeout (docs/broker.md, "Several brokers").
+    ca_file: the CA that signed rrpcd's certificate (required).  timeout:
+    seconds per broker connect (TCP, TLS and hello) or round trip
+    (default 5)."""
 
-    def __init__(self, addr: str, *, ca_file: str, cert_file: Optional[str] = None,
+    def __init__(self, addr: Union[str, Iterable[str]], *, ca_file: str, cert_file: Optional[str] = None,
                  key_file: Optional[str] = None, token: Optional[str] = None,
                  server_name: Optional[str] = None, timeout: float = 5.0) -> None:
         self._closed = False
@@ -90,6 +95,8 @@ class Broker(_Closable):
         o.ca_file, o.cert_file, o.key_file = cstr(ca_file), cstr(cert_file), cstr(key_file)
         o.token, o.server_name = cstr(token), cstr(server_name)
         o.timeout_ms = max(1, int(timeout * 1000))
+        if not isinstance(addr, str):
+            addr = ",".join(addr)
         pp = ffi.new("rrpc_broker **")
         r = lib.rrpc_broker_open(addr.encode(), o, pp)
         if r:
@@ -111,6 +118,16 @@ class Broker(_Closable):
         """Who rrpcd says we are (the certificate's CN, or the token's name)."""
         self._check()
         return _s(lib.rrpc_broker_principal(self._ptr))
+
+    @property
+    def current(self) -> str:
+        """The broker in use ("HOST:PORT"): which of the list answers now."""
+        self._check()
+        buf = ffi.new("char[300]")
+        r = lib.rrpc_broker_current(self._ptr, buf, 300)
+        if r < 0:
+            raise RrpcError(r, "broker current: %s" % strerror(r))
+        return _s(buf)
 
     def _serve(self, ctx):
         self._served.add(ctx)
