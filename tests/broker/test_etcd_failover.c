@@ -86,6 +86,7 @@ static void stop_rrpcd(struct broker *k, int sig)
         return;
     int st;
     kill(k->pid, sig);
+    kill(k->pid, SIGCONT); /* one a test stopped */
     assert_int_equal(waitpid(k->pid, &st, 0), k->pid);
     k->pid = -1;
     if (sig == SIGTERM && (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
@@ -473,6 +474,59 @@ static void a_server_registers_again_with_the_same_instance_through_the_next_bro
     rrpc_broker_close(sb);
 }
 
+/* A broker that hangs (SIGSTOP) rather than dies: it accepts TCP but never answers, so
+ * the handle leaves it only when timeout_ms runs out, on the session and on the
+ * reconnect; the lookup in flight is answered by B all the same. */
+static void a_hung_broker_is_left_after_its_timeout_and_the_lookup_is_answered_by_the_next(
+    void **state)
+{
+    (void)state;
+    start_rrpcd(&A);
+    char list[160];
+    snprintf(list, sizeof(list), "%s,%s", A.addr, B.addr);
+    rrpc_broker *sb, *cb;
+    static struct watchlog cw = { .who = "client" };
+    assert_int_equal(open_list(B.addr, "kv-server", NULL, &sb), 0);
+    rrpc_ctx *sctx;
+    rrpc_listener *lis;
+    assert_int_equal(rrpc_ctx_create(&sctx), 0);
+    assert_int_equal(rrpc_register(sctx, "echo", h_echo, NULL), 0);
+    assert_int_equal(rrpc_broker_gate(sb, sctx, "kv-hang"), 0);
+    assert_int_equal(rrpc_ctx_start_thread(sctx), 0);
+    assert_int_equal(rrpc_listen(sctx, "tcp://127.0.0.1:0", NULL, NULL, &lis), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(lis));
+    const char *uris[] = { uri };
+    assert_int_equal(rrpc_broker_register(sb, sctx, "kv-hang", uris, 1, 0), 0);
+    assert_int_equal(open_list(list, "kv-client", &cw, &cb), 0);
+    rrpc_service_info *info = NULL;
+    int r;
+    int64_t t0 = now_ms();
+    while ((r = rrpc_broker_lookup(cb, "kv-hang", &info)) == -ENOENT && now_ms() - t0 < WAIT_MS)
+        sleep_ms(20); /* A synchronizes with etcd */
+    assert_int_equal(r, 0);
+    rrpc_service_info_free(info);
+    char cur[80];
+    assert_int_equal(rrpc_broker_current(cb, cur, sizeof(cur)), 0);
+
+    kill(A.pid, SIGSTOP);
+    t0 = now_ms();
+    r = rrpc_broker_lookup(cb, "kv-hang", &info);
+    printf("the lookup in flight when A hung was answered after %lld ms (timeout_ms 3000, "
+           "2 brokers: at most %d ms)\n", (long long)(now_ms() - t0), (2 + 2) * 3000);
+    if (r)
+        fail_msg("lookup with A hung: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(cb));
+    rrpc_service_info_free(info);
+    assert_int_equal(atomic_load(&cw.failovers), 1);
+    assert_int_equal(rrpc_broker_current(cb, cur, sizeof(cur)), 1);
+    kill(A.pid, SIGCONT);
+
+    rrpc_broker_close(cb);
+    rrpc_listener_close(lis);
+    rrpc_ctx_destroy(sctx);
+    rrpc_broker_close(sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,6 +534,8 @@ int main(void)
             a_killed_broker_is_failed_over_within_the_window_and_open_connections_serve_on),
         cmocka_unit_test(
             a_server_registers_again_with_the_same_instance_through_the_next_broker),
+        cmocka_unit_test(
+            a_hung_broker_is_left_after_its_timeout_and_the_lookup_is_answered_by_the_next),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
