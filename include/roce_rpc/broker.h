@@ -341,6 +341,70 @@ RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *ser
                                   int timeout_ms, rrpc_conn_event_fn fn, void *user,
                                   rrpc_conn **ret_conn);
 
+/* ---- watching a service ---------------------------------------------------- */
+
+/*
+ * A watch (rrpc_broker_watch) follows the set of live instances of one
+ * service: rrpcd pushes the set whenever it changes (a server registered,
+ * unregistered, its lease expired; with the registry on etcd, through any
+ * broker), and the watch turns each push into events: an instance that
+ * came (RRPC_WATCH_ADDED) or left (RRPC_WATCH_REMOVED).  An instance is its
+ * instance id and its endpoints: one that registers again elsewhere leaves
+ * and comes.  The first events are the instances live when the watch
+ * starts.
+ *
+ * A watch has a TLS session of its own (to the broker its handle uses, with
+ * the same list and credentials; the ACL's "lookup" rule decides who may
+ * watch) and a thread that reads it.  When the session dies the thread
+ * subscribes again, failing over along the list as round trips do, and
+ * reports only what changed meanwhile.  rrpcd answers a watch session at
+ * most 64 subscriptions and holds at most one pending set per subscription
+ * for a reader that is slow; the thread holds at most 4096 events not taken
+ * yet, then stops reading (rrpcd then coalesces).
+ */
+typedef struct rrpc_broker_watch rrpc_broker_watch;
+
+#define RRPC_WATCH_ADDED 1
+#define RRPC_WATCH_REMOVED 2
+#define RRPC_WATCH_MAX_ENDPOINTS 64
+
+/* One change of a watched service's set of instances. */
+typedef struct rrpc_watch_event {
+    int type;                                   /* RRPC_WATCH_ADDED or RRPC_WATCH_REMOVED */
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN]; /* all zero: the server registered none */
+    size_t n_endpoints;
+    rrpc_service_endpoint endpoints[RRPC_WATCH_MAX_ENDPOINTS]; /* .instance is 0 */
+} rrpc_watch_event;
+
+/*
+ * Starts watching @service (1..255 bytes) through @b's list of brokers:
+ * makes the watch's own session and subscribes before it returns.  On
+ * success *ret_w is the caller's (rrpc_broker_watch_close); @b may be closed
+ * before it (the watch holds what it needs).  Errors: -EINVAL, -EPERM (the
+ * ACL does not let this principal look @service up), connection errors as
+ * rrpc_broker_open, with the detail in rrpc_broker_last_error(@b).
+ */
+RRPC_API int rrpc_broker_watch_open(rrpc_broker *b, const char *service,
+                                    rrpc_broker_watch **ret_w);
+
+/*
+ * Takes the next event of @w into *@ev, waiting up to @timeout_ms (>= 0).
+ * Returns 0 (an event), -ETIMEDOUT (none came), or once per failure the
+ * error of a subscription that failed again (every broker unreachable:
+ * -ECONNREFUSED, -ETIMEDOUT, ...; detail in rrpc_broker_watch_last_error);
+ * the watch keeps trying, with a backoff up to 2 s, and reports what changed
+ * once it is back.  Thread-safe; one taker at a time gets each event.
+ */
+RRPC_API int rrpc_broker_watch_next(rrpc_broker_watch *w, int timeout_ms,
+                                    rrpc_watch_event *ev);
+
+/* The detail of the watch's last failure (which broker, why).  Never NULL. */
+RRPC_API const char *rrpc_broker_watch_last_error(rrpc_broker_watch *w);
+
+/* Stops the thread, closes the session, frees @w and its events.  Accepts NULL.
+ * No other thread may use @w any more. */
+RRPC_API void rrpc_broker_watch_close(rrpc_broker_watch *w);
+
 /* ---- a reconnecting service handle ------------------------------------------ */
 
 /*

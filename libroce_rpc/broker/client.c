@@ -1256,3 +1256,405 @@ RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *ser
     rrpc_service_info_free(info);
     return r;
 }
+
+/* ---- watching a service ---------------------------------------------------- */
+
+#define WATCH_QUEUE_MAX 4096 /* events not taken yet; beyond, the thread stops reading */
+
+struct winst { /* one instance of the set last pushed */
+    char *key;  /* instance id and endpoints: an instance whose endpoints change is
+                   removed and added */
+    uint8_t id[RRPC_TICKET_INSTANCE_LEN];
+    size_t n;
+    rrpc_service_endpoint *eps;
+};
+
+struct wev {
+    struct wev *next;
+    int type;
+    struct winst in; /* owns key and eps */
+};
+
+struct rrpc_broker_watch {
+    struct rrpc_broker *s; /* a session of its own, with the parent's list and credentials */
+    char service[256];
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu; /* the queue, stop, err */
+    pthread_cond_t cond; /* CLOCK_MONOTONIC: an event queued or taken, or stop */
+    bool stop;
+    struct wev *head, *tail;
+    size_t qlen;
+    int err; /* a failure to report once through rrpc_broker_watch_next */
+    struct winst *set;
+    size_t n_set;
+};
+
+static void winst_free(struct winst *in)
+{
+    free(in->key);
+    free(in->eps);
+}
+
+/* A second handle on @b's list and credentials, sharing its TLS context. */
+static struct rrpc_broker *session_like(struct rrpc_broker *b)
+{
+    struct rrpc_broker *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->fd = -1;
+    pthread_mutex_init(&s->io, NULL);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    memcpy(s->addrs, b->addrs, sizeof(s->addrs));
+    s->n_addrs = b->n_addrs;
+    s->own_server_name = b->own_server_name;
+    memcpy(s->server_name, b->server_name, sizeof(s->server_name));
+    s->timeout_ms = b->timeout_ms;
+    s->skew_ms = b->skew_ms;
+    s->log = b->log;
+    s->log_user = b->log_user;
+    s->log_level = b->log_level;
+    if (b->token && !(s->token = strdup(b->token))) {
+        rrpc_broker_close(s);
+        return NULL;
+    }
+    SSL_CTX_up_ref(b->sslctx);
+    s->sslctx = b->sslctx;
+    pthread_mutex_lock(&b->lock);
+    int cur = b->cur;
+    pthread_mutex_unlock(&b->lock);
+    select_addr(s, cur);
+    return s;
+}
+
+/* Reads the instances of a push (or of nothing: an empty set) into @ret (n in @ret_n). */
+static int parse_set(struct rrpc_broker *b, const char *service, const msgpack_object *ins,
+                     struct winst **ret, size_t *ret_n)
+{
+    if (!ins || ins->type != MSGPACK_OBJECT_ARRAY || ins->via.array.size > 65536)
+        return fail(b, -EPROTO, "rrpcd's watch push for '%s' is malformed", service);
+    size_t n = ins->via.array.size;
+    struct winst *set = calloc(n ? n : 1, sizeof(*set));
+    if (!set)
+        return -ENOMEM;
+    int r = 0;
+    for (size_t k = 0; k < n && !r; k++) {
+        const msgpack_object *in = &ins->via.array.ptr[k];
+        const msgpack_object *id = rrpci_mp_get(in, "instance");
+        const msgpack_object *eps = rrpci_mp_get(in, "endpoints");
+        if (!endpoints_ok(eps) || (id && (id->type != MSGPACK_OBJECT_BIN ||
+                                          id->via.bin.size != RRPC_TICKET_INSTANCE_LEN))) {
+            r = fail(b, -EPROTO, "rrpcd's watch push for '%s': instance %zu is malformed",
+                     service, k);
+            break;
+        }
+        if (id)
+            memcpy(set[k].id, id->via.bin.ptr, RRPC_TICKET_INSTANCE_LEN);
+        rrpc_service_info tmp = { .endpoints = calloc(eps->via.array.size,
+                                                      sizeof(rrpc_service_endpoint)) };
+        size_t keylen = 2 * RRPC_TICKET_INSTANCE_LEN + 2 + eps->via.array.size * 310;
+        set[k].key = malloc(keylen);
+        if (!tmp.endpoints || !set[k].key) {
+            free(tmp.endpoints);
+            r = -ENOMEM;
+            break;
+        }
+        r = add_endpoints(b, service, eps, 0, &tmp);
+        set[k].eps = tmp.endpoints;
+        set[k].n = tmp.n_endpoints;
+        size_t off = 0;
+        for (size_t i = 0; i < RRPC_TICKET_INSTANCE_LEN; i++)
+            off += (size_t)snprintf(set[k].key + off, keylen - off, "%02x", set[k].id[i]);
+        for (size_t i = 0; i < set[k].n && !r; i++)
+            off += (size_t)snprintf(set[k].key + off, keylen - off, "|%s", set[k].eps[i].uri);
+    }
+    if (r) {
+        for (size_t k = 0; k < n; k++)
+            winst_free(&set[k]);
+        free(set);
+        return r;
+    }
+    *ret = set;
+    *ret_n = n;
+    return 0;
+}
+
+static bool in_set(const struct winst *set, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(set[i].key, key))
+            return true;
+    return false;
+}
+
+/* Queues one event (a copy of @in); waits while the queue is full.  @mu held. */
+static int queue_event(struct rrpc_broker_watch *w, int type, const struct winst *in)
+{
+    while (w->qlen >= WATCH_QUEUE_MAX && !w->stop)
+        pthread_cond_wait(&w->cond, &w->mu);
+    if (w->stop)
+        return -ECANCELED;
+    struct wev *e = calloc(1, sizeof(*e));
+    if (!e || !(e->in.key = strdup(in->key)) ||
+        !(e->in.eps = malloc((in->n ? in->n : 1) * sizeof(*in->eps)))) {
+        if (e)
+            free(e->in.key);
+        free(e);
+        return -ENOMEM;
+    }
+    e->type = type;
+    memcpy(e->in.id, in->id, sizeof(in->id));
+    e->in.n = in->n;
+    memcpy(e->in.eps, in->eps, in->n * sizeof(*in->eps));
+    if (w->tail)
+        w->tail->next = e;
+    else
+        w->head = e;
+    w->tail = e;
+    w->qlen++;
+    pthread_cond_broadcast(&w->cond);
+    return 0;
+}
+
+/* The set is now @set: queues what left and what came, and keeps @set. */
+static void apply_set(struct rrpc_broker_watch *w, struct winst *set, size_t n)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_set; i++)
+        if (!in_set(set, n, w->set[i].key))
+            queue_event(w, RRPC_WATCH_REMOVED, &w->set[i]);
+    for (size_t i = 0; i < n; i++)
+        if (!in_set(w->set, w->n_set, set[i].key))
+            queue_event(w, RRPC_WATCH_ADDED, &set[i]);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < w->n_set; i++)
+        winst_free(&w->set[i]);
+    free(w->set);
+    w->set = set;
+    w->n_set = n;
+}
+
+/* Sends "watch" on a session (made, or failed over, by roundtrip). */
+static int subscribe(struct rrpc_broker_watch *w)
+{
+    struct req q;
+    struct reply u;
+    reply_init(&u);
+    pthread_mutex_lock(&w->s->io);
+    req_start(w->s, &q, "watch", 1);
+    pk_str(&q.pk, "service");
+    pk_str(&q.pk, w->service);
+    int r = roundtrip(w->s, &q, &u);
+    uint64_t id;
+    if (!r && !rrpci_mp_uint(rrpci_mp_get(&u.u.data, "watch"), &id))
+        r = fail(w->s, -EPROTO, "rrpcd's answer to watch '%s' is malformed", w->service);
+    pthread_mutex_unlock(&w->s->io);
+    req_free(&q);
+    reply_destroy(&u);
+    return r;
+}
+
+/*
+ * Waits up to @wait_ms for a frame on the watch's session and reads it into
+ * @rp: 0, -EAGAIN (nothing came), or a session error (the session is closed).
+ */
+static int read_frame(struct rrpc_broker *b, struct reply *rp, int wait_ms)
+{
+    if (!SSL_pending(b->ssl)) {
+        struct pollfd p = { .fd = b->fd, .events = POLLIN };
+        int n = poll(&p, 1, wait_ms);
+        if (n == 0 || (n < 0 && errno == EINTR))
+            return -EAGAIN;
+    }
+    int64_t deadline = mono_ms() + b->timeout_ms;
+    uint8_t hdr[4];
+    int r = tls_do(b, OP_READ, hdr, 4, deadline);
+    uint32_t len = r ? 0 : rrpci_get_le32(hdr);
+    if (!r && (len == 0 || len > CTL_MAX_FRAME))
+        r = fail(b, -EPROTO, "rrpcd %s:%s sent a frame of %u bytes", b->host, b->port, len);
+    char *buf = r ? NULL : malloc(len);
+    if (!r && !buf)
+        r = -ENOMEM;
+    if (!r)
+        r = tls_do(b, OP_READ, buf, len, deadline);
+    size_t off = 0;
+    reply_destroy(rp);
+    reply_init(rp);
+    if (!r && (rrpci_mp_check(buf, len, 8) ||
+               msgpack_unpack_next(&rp->u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+               rp->u.data.type != MSGPACK_OBJECT_MAP))
+        r = fail(b, -EPROTO, "rrpcd %s:%s sent malformed msgpack", b->host, b->port);
+    if (r) {
+        free(buf);
+        disconnect(b);
+        return r;
+    }
+    rp->buf = buf;
+    return 0;
+}
+
+static void *watch_thread(void *arg)
+{
+    struct rrpc_broker_watch *w = arg;
+    struct rrpc_broker *s = w->s;
+    int backoff = 0;
+    char why[ERR_MAX] = "";
+    struct reply u;
+    reply_init(&u);
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        if (backoff && !w->stop) {
+            int64_t until = mono_ms() + backoff;
+            struct timespec ts = { .tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000 };
+            pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+        }
+        bool stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        if (stop)
+            break;
+        if (!s->ssl) {
+            blog(s, LOG_NOTICE, "watch of '%s': subscribing again (%s)", w->service, why);
+            int r = subscribe(w);
+            if (r) {
+                blog(s, LOG_WARNING, "watch of '%s': %s", w->service, rrpc_broker_last_error(s));
+                pthread_mutex_lock(&w->mu);
+                if (!w->err)
+                    w->err = r; /* said once by rrpc_broker_watch_next */
+                pthread_cond_broadcast(&w->cond);
+                pthread_mutex_unlock(&w->mu);
+                backoff = backoff ? (backoff * 2 > 2000 ? 2000 : backoff * 2) : 100;
+                continue;
+            }
+            backoff = 0;
+        }
+        int r = read_frame(s, &u, 200);
+        if (r == -EAGAIN)
+            continue;
+        if (r) {
+            snprintf(why, sizeof(why), "the session ended: %.*s", WHY_MAX,
+                     rrpc_broker_last_error(s));
+            continue; /* the session is closed: subscribe again (the next broker if need be) */
+        }
+        const msgpack_object *m = &u.u.data;
+        char push[16] = "";
+        if (!rrpci_mp_str(rrpci_mp_get(m, "push"), push, sizeof(push)) || strcmp(push, "watch"))
+            continue; /* not a push: nothing we asked for */
+        struct winst *set = NULL;
+        size_t n = 0;
+        r = parse_set(s, w->service, rrpci_mp_get(m, "instances"), &set, &n);
+        if (r) {
+            blog(s, LOG_WARNING, "watch of '%s': %s; subscribing again", w->service,
+                 rrpc_broker_last_error(s));
+            pthread_mutex_lock(&s->io);
+            disconnect(s);
+            pthread_mutex_unlock(&s->io);
+            snprintf(why, sizeof(why), "a bad push");
+            continue;
+        }
+        apply_set(w, set, n);
+    }
+    reply_destroy(&u);
+    return NULL;
+}
+
+RRPC_API void rrpc_broker_watch_close(rrpc_broker_watch *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+    if (w->thread_started)
+        pthread_join(w->thread, NULL);
+    while (w->head) {
+        struct wev *e = w->head;
+        w->head = e->next;
+        winst_free(&e->in);
+        free(e);
+    }
+    for (size_t i = 0; i < w->n_set; i++)
+        winst_free(&w->set[i]);
+    free(w->set);
+    rrpc_broker_close(w->s);
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+RRPC_API int rrpc_broker_watch_open(rrpc_broker *b, const char *service,
+                                    rrpc_broker_watch **ret_w)
+{
+    if (!b || !service || !*service || strlen(service) > 255 || !ret_w)
+        return -EINVAL;
+    struct rrpc_broker_watch *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    snprintf(w->service, sizeof(w->service), "%s", service);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    w->s = session_like(b);
+    int r = w->s ? subscribe(w) : -ENOMEM;
+    if (!r) {
+        r = -pthread_create(&w->thread, NULL, watch_thread, w);
+        w->thread_started = r == 0;
+    }
+    if (r) {
+        if (w->s)
+            fail(b, r, "%s", rrpc_broker_last_error(w->s));
+        rrpc_broker_watch_close(w);
+        return r;
+    }
+    *ret_w = w;
+    return 0;
+}
+
+RRPC_API int rrpc_broker_watch_next(rrpc_broker_watch *w, int timeout_ms, rrpc_watch_event *ev)
+{
+    if (!w || !ev || timeout_ms < 0)
+        return -EINVAL;
+    int64_t until = mono_ms() + timeout_ms;
+    struct timespec ts = { .tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000 };
+    pthread_mutex_lock(&w->mu);
+    while (!w->head && !w->err && !w->stop && mono_ms() < until)
+        pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+    struct wev *e = w->head;
+    int r = 0;
+    if (e) {
+        w->head = e->next;
+        if (!w->head)
+            w->tail = NULL;
+        w->qlen--;
+        pthread_cond_broadcast(&w->cond);
+    } else if (w->err) {
+        r = w->err;
+        w->err = 0;
+    } else {
+        r = -ETIMEDOUT;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!e)
+        return r;
+    memset(ev, 0, sizeof(*ev));
+    ev->type = e->type;
+    memcpy(ev->instance, e->in.id, sizeof(ev->instance));
+    ev->n_endpoints = e->in.n < RRPC_WATCH_MAX_ENDPOINTS ? e->in.n : RRPC_WATCH_MAX_ENDPOINTS;
+    memcpy(ev->endpoints, e->in.eps, ev->n_endpoints * sizeof(*ev->endpoints));
+    winst_free(&e->in);
+    free(e);
+    return 0;
+}
+
+RRPC_API const char *rrpc_broker_watch_last_error(rrpc_broker_watch *w)
+{
+    return w ? rrpc_broker_last_error(w->s) : "";
+}

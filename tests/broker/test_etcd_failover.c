@@ -527,6 +527,137 @@ static void a_hung_broker_is_left_after_its_timeout_and_the_lookup_is_answered_b
     rrpc_broker_close(sb);
 }
 
+/* ---- watching a service ------------------------------------------------------ */
+
+struct wserver {
+    rrpc_broker *b;
+    rrpc_ctx *ctx;
+    rrpc_listener *l;
+    char uri[64];
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
+    int64_t registered_ms; /* when its register returned */
+};
+
+/* A server of @service registered through @k; its instance id from a lookup through @look. */
+static void wserver_start(struct wserver *s, const struct broker *k, const char *service,
+                          rrpc_broker *look)
+{
+    assert_int_equal(open_list(k->addr, "kv-server", NULL, &s->b), 0);
+    assert_int_equal(rrpc_ctx_create(&s->ctx), 0);
+    assert_int_equal(rrpc_broker_gate(s->b, s->ctx, service), 0);
+    assert_int_equal(rrpc_ctx_start_thread(s->ctx), 0);
+    assert_int_equal(rrpc_listen(s->ctx, "tcp://127.0.0.1:0", NULL, NULL, &s->l), 0);
+    snprintf(s->uri, sizeof(s->uri), "tcp://127.0.0.1:%d", rrpc_listener_port(s->l));
+    const char *uris[] = { s->uri };
+    int r;
+    int64_t t0 = now_ms();
+    while ((r = rrpc_broker_register(s->b, s->ctx, service, uris, 1, 0)) == -EAGAIN &&
+           now_ms() - t0 < WAIT_MS)
+        sleep_ms(50);
+    assert_int_equal(r, 0);
+    s->registered_ms = now_ms();
+    /* Its instance: the lookup's instance whose endpoint is ours. */
+    t0 = now_ms();
+    for (bool found = false; !found && now_ms() - t0 < WAIT_MS; sleep_ms(found ? 0 : 20)) {
+        rrpc_service_info *info = NULL;
+        if (rrpc_broker_lookup(look, service, &info) == 0)
+            for (size_t i = 0; i < info->n_endpoints; i++)
+                if (!strcmp(info->endpoints[i].uri, s->uri)) {
+                    memcpy(s->instance, info->instances[info->endpoints[i].instance].id,
+                           sizeof(s->instance));
+                    found = true;
+                }
+        rrpc_service_info_free(info);
+    }
+}
+
+static void wserver_stop(struct wserver *s)
+{
+    rrpc_listener_close(s->l);
+    rrpc_ctx_destroy(s->ctx);
+    rrpc_broker_close(s->b); /* unregisters */
+}
+
+/* The next event of @w must be @type for @s; prints how long it took after @t0. */
+static void expect_event(rrpc_broker_watch *w, const char *who, int type, const struct wserver *s,
+                         int64_t t0)
+{
+    rrpc_watch_event ev;
+    int r = rrpc_broker_watch_next(w, WAIT_MS, &ev);
+    if (r)
+        fail_msg("%s: no event: %s: %s", who, rrpc_strerror(r), rrpc_broker_watch_last_error(w));
+    printf("%s: %s %s %lld ms after the change returned\n", who,
+           ev.type == RRPC_WATCH_ADDED ? "added" : "removed", ev.endpoints[0].uri,
+           (long long)(now_ms() - t0));
+    assert_int_equal(ev.type, type);
+    assert_memory_equal(ev.instance, s->instance, sizeof(s->instance));
+    assert_int_equal(ev.n_endpoints, 1);
+    assert_string_equal(ev.endpoints[0].uri, s->uri);
+}
+
+static void no_more_events(rrpc_broker_watch *w, const char *who)
+{
+    rrpc_watch_event ev;
+    int r = rrpc_broker_watch_next(w, 300, &ev);
+    if (r != -ETIMEDOUT)
+        fail_msg("%s: an event too many (%d, type %d, %s)", who, r, ev.type, ev.endpoints[0].uri);
+}
+
+static void a_watch_sees_instances_added_and_removed_through_either_broker_and_fails_over(
+    void **state)
+{
+    (void)state;
+    if (A.pid <= 0)
+        start_rrpcd(&A);
+    char list[160];
+    snprintf(list, sizeof(list), "%s,%s", A.addr, B.addr);
+    rrpc_broker *onb, *ona;
+    static struct watchlog ww = { .who = "watch" };
+    assert_int_equal(open_list(B.addr, "kv-client", NULL, &onb), 0);
+    assert_int_equal(open_list(list, "kv-client", &ww, &ona), 0);
+    rrpc_broker_watch *wb, *wa;
+    assert_int_equal(rrpc_broker_watch_open(onb, "kv-watch", &wb), 0); /* through B */
+    assert_int_equal(rrpc_broker_watch_open(ona, "kv-watch", &wa), 0); /* through A, then B */
+    no_more_events(wb, "B");
+
+    struct wserver s1, s2, s3;
+    wserver_start(&s1, &A, "kv-watch", onb);
+    int64_t t0 = s1.registered_ms;
+    expect_event(wb, "B", RRPC_WATCH_ADDED, &s1, t0);
+    expect_event(wa, "A", RRPC_WATCH_ADDED, &s1, t0);
+    wserver_start(&s2, &A, "kv-watch", onb);
+    t0 = s2.registered_ms;
+    expect_event(wb, "B", RRPC_WATCH_ADDED, &s2, t0);
+    expect_event(wa, "A", RRPC_WATCH_ADDED, &s2, t0);
+    assert_int_equal(rrpc_broker_unregister(s1.b, "kv-watch"), 0);
+    t0 = now_ms();
+    expect_event(wb, "B", RRPC_WATCH_REMOVED, &s1, t0);
+    expect_event(wa, "A", RRPC_WATCH_REMOVED, &s1, t0);
+    no_more_events(wb, "B");
+    no_more_events(wa, "A");
+
+    /* A dies: the watch through A subscribes again through B and reports only changes. */
+    stop_rrpcd(&A, SIGKILL);
+    wserver_start(&s3, &B, "kv-watch", onb);
+    t0 = s3.registered_ms;
+    expect_event(wb, "B", RRPC_WATCH_ADDED, &s3, t0);
+    expect_event(wa, "A then B", RRPC_WATCH_ADDED, &s3, t0);
+    assert_true(atomic_load(&ww.failovers) >= 1);
+    wserver_stop(&s3);
+    t0 = now_ms();
+    expect_event(wb, "B", RRPC_WATCH_REMOVED, &s3, t0);
+    expect_event(wa, "A then B", RRPC_WATCH_REMOVED, &s3, t0);
+    no_more_events(wb, "B");
+    no_more_events(wa, "A then B");
+
+    rrpc_broker_watch_close(wb);
+    rrpc_broker_watch_close(wa);
+    wserver_stop(&s1);
+    wserver_stop(&s2);
+    rrpc_broker_close(onb);
+    rrpc_broker_close(ona);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -536,6 +667,8 @@ int main(void)
             a_server_registers_again_with_the_same_instance_through_the_next_broker),
         cmocka_unit_test(
             a_hung_broker_is_left_after_its_timeout_and_the_lookup_is_answered_by_the_next),
+        cmocka_unit_test(
+            a_watch_sees_instances_added_and_removed_through_either_broker_and_fails_over),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
