@@ -156,3 +156,29 @@ def test_a_list_of_brokers_moves_past_a_dead_one_and_bad_lists_are_refused(rrpcd
     with pytest.raises(RrpcError) as e:
         roce_rpc.broker.Broker([dead], **keys)
     assert dead in str(e.value)
+
+
+def test_a_watch_sees_an_instance_added_and_removed(rrpcd):
+    import roce_rpc.broker  # noqa: F401
+    c = _broker(rrpcd, "kv-client")
+    s = _broker(rrpcd, "kv-server")
+    with c.watch("kv-watched") as w:
+        assert w.next(timeout=0.3) is None  # nobody serves it yet
+        ctx = roce_rpc.Context()
+        s.gate(ctx, "kv-watched")
+        lis = ctx.listen(listen_uri())
+        s.register(ctx, "kv-watched", [lis.uri])
+        added = w.next(timeout=30)
+        assert added is not None and added.kind == "added"
+        assert [e.uri for e in added.endpoints] == [lis.uri]
+        assert added.instance == c.lookup("kv-watched").instances[0].id
+        s.unregister("kv-watched")
+        removed = w.next(timeout=30)
+        assert removed is not None and removed.kind == "removed"
+        assert removed.instance == added.instance
+        assert w.next(timeout=0.3) is None  # two changes, two events
+        ctx.close()
+    with pytest.raises(RrpcError):
+        w.next(timeout=0)
+    s.close()
+    c.close()
