@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 
 #include <ev.h>
 #include <msgpack.h>
@@ -106,10 +107,13 @@ static void flush_cb(struct ev_loop *l, ev_timer *w, int revents)
             pack_set(&pk, s);
             int r = server_push(s->c, sb.data, sb.size);
             msgpack_sbuffer_destroy(&sb);
-            if (r == -EAGAIN)
+            if (r == -EAGAIN) {
                 again = true; /* no room now: later */
-            else
-                s->dirty = false;
+                continue;
+            }
+            if (r == -E2BIG) /* register keeps lookup answers, which are larger, in a frame */
+                LOG(LOG_ERR, "the set of '%s' is above the frame limit; not pushed", s->service);
+            s->dirty = false;
         }
     if (again)
         arm(RETRY_S);
