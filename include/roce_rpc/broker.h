@@ -401,8 +401,9 @@ RRPC_API int rrpc_broker_watch_next(rrpc_broker_watch *w, int timeout_ms,
 /* The detail of the watch's last failure (which broker, why).  Never NULL. */
 RRPC_API const char *rrpc_broker_watch_last_error(rrpc_broker_watch *w);
 
-/* Stops the thread, closes the session, frees @w and its events.  Accepts NULL.
- * No other thread may use @w any more. */
+/* Stops the thread (waiting for a subscription under way: at most a round trip,
+ * see rrpc_broker_open), closes the session, frees @w and its events.  Accepts
+ * NULL.  No other thread may use @w any more. */
 RRPC_API void rrpc_broker_watch_close(rrpc_broker_watch *w);
 
 /* ---- a reconnecting service handle ------------------------------------------ */

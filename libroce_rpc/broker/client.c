@@ -463,12 +463,12 @@ static int do_connect(struct rrpc_broker *b)
 
 static void select_addr(struct rrpc_broker *b, int i)
 {
-    b->cur = i;
     memcpy(b->host, b->addrs[i].host, sizeof(b->host));
     memcpy(b->port, b->addrs[i].port, sizeof(b->port));
     if (!b->own_server_name)
         memcpy(b->server_name, b->host, sizeof(b->server_name));
     pthread_mutex_lock(&b->lock);
+    b->cur = i; /* written under both @io and @lock: either suffices to read it */
     snprintf(b->cur_addr, sizeof(b->cur_addr), strchr(b->host, ':') ? "[%s]:%s" : "%s:%s",
              b->host, b->port);
     pthread_mutex_unlock(&b->lock);
