@@ -733,6 +733,7 @@ static void put_done(const struct event *e)
         if (r && r->etcd_pending) {
             r->etcd_pending = false;
             r->svc->n_pending--;
+            watch_changed(r->svc->name); /* live now */
             r->expires_ms = mono_ms() + r->lease_ms;
             if (server_register_done(e->serial, e->req_id, r, 0, NULL))
                 return;

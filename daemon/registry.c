@@ -31,6 +31,7 @@ int64_t wall_ms(void)
 static void reg_free(struct registration *r)
 {
     metrics_registry(0, -1);
+    watch_changed(r->svc->name);
     r->svc->n_regs--;
     if (r->etcd_pending)
         r->svc->n_pending--;
@@ -155,6 +156,7 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
         s->next = services;
         services = s;
     }
+    watch_changed(name);
     *ret = r;
     return 0;
 }

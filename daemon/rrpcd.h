@@ -174,6 +174,30 @@ void etcdreg_remove(struct registration *r);
 /* Why rrpcd is degraded, or the last write failed. */
 const char *etcdreg_error(void);
 void server_stop(void);
+struct conn;
+/* Queues the frame @buf (@len bytes, without its length) to the session @c:
+ * 0, -EAGAIN when more than WATCH_BACKLOG bytes wait to go out to it (try
+ * later), -E2BIG above the frame limit, -ENOMEM (the session is then closed). */
+int server_push(struct conn *c, const void *buf, size_t len);
+
+/* ---- watches of a service (watch.c) -------------------------------------------- */
+
+#define WATCH_MAX_PER_SESSION 64 /* subscriptions of one session */
+#define WATCH_MAX_TOTAL 65536    /* of all sessions together */
+#define WATCH_BACKLOG (256u << 10) /* bytes waiting to a session above which pushes wait */
+void watch_start(struct ev_loop *loop);
+void watch_stop(void);
+/* Subscribes @c to @service; the first push (soon) is its live set as it is.
+ * -ENOSPC beyond WATCH_MAX_PER_SESSION or WATCH_MAX_TOTAL, -ENOMEM. */
+int watch_add(struct conn *c, const char *service, uint64_t *ret_id);
+/* -ENOENT when @c has no subscription @id. */
+int watch_del(struct conn *c, uint64_t id);
+/* Whether @c has a subscription (such a session is not closed for idleness). */
+bool watch_any(const struct conn *c);
+/* Forgets the subscriptions of @c (closed). */
+void watch_conn_gone(struct conn *c);
+/* The live set of @service may have changed: its subscribers get it soon. */
+void watch_changed(const char *service);
 
 /* ---- rrpcd's own metrics (metrics.c) ------------------------------------------- */
 

@@ -160,6 +160,7 @@ static void conn_close(struct conn *c, const char *why)
 {
     if (why)
         LOG(LOG_INFO, "%s: closed: %s", c->peer, why);
+    watch_conn_gone(c);
     ev_io_stop(loop, &c->io);
     ev_timer_stop(loop, &c->timer);
     if (c->ssl) {
@@ -196,6 +197,10 @@ static void set_events(struct conn *c, int events)
 static void conn_timeout_cb(struct ev_loop *l, ev_timer *w, int revents)
 {
     struct conn *c = w->data;
+    if (c->authed && !c->draining && watch_any(c)) {
+        ev_timer_again(loop, &c->timer); /* watching: listening, not idle */
+        return;
+    }
     conn_close(c, c->draining ? NULL
                   : c->authed ? "idle timeout (idle_timeout_ms)"
                   : c->handshaken
@@ -751,6 +756,62 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         live);
 }
 
+/* watch {service}: answers {watch: id}, then pushes the live set now and on every
+ * change (watch.c); unwatch {watch}. */
+static void op_watch(struct conn *c, uint64_t id, const char *op, const msgpack_object *m)
+{
+    char service[256];
+    uint64_t wid = 0;
+    int r;
+    if (!strcmp(op, "unwatch")) {
+        if (!rrpci_mp_uint(rrpci_mp_get(m, "watch"), &wid)) {
+            answer_error(c, id, "bad_request", "unwatch needs watch");
+            return;
+        }
+        r = watch_del(c, wid);
+    } else if (!rrpci_mp_str(rrpci_mp_get(m, "service"), service, sizeof(service))) {
+        answer_error(c, id, "bad_request", "watch needs service");
+        return;
+    } else if (!acl_allows(cfg, "lookup", service, c->principal)) {
+        LOG(LOG_NOTICE, "%s: '%s' may not watch '%s'", c->peer, c->principal, service);
+        answer_error(c, id, "denied", "the ACL does not let this principal look it up");
+        return;
+    } else {
+        r = watch_add(c, service, &wid);
+    }
+    if (r) {
+        answer_error(c, id, r == -ENOENT ? "not_found" : r == -ENOSPC ? "limit" : "internal",
+                     r == -ENOENT   ? "no such watch on this session"
+                     : r == -ENOSPC ? "at most 64 watches per session (65536 in all)"
+                                    : "out of memory");
+        return;
+    }
+    struct answer a;
+    answer_begin(&a, id, true, 1);
+    pk_str(&a.pk, "watch");
+    msgpack_pack_uint64(&a.pk, wid);
+    answer_end(c, &a);
+}
+
+int server_push(struct conn *c, const void *buf, size_t len)
+{
+    if (c->closing || c->draining)
+        return 0; /* going: nothing to send */
+    if (len > CTL_MAX_FRAME)
+        return -E2BIG;
+    if (c->wlen - c->woff > WATCH_BACKLOG)
+        return -EAGAIN;
+    uint8_t hdr[4];
+    rrpci_put_le32(hdr, (uint32_t)len);
+    if (wbuf_write(c, (const char *)hdr, 4) || wbuf_write(c, buf, len)) {
+        c->closing = true;
+        set_events(c, EV_READ | EV_WRITE);
+        return -ENOMEM;
+    }
+    set_events(c, EV_READ | EV_WRITE); /* conn_drive sends it */
+    return 0;
+}
+
 static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
 {
     if (rrpci_mp_check(buf, len, 8)) {
@@ -789,6 +850,8 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
         op_unregister(c, id, m);
     else if (!strcmp(op, "lookup"))
         op_lookup(c, id, m);
+    else if (!strcmp(op, "watch") || !strcmp(op, "unwatch"))
+        op_watch(c, id, op, m);
     else
         answer_error(c, id, "bad_request", "unknown op");
 out:
@@ -1191,6 +1254,7 @@ int server_start(struct ev_loop *l, struct config *c)
     ev_timer_init(&accept_pause_w, accept_resume_cb, 0.1, 0);
     ev_timer_init(&sweep_w, sweep_cb, 0.1, 0.1);
     ev_timer_start(loop, &sweep_w);
+    watch_start(loop);
     LOG(LOG_NOTICE, "listening on %s (port %d), TLS 1.3, %s, %zu tokens, %zu ACL rules", cfg->listen,
         port, cfg->ca[0] ? (cfg->require_client_cert ? "client certificate required"
                                                      : "client certificates verified")
@@ -1219,6 +1283,7 @@ void server_stop(void)
     }
     ev_timer_stop(loop, &accept_pause_w);
     ev_timer_stop(loop, &sweep_w);
+    watch_stop();
     SSL_CTX_free(sslctx);
     sslctx = NULL;
 }

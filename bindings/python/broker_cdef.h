@@ -4,6 +4,7 @@
 #define RRPC_TICKET_INSTANCE_LEN 16
 #define RRPC_TICKET_MAX_LEN ...
 typedef struct rrpc_broker rrpc_broker;
+#define RRPC_BROKER_MAX_ADDRS 16
 typedef struct rrpc_broker_opts {
     const char *ca_file;
     const char *cert_file;
@@ -21,6 +22,7 @@ int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts, rrpc_broker
 void rrpc_broker_close(rrpc_broker *b);
 const char *rrpc_broker_last_error(rrpc_broker *b);
 const char *rrpc_broker_principal(rrpc_broker *b);
+int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len);
 int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service);
 int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *service,
                          const char *const *uris, size_t n, unsigned class_mask);
@@ -48,6 +50,20 @@ int rrpc_broker_lookup(rrpc_broker *b, const char *service, rrpc_service_info **
 void rrpc_service_info_free(rrpc_service_info *info);
 int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *service, int timeout_ms,
                          rrpc_conn_event_fn fn, void *user, rrpc_conn **ret_conn);
+typedef struct rrpc_broker_watch rrpc_broker_watch;
+#define RRPC_WATCH_ADDED 1
+#define RRPC_WATCH_REMOVED 2
+#define RRPC_WATCH_MAX_ENDPOINTS 64
+typedef struct rrpc_watch_event {
+    int type;
+    uint8_t instance[16];
+    size_t n_endpoints;
+    rrpc_service_endpoint endpoints[64];
+} rrpc_watch_event;
+int rrpc_broker_watch_open(rrpc_broker *b, const char *service, rrpc_broker_watch **ret_w);
+int rrpc_broker_watch_next(rrpc_broker_watch *w, int timeout_ms, rrpc_watch_event *ev);
+const char *rrpc_broker_watch_last_error(rrpc_broker_watch *w);
+void rrpc_broker_watch_close(rrpc_broker_watch *w);
 typedef struct rrpc_service rrpc_service;
 typedef struct rrpc_service_opts {
     int backoff_min_ms;

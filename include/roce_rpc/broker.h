@@ -8,7 +8,10 @@
  * new connection.  Everything here talks to rrpcd over TLS 1.3 (mutual TLS
  * or a pre-shared token); the control protocol is in docs/broker.md.
  *
- * A broker handle (rrpc_broker) is one authenticated client of one rrpcd.
+ * A broker handle (rrpc_broker) is one authenticated client of one rrpcd
+ * at a time, chosen from a list of brokers that share a registry (several
+ * rrpcd on one etcd): when the current one is unreachable or its session
+ * dies, the handle moves to the next (docs/broker.md, "Several brokers").
  * Every function may be called from any thread; round trips are serialised
  * on the handle.  All calls here block (at most the handle's timeout per
  * round trip) and must not be made from a callback of a context's loop.
@@ -157,6 +160,9 @@ RRPC_API void rrpc_ticket_verifier_destroy(rrpc_ticket_verifier *v);
 
 typedef struct rrpc_broker rrpc_broker;
 
+/* The most brokers a broker address list (rrpc_broker_open) may name. */
+#define RRPC_BROKER_MAX_ADDRS 16
+
 /*
  * How to reach and authenticate to rrpcd.  Strings are copied by
  * rrpc_broker_open; NULL/0 fields take the default.
@@ -167,8 +173,10 @@ typedef struct rrpc_broker_opts {
     const char *key_file;    /* its private key (default: cert_file) */
     const char *token;       /* pre-shared token (sent once per TLS session), or NULL */
     const char *server_name; /* name or IP to verify in rrpcd's certificate
-                                (default: the host of the address) */
-    int timeout_ms;          /* per connect / round trip; default 5000 */
+                                (default: the host of each broker's address;
+                                set, it is checked for every broker of a list) */
+    int timeout_ms;          /* per broker connect (TCP, TLS and hello together)
+                                and per round trip; default 5000 */
     int skew_ms;             /* ticket clock-skew allowance of servers; default 5000 */
     rrpc_log_fn log;         /* lease and re-registration events; NULL: RRPC_LOG_LEVEL */
     void *log_user;
@@ -182,6 +190,25 @@ typedef struct rrpc_broker_opts {
  * principal is its subject CN) and/or @opts->token.  On success *ret_b is
  * the caller's, released with rrpc_broker_close().  If the connection later
  * drops it is made again on the next round trip.
+ *
+ * @addr may list up to RRPC_BROKER_MAX_ADDRS brokers separated by commas
+ * ("a:7700,b:7700"; blanks around an entry are ignored), each checked here:
+ * an empty, malformed or repeated entry, or too many, is -EINVAL naming the
+ * entry.  They must share one registry (rrpcd on etcd).  The handle talks to
+ * one at a time, the first that answers, from the first of the list.  When
+ * a session cannot be made or dies, the handle tries the brokers in list
+ * order, beginning with the current one and going round once, each for at
+ * most timeout_ms (TCP, TLS and hello together); a round trip that failed on
+ * the dead session is sent once more on the new one.  So a round trip takes
+ * at most (number of brokers + 2) × timeout_ms before it is answered or
+ * fails.  Every broker that fails and every move to another is logged (@log,
+ * LOG_WARNING) with the reason.  When all fail, the error
+ * (rrpc_broker_last_error) names each broker and its reason, and the code is
+ * the last broker's.  A lookup after a move goes to the new broker;
+ * registrations are renewed there, or registered again (same instance id)
+ * when it does not know them.  Connections already made are not touched:
+ * they never depended on the broker.
+ *
  * Errors: -EINVAL (bad @addr or @opts), -ENOENT/-EACCES (a file cannot be
  * read), -ECONNREFUSED, -ETIMEDOUT, -EPROTO (TLS failed: rrpcd's certificate
  * did not verify, or rrpcd refused ours), -EACCES (the token was refused),
@@ -209,6 +236,15 @@ RRPC_API const char *rrpc_broker_last_error(rrpc_broker *b);
 
 /* The principal rrpcd authenticated @b as (certificate CN or token owner). */
 RRPC_API const char *rrpc_broker_principal(rrpc_broker *b);
+
+/*
+ * Writes the address of the broker @b is using ("HOST:PORT", or
+ * "[IPv6]:PORT"; while no session is up, the one tried first next) to @buf
+ * (@len bytes, NUL-terminated) and returns its index in the address list
+ * (0 for the first).  Thread-safe; does not wait for a round trip.
+ * Errors: -EINVAL, -ENOSPC (@len too small).
+ */
+RRPC_API int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len);
 
 /*
  * Puts a ticket gate for @service on @ctx (rrpc_ctx_require_ticket): every
@@ -304,6 +340,71 @@ RRPC_API void rrpc_service_info_free(rrpc_service_info *info);
 RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *service,
                                   int timeout_ms, rrpc_conn_event_fn fn, void *user,
                                   rrpc_conn **ret_conn);
+
+/* ---- watching a service ---------------------------------------------------- */
+
+/*
+ * A watch (rrpc_broker_watch) follows the set of live instances of one
+ * service: rrpcd pushes the set whenever it changes (a server registered,
+ * unregistered, its lease expired; with the registry on etcd, through any
+ * broker), and the watch turns each push into events: an instance that
+ * came (RRPC_WATCH_ADDED) or left (RRPC_WATCH_REMOVED).  An instance is its
+ * instance id and its endpoints: one that registers again elsewhere leaves
+ * and comes.  The first events are the instances live when the watch
+ * starts.
+ *
+ * A watch has a TLS session of its own (to the broker its handle uses, with
+ * the same list and credentials; the ACL's "lookup" rule decides who may
+ * watch) and a thread that reads it.  When the session dies the thread
+ * subscribes again, failing over along the list as round trips do, and
+ * reports only what changed meanwhile.  rrpcd answers a watch session at
+ * most 64 subscriptions and holds at most one pending set per subscription
+ * for a reader that is slow; the thread holds at most 4096 events not taken
+ * yet, then stops reading (rrpcd then coalesces).
+ */
+typedef struct rrpc_broker_watch rrpc_broker_watch;
+
+#define RRPC_WATCH_ADDED 1
+#define RRPC_WATCH_REMOVED 2
+#define RRPC_WATCH_MAX_ENDPOINTS 64
+
+/* One change of a watched service's set of instances. */
+typedef struct rrpc_watch_event {
+    int type;                                   /* RRPC_WATCH_ADDED or RRPC_WATCH_REMOVED */
+    uint8_t instance[RRPC_TICKET_INSTANCE_LEN]; /* all zero: the server registered none */
+    size_t n_endpoints;
+    rrpc_service_endpoint endpoints[RRPC_WATCH_MAX_ENDPOINTS]; /* .instance is 0 */
+} rrpc_watch_event;
+
+/*
+ * Starts watching @service (1..255 bytes) through @b's list of brokers:
+ * makes the watch's own session and subscribes before it returns.  On
+ * success *ret_w is the caller's (rrpc_broker_watch_close); @b may be closed
+ * before it (the watch holds what it needs).  Errors: -EINVAL, -EPERM (the
+ * ACL does not let this principal look @service up), connection errors as
+ * rrpc_broker_open, with the detail in rrpc_broker_last_error(@b).
+ */
+RRPC_API int rrpc_broker_watch_open(rrpc_broker *b, const char *service,
+                                    rrpc_broker_watch **ret_w);
+
+/*
+ * Takes the next event of @w into *@ev, waiting up to @timeout_ms (>= 0).
+ * Returns 0 (an event), -ETIMEDOUT (none came), or once per failure the
+ * error of a subscription that failed again (every broker unreachable:
+ * -ECONNREFUSED, -ETIMEDOUT, ...; detail in rrpc_broker_watch_last_error);
+ * the watch keeps trying, with a backoff up to 2 s, and reports what changed
+ * once it is back.  Thread-safe; one taker at a time gets each event.
+ */
+RRPC_API int rrpc_broker_watch_next(rrpc_broker_watch *w, int timeout_ms,
+                                    rrpc_watch_event *ev);
+
+/* The detail of the watch's last failure (which broker, why).  Never NULL. */
+RRPC_API const char *rrpc_broker_watch_last_error(rrpc_broker_watch *w);
+
+/* Stops the thread (waiting for a subscription under way: at most a round trip,
+ * see rrpc_broker_open), closes the session, frees @w and its events.  Accepts
+ * NULL.  No other thread may use @w any more. */
+RRPC_API void rrpc_broker_watch_close(rrpc_broker_watch *w);
 
 /* ---- a reconnecting service handle ------------------------------------------ */
 

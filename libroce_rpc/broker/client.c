@@ -40,8 +40,11 @@
 #include "util/resolve.h"
 #include "util/reserved.h"
 
-#define ERR_MAX 512
+#define ERR_MAX 4096 /* room for the reason of every broker of a list */
 #define HOST_MAX 256
+#define WHY_MAX 240  /* one broker's reason in the error of a list that failed */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 struct reg {
     struct reg *next;
@@ -65,6 +68,16 @@ struct rrpc_broker {
     pthread_t thread;
     bool thread_started, stop;
 
+    /* The list of brokers (rrpc_broker_open's HOST:PORT,...); @cur is the
+     * one of the session, or the first to try for the next one.  @host,
+     * @port and @server_name are @cur's (the messages name them). */
+    struct baddr {
+        char host[HOST_MAX];
+        char port[8];
+    } addrs[RRPC_BROKER_MAX_ADDRS];
+    int n_addrs, cur;
+    char cur_addr[HOST_MAX + 16]; /* @lock: @cur as rrpc_broker_current gives it */
+    bool own_server_name; /* opts->server_name: the same name for every broker */
     char host[HOST_MAX];
     char port[8];
     char server_name[HOST_MAX];
@@ -344,13 +357,14 @@ static int map_err(const char *code)
  * Sends the request in @sb on the current connection and reads the answer
  * into @u; checks the envelope.  Returns 0 (u->data is the answer map), a
  * connection error (-ECONN*, -ETIMEDOUT, -EPROTO: the caller may reconnect),
- * or rrpcd's refusal mapped by map_err with @refused set.
+ * or rrpcd's refusal mapped by map_err with @refused set.  @deadline:
+ * monotonic ms.
  */
-static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool *refused)
+static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool *refused,
+                    int64_t deadline)
 {
     msgpack_unpacked *u = &rp->u;
     uint64_t want_id = q->id;
-    int64_t deadline = mono_ms() + b->timeout_ms;
     uint8_t hdr[4];
     rrpci_put_le32((uint8_t *)q->sb.data, (uint32_t)(q->sb.size - 4));
     *refused = false;
@@ -398,7 +412,8 @@ static int exchange(struct rrpc_broker *b, struct req *q, struct reply *rp, bool
     return 0;
 }
 
-/* Connects, handshakes and authenticates ("hello"). */
+/* Connects to the broker @b->cur, handshakes and authenticates ("hello"),
+ * all within one timeout_ms. */
 static int do_connect(struct rrpc_broker *b)
 {
     int64_t deadline = mono_ms() + b->timeout_ms;
@@ -430,7 +445,7 @@ static int do_connect(struct rrpc_broker *b)
     struct reply u;
     reply_init(&u);
     bool refused;
-    r = exchange(b, &q, &u, &refused);
+    r = exchange(b, &q, &u, &refused, deadline);
     req_free(&q);
     if (!r && !rrpci_mp_str(rrpci_mp_get(&u.u.data, "principal"), b->principal,
                             sizeof(b->principal)))
@@ -446,16 +461,86 @@ static int do_connect(struct rrpc_broker *b)
     return r;
 }
 
+static void select_addr(struct rrpc_broker *b, int i)
+{
+    memcpy(b->host, b->addrs[i].host, sizeof(b->host));
+    memcpy(b->port, b->addrs[i].port, sizeof(b->port));
+    if (!b->own_server_name)
+        memcpy(b->server_name, b->host, sizeof(b->server_name));
+    pthread_mutex_lock(&b->lock);
+    b->cur = i; /* written under both @io and @lock: either suffices to read it */
+    snprintf(b->cur_addr, sizeof(b->cur_addr), strchr(b->host, ':') ? "[%s]:%s" : "%s:%s",
+             b->host, b->port);
+    pthread_mutex_unlock(&b->lock);
+}
+
+RRPC_API int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len)
+{
+    if (!b || !buf || !len)
+        return -EINVAL;
+    pthread_mutex_lock(&b->lock);
+    int n = snprintf(buf, len, "%s", b->cur_addr);
+    int index = b->cur;
+    pthread_mutex_unlock(&b->lock);
+    return (size_t)n >= len ? -ENOSPC : index;
+}
+
 /*
- * One round trip with @io held: (re)connects when needed; a request that
- * failed on a connection made earlier is sent once more on a new one.
+ * Makes a session with the first broker of the list that answers, beginning
+ * with the current one and going round the list once (at most timeout_ms
+ * each).  @why is the reason the previous session ended, or NULL.  Every
+ * broker that fails and every move to another one is logged.  When all
+ * fail, the error names each broker and its reason, and the code is the
+ * last one's.
+ */
+static int connect_any(struct rrpc_broker *b, const char *why)
+{
+    if (b->n_addrs == 1)
+        return do_connect(b);
+    int first = b->cur, r = 0;
+    char all[ERR_MAX] = "";
+    size_t used = 0;
+    for (int k = 0; k < b->n_addrs; k++) {
+        int i = (first + k) % b->n_addrs;
+        select_addr(b, i);
+        r = do_connect(b);
+        if (!r) {
+            if (k > 0)
+                blog(b, LOG_WARNING, "failed over from rrpcd %s:%s to rrpcd %s:%s (broker %d of "
+                     "%d)%s%.*s", b->addrs[first].host, b->addrs[first].port, b->host, b->port,
+                     i + 1, b->n_addrs, why ? " after " : "", WHY_MAX, why ? why : "");
+            else if (why)
+                blog(b, LOG_NOTICE, "reconnected to rrpcd %s:%s after %.*s", b->host, b->port,
+                     WHY_MAX, why);
+            return 0;
+        }
+        char one[ERR_MAX];
+        pthread_mutex_lock(&b->lock);
+        snprintf(one, sizeof(one), "%s", b->err);
+        pthread_mutex_unlock(&b->lock);
+        int n = snprintf(all + used, sizeof(all) - used, "%s%.*s", k ? "; " : "", WHY_MAX, one);
+        if (n > 0)
+            used = used + (size_t)n < sizeof(all) ? used + (size_t)n : sizeof(all) - 1;
+        blog(b, LOG_WARNING, "broker %d of %d failed: %.*s%s", i + 1, b->n_addrs, WHY_MAX, one,
+             k + 1 < b->n_addrs ? "; trying the next one" : "");
+    }
+    select_addr(b, first);
+    return fail(b, r, "none of the %d brokers answered (each tried for up to %d ms): %s",
+                b->n_addrs, b->timeout_ms, all);
+}
+
+/*
+ * One round trip with @io held: (re)connects when needed, going down the
+ * list of brokers; a request that failed on a session made earlier is sent
+ * once more on a new one (with the next broker when this one is gone).
  */
 static int roundtrip(struct rrpc_broker *b, struct req *q, struct reply *u)
 {
+    char why[ERR_MAX] = "";
     for (int attempt = 0;; attempt++) {
         bool fresh = false;
         if (!b->ssl) {
-            int r = do_connect(b);
+            int r = connect_any(b, why[0] ? why : NULL);
             if (r)
                 return r;
             fresh = true;
@@ -463,12 +548,16 @@ static int roundtrip(struct rrpc_broker *b, struct req *q, struct reply *u)
         bool refused;
         reply_destroy(u);
         reply_init(u);
-        int r = exchange(b, q, u, &refused);
+        int r = exchange(b, q, u, &refused, mono_ms() + b->timeout_ms);
         if (!r || refused)
             return r;
         disconnect(b);
         if (fresh || attempt > 0)
             return r;
+        pthread_mutex_lock(&b->lock);
+        snprintf(why, sizeof(why), "the session with rrpcd %s:%s ended: %.*s", b->host, b->port,
+                 WHY_MAX, b->err);
+        pthread_mutex_unlock(&b->lock);
     }
 }
 
@@ -512,6 +601,52 @@ static int open_fail(int code, const char *fmt, ...)
     return code;
 }
 
+/*
+ * Splits @list ("HOST:PORT[,HOST:PORT...]", blanks around an entry allowed)
+ * into @b->addrs; every entry is checked, and a bad one is named.
+ */
+static int parse_addrs(struct rrpc_broker *b, const char *list)
+{
+    static const char how[] = "give HOST:PORT, [IPv6]:PORT or tls://HOST:PORT, several "
+                              "separated by commas (at most " STR(RRPC_BROKER_MAX_ADDRS) ")";
+    if (strlen(list) > RRPC_BROKER_MAX_ADDRS * (HOST_MAX + 16))
+        return open_fail(-EINVAL, "broker address list is too long: %s", how);
+    b->n_addrs = 0;
+    for (const char *p = list;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t'))
+            p++, len--;
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        int n = b->n_addrs + 1;
+        char entry[HOST_MAX + 16];
+        if (!len)
+            return open_fail(-EINVAL, "broker address '%s': entry %d is empty; %s", list, n, how);
+        if (n > RRPC_BROKER_MAX_ADDRS)
+            return open_fail(-EINVAL, "broker address '%s' lists more than %d brokers", list,
+                             RRPC_BROKER_MAX_ADDRS);
+        if (len >= sizeof(entry))
+            return open_fail(-EINVAL, "broker address '%s': entry %d is too long; %s", list, n,
+                             how);
+        memcpy(entry, p, len);
+        entry[len] = 0;
+        struct baddr *a = &b->addrs[b->n_addrs];
+        if (split_addr(entry, a->host, sizeof(a->host), a->port, sizeof(a->port)) ||
+            !a->host[0])
+            return open_fail(-EINVAL, "broker address '%s': entry %d '%s' is not HOST:PORT "
+                             "with a port 1..65535; %s", list, n, entry, how);
+        for (int k = 0; k < b->n_addrs; k++)
+            if (!strcmp(b->addrs[k].host, a->host) && !strcmp(b->addrs[k].port, a->port))
+                return open_fail(-EINVAL, "broker address '%s': entries %d and %d are both "
+                                 "'%s'; list each broker once", list, k + 1, n, entry);
+        b->n_addrs = n;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
 RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
                               rrpc_broker **ret_b)
 {
@@ -543,12 +678,17 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         b->log_level = e && *e ? atoi(e) : -1;
     }
     int r;
-    if (split_addr(addr, b->host, sizeof(b->host), b->port, sizeof(b->port))) {
-        r = open_fail(-EINVAL, "broker address '%s' is not HOST:PORT", addr);
+    if ((r = parse_addrs(b, addr)))
         goto err;
+    if (opts->server_name) {
+        if (!opts->server_name[0] || strlen(opts->server_name) >= sizeof(b->server_name)) {
+            r = open_fail(-EINVAL, "server_name must be 1..%zu bytes", sizeof(b->server_name) - 1);
+            goto err;
+        }
+        snprintf(b->server_name, sizeof(b->server_name), "%s", opts->server_name);
+        b->own_server_name = true;
     }
-    snprintf(b->server_name, sizeof(b->server_name), "%s",
-             opts->server_name ? opts->server_name : b->host);
+    select_addr(b, 0);
     if (opts->token && !(b->token = strdup(opts->token))) {
         r = -ENOMEM;
         goto err;
@@ -584,7 +724,7 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         }
     }
     pthread_mutex_lock(&b->io);
-    r = do_connect(b);
+    r = connect_any(b, NULL);
     pthread_mutex_unlock(&b->io);
     if (r) {
         open_fail(r, "%s", b->err);
@@ -1115,4 +1255,406 @@ RRPC_API int rrpc_connect_service(rrpc_ctx *ctx, rrpc_broker *b, const char *ser
     free(presented);
     rrpc_service_info_free(info);
     return r;
+}
+
+/* ---- watching a service ---------------------------------------------------- */
+
+#define WATCH_QUEUE_MAX 4096 /* events not taken yet; beyond, the thread stops reading */
+
+struct winst { /* one instance of the set last pushed */
+    char *key;  /* instance id and endpoints: an instance whose endpoints change is
+                   removed and added */
+    uint8_t id[RRPC_TICKET_INSTANCE_LEN];
+    size_t n;
+    rrpc_service_endpoint *eps;
+};
+
+struct wev {
+    struct wev *next;
+    int type;
+    struct winst in; /* owns key and eps */
+};
+
+struct rrpc_broker_watch {
+    struct rrpc_broker *s; /* a session of its own, with the parent's list and credentials */
+    char service[256];
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu; /* the queue, stop, err */
+    pthread_cond_t cond; /* CLOCK_MONOTONIC: an event queued or taken, or stop */
+    bool stop;
+    struct wev *head, *tail;
+    size_t qlen;
+    int err; /* a failure to report once through rrpc_broker_watch_next */
+    struct winst *set;
+    size_t n_set;
+};
+
+static void winst_free(struct winst *in)
+{
+    free(in->key);
+    free(in->eps);
+}
+
+/* A second handle on @b's list and credentials, sharing its TLS context. */
+static struct rrpc_broker *session_like(struct rrpc_broker *b)
+{
+    struct rrpc_broker *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->fd = -1;
+    pthread_mutex_init(&s->io, NULL);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    memcpy(s->addrs, b->addrs, sizeof(s->addrs));
+    s->n_addrs = b->n_addrs;
+    s->own_server_name = b->own_server_name;
+    memcpy(s->server_name, b->server_name, sizeof(s->server_name));
+    s->timeout_ms = b->timeout_ms;
+    s->skew_ms = b->skew_ms;
+    s->log = b->log;
+    s->log_user = b->log_user;
+    s->log_level = b->log_level;
+    if (b->token && !(s->token = strdup(b->token))) {
+        rrpc_broker_close(s);
+        return NULL;
+    }
+    SSL_CTX_up_ref(b->sslctx);
+    s->sslctx = b->sslctx;
+    pthread_mutex_lock(&b->lock);
+    int cur = b->cur;
+    pthread_mutex_unlock(&b->lock);
+    select_addr(s, cur);
+    return s;
+}
+
+/* Reads the instances of a push (or of nothing: an empty set) into @ret (n in @ret_n). */
+static int parse_set(struct rrpc_broker *b, const char *service, const msgpack_object *ins,
+                     struct winst **ret, size_t *ret_n)
+{
+    if (!ins || ins->type != MSGPACK_OBJECT_ARRAY || ins->via.array.size > 65536)
+        return fail(b, -EPROTO, "rrpcd's watch push for '%s' is malformed", service);
+    size_t n = ins->via.array.size;
+    struct winst *set = calloc(n ? n : 1, sizeof(*set));
+    if (!set)
+        return -ENOMEM;
+    int r = 0;
+    for (size_t k = 0; k < n && !r; k++) {
+        const msgpack_object *in = &ins->via.array.ptr[k];
+        const msgpack_object *id = rrpci_mp_get(in, "instance");
+        const msgpack_object *eps = rrpci_mp_get(in, "endpoints");
+        if (!endpoints_ok(eps) || (id && (id->type != MSGPACK_OBJECT_BIN ||
+                                          id->via.bin.size != RRPC_TICKET_INSTANCE_LEN))) {
+            r = fail(b, -EPROTO, "rrpcd's watch push for '%s': instance %zu is malformed",
+                     service, k);
+            break;
+        }
+        if (id)
+            memcpy(set[k].id, id->via.bin.ptr, RRPC_TICKET_INSTANCE_LEN);
+        rrpc_service_info tmp = { .endpoints = calloc(eps->via.array.size,
+                                                      sizeof(rrpc_service_endpoint)) };
+        size_t keylen = 2 * RRPC_TICKET_INSTANCE_LEN + 2 + eps->via.array.size * 310;
+        set[k].key = malloc(keylen);
+        if (!tmp.endpoints || !set[k].key) {
+            free(tmp.endpoints);
+            r = -ENOMEM;
+            break;
+        }
+        r = add_endpoints(b, service, eps, 0, &tmp);
+        set[k].eps = tmp.endpoints;
+        set[k].n = tmp.n_endpoints;
+        size_t off = 0;
+        for (size_t i = 0; i < RRPC_TICKET_INSTANCE_LEN; i++)
+            off += (size_t)snprintf(set[k].key + off, keylen - off, "%02x", set[k].id[i]);
+        for (size_t i = 0; i < set[k].n && !r; i++)
+            off += (size_t)snprintf(set[k].key + off, keylen - off, "|%s", set[k].eps[i].uri);
+    }
+    if (r) {
+        for (size_t k = 0; k < n; k++)
+            winst_free(&set[k]);
+        free(set);
+        return r;
+    }
+    *ret = set;
+    *ret_n = n;
+    return 0;
+}
+
+static bool in_set(const struct winst *set, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(set[i].key, key))
+            return true;
+    return false;
+}
+
+/* Queues one event (a copy of @in); waits while the queue is full.  @mu held. */
+static int queue_event(struct rrpc_broker_watch *w, int type, const struct winst *in)
+{
+    while (w->qlen >= WATCH_QUEUE_MAX && !w->stop)
+        pthread_cond_wait(&w->cond, &w->mu);
+    if (w->stop)
+        return -ECANCELED;
+    struct wev *e = calloc(1, sizeof(*e));
+    if (!e || !(e->in.key = strdup(in->key)) ||
+        !(e->in.eps = malloc((in->n ? in->n : 1) * sizeof(*in->eps)))) {
+        if (e)
+            free(e->in.key);
+        free(e);
+        return -ENOMEM;
+    }
+    e->type = type;
+    memcpy(e->in.id, in->id, sizeof(in->id));
+    e->in.n = in->n;
+    memcpy(e->in.eps, in->eps, in->n * sizeof(*in->eps));
+    if (w->tail)
+        w->tail->next = e;
+    else
+        w->head = e;
+    w->tail = e;
+    w->qlen++;
+    pthread_cond_broadcast(&w->cond);
+    return 0;
+}
+
+/* The set is now @set: queues what left and what came, and keeps @set. */
+static void apply_set(struct rrpc_broker_watch *w, struct winst *set, size_t n)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_set; i++)
+        if (!in_set(set, n, w->set[i].key))
+            queue_event(w, RRPC_WATCH_REMOVED, &w->set[i]);
+    for (size_t i = 0; i < n; i++)
+        if (!in_set(w->set, w->n_set, set[i].key))
+            queue_event(w, RRPC_WATCH_ADDED, &set[i]);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < w->n_set; i++)
+        winst_free(&w->set[i]);
+    free(w->set);
+    w->set = set;
+    w->n_set = n;
+}
+
+/* Sends "watch" on a session (made, or failed over, by roundtrip). */
+static int subscribe(struct rrpc_broker_watch *w)
+{
+    struct req q;
+    struct reply u;
+    reply_init(&u);
+    pthread_mutex_lock(&w->s->io);
+    req_start(w->s, &q, "watch", 1);
+    pk_str(&q.pk, "service");
+    pk_str(&q.pk, w->service);
+    int r = roundtrip(w->s, &q, &u);
+    uint64_t id;
+    if (!r && !rrpci_mp_uint(rrpci_mp_get(&u.u.data, "watch"), &id))
+        r = fail(w->s, -EPROTO, "rrpcd's answer to watch '%s' is malformed", w->service);
+    pthread_mutex_unlock(&w->s->io);
+    req_free(&q);
+    reply_destroy(&u);
+    return r;
+}
+
+/*
+ * Waits up to @wait_ms for a frame on the watch's session and reads it into
+ * @rp: 0, -EAGAIN (nothing came), or a session error (the session is closed).
+ */
+static int read_frame(struct rrpc_broker *b, struct reply *rp, int wait_ms)
+{
+    if (!SSL_pending(b->ssl)) {
+        struct pollfd p = { .fd = b->fd, .events = POLLIN };
+        int n = poll(&p, 1, wait_ms);
+        if (n == 0 || (n < 0 && errno == EINTR))
+            return -EAGAIN;
+    }
+    int64_t deadline = mono_ms() + b->timeout_ms;
+    uint8_t hdr[4];
+    int r = tls_do(b, OP_READ, hdr, 4, deadline);
+    uint32_t len = r ? 0 : rrpci_get_le32(hdr);
+    if (!r && (len == 0 || len > CTL_MAX_FRAME))
+        r = fail(b, -EPROTO, "rrpcd %s:%s sent a frame of %u bytes", b->host, b->port, len);
+    char *buf = r ? NULL : malloc(len);
+    if (!r && !buf)
+        r = -ENOMEM;
+    if (!r)
+        r = tls_do(b, OP_READ, buf, len, deadline);
+    size_t off = 0;
+    reply_destroy(rp);
+    reply_init(rp);
+    if (!r && (rrpci_mp_check(buf, len, 8) ||
+               msgpack_unpack_next(&rp->u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+               rp->u.data.type != MSGPACK_OBJECT_MAP))
+        r = fail(b, -EPROTO, "rrpcd %s:%s sent malformed msgpack", b->host, b->port);
+    if (r) {
+        free(buf);
+        disconnect(b);
+        return r;
+    }
+    rp->buf = buf;
+    return 0;
+}
+
+static void *watch_thread(void *arg)
+{
+    struct rrpc_broker_watch *w = arg;
+    struct rrpc_broker *s = w->s;
+    int backoff = 0;
+    char why[ERR_MAX] = "";
+    struct reply u;
+    reply_init(&u);
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        if (backoff && !w->stop) {
+            int64_t until = mono_ms() + backoff;
+            struct timespec ts = { .tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000 };
+            pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+        }
+        bool stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        if (stop)
+            break;
+        if (!s->ssl) {
+            blog(s, LOG_NOTICE, "watch of '%s': subscribing again (%s)", w->service, why);
+            int r = subscribe(w);
+            if (r) {
+                blog(s, LOG_WARNING, "watch of '%s': %s", w->service, rrpc_broker_last_error(s));
+                pthread_mutex_lock(&w->mu);
+                if (!w->err)
+                    w->err = r; /* said once by rrpc_broker_watch_next */
+                pthread_cond_broadcast(&w->cond);
+                pthread_mutex_unlock(&w->mu);
+                backoff = backoff ? (backoff * 2 > 2000 ? 2000 : backoff * 2) : 100;
+                continue;
+            }
+            backoff = 0;
+        }
+        int r = read_frame(s, &u, 200);
+        if (r == -EAGAIN)
+            continue;
+        if (r) {
+            snprintf(why, sizeof(why), "the session ended: %.*s", WHY_MAX,
+                     rrpc_broker_last_error(s));
+            continue; /* the session is closed: subscribe again (the next broker if need be) */
+        }
+        const msgpack_object *m = &u.u.data;
+        char push[16] = "";
+        if (!rrpci_mp_str(rrpci_mp_get(m, "push"), push, sizeof(push)) || strcmp(push, "watch"))
+            continue; /* not a push: nothing we asked for */
+        struct winst *set = NULL;
+        size_t n = 0;
+        r = parse_set(s, w->service, rrpci_mp_get(m, "instances"), &set, &n);
+        if (r) {
+            blog(s, LOG_WARNING, "watch of '%s': %s; subscribing again", w->service,
+                 rrpc_broker_last_error(s));
+            pthread_mutex_lock(&s->io);
+            disconnect(s);
+            pthread_mutex_unlock(&s->io);
+            snprintf(why, sizeof(why), "a bad push");
+            continue;
+        }
+        apply_set(w, set, n);
+    }
+    reply_destroy(&u);
+    return NULL;
+}
+
+RRPC_API void rrpc_broker_watch_close(rrpc_broker_watch *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+    if (w->thread_started)
+        pthread_join(w->thread, NULL);
+    while (w->head) {
+        struct wev *e = w->head;
+        w->head = e->next;
+        winst_free(&e->in);
+        free(e);
+    }
+    for (size_t i = 0; i < w->n_set; i++)
+        winst_free(&w->set[i]);
+    free(w->set);
+    rrpc_broker_close(w->s);
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+RRPC_API int rrpc_broker_watch_open(rrpc_broker *b, const char *service,
+                                    rrpc_broker_watch **ret_w)
+{
+    if (!b || !service || !*service || strlen(service) > 255 || !ret_w)
+        return -EINVAL;
+    struct rrpc_broker_watch *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    snprintf(w->service, sizeof(w->service), "%s", service);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    w->s = session_like(b);
+    int r = w->s ? subscribe(w) : -ENOMEM;
+    if (!r) {
+        r = -pthread_create(&w->thread, NULL, watch_thread, w);
+        w->thread_started = r == 0;
+    }
+    if (r) {
+        if (w->s)
+            fail(b, r, "%s", rrpc_broker_last_error(w->s));
+        rrpc_broker_watch_close(w);
+        return r;
+    }
+    *ret_w = w;
+    return 0;
+}
+
+RRPC_API int rrpc_broker_watch_next(rrpc_broker_watch *w, int timeout_ms, rrpc_watch_event *ev)
+{
+    if (!w || !ev || timeout_ms < 0)
+        return -EINVAL;
+    int64_t until = mono_ms() + timeout_ms;
+    struct timespec ts = { .tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000 };
+    pthread_mutex_lock(&w->mu);
+    while (!w->head && !w->err && !w->stop && mono_ms() < until)
+        pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+    struct wev *e = w->head;
+    int r = 0;
+    if (e) {
+        w->head = e->next;
+        if (!w->head)
+            w->tail = NULL;
+        w->qlen--;
+        pthread_cond_broadcast(&w->cond);
+    } else if (w->err) {
+        r = w->err;
+        w->err = 0;
+    } else {
+        r = -ETIMEDOUT;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!e)
+        return r;
+    memset(ev, 0, sizeof(*ev));
+    ev->type = e->type;
+    memcpy(ev->instance, e->in.id, sizeof(ev->instance));
+    ev->n_endpoints = e->in.n < RRPC_WATCH_MAX_ENDPOINTS ? e->in.n : RRPC_WATCH_MAX_ENDPOINTS;
+    memcpy(ev->endpoints, e->in.eps, ev->n_endpoints * sizeof(*ev->endpoints));
+    winst_free(&e->in);
+    free(e);
+    return 0;
+}
+
+RRPC_API const char *rrpc_broker_watch_last_error(rrpc_broker_watch *w)
+{
+    return w ? rrpc_broker_last_error(w->s) : "";
 }

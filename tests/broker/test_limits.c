@@ -680,6 +680,96 @@ static void test_registrations_beyond_the_instance_and_endpoint_caps_are_refused
     raw_close(&srv);
 }
 
+/*
+ * watch @service (or unwatch @watch when @service is NULL) as request @id:
+ * reads frames until its answer, counting the pushes before it in *@pushes.
+ * Returns the subscription's id (watch) or 0 (unwatch), or -1 with rrpcd's
+ * error code in @err.
+ */
+static long raw_watch(struct raw *t, const char *service, uint64_t watch, int id, char *err,
+                      size_t errlen, int *pushes)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    req_begin(&sb, &pk, service ? "watch" : "unwatch", id, 1);
+    if (service) {
+        pk_str(&pk, "service");
+        pk_str(&pk, service);
+    } else {
+        pk_str(&pk, "watch");
+        msgpack_pack_uint64(&pk, watch);
+    }
+    uint8_t hdr[4] = { (uint8_t)sb.size, (uint8_t)(sb.size >> 8), 0, 0 };
+    assert_int_equal(raw_write(t, hdr, 4), 0);
+    assert_int_equal(raw_write(t, sb.data, sb.size), 0);
+    long r = -2;
+    while (r == -2) {
+        assert_int_equal(raw_read_all(t, hdr, 4), 0);
+        uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+        assert_true(len > 0 && len <= (1u << 20));
+        char *buf = malloc(len);
+        assert_int_equal(raw_read_all(t, buf, len), 0);
+        size_t off = 0;
+        msgpack_unpacked_destroy(&u);
+        msgpack_unpacked_init(&u);
+        assert_int_equal(msgpack_unpack_next(&u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+        free(t->last);
+        t->last = buf;
+        const msgpack_object *rid = mget(&u.data, "id"), *w = mget(&u.data, "watch");
+        assert_non_null(rid);
+        if (mget(&u.data, "push")) {
+            (*pushes)++;
+            assert_int_equal(rid->via.u64, 0);
+            continue;
+        }
+        assert_int_equal(rid->via.u64, (uint64_t)id);
+        if (answer_ok(&u)) {
+            r = service ? (long)w->via.u64 : 0;
+        } else {
+            const msgpack_object *e = mget(&u.data, "err");
+            snprintf(err, errlen, "%.*s", (int)e->via.str.size, e->via.str.ptr);
+            r = -1;
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+static void test_watches_beyond_the_per_session_cap_are_refused(void **state)
+{
+    (void)state;
+    start_daemon(NULL);
+    struct raw t;
+    assert_int_equal(raw_open(&t, "kv-client", NULL), 0);
+    assert_int_equal(raw_hello(&t), 0);
+    char err[64] = "", name[32];
+    int pushes = 0, id = 10;
+    long first = 0;
+    for (int i = 0; i < 64; i++) {
+        snprintf(name, sizeof(name), "w%d", i);
+        long w = raw_watch(&t, name, 0, id++, err, sizeof(err), &pushes);
+        assert_true(w > 0);
+        if (!first)
+            first = w;
+    }
+    assert_int_equal(raw_watch(&t, "w64", 0, id++, err, sizeof(err), &pushes), -1);
+    assert_string_equal(err, "limit");
+    /* One given back makes room for one. */
+    assert_int_equal(raw_watch(&t, NULL, (uint64_t)first, id++, err, sizeof(err), &pushes), 0);
+    assert_int_equal(raw_watch(&t, NULL, (uint64_t)first, id++, err, sizeof(err), &pushes), -1);
+    assert_string_equal(err, "not_found");
+    assert_true(raw_watch(&t, "w64", 0, id++, err, sizeof(err), &pushes) > 0);
+    assert_int_equal(raw_watch(&t, "w65", 0, id++, err, sizeof(err), &pushes), -1);
+    assert_string_equal(err, "limit");
+    printf("%d pushes (the empty sets) came between the answers\n", pushes);
+    raw_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -693,6 +783,8 @@ int main(void)
             test_lookup_answers_of_a_service_with_many_large_registrations_fit_a_frame, teardown),
         cmocka_unit_test_teardown(
             test_registrations_beyond_the_instance_and_endpoint_caps_are_refused, teardown),
+        cmocka_unit_test_teardown(test_watches_beyond_the_per_session_cap_are_refused,
+                                  teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

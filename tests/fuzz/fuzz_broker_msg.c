@@ -170,6 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         FUZZ_CHECK(!c.frame || c.frame_got < c.frame_len);
     }
     check_answers(&c);
+    watch_conn_gone(&c); /* its subscriptions (op "watch") */
     free(c.frame);
     free(c.wbuf);
     registry_free();

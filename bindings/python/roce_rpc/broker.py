@@ -26,13 +26,14 @@ context or a Service of it is open, because they read the broker's state.
 Closing a Context closes its Services first.
 """
 import concurrent.futures
+import errno
 import weakref
 from typing import Any, Iterable, List, NamedTuple, Optional, Union
 
 from ._rrpc import ffi, lib
 from ._core import (Conn, Context, RrpcError, _Closable, _closed_error, _qos, _s, strerror)
 
-__all__ = ["Broker", "Service", "ServiceInfo", "Endpoint", "Instance"]
+__all__ = ["Broker", "Service", "ServiceInfo", "Endpoint", "Instance", "Watch", "WatchEvent"]
 
 
 class Endpoint(NamedTuple):
@@ -54,6 +55,13 @@ class ServiceInfo(NamedTuple):
     ticket_expiry_ms: int
 
 
+class WatchEvent(NamedTuple):
+    """An instance of a watched service came ("added") or left ("removed")."""
+    kind: str             # "added" or "removed"
+    instance: bytes       # 16 bytes; all zero: the server registered none
+    endpoints: List[Endpoint]
+
+
 def _class_mask(classes):
     if classes is None:
         return 0  # all
@@ -67,11 +75,16 @@ class Broker(_Closable):
     """A TLS session with rrpcd (rrpc_broker_open): authenticated by the
     client certificate (its CN is the principal) and/or a token.
 
-    addr: "HOST:PORT" (or "[IPv6]:PORT", or behind "tls://").  ca_file: the
-    CA that signed rrpcd's certificate (required).  timeout: seconds per
-    connect or round trip (default 5)."""
+    addr: "HOST:PORT" (or "[IPv6]:PORT", or behind "tls://"), or several
+    brokers that share a registry (rrpcd on etcd), as "A:7700,B:7700" or a
+    list of such strings (at most 16): the handle uses one at a time and
+    moves to the next when it is unreachable or its session dies, each
+    tried for at most @timeout (docs/broker.md, "Several brokers").
+    ca_file: the CA that signed rrpcd's certificate (required).  timeout:
+    seconds per broker connect (TCP, TLS and hello) or round trip
+    (default 5)."""
 
-    def __init__(self, addr: str, *, ca_file: str, cert_file: Optional[str] = None,
+    def __init__(self, addr: Union[str, Iterable[str]], *, ca_file: str, cert_file: Optional[str] = None,
                  key_file: Optional[str] = None, token: Optional[str] = None,
                  server_name: Optional[str] = None, timeout: float = 5.0) -> None:
         self._closed = False
@@ -90,6 +103,8 @@ class Broker(_Closable):
         o.ca_file, o.cert_file, o.key_file = cstr(ca_file), cstr(cert_file), cstr(key_file)
         o.token, o.server_name = cstr(token), cstr(server_name)
         o.timeout_ms = max(1, int(timeout * 1000))
+        if not isinstance(addr, str):
+            addr = ",".join(addr)
         pp = ffi.new("rrpc_broker **")
         r = lib.rrpc_broker_open(addr.encode(), o, pp)
         if r:
@@ -111,6 +126,16 @@ class Broker(_Closable):
         """Who rrpcd says we are (the certificate's CN, or the token's name)."""
         self._check()
         return _s(lib.rrpc_broker_principal(self._ptr))
+
+    @property
+    def current(self) -> str:
+        """The broker in use ("HOST:PORT"): which of the list answers now."""
+        self._check()
+        buf = ffi.new("char[300]")
+        r = lib.rrpc_broker_current(self._ptr, buf, 300)
+        if r < 0:
+            raise RrpcError(r, "broker current: %s" % strerror(r))
+        return _s(buf)
 
     def _serve(self, ctx):
         self._served.add(ctx)
@@ -191,6 +216,13 @@ class Broker(_Closable):
             raise RrpcError(r, "connect to service %r: %s" % (service, detail or bdetail or
                                                               strerror(r)))
         return core.adopt(ctx, slot, pp[0], "service:" + service, True)
+
+    def watch(self, service: str) -> "Watch":
+        """Follows the set of live instances of @service (rrpc_broker_watch_open):
+        a session of its own to the same brokers; Watch.next() gives the
+        changes, the instances live now first."""
+        self._check()
+        return Watch(self, service)
 
     def service(self, ctx: Context, service: str, *, backoff_min: float = 0.1,
                 backoff_max: float = 5.0, connect_timeout: float = 3.0,
@@ -294,3 +326,50 @@ class Service(_Closable):
         self._closed = True
         lib.rrpc_service_close(self._ptr)
         self._ptr = ffi.NULL
+
+
+class Watch(_Closable):
+    """A watch of one service (rrpc_broker_watch): next() returns the next
+    WatchEvent, or None when none came within @timeout seconds.  It keeps
+    following the service through the broker list by itself (a session that
+    dies is made again, failing over); a subscription that fails again
+    raises once from next(), with which brokers failed and why."""
+
+    def __init__(self, broker: "Broker", service: str) -> None:
+        self._closed = False
+        self._ptr = ffi.NULL
+        self.service = service
+        pp = ffi.new("rrpc_broker_watch **")
+        r = lib.rrpc_broker_watch_open(broker._ptr, service.encode(), pp)
+        if r:
+            raise broker._error(r, "watch %r" % service)
+        self._ptr = pp[0]
+        self._ev = ffi.new("rrpc_watch_event *")
+
+    def next(self, timeout: Optional[float] = None) -> Optional[WatchEvent]:
+        """The next change; None after @timeout seconds without one (None:
+        wait as long as it takes, in slices, so KeyboardInterrupt works)."""
+        if self._closed:
+            raise _closed_error("watch")
+        while True:
+            ms = 1000 if timeout is None else max(0, int(timeout * 1000))
+            r = lib.rrpc_broker_watch_next(self._ptr, ms, self._ev)
+            if r == -errno.ETIMEDOUT:
+                if timeout is None:
+                    continue
+                return None
+            if r:
+                raise RrpcError(r, "watch %r: %s" % (
+                    self.service, _s(lib.rrpc_broker_watch_last_error(self._ptr)) or strerror(r)))
+            e = self._ev
+            eps = [Endpoint(ffi.string(e.endpoints[k].uri).decode(),
+                            int(e.endpoints[k].class_mask), 0) for k in range(e.n_endpoints)]
+            return WatchEvent("added" if e.type == lib.RRPC_WATCH_ADDED else "removed",
+                              bytes(ffi.buffer(e.instance, lib.RRPC_TICKET_INSTANCE_LEN)), eps)
+
+    def close(self) -> None:
+        """Stops following the service (rrpc_broker_watch_close).  Idempotent."""
+        if not self._closed:
+            self._closed = True
+            lib.rrpc_broker_watch_close(self._ptr)
+            self._ptr = ffi.NULL

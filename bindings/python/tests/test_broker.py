@@ -126,3 +126,59 @@ def test_asyncio_connects_by_service_name(rrpcd, served):
             return await conn.call("get", b"a")
     assert asyncio.run(main()) == b"value-of-a"
     c.close()
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_list_of_brokers_moves_past_a_dead_one_and_bad_lists_are_refused(rrpcd):
+    import roce_rpc.broker  # noqa: F401
+    addr, d = rrpcd
+    dead = "127.0.0.1:%d" % _free_port()
+    keys = dict(ca_file=os.path.join(d, "ca.crt"), cert_file=os.path.join(d, "kv-client.crt"),
+                key_file=os.path.join(d, "kv-client.key"))
+    b = roce_rpc.broker.Broker([dead, addr], **keys)  # the first refuses: the second serves
+    try:
+        assert b.current == addr
+        assert b.principal == "kv-client"
+    finally:
+        b.close()
+    with pytest.raises(RrpcError) as e:
+        roce_rpc.broker.Broker(dead + ",," + addr, **keys)
+    assert "entry 2 is empty" in str(e.value)
+    with pytest.raises(RrpcError) as e:
+        roce_rpc.broker.Broker("%s,%s" % (addr, addr), **keys)
+    assert "entries 1 and 2 are both" in str(e.value)
+    with pytest.raises(RrpcError) as e:
+        roce_rpc.broker.Broker([dead], **keys)
+    assert dead in str(e.value)
+
+
+def test_a_watch_sees_an_instance_added_and_removed(rrpcd):
+    import roce_rpc.broker  # noqa: F401
+    c = _broker(rrpcd, "kv-client")
+    s = _broker(rrpcd, "kv-server")
+    with c.watch("kv-watched") as w:
+        assert w.next(timeout=0.3) is None  # nobody serves it yet
+        ctx = roce_rpc.Context()
+        s.gate(ctx, "kv-watched")
+        lis = ctx.listen(listen_uri())
+        s.register(ctx, "kv-watched", [lis.uri])
+        added = w.next(timeout=30)
+        assert added is not None and added.kind == "added"
+        assert [e.uri for e in added.endpoints] == [lis.uri]
+        assert added.instance == c.lookup("kv-watched").instances[0].id
+        s.unregister("kv-watched")
+        removed = w.next(timeout=30)
+        assert removed is not None and removed.kind == "removed"
+        assert removed.instance == added.instance
+        assert w.next(timeout=0.3) is None  # two changes, two events
+        ctx.close()
+    with pytest.raises(RrpcError):
+        w.next(timeout=0)
+    s.close()
+    c.close()
