@@ -101,11 +101,11 @@ static int group_setup(void **state)
     snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
     FILE *f = fopen(p, "w");
     fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
             "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
             "etcd_prefix = /test/rrpc/\n"
             "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir);
+            dir, dir, dir, dir);
     fclose(f);
     snprintf(member.dir, sizeof(member.dir), "%s", dir);
     if (etcd_member_start(&member))
