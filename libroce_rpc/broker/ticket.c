@@ -14,7 +14,6 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/objects.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 
@@ -181,7 +180,7 @@ static int read_pem(const char *path, bool public_ok, EVP_PKEY **ret, char *why,
     if (EVP_PKEY_get_id(pk) != EVP_PKEY_ED25519) {
         say(why, whylen, "%s holds a %s key; ticket keys are Ed25519 (make one with: openssl "
             "genpkey -algorithm ed25519 -out KEY.pem)", path,
-            OBJ_nid2sn(EVP_PKEY_get_base_id(pk)));
+            EVP_PKEY_get0_type_name(pk) ? EVP_PKEY_get0_type_name(pk) : "non-Ed25519");
         EVP_PKEY_free(pk);
         return -EPROTONOSUPPORT;
     }
