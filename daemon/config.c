@@ -49,8 +49,9 @@ static const struct setting settings[] = {
                         "empty: a key made at start (registry = memory only); must not be "
                         "readable by others" },
     { "ticket_key_previous", "", "PEM Ed25519 public keys (or comma lists of them; repeatable, "
-                                 "at most 7) whose tickets servers still accept: the keys "
-                                 "being rotated out; an empty value clears the list" },
+                                 "at most 7) whose tickets servers accept too: the key being "
+                                 "rotated out, or the one about to be rotated in; an empty "
+                                 "value clears the list" },
     { "lease_ms", "10000", "longest lease of a registration; servers renew at a third of it" },
     { "idle_timeout_ms", "120000", "an authenticated session silent this long is closed" },
     { "auth_timeout_ms", "5000",
@@ -727,9 +728,9 @@ static int load_ticket_keys(struct config *c)
     } else {
         struct stat st;
         if (stat(c->ticket_key, &st) == 0 && (st.st_mode & 077)) {
-            fprintf(stderr, "rrpcd: ticket_key = %s is readable by others (mode %03o): "
-                    "chmod 600 it; whoever reads it can sign tickets\n", c->ticket_key,
-                    (unsigned)(st.st_mode & 0777));
+            fprintf(stderr, "rrpcd: ticket_key = %s is readable by its group or others "
+                    "(mode %03o): chmod 600 it; whoever reads it can sign tickets\n",
+                    c->ticket_key, (unsigned)(st.st_mode & 0777));
             return -EACCES;
         }
         if ((r = rrpc_ticket_key_load(c->ticket_key, &c->signer, why, sizeof(why))) != 0) {

@@ -178,9 +178,9 @@ static int read_pem(const char *path, bool public_ok, EVP_PKEY **ret, char *why,
         return -EINVAL;
     }
     if (EVP_PKEY_get_id(pk) != EVP_PKEY_ED25519) {
-        say(why, whylen, "%s holds a key of type %s; ticket keys are Ed25519 (make one with: openssl "
-            "genpkey -algorithm ed25519 -out KEY.pem)", path,
-            EVP_PKEY_get0_type_name(pk) ? EVP_PKEY_get0_type_name(pk) : "non-Ed25519");
+        const char *type = EVP_PKEY_get0_type_name(pk);
+        say(why, whylen, "%s holds a key of type %s; ticket keys are Ed25519 (make one with: "
+            "openssl genpkey -algorithm ed25519 -out KEY.pem)", path, type ? type : "?");
         EVP_PKEY_free(pk);
         return -EPROTONOSUPPORT;
     }

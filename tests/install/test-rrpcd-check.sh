@@ -117,7 +117,7 @@ for i in 1 2 3 4 5 6 7 8; do
 done
 refused "a ticket_key that is not Ed25519 (P-256)" "holds a key of type EC; ticket keys are Ed25519" \
   -s "ticket_key=$C/rrpcd.key"
-refused "a ticket_key others may read" "ticket_key = $WORK/open-ticket.pem is readable by others" \
+refused "a ticket_key others may read" "ticket_key = $WORK/open-ticket.pem is readable by its group or others" \
   -s "ticket_key=$WORK/open-ticket.pem"
 refused "a ticket_key file that does not exist" "cannot read the ticket key $C/missing.pem" \
   -s "ticket_key=$C/missing.pem"
