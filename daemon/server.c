@@ -777,7 +777,8 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
     uint64_t v = 0, id = 0;
     char op[32];
     if (!rrpci_mp_uint(rrpci_mp_get(m, "v"), &v) || v != CTL_VERSION) {
-        answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 1");
+        answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 2 (signed "
+                     "tickets): upgrade libroce_rpc_broker");
         goto out;
     }
     if (!rrpci_mp_uint(rrpci_mp_get(m, "id"), &id) || !rrpci_mp_str(rrpci_mp_get(m, "op"), op, sizeof(op))) {

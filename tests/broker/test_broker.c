@@ -805,7 +805,8 @@ static void test_hostile_msgpack_and_other_versions_are_refused(void **state)
         { "map16 claiming 65535 pairs", { 0xde, 0xff, 0xff, 0x01 }, 4, "bad_request" },
         { "a bare integer", { 0x05 }, 1, "bad_request" },
         { "reserved byte", { 0xc1 }, 1, "bad_request" },
-        { "{v: 2}", { 0x81, 0xa1, 'v', 0x02 }, 4, "version" },
+        { "{v: 1}", { 0x81, 0xa1, 'v', 0x01 }, 4, "version" },
+        { "{v: 3}", { 0x81, 0xa1, 'v', 0x03 }, 4, "version" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct raw_tls t;
@@ -828,7 +829,7 @@ static void test_hostile_msgpack_and_other_versions_are_refused(void **state)
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 4);
     pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
     pk_str(&pk, "id");
     msgpack_pack_uint8(&pk, 7);
     pk_str(&pk, "op");
@@ -857,7 +858,7 @@ static void raw_register(struct raw_tls *t, const char *service, unsigned lease_
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 3);
     pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
     pk_str(&pk, "id");
     msgpack_pack_uint8(&pk, 1);
     pk_str(&pk, "op");
@@ -868,7 +869,7 @@ static void raw_register(struct raw_tls *t, const char *service, unsigned lease_
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 7);
     pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
     pk_str(&pk, "id");
     msgpack_pack_uint8(&pk, 2);
     pk_str(&pk, "op");
