@@ -33,6 +33,7 @@ start_rrpcd() {
 cert = $T/rrpcd.crt
 key = $T/rrpcd.key
 ca = $T/ca.crt
+ticket_key = $T/ticket.pem
 listen = 127.0.0.1:0
 port_file = $T/port-$name
 log_level = warning

@@ -44,6 +44,14 @@ static const struct setting settings[] = {
     { "allow", "", "an ACL rule, repeatable: \"ACTION SERVICE PRINCIPAL\", ACTION register, "
                    "lookup or *, SERVICE and PRINCIPAL fnmatch patterns; no rule: deny" },
     { "ticket_lifetime_ms", "30000", "how long a connection ticket from a lookup is valid" },
+    { "ticket_key", "", "PEM Ed25519 private key tickets are signed with (openssl genpkey "
+                        "-algorithm ed25519); every rrpcd on one etcd prefix needs the same; "
+                        "empty: a key made at start (registry = memory only); must not be "
+                        "readable by others" },
+    { "ticket_key_previous", "", "PEM Ed25519 public keys (or comma lists of them; repeatable, "
+                                 "at most 7) whose tickets servers accept too: the key being "
+                                 "rotated out, or the one about to be rotated in; an empty "
+                                 "value clears the list" },
     { "lease_ms", "10000", "longest lease of a registration; servers renew at a third of it" },
     { "idle_timeout_ms", "120000", "an authenticated session silent this long is closed" },
     { "auth_timeout_ms", "5000",
@@ -280,6 +288,39 @@ void config_init(struct config *c)
             config_set(c, settings[i].name, settings[i].def, "default");
 }
 
+/* ticket_key_previous = PATH[,PATH...]: appended; empty: cleared. */
+static int add_previous(struct config *c, const char *v, const char **why)
+{
+    if (!*v) {
+        c->n_ticket_prev = 0;
+        return 0;
+    }
+    char buf[4096];
+    if (strlen(v) >= sizeof(buf))
+        return -ENAMETOOLONG;
+    strcpy(buf, v);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*t))
+            t++;
+        size_t n = strlen(t);
+        while (n && isspace((unsigned char)t[n - 1]))
+            t[--n] = 0;
+        if (!n) {
+            *why = "an empty path in the list";
+            return -EINVAL;
+        }
+        if (c->n_ticket_prev >= RRPC_TICKET_MAX_KEYS - 1) {
+            *why = "at most 7 previous ticket keys (remove those whose overlap is over)";
+            return -E2BIG;
+        }
+        if (set_path(c->ticket_prev[c->n_ticket_prev], sizeof(c->ticket_prev[0]), t))
+            return -ENAMETOOLONG;
+        c->n_ticket_prev++;
+    }
+    return 0;
+}
+
 int config_set(struct config *c, const char *k, const char *v, const char *where)
 {
     int r = -ENOENT;
@@ -311,6 +352,10 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
         r = set_path(c->etcd_user, sizeof(c->etcd_user), v);
     else if (!strcmp(k, "etcd_password_file"))
         r = set_path(c->etcd_password_file, sizeof(c->etcd_password_file), v);
+    else if (!strcmp(k, "ticket_key"))
+        r = set_path(c->ticket_key, sizeof(c->ticket_key), v);
+    else if (!strcmp(k, "ticket_key_previous"))
+        r = add_previous(c, v, &why);
     else if (!strcmp(k, "port_file"))
         r = set_path(c->port_file, sizeof(c->port_file), v);
     else if (!strcmp(k, "metrics_listen"))
@@ -659,6 +704,61 @@ int config_etcd_password(const struct config *c, char *buf, size_t len)
     return r;
 }
 
+/* Loads ticket_key (or makes one) and ticket_key_previous into c->signer and c->keys. */
+static int load_ticket_keys(struct config *c)
+{
+    char why[600];
+    int r;
+    if (!c->ticket_key[0]) {
+        if (c->n_etcd) {
+            fprintf(stderr, "rrpcd: the registry on etcd needs 'ticket_key': every rrpcd on "
+                    "the prefix must sign tickets with the same Ed25519 key (make one with: "
+                    "openssl genpkey -algorithm ed25519 -out ticket.pem)\n");
+            return -EINVAL;
+        }
+        if (c->n_ticket_prev) {
+            fprintf(stderr, "rrpcd: 'ticket_key_previous' is set without 'ticket_key'\n");
+            return -EINVAL;
+        }
+        if ((r = rrpc_ticket_key_new(NULL, &c->signer)) != 0) {
+            fprintf(stderr, "rrpcd: cannot make a ticket key: %s\n", strerror(-r));
+            return r;
+        }
+        c->signer_ephemeral = true;
+    } else {
+        struct stat st;
+        if (stat(c->ticket_key, &st) == 0 && (st.st_mode & 077)) {
+            fprintf(stderr, "rrpcd: ticket_key = %s is readable by its group or others "
+                    "(mode %03o): chmod 600 it; whoever reads it can sign tickets\n",
+                    c->ticket_key, (unsigned)(st.st_mode & 0777));
+            return -EACCES;
+        }
+        if ((r = rrpc_ticket_key_load(c->ticket_key, &c->signer, why, sizeof(why))) != 0) {
+            fprintf(stderr, "rrpcd: ticket_key: %s\n", why);
+            return r;
+        }
+    }
+    rrpc_ticket_key_public(c->signer, c->keys[0]);
+    c->n_keys = 1;
+    for (size_t i = 0; i < c->n_ticket_prev; i++) {
+        uint8_t *pub = c->keys[c->n_keys];
+        if ((r = rrpc_ticket_public_key_load(c->ticket_prev[i], pub, why, sizeof(why))) != 0) {
+            fprintf(stderr, "rrpcd: ticket_key_previous: %s\n", why);
+            return r;
+        }
+        for (size_t j = 0; j < c->n_keys; j++) {
+            if (!memcmp(c->keys[j], pub, RRPC_TICKET_KEY_LEN)) {
+                fprintf(stderr, "rrpcd: ticket_key_previous = %s is %s: list each key once, "
+                        "and the current one only as ticket_key\n", c->ticket_prev[i],
+                        j ? "listed twice" : "the current ticket_key");
+                return -EINVAL;
+            }
+        }
+        c->n_keys++;
+    }
+    return 0;
+}
+
 int config_finish(struct config *c)
 {
     if (!c->cert[0]) {
@@ -683,6 +783,8 @@ int config_finish(struct config *c)
         r = check_tls(c);
     if (!r)
         r = check_etcd(c);
+    if (!r)
+        r = load_ticket_keys(c);
     if (r)
         return r;
     if (c->token_file[0])
@@ -695,6 +797,8 @@ int config_finish(struct config *c)
 
 void config_free(struct config *c)
 {
+    rrpc_ticket_key_free(c->signer);
+    c->signer = NULL;
     free(c->acl);
     if (c->tokens)
         OPENSSL_cleanse(c->tokens, c->n_tokens * sizeof(*c->tokens));

@@ -231,19 +231,17 @@ static void key_of(char *out, size_t n, uint64_t id)
  * (the writer adds "lease"). */
 static json_object *encode(const struct registration *r)
 {
-    char sec[2 * RRPC_TICKET_SECRET_LEN + 1], inst[2 * RRPC_TICKET_INSTANCE_LEN + 1];
+    char inst[2 * RRPC_TICKET_INSTANCE_LEN + 1];
     json_object *o = json_object_new_object(), *eps = json_object_new_array();
     if (!o || !eps) {
         json_object_put(o);
         json_object_put(eps);
         return NULL;
     }
-    hex(sec, r->secret, sizeof(r->secret));
     json_object_object_add(o, "service", json_object_new_string(r->svc->name));
     json_object_object_add(o, "principal", json_object_new_string(r->principal));
     json_object_object_add(o, "classes", json_object_new_int64(r->classes));
     json_object_object_add(o, "lease_ms", json_object_new_int64(r->lease_ms));
-    json_object_object_add(o, "secret", json_object_new_string(sec));
     if (r->has_instance) {
         hex(inst, r->instance, sizeof(r->instance));
         json_object_object_add(o, "instance", json_object_new_string(inst));
@@ -256,7 +254,6 @@ static json_object *encode(const struct registration *r)
         json_object_array_add(eps, ep);
     }
     json_object_object_add(o, "endpoints", eps);
-    OPENSSL_cleanse(sec, sizeof(sec));
     return o; /* "lease" is added by the writer once etcd granted it */
 }
 
@@ -323,7 +320,6 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
               int_of(o, "classes", 1, RRPC_CLASS_MASK_ALL, &classes) &&
               int_of(o, "lease_ms", 100, 3600000, &lease_ms) &&
               int_of(o, "lease", 1, INT64_MAX, &lease) &&
-              unhex(str_of(o, "secret", 128), tmpl.secret, sizeof(tmpl.secret)) &&
               (!inst || unhex(inst, tmpl.instance, sizeof(tmpl.instance))) &&
               json_object_object_get_ex(o, "endpoints", &eps) &&
               json_object_is_type(eps, json_type_array) &&
@@ -359,8 +355,7 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
     tmpl.expires_ms = INT64_MAX; /* etcd's lease decides */
     tmpl.answer_bytes = server_answer_bytes(&tmpl);
     struct registration *r;
-    int e = registry_add(service, principal, ep, n, &tmpl, true, &r);
-    OPENSSL_cleanse(tmpl.secret, sizeof(tmpl.secret));
+    int e = registry_add(service, principal, ep, n, &tmpl, &r);
     if (e) {
         LOG(LOG_ERR, "etcd: cannot hold the registration %s: %s", key, strerror(-e));
         free(ep);
@@ -473,13 +468,7 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
 
 static void job_free(struct job *j)
 {
-    if (j->val) {
-        /* the value holds the registration's secret */
-        const char *t = json_object_to_json_string_ext(j->val, JSON_C_TO_STRING_PLAIN);
-        if (t)
-            OPENSSL_cleanse((char *)t, strlen(t));
-        json_object_put(j->val);
-    }
+    json_object_put(j->val); /* accepts NULL; the value holds no secret */
     free(j);
 }
 

@@ -127,6 +127,13 @@ int main(int argc, char **argv)
     if (config_finish(&cfg))
         goto out;
     if (check) {
+        uint8_t id[RRPC_TICKET_KEY_ID_LEN];
+        rrpc_ticket_key_id(cfg.keys[0], id);
+        printf("rrpcd: ticket key ");
+        for (size_t i = 0; i < sizeof(id); i++)
+            printf("%02x", id[i]);
+        printf(" (Ed25519%s), %zu previous key(s) accepted\n",
+               cfg.signer_ephemeral ? ", made at start: no ticket_key" : "", cfg.n_keys - 1);
         printf("rrpcd: configuration OK\n");
         rc = 0;
         goto out;

@@ -37,7 +37,6 @@ static void reg_free(struct registration *r)
         r->svc->n_pending--;
     r->svc->answer_bytes -= r->answer_bytes;
     rrpci_idmap_del(&by_id, r->id);
-    OPENSSL_cleanse(r->secret, sizeof(r->secret));
     free(r->eps);
     free(r);
 }
@@ -45,7 +44,6 @@ static void reg_free(struct registration *r)
 static void service_free(struct service *s)
 {
     metrics_registry(-1, 0);
-    OPENSSL_cleanse(s->secret, sizeof(s->secret));
     free(s);
 }
 
@@ -106,7 +104,7 @@ struct service *registry_service(const char *name)
 }
 
 int registry_add(const char *name, const char *principal, struct rrpci_endpoint *eps, size_t n_eps,
-                 const struct registration *tmpl, bool with_secret, struct registration **ret)
+                 const struct registration *tmpl, struct registration **ret)
 {
     uint64_t id = tmpl->id;
     if (id && registry_find(id))
@@ -121,10 +119,6 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
         if (!s)
             return -ENOMEM;
         snprintf(s->name, sizeof(s->name), "%s", name);
-        if (RAND_bytes(s->secret, sizeof(s->secret)) != 1) {
-            free(s);
-            return -EIO;
-        }
         metrics_registry(1, 0); /* service_free takes it back */
     }
     struct registration *r = calloc(1, sizeof(*r));
@@ -143,7 +137,6 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
     r->lease_ms = tmpl->lease_ms;
     r->expires_ms = tmpl->expires_ms ? tmpl->expires_ms : mono_ms() + tmpl->lease_ms;
     r->etcd_lease = tmpl->etcd_lease;
-    memcpy(r->secret, with_secret ? tmpl->secret : s->secret, sizeof(r->secret));
     r->has_instance = tmpl->has_instance;
     memcpy(r->instance, tmpl->instance, sizeof(r->instance));
     r->answer_bytes = tmpl->answer_bytes;

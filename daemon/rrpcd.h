@@ -50,6 +50,16 @@ struct config {
     /* metrics_listen = HOST:PORT: GET /metrics over HTTP (metrics.c); "" off. */
     char metrics_listen[300], metrics_port_file[1024];
     int metrics_max_connections, metrics_timeout_s;
+    /* Tickets: signed with ticket_key (ticket_key_previous: public keys still accepted
+     * during a rotation's overlap).  config_finish loads them: signer, and keys[0] its
+     * public half, keys[1..] the previous ones; servers get keys[] at register and renew. */
+    char ticket_key[1024];
+    char ticket_prev[RRPC_TICKET_MAX_KEYS - 1][1024];
+    size_t n_ticket_prev;
+    rrpc_ticket_key *signer;
+    bool signer_ephemeral; /* no ticket_key: a key made for this run */
+    uint8_t keys[RRPC_TICKET_MAX_KEYS][RRPC_TICKET_KEY_LEN];
+    size_t n_keys;
 };
 
 /* Prints the settings table (name, default, meaning). */
@@ -59,7 +69,8 @@ void config_init(struct config *c);
 int config_load_file(struct config *c, const char *path);
 int config_set(struct config *c, const char *key, const char *value, const char *where);
 /* Checks what must be set, resolves the listen address and loads the certificate, key and
- * CA as the start does (so --check refuses what the start would), and loads the token file. */
+ * CA as the start does (so --check refuses what the start would), loads the token file and
+ * the ticket keys. */
 int config_finish(struct config *c);
 void config_free(struct config *c);
 
@@ -101,9 +112,6 @@ struct registration {
     bool has_instance;  /* the server sent an instance id: its tickets are bound to it */
     uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
     size_t answer_bytes; /* the most its entry adds to a lookup answer */
-    /* Its tickets' key: the service's secret of the rrpcd it registered through (with the
-     * registry on etcd, another rrpcd's: it travels in the registration's value). */
-    uint8_t secret[RRPC_TICKET_SECRET_LEN];
     int64_t etcd_lease; /* registry on etcd: the lease its key is bound to */
     bool etcd_stale;    /* registry on etcd: not (yet) seen since the last resync */
     bool etcd_pending;  /* registry on etcd: its write is under way; not in lookups yet */
@@ -112,7 +120,6 @@ struct registration {
 struct service {
     struct service *next;
     char name[256];
-    uint8_t secret[RRPC_TICKET_SECRET_LEN];
     struct registration *regs;
     size_t n_regs;
     size_t n_pending; /* of them, registrations whose etcd write is under way */
@@ -126,12 +133,10 @@ void registry_sweep(int64_t now);
 size_t registry_count(void);
 /* Takes ownership of @eps on success; copies the rest of @tmpl (classes,
  * lease_ms, has_instance, instance, answer_bytes, etcd_lease; id when not 0
- * (-EEXIST when taken), else a random one; secret when @with_secret, else the
- * service's; expires_ms when not 0, else now + lease_ms).  -ENOMEM, -EIO (no
- * randomness). */
+ * (-EEXIST when taken), else a random one; expires_ms when not 0, else now +
+ * lease_ms).  -ENOMEM, -EIO (no randomness). */
 int registry_add(const char *service, const char *principal, struct rrpci_endpoint *eps,
-                 size_t n_eps, const struct registration *tmpl, bool with_secret,
-                 struct registration **ret);
+                 size_t n_eps, const struct registration *tmpl, struct registration **ret);
 struct registration *registry_find(uint64_t id);
 void registry_remove(struct registration *r);
 struct service *registry_service(const char *name);

@@ -406,7 +406,7 @@ static void pack_instance(msgpack_packer *pk, const struct registration *r, cons
 /* The most @r can add to a lookup answer: its entry with the longest ticket. */
 size_t server_answer_bytes(const struct registration *r)
 {
-    static const uint8_t longest[RRPC_TICKET_MAX_LEN];
+    static const uint8_t longest[RRPC_TICKET_SIGNED_MAX_LEN];
     msgpack_sbuffer sb;
     msgpack_packer pk;
     msgpack_sbuffer_init(&sb);
@@ -554,7 +554,7 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
         return;
     }
     struct registration *r;
-    int e = registry_add(service, c->principal, ep, tmpl.n_eps, &tmpl, false, &r);
+    int e = registry_add(service, c->principal, ep, tmpl.n_eps, &tmpl, &r);
     if (e) {
         free(ep);
         answer_error(c, id, "internal", strerror(-e));
@@ -577,6 +577,17 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     register_answer(c, id, r);
 }
 
+/* "keys": the public keys servers accept tickets of, the current one first. */
+static void pack_keys(msgpack_packer *pk)
+{
+    pk_str(pk, "keys");
+    msgpack_pack_array(pk, (uint32_t)cfg->n_keys);
+    for (size_t i = 0; i < cfg->n_keys; i++) {
+        msgpack_pack_bin(pk, RRPC_TICKET_KEY_LEN);
+        msgpack_pack_bin_body(pk, cfg->keys[i], RRPC_TICKET_KEY_LEN);
+    }
+}
+
 /* The answer to the register @id that made @r. */
 static void register_answer(struct conn *c, uint64_t id, const struct registration *r)
 {
@@ -590,9 +601,7 @@ static void register_answer(struct conn *c, uint64_t id, const struct registrati
     msgpack_pack_uint64(&a.pk, r->id);
     pk_str(&a.pk, "lease_ms");
     msgpack_pack_uint32(&a.pk, r->lease_ms);
-    pk_str(&a.pk, "secret");
-    msgpack_pack_bin(&a.pk, sizeof(r->secret));
-    msgpack_pack_bin_body(&a.pk, r->secret, sizeof(r->secret));
+    pack_keys(&a.pk);
     answer_end(c, &a);
 }
 
@@ -649,9 +658,10 @@ static void op_renew(struct conn *c, uint64_t id, const msgpack_object *m)
     LOG(LOG_DEBUG, "%s: renewed '%s' %016llx", c->peer, r->svc->name,
         (unsigned long long)r->id);
     struct answer a;
-    answer_begin(&a, id, true, 1);
+    answer_begin(&a, id, true, 2);
     pk_str(&a.pk, "lease_ms");
     msgpack_pack_uint32(&a.pk, r->lease_ms);
+    pack_keys(&a.pk); /* a rotation reaches running servers here */
     answer_end(c, &a);
 }
 
@@ -673,11 +683,9 @@ static void op_unregister(struct conn *c, uint64_t id, const msgpack_object *m)
 static int make_ticket(const struct service *s, const struct registration *r,
                        const char *principal, int64_t expiry, uint8_t *t, size_t *tlen)
 {
-    if (r->has_instance)
-        return rrpc_ticket_issue_instance(r->secret, principal, s->name, r->instance, expiry,
-                                          NULL, t, RRPC_TICKET_MAX_LEN, tlen);
-    return rrpc_ticket_issue(r->secret, principal, s->name, expiry, NULL, t,
-                             RRPC_TICKET_MAX_LEN, tlen);
+    return rrpc_ticket_issue(cfg->signer, principal, s->name,
+                             r->has_instance ? r->instance : NULL, expiry, NULL, t,
+                             RRPC_TICKET_SIGNED_MAX_LEN, tlen);
 }
 
 /*
@@ -723,7 +731,7 @@ static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
     for (size_t i = 0; i < first; i++)
         r0 = next_live(s, r0);
     int64_t expiry = wall_ms() + cfg->ticket_lifetime_ms;
-    uint8_t ticket[RRPC_TICKET_MAX_LEN];
+    uint8_t ticket[RRPC_TICKET_SIGNED_MAX_LEN];
     size_t tlen;
     if (make_ticket(s, r0, c->principal, expiry, ticket, &tlen)) {
         answer_error(c, id, "internal", "cannot make a ticket");
@@ -830,7 +838,8 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
     uint64_t v = 0, id = 0;
     char op[32];
     if (!rrpci_mp_uint(rrpci_mp_get(m, "v"), &v) || v != CTL_VERSION) {
-        answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 1");
+        answer_fatal(c, 0, "version", "this rrpcd speaks control protocol version 2 (signed "
+                     "tickets): upgrade libroce_rpc_broker");
         goto out;
     }
     if (!rrpci_mp_uint(rrpci_mp_get(m, "id"), &id) || !rrpci_mp_str(rrpci_mp_get(m, "op"), op, sizeof(op))) {
@@ -1260,6 +1269,13 @@ int server_start(struct ev_loop *l, struct config *c)
                                                      : "client certificates verified")
                          : "no client certificates",
         cfg->n_tokens, cfg->n_acl);
+    uint8_t kid[RRPC_TICKET_KEY_ID_LEN];
+    rrpc_ticket_key_id(cfg->keys[0], kid);
+    LOG(cfg->signer_ephemeral ? LOG_NOTICE : LOG_INFO, "tickets signed with Ed25519 key "
+        "%02x%02x%02x%02x%02x%02x%02x%02x%s; %zu previous key(s) still accepted", kid[0], kid[1],
+        kid[2], kid[3], kid[4], kid[5], kid[6], kid[7],
+        cfg->signer_ephemeral ? " (no ticket_key: made for this run; tickets from before a "
+                                "restart are refused)" : "", cfg->n_keys - 1);
     if (cfg->port_file[0]) {
         char tmp[1100];
         snprintf(tmp, sizeof(tmp), "%s.tmp", cfg->port_file);

@@ -44,6 +44,7 @@ port_file = $WORK/port
 cert = $WORK/certs/rrpcd.crt
 key = $WORK/certs/rrpcd.key
 ca = $WORK/certs/ca.crt
+ticket_key = $WORK/certs/ticket.pem
 allow = register demo demo-server
 allow = lookup demo demo-client
 CONF
@@ -52,7 +53,7 @@ PIDS+=($!)
 for _ in $(seq 100); do [ -s "$WORK/port" ] && break; sleep 0.05; done
 [ -s "$WORK/port" ] || { echo "run-demo: rrpcd did not start:" >&2; cat "$WORK/rrpcd.log" >&2; exit 1; }
 BROKER=127.0.0.1:$(cat "$WORK/port")
-echo "run-demo: rrpcd listens on $BROKER (TLS 1.3, mutual TLS with development certificates)"
+echo "run-demo: rrpcd listens on $BROKER (TLS 1.3, mutual TLS with development certificates; tickets signed with the development Ed25519 key)"
 
 "$BUILD/examples/rrpc-demo" server "$URI" "$BROKER" "$WORK/certs" > "$WORK/server.out" &
 PIDS+=($!)

@@ -8,12 +8,16 @@
 #                                     (e.g. RRPCD_SANS="DNS:broker.lan,IP:10.0.0.5")
 #     DIR/P.crt  DIR/P.key            a client certificate with CN=P for each
 #                                     PRINCIPAL (default: kv-server kv-client)
+#     DIR/ticket.pem  DIR/ticket.pub  the Ed25519 key rrpcd signs tickets with
+#                                     (ticket_key; only brokers hold it) and
+#                                     its public half
 #   The CN of a client certificate is the principal rrpcd's ACL names.
-#   An existing CA in DIR is reused, so more principals can be added later.
+#   An existing CA and ticket key in DIR are reused, so more principals can
+#   be added later.
 #   Not for production: see docs/broker.md, "Deployment".
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   if [ $# -ge 1 ]; then exit 0; else exit 2; fi
 fi
 DIR=$1
@@ -49,5 +53,9 @@ for p in "$@"; do
   case "$p" in *[!A-Za-z0-9._-]*|'') echo "make-dev-certs: bad principal name '$p'" >&2; exit 2 ;; esac
   issue "$p" "$p" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
 done
-chmod 644 ca.crt rrpcd.crt ./*.crt
-echo "make-dev-certs: CA, rrpcd and client certificates ($*) are in $PWD"
+if [ ! -f ticket.pem ]; then
+  openssl genpkey -algorithm ed25519 -out ticket.pem
+  openssl pkey -in ticket.pem -pubout -out ticket.pub
+fi
+chmod 644 ca.crt rrpcd.crt ./*.crt ticket.pub
+echo "make-dev-certs: CA, rrpcd and client certificates ($*) and the ticket key are in $PWD"

@@ -16,9 +16,10 @@
  * on the handle.  All calls here block (at most the handle's timeout per
  * round trip) and must not be made from a callback of a context's loop.
  *
- * Tickets are usable without rrpcd too: rrpc_ticket_issue() makes one, a
- * verifier checks them (HMAC-SHA256, expiry with a clock-skew allowance,
- * a replay cache of nonces, the service name, the server instance).
+ * Tickets are usable without rrpcd too: rrpc_ticket_issue() signs one with
+ * an Ed25519 key, a verifier checks them with the public keys it accepts
+ * (the signature, expiry with a clock-skew allowance, a replay cache of
+ * nonces, the service name, the server instance, the client identity).
  */
 #ifndef ROCE_RPC_BROKER_H
 #define ROCE_RPC_BROKER_H
@@ -36,111 +37,166 @@ extern "C" {
 /* ---- tickets -------------------------------------------------------------- */
 
 /*
- * Ticket layout (all integers little-endian; docs/broker.md §Ticket format):
+ * Ticket layout, version 3 (all integers little-endian; docs/broker.md
+ * §Ticket format):
  *   0   4  magic "RTKT"
- *   4   1  version: 1 (no instance) or 2 (bound to one server instance)
+ *   4   1  version: 3
  *   5   1  principal length P (1..255)
  *   6   1  service length S (1..255)
  *   7   1  reserved, 0
  *   8   8  expiry, ms since the Unix epoch (wall clock)
  *   16  16 nonce (random)
- *   32  16 version 2 only: the server instance id (not all zero)
- *   H   P  principal, then S service (no NULs); H = 32 (v1) or 48 (v2)
- *   ..  32 HMAC-SHA256 over every byte before it, keyed with the service secret
- * Every field before the HMAC is signed: a later signature scheme replaces
- * the last 32 bytes and the version, not the fields.
+ *   32  16 the server instance id (all zero: bound to no instance)
+ *   48  8  key id: the first 8 bytes of SHA-256 of the signing public key
+ *   56  P  principal (the client identity rrpcd authenticated), then S service
+ *           (no NULs)
+ *   ..  64 Ed25519 signature over every byte before it
+ * A connection presents the ticket followed by the identity the client
+ * claims (rrpc_ticket_present):
+ *   ..  1  identity length N (1..255)
+ *   ..  N  identity (no NULs)
+ * The verifier accepts the ticket only when that identity is the signed
+ * principal.  Versions 1 and 2 (HMAC under a shared secret) are refused.
  */
-#define RRPC_TICKET_SECRET_LEN 32
 #define RRPC_TICKET_NONCE_LEN 16
 #define RRPC_TICKET_INSTANCE_LEN 16
-#define RRPC_TICKET_MAX_LEN (48 + 255 + 255 + 32)
+#define RRPC_TICKET_KEY_LEN 32    /* an Ed25519 public key, raw */
+#define RRPC_TICKET_KEY_ID_LEN 8  /* the first bytes of SHA-256 of the public key */
+#define RRPC_TICKET_MAX_KEYS 8    /* public keys a verifier accepts at once */
+/* The longest signed ticket, and the longest as presented (with an identity). */
+#define RRPC_TICKET_SIGNED_MAX_LEN (56 + 255 + 255 + 64)
+#define RRPC_TICKET_MAX_LEN (RRPC_TICKET_SIGNED_MAX_LEN + 1 + 255)
+
+/* A signing key: an Ed25519 private key (only brokers hold one). */
+typedef struct rrpc_ticket_key rrpc_ticket_key;
 
 /*
- * Makes a ticket for @principal to connect to @service, valid until
- * @expiry_ms (ms since the Unix epoch), signed with @secret.  @nonce may be
- * NULL (a random one is drawn).  Writes it to @buf (@buflen >= the ticket;
- * RRPC_TICKET_MAX_LEN always suffices) and its length to *ret_len.
- * Errors: -EINVAL (a name empty, longer than 255 bytes, or with a NUL),
- * -ENOSPC (@buflen too small), -EIO (no randomness).
+ * Loads the PEM private key in the file @path (PKCS#8, as
+ * `openssl genpkey -algorithm ed25519` writes it).  On success *ret_k is the
+ * caller's (rrpc_ticket_key_free).  Errors: -ENOENT/-EACCES (cannot read
+ * @path), -EINVAL (not a PEM private key), -EPROTONOSUPPORT (a key of
+ * another type than Ed25519), -ENOMEM; @why (may be NULL) says which and
+ * what to do.
  */
-RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                               const char *principal, const char *service, int64_t expiry_ms,
+RRPC_API int rrpc_ticket_key_load(const char *path, rrpc_ticket_key **ret_k, char *why,
+                                  size_t whylen);
+
+/*
+ * Makes a signing key from the 32-byte Ed25519 seed @seed, or a random one
+ * when @seed is NULL (an rrpcd without a configured key; tests).  On success
+ * *ret_k is the caller's.  Errors: -EIO (no randomness), -ENOMEM.
+ */
+RRPC_API int rrpc_ticket_key_new(const uint8_t *seed, rrpc_ticket_key **ret_k);
+
+/* Copies the raw public half of @k to @pub (RRPC_TICKET_KEY_LEN bytes). */
+RRPC_API void rrpc_ticket_key_public(const rrpc_ticket_key *k, uint8_t pub[RRPC_TICKET_KEY_LEN]);
+
+/* Frees @k (cleansing it).  Accepts NULL. */
+RRPC_API void rrpc_ticket_key_free(rrpc_ticket_key *k);
+
+/*
+ * Reads the Ed25519 public key in the PEM file @path (a PUBLIC KEY, as
+ * `openssl pkey -pubout` writes it, or a private key, whose public half is
+ * taken) into @pub.  Errors as rrpc_ticket_key_load.
+ */
+RRPC_API int rrpc_ticket_public_key_load(const char *path, uint8_t pub[RRPC_TICKET_KEY_LEN],
+                                         char *why, size_t whylen);
+
+/* The key id of the public key @pub: the first 8 bytes of its SHA-256. */
+RRPC_API void rrpc_ticket_key_id(const uint8_t pub[RRPC_TICKET_KEY_LEN],
+                                 uint8_t id[RRPC_TICKET_KEY_ID_LEN]);
+
+/*
+ * Makes a ticket for @principal to connect to @service, bound to the server
+ * instance @instance (RRPC_TICKET_INSTANCE_LEN bytes; NULL or all zero: to
+ * none), valid until @expiry_ms (ms since the Unix epoch), signed with @k.
+ * @nonce may be NULL (a random one is drawn).  Writes it to @buf (@buflen >=
+ * the ticket; RRPC_TICKET_SIGNED_MAX_LEN always suffices) and its length to
+ * *ret_len.  Thread-safe.  Errors: -EINVAL (a name empty, longer than 255
+ * bytes, or with a NUL), -ENOSPC (@buflen too small), -EIO (no randomness,
+ * or the signature failed).
+ */
+RRPC_API int rrpc_ticket_issue(const rrpc_ticket_key *k, const char *principal,
+                               const char *service, const uint8_t *instance, int64_t expiry_ms,
                                const uint8_t *nonce, void *buf, size_t buflen, size_t *ret_len);
 
 /*
- * As rrpc_ticket_issue, but the ticket (version 2) is bound to the server
- * instance @instance (RRPC_TICKET_INSTANCE_LEN bytes, not all zero): only a
- * verifier with that instance (rrpc_ticket_verifier_set_instance) accepts
- * it.  rrpcd issues these for servers that registered an instance.
- * Errors: those of rrpc_ticket_issue; -EINVAL also for @instance NULL or
- * all zero.
+ * Writes to @buf what a connection presents: the signed @ticket (@len
+ * bytes, copied as is) followed by the claimed @identity (1..255 bytes, no
+ * NUL).  @buflen >= @len + 1 + strlen(@identity); RRPC_TICKET_MAX_LEN always
+ * suffices.  rrpc_broker_lookup does this with the handle's principal.
+ * Errors: -EINVAL (@ticket is not one signed ticket, a bad @identity),
+ * -ENOSPC.
  */
-RRPC_API int rrpc_ticket_issue_instance(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                                        const char *principal, const char *service,
-                                        const uint8_t instance[RRPC_TICKET_INSTANCE_LEN],
-                                        int64_t expiry_ms, const uint8_t *nonce, void *buf,
-                                        size_t buflen, size_t *ret_len);
+RRPC_API int rrpc_ticket_present(const void *ticket, size_t len, const char *identity, void *buf,
+                                 size_t buflen, size_t *ret_len);
 
 /*
- * Reads the unauthenticated fields of @ticket (no HMAC check; for logs and
- * tests).  @principal and @service (may be NULL) receive NUL-terminated
- * copies and need 256 bytes each.  Errors: RRPC_E_PROTO (malformed).
+ * Reads the unauthenticated fields of @ticket, signed or presented (no
+ * signature check; for logs and tests).  @principal and @service (may be
+ * NULL) receive NUL-terminated copies and need 256 bytes each.  Errors:
+ * RRPC_E_PROTO (malformed, or not version 3).
  */
 RRPC_API int rrpc_ticket_peek(const void *ticket, size_t len, char *principal, char *service,
                               int64_t *ret_expiry_ms);
 
 /*
- * Copies the (unauthenticated) instance id of @ticket to @instance
- * (RRPC_TICKET_INSTANCE_LEN bytes).  Errors: -ENOENT (a version 1 ticket,
- * bound to no instance), RRPC_E_PROTO (malformed).
+ * Copies the (unauthenticated) instance id of @ticket, signed or presented,
+ * to @instance (RRPC_TICKET_INSTANCE_LEN bytes).  Errors: -ENOENT (bound to
+ * no instance), RRPC_E_PROTO (malformed).
  */
 RRPC_API int rrpc_ticket_peek_instance(const void *ticket, size_t len,
                                        uint8_t instance[RRPC_TICKET_INSTANCE_LEN]);
 
-/* A verifier: one service, its secret(s), a replay cache, and optionally
- * the server instance it belongs to. */
+/* A verifier: one service, the public keys it accepts, a replay cache, and
+ * optionally the server instance it belongs to. */
 typedef struct rrpc_ticket_verifier rrpc_ticket_verifier;
 
 /*
- * Creates a verifier for @service (copied) with @secret (copied; NULL: none
- * yet, every ticket is refused until rrpc_ticket_verifier_set_secret).
- * @skew_ms (>= 0) is the clock-skew allowance: a ticket is accepted until
- * expiry + skew.  On success *ret_v is the caller's (rrpc_ticket_verifier_
- * destroy).  Errors: -EINVAL, -ENOMEM.
+ * Creates a verifier for @service (copied) that accepts no key yet: every
+ * ticket is refused until rrpc_ticket_verifier_set_keys.  @skew_ms (>= 0)
+ * is the clock-skew allowance: a ticket is accepted until expiry + skew.
+ * On success *ret_v is the caller's (rrpc_ticket_verifier_destroy).
+ * Errors: -EINVAL, -ENOMEM.
  */
-RRPC_API int rrpc_ticket_verifier_create(const char *service,
-                                         const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                                         int skew_ms, rrpc_ticket_verifier **ret_v);
+RRPC_API int rrpc_ticket_verifier_create(const char *service, int skew_ms,
+                                         rrpc_ticket_verifier **ret_v);
 
 /*
- * Replaces the secret of @v (copied).  The previous secret stays valid too
- * (until the next change), so a broker restart, which makes a new secret,
- * does not refuse tickets already handed out.  Thread-safe.
+ * Replaces the public keys @v accepts with the @n (0..RRPC_TICKET_MAX_KEYS)
+ * raw Ed25519 keys at @keys (@n * RRPC_TICKET_KEY_LEN bytes, copied): a key
+ * not in the new set is refused from now on.  The broker client calls this
+ * with rrpcd's current and previous keys at every registration and lease
+ * renewal.  Errors: -EINVAL (@n too large, or OpenSSL refuses a key);
+ * @v is unchanged then.  Thread-safe.
  */
-RRPC_API void rrpc_ticket_verifier_set_secret(rrpc_ticket_verifier *v,
-                                              const uint8_t secret[RRPC_TICKET_SECRET_LEN]);
+RRPC_API int rrpc_ticket_verifier_set_keys(rrpc_ticket_verifier *v, const uint8_t *keys,
+                                           size_t n);
 
 /*
  * Binds @v to the server instance @instance (copied; RRPC_TICKET_INSTANCE_LEN
- * bytes, not all zero).  From then on @v accepts only version 2 tickets
- * issued for that instance: a ticket used on another instance of the same
- * service (which shares the secret) or on an earlier run of this server
- * (whose replay cache is gone) is refused, so a ticket is used at most once
- * anywhere.  Without an instance, @v accepts only version 1 tickets.  Give
- * each run of a server a new random instance (rrpc_broker_gate does).
- * Errors: -EINVAL (NULL, or all zero).  Thread-safe.
+ * bytes, not all zero).  From then on @v accepts only tickets issued for
+ * that instance: a ticket used on another instance of the same service or
+ * on an earlier run of this server (whose replay cache is gone) is refused,
+ * so a ticket is used at most once anywhere.  Without an instance, @v
+ * accepts only tickets bound to none.  Give each run of a server a new
+ * random instance (rrpc_broker_gate does).  Errors: -EINVAL (NULL, or all
+ * zero).  Thread-safe.
  */
 RRPC_API int rrpc_ticket_verifier_set_instance(rrpc_ticket_verifier *v,
                                                const uint8_t instance[RRPC_TICKET_INSTANCE_LEN]);
 
 /*
- * Checks @ticket at time @now_ms (ms since the Unix epoch; 0: now).
- * Returns 0 and records its nonce (a second use is refused), or
- * RRPC_E_TICKET (-1017) with the reason in @why (NUL-terminated, may be
- * NULL): malformed, bad signature, expired, replayed, for another service,
- * for another server instance (or for none when @v has one),
- * replay cache full, no secret yet.  When accepted and @principal is non-NULL it receives
- * the principal (256 bytes).  Thread-safe.
+ * Checks the presented ticket @ticket (rrpc_ticket_present) at time @now_ms
+ * (ms since the Unix epoch; 0: now).  Returns 0 and records its nonce (a
+ * second use is refused), or RRPC_E_TICKET (-1017) with the reason in @why
+ * (NUL-terminated, may be NULL): malformed, an old version (HMAC), no
+ * identity presented, signed by a key @v does not accept (unknown, or
+ * rotated out), bad signature, for another service, for another server
+ * instance (or for none when @v has one), issued to another identity than
+ * the one presented, expired, replayed, replay cache full, no keys yet.
+ * When accepted and @principal is non-NULL it receives the principal (256
+ * bytes).  Thread-safe.
  */
 RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, size_t len,
                                 int64_t now_ms, char *principal, char *why, size_t whylen);
@@ -267,10 +323,12 @@ RRPC_API int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service
  * ("tcp://HOST:PORT", "rdma://HOST:PORT": the addresses clients should
  * dial, not a wildcard or port 0) serving the QoS classes in @class_mask
  * (bit 1<<cls; 0: all), with the gate's instance id.  Puts the gate on @ctx
- * first if rrpc_broker_gate did not.  rrpcd hands back the service's ticket secret (over TLS), which the
- * gate then checks tickets with.  A lease thread renews the registration and
- * registers again by itself when rrpcd lost it (restart, expiry); the secret
- * is then updated in place (tickets signed with the previous one stay good).
+ * first if rrpc_broker_gate did not.  rrpcd answers with the public keys
+ * its tickets are signed with (the current one and those still in their
+ * rotation overlap), over TLS; the gate accepts exactly those.  A lease
+ * thread renews the registration, takes the keys of every renewal's answer
+ * (so a key rotated out at rrpcd stops being accepted at the next renewal),
+ * and registers again by itself when rrpcd lost it (restart, expiry).
  * Strings are copied.  Errors: -EINVAL, RRPC_E_URI, -EPERM (the ACL does not
  * let this principal register @service), -ENOSPC (a limit of rrpcd: too many
  * endpoints, instances of @service, or bytes in its lookup answer; the detail
@@ -299,7 +357,8 @@ typedef struct rrpc_service_endpoint {
 /* One live registration (a server instance) of a looked-up service. */
 typedef struct rrpc_service_instance {
     uint8_t id[RRPC_TICKET_INSTANCE_LEN]; /* all zero: the server registered none */
-    uint8_t ticket[RRPC_TICKET_MAX_LEN];  /* accepted once, by this instance only */
+    uint8_t ticket[RRPC_TICKET_MAX_LEN];  /* as presented (with this handle's identity):
+                                             accepted once, by this instance only */
     size_t ticket_len;
 } rrpc_service_instance;
 

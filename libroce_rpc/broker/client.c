@@ -791,8 +791,40 @@ RRPC_API void rrpc_broker_close(rrpc_broker *b)
 
 /* ---- registration and leases ---------------------------------------------- */
 
-/* Sends "register" for @g; on success @g has an id, a lease and a secret. */
-static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
+/*
+ * Takes the ticket keys of rrpcd's answer @m to @op (register or renew) into
+ * @g's verifier: exactly those are accepted from now on.  An answer without
+ * them (an rrpcd from before signed tickets) is refused: no ticket could be
+ * verified.
+ */
+static int take_keys(struct rrpc_broker *b, struct reg *g, const char *op,
+                     const msgpack_object *m)
+{
+    const msgpack_object *ks = rrpci_mp_get(m, "keys");
+    uint8_t keys[RRPC_TICKET_MAX_KEYS * RRPC_TICKET_KEY_LEN];
+    if (!ks || ks->type != MSGPACK_OBJECT_ARRAY || ks->via.array.size == 0 ||
+        ks->via.array.size > RRPC_TICKET_MAX_KEYS)
+        return fail(b, -EPROTO, "rrpcd's answer to %s has no ticket keys (1..%d): rrpcd %s:%s "
+                    "is older than this library (it hands out a shared secret, which this "
+                    "library no longer takes); upgrade it", op, RRPC_TICKET_MAX_KEYS, b->host,
+                    b->port);
+    for (uint32_t i = 0; i < ks->via.array.size; i++) {
+        const msgpack_object *k = &ks->via.array.ptr[i];
+        if (k->type != MSGPACK_OBJECT_BIN || k->via.bin.size != RRPC_TICKET_KEY_LEN)
+            return fail(b, -EPROTO, "rrpcd's answer to %s: ticket key %u is not %d bytes", op,
+                        i, RRPC_TICKET_KEY_LEN);
+        memcpy(keys + i * RRPC_TICKET_KEY_LEN, k->via.bin.ptr, RRPC_TICKET_KEY_LEN);
+    }
+    int r = rrpc_ticket_verifier_set_keys(g->v, keys, ks->via.array.size);
+    if (r)
+        return fail(b, r == -EINVAL ? -EPROTO : r, "rrpcd's answer to %s: its ticket keys are "
+                    "not Ed25519 public keys", op);
+    return 0;
+}
+
+/* Sends "register" for @g; on success @g has an id, a lease, and its
+ * verifier the ticket keys. */
+static int do_register(struct rrpc_broker *b, struct reg *g)
 {
     struct req q;
     req_start(b, &q, "register", 4);
@@ -814,15 +846,12 @@ static int do_register(struct rrpc_broker *b, struct reg *g, uint8_t secret[32])
     req_free(&q);
     if (!r) {
         uint64_t id = 0, lease = 0;
-        const msgpack_object *sec = rrpci_mp_get(&u.u.data, "secret");
         if (!rrpci_mp_uint(rrpci_mp_get(&u.u.data, "reg"), &id) || id == 0 ||
-            !rrpci_mp_uint(rrpci_mp_get(&u.u.data, "lease_ms"), &lease) || lease < 100 || lease > 86400000 ||
-            !sec || sec->type != MSGPACK_OBJECT_BIN || sec->via.bin.size != 32) {
+            !rrpci_mp_uint(rrpci_mp_get(&u.u.data, "lease_ms"), &lease) || lease < 100 || lease > 86400000) {
             r = fail(b, -EPROTO, "rrpcd's answer to register is malformed");
-        } else {
+        } else if (!(r = take_keys(b, g, "register", &u.u.data))) {
             g->id = id;
             g->lease_ms = (uint32_t)lease;
-            memcpy(secret, sec->via.bin.ptr, 32);
         }
     }
     reply_destroy(&u);
@@ -842,6 +871,8 @@ static int do_renew(struct rrpc_broker *b, struct reg *g)
     uint64_t lease;
     if (!r && rrpci_mp_uint(rrpci_mp_get(&u.u.data, "lease_ms"), &lease) && lease >= 100 && lease <= 86400000)
         g->lease_ms = (uint32_t)lease;
+    if (!r) /* a rotation at rrpcd reaches the gate here */
+        r = take_keys(b, g, "renew", &u.u.data);
     reply_destroy(&u);
     return r;
 }
@@ -858,11 +889,8 @@ static int64_t lease_work(struct rrpc_broker *b)
                     blog(b, LOG_NOTICE, "rrpcd forgot service '%s' (restart or expired "
                          "lease); registering again", g->service);
                 g->id = 0;
-                uint8_t secret[32];
-                r = do_register(b, g, secret);
+                r = do_register(b, g);
                 if (!r) {
-                    rrpc_ticket_verifier_set_secret(g->v, secret);
-                    OPENSSL_cleanse(secret, sizeof(secret));
                     blog(b, LOG_NOTICE, "service '%s' registered again with rrpcd %s:%s",
                          g->service, b->host, b->port);
                 }
@@ -935,7 +963,7 @@ static int gate_locked(struct rrpc_broker *b, rrpc_ctx *ctx, const char *service
         for (size_t i = 0; i < sizeof(g->instance); i++)
             any |= g->instance[i];
     }
-    int r = rrpc_ticket_verifier_create(service, NULL, b->skew_ms, &g->v);
+    int r = rrpc_ticket_verifier_create(service, b->skew_ms, &g->v);
     if (!r)
         r = rrpc_ticket_verifier_set_instance(g->v, g->instance);
     if (!r) {
@@ -1014,8 +1042,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     g->eps = eps;
     g->n_eps = n;
     g->class_mask = class_mask ? class_mask : RRPC_CLASS_MASK_ALL;
-    uint8_t secret[32];
-    r = do_register(b, g, secret);
+    r = do_register(b, g);
     if (r) {
         free(g->eps);
         g->eps = NULL;
@@ -1023,8 +1050,6 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
         pthread_mutex_unlock(&b->io);
         return r;
     }
-    rrpc_ticket_verifier_set_secret(g->v, secret);
-    OPENSSL_cleanse(secret, sizeof(secret));
     g->due_ms = mono_ms() + g->lease_ms / 3;
     uint32_t lease = g->lease_ms;
     pthread_mutex_unlock(&b->io);
@@ -1107,7 +1132,7 @@ static int add_endpoints(struct rrpc_broker *b, const char *service, const msgpa
 static bool ticket_ok(const msgpack_object *t)
 {
     return t && t->type == MSGPACK_OBJECT_BIN && t->via.bin.size > 0 &&
-           t->via.bin.size <= RRPC_TICKET_MAX_LEN;
+           t->via.bin.size <= RRPC_TICKET_SIGNED_MAX_LEN;
 }
 
 static bool endpoints_ok(const msgpack_object *eps)
@@ -1156,8 +1181,13 @@ static int parse_lookup(struct rrpc_broker *b, const char *service, const msgpac
         rrpc_service_instance *out = &info->instances[info->n_instances++];
         if (id)
             memcpy(out->id, id->via.bin.ptr, RRPC_TICKET_INSTANCE_LEN);
-        memcpy(out->ticket, tk->via.bin.ptr, tk->via.bin.size);
-        out->ticket_len = tk->via.bin.size;
+        /* Presented with this handle's identity, which the server checks
+         * against the principal rrpcd signed into the ticket. */
+        if (rrpc_ticket_present(tk->via.bin.ptr, tk->via.bin.size, b->principal, out->ticket,
+                                sizeof(out->ticket), &out->ticket_len))
+            return fail(b, -EPROTO, "rrpcd's answer to lookup '%s': the ticket of instance "
+                        "%zu is not a version 3 ticket (an rrpcd older than this library?)",
+                        service, k);
         int r = add_endpoints(b, service, in ? rrpci_mp_get(in, "endpoints") : eps, k, info);
         if (r)
             return r;

@@ -11,8 +11,9 @@
 #include <string.h>
 
 /* docs/broker.md: each frame is a u32 little-endian length (1..CTL_MAX_FRAME)
- * and one msgpack map whose "v" is CTL_VERSION. */
-#define CTL_VERSION 1
+ * and one msgpack map whose "v" is CTL_VERSION.  Version 2: register and renew
+ * answer the ticket keys (signed tickets), no longer a shared secret. */
+#define CTL_VERSION 2
 #define CTL_MAX_FRAME (1u << 20)
 
 static inline void rrpci_put_le32(uint8_t out[4], uint32_t v)

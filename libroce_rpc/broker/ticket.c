@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Connection tickets: HMAC-SHA256 under a per-service secret, bound to a
- * server instance (version 2), a replay cache. */
+/* Connection tickets: version 3, signed with Ed25519 by a key only brokers
+ * hold, bound to a server instance and to the client identity presented
+ * with them; a verifier with a set of public keys and a replay cache. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -11,22 +12,30 @@
 #include <time.h>
 
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 
 #include <roce_rpc/broker.h>
 #include <roce_rpc/error.h>
 
 #define TICKET_MAGIC "RTKT"
-#define TICKET_V1 1 /* no instance */
-#define TICKET_V2 2 /* bound to a server instance */
-#define TICKET_HDR 32
-#define TICKET_HDR_V2 (TICKET_HDR + RRPC_TICKET_INSTANCE_LEN)
-#define MAC_LEN 32
+#define TICKET_V3 3
+#define OFF_NONCE 16
+#define OFF_INSTANCE 32
+#define OFF_KEY_ID 48
+#define TICKET_HDR 56
+#define SIG_LEN 64
 /* A nonce is remembered until its ticket's expiry + skew; at most this many. */
 #define REPLAY_MAX 65536
 #define REPLAY_BUCKETS 4096
+
+struct rrpc_ticket_key {
+    EVP_PKEY *pkey;
+    uint8_t pub[RRPC_TICKET_KEY_LEN];
+    uint8_t id[RRPC_TICKET_KEY_ID_LEN];
+};
 
 struct nonce_ent {
     struct nonce_ent *next;
@@ -34,14 +43,19 @@ struct nonce_ent {
     uint8_t nonce[RRPC_TICKET_NONCE_LEN];
 };
 
+struct vkey {
+    EVP_PKEY *pkey;
+    uint8_t id[RRPC_TICKET_KEY_ID_LEN];
+};
+
 struct rrpc_ticket_verifier {
     pthread_mutex_t lock;
     char service[256];
     size_t service_len;
-    uint8_t secret[RRPC_TICKET_SECRET_LEN];
-    uint8_t prev_secret[RRPC_TICKET_SECRET_LEN];
+    struct vkey keys[RRPC_TICKET_MAX_KEYS];
+    size_t n_keys;
     uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
-    bool have_secret, have_prev, have_instance;
+    bool have_instance;
     int skew_ms;
     size_t n_nonces;
     int64_t next_prune_ms;
@@ -80,16 +94,6 @@ static int name_ok(const char *s, size_t *ret_len)
     return 0;
 }
 
-static int mac(const uint8_t key[RRPC_TICKET_SECRET_LEN], const uint8_t *data, size_t len,
-               uint8_t out[MAC_LEN])
-{
-    unsigned int outlen = MAC_LEN;
-    if (!HMAC(EVP_sha256(), key, RRPC_TICKET_SECRET_LEN, data, len, out, &outlen) ||
-        outlen != MAC_LEN)
-        return -EIO;
-    return 0;
-}
-
 static bool all_zero(const uint8_t *p, size_t n)
 {
     uint8_t x = 0;
@@ -98,75 +102,245 @@ static bool all_zero(const uint8_t *p, size_t n)
     return x == 0;
 }
 
-/* A version 1 ticket when @instance is NULL, else version 2. */
-static int issue(const uint8_t *secret, const char *principal, const char *service,
-                 const uint8_t *instance, int64_t expiry_ms, const uint8_t *nonce, void *buf,
-                 size_t buflen, size_t *ret_len)
+static void say(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t whylen, const char *fmt, ...)
+{
+    if (why && whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whylen, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* ---- keys -------------------------------------------------------------------- */
+
+RRPC_API void rrpc_ticket_key_id(const uint8_t pub[RRPC_TICKET_KEY_LEN],
+                                 uint8_t id[RRPC_TICKET_KEY_ID_LEN])
+{
+    uint8_t md[32];
+    unsigned int mdlen = sizeof(md);
+    if (EVP_Digest(pub, RRPC_TICKET_KEY_LEN, md, &mdlen, EVP_sha256(), NULL) != 1)
+        memset(md, 0, sizeof(md)); /* SHA-256 of 32 bytes does not fail */
+    memcpy(id, md, RRPC_TICKET_KEY_ID_LEN);
+}
+
+static int raw_public(EVP_PKEY *pk, uint8_t pub[RRPC_TICKET_KEY_LEN])
+{
+    size_t n = RRPC_TICKET_KEY_LEN;
+    if (EVP_PKEY_get_raw_public_key(pk, pub, &n) != 1 || n != RRPC_TICKET_KEY_LEN)
+        return -EINVAL;
+    return 0;
+}
+
+static int wrap_key(EVP_PKEY *pk, rrpc_ticket_key **ret_k)
+{
+    rrpc_ticket_key *k = calloc(1, sizeof(*k));
+    if (!k) {
+        EVP_PKEY_free(pk);
+        return -ENOMEM;
+    }
+    k->pkey = pk;
+    if (raw_public(pk, k->pub)) {
+        rrpc_ticket_key_free(k);
+        return -EINVAL;
+    }
+    rrpc_ticket_key_id(k->pub, k->id);
+    *ret_k = k;
+    return 0;
+}
+
+/* Reads the PEM key in @path: a private key, or (@public_ok) a public key. */
+static int read_pem(const char *path, bool public_ok, EVP_PKEY **ret, char *why, size_t whylen)
+{
+    if (!path || !*path) {
+        say(why, whylen, "no key file named");
+        return -EINVAL;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int e = errno;
+        say(why, whylen, "cannot read the ticket key %s: %s", path, strerror(e));
+        return e == ENOENT ? -ENOENT : -EACCES;
+    }
+    EVP_PKEY *pk = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+    if (!pk && public_ok) {
+        rewind(f);
+        pk = PEM_read_PUBKEY(f, NULL, NULL, NULL);
+    }
+    fclose(f);
+    ERR_clear_error();
+    if (!pk) {
+        say(why, whylen, "%s holds no PEM %s key (make one with: openssl genpkey -algorithm "
+            "ed25519 -out KEY.pem%s)", path, public_ok ? "public or private" : "private",
+            public_ok ? "; its public half: openssl pkey -in KEY.pem -pubout" : "");
+        return -EINVAL;
+    }
+    if (EVP_PKEY_get_id(pk) != EVP_PKEY_ED25519) {
+        const char *type = EVP_PKEY_get0_type_name(pk);
+        say(why, whylen, "%s holds a key of type %s; ticket keys are Ed25519 (make one with: "
+            "openssl genpkey -algorithm ed25519 -out KEY.pem)", path, type ? type : "?");
+        EVP_PKEY_free(pk);
+        return -EPROTONOSUPPORT;
+    }
+    *ret = pk;
+    return 0;
+}
+
+RRPC_API int rrpc_ticket_key_load(const char *path, rrpc_ticket_key **ret_k, char *why,
+                                  size_t whylen)
+{
+    if (!ret_k)
+        return -EINVAL;
+    EVP_PKEY *pk;
+    int r = read_pem(path, false, &pk, why, whylen);
+    if (!r)
+        r = wrap_key(pk, ret_k);
+    return r;
+}
+
+RRPC_API int rrpc_ticket_key_new(const uint8_t *seed, rrpc_ticket_key **ret_k)
+{
+    if (!ret_k)
+        return -EINVAL;
+    uint8_t s[32];
+    if (seed)
+        memcpy(s, seed, sizeof(s));
+    else if (RAND_bytes(s, sizeof(s)) != 1)
+        return -EIO;
+    EVP_PKEY *pk = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, s, sizeof(s));
+    OPENSSL_cleanse(s, sizeof(s));
+    if (!pk)
+        return -ENOMEM;
+    return wrap_key(pk, ret_k);
+}
+
+RRPC_API void rrpc_ticket_key_public(const rrpc_ticket_key *k, uint8_t pub[RRPC_TICKET_KEY_LEN])
+{
+    if (k && pub)
+        memcpy(pub, k->pub, RRPC_TICKET_KEY_LEN);
+}
+
+RRPC_API void rrpc_ticket_key_free(rrpc_ticket_key *k)
+{
+    if (!k)
+        return;
+    EVP_PKEY_free(k->pkey); /* OpenSSL cleanses the private key it frees */
+    free(k);
+}
+
+RRPC_API int rrpc_ticket_public_key_load(const char *path, uint8_t pub[RRPC_TICKET_KEY_LEN],
+                                         char *why, size_t whylen)
+{
+    if (!pub)
+        return -EINVAL;
+    EVP_PKEY *pk;
+    int r = read_pem(path, true, &pk, why, whylen);
+    if (r)
+        return r;
+    r = raw_public(pk, pub);
+    EVP_PKEY_free(pk);
+    if (r)
+        say(why, whylen, "cannot read the raw public key of %s", path);
+    return r;
+}
+
+/* ---- issuing and parsing --------------------------------------------------------- */
+
+RRPC_API int rrpc_ticket_issue(const rrpc_ticket_key *k, const char *principal,
+                               const char *service, const uint8_t *instance, int64_t expiry_ms,
+                               const uint8_t *nonce, void *buf, size_t buflen, size_t *ret_len)
 {
     size_t pl, sl;
-    if (!secret || !buf || !ret_len || name_ok(principal, &pl) || name_ok(service, &sl))
+    if (!k || !buf || !ret_len || name_ok(principal, &pl) || name_ok(service, &sl))
         return -EINVAL;
-    size_t hdr = instance ? TICKET_HDR_V2 : TICKET_HDR;
-    size_t total = hdr + pl + sl + MAC_LEN;
+    size_t body = TICKET_HDR + pl + sl, total = body + SIG_LEN;
     if (buflen < total)
         return -ENOSPC;
     uint8_t *p = buf;
     memcpy(p, TICKET_MAGIC, 4);
-    p[4] = instance ? TICKET_V2 : TICKET_V1;
+    p[4] = TICKET_V3;
     p[5] = (uint8_t)pl;
     p[6] = (uint8_t)sl;
     p[7] = 0;
     put_le64(p + 8, (uint64_t)expiry_ms);
     if (nonce)
-        memcpy(p + 16, nonce, RRPC_TICKET_NONCE_LEN);
-    else if (RAND_bytes(p + 16, RRPC_TICKET_NONCE_LEN) != 1)
+        memcpy(p + OFF_NONCE, nonce, RRPC_TICKET_NONCE_LEN);
+    else if (RAND_bytes(p + OFF_NONCE, RRPC_TICKET_NONCE_LEN) != 1)
         return -EIO;
     if (instance)
-        memcpy(p + TICKET_HDR, instance, RRPC_TICKET_INSTANCE_LEN);
-    memcpy(p + hdr, principal, pl);
-    memcpy(p + hdr + pl, service, sl);
-    int r = mac(secret, p, hdr + pl + sl, p + hdr + pl + sl);
-    if (r)
-        return r;
+        memcpy(p + OFF_INSTANCE, instance, RRPC_TICKET_INSTANCE_LEN);
+    else
+        memset(p + OFF_INSTANCE, 0, RRPC_TICKET_INSTANCE_LEN);
+    memcpy(p + OFF_KEY_ID, k->id, RRPC_TICKET_KEY_ID_LEN);
+    memcpy(p + TICKET_HDR, principal, pl);
+    memcpy(p + TICKET_HDR + pl, service, sl);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    size_t siglen = SIG_LEN;
+    int ok = md && EVP_DigestSignInit(md, NULL, NULL, NULL, k->pkey) == 1 &&
+             EVP_DigestSign(md, p + body, &siglen, p, body) == 1 && siglen == SIG_LEN;
+    EVP_MD_CTX_free(md);
+    if (!ok) {
+        ERR_clear_error();
+        return -EIO;
+    }
     *ret_len = total;
     return 0;
 }
 
-RRPC_API int rrpc_ticket_issue(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                               const char *principal, const char *service, int64_t expiry_ms,
-                               const uint8_t *nonce, void *buf, size_t buflen, size_t *ret_len)
+/* The layout of a ticket: its signed part and what follows it. */
+struct parsed {
+    size_t pl, sl;     /* principal and service lengths */
+    size_t signed_len; /* through the signature */
+    const uint8_t *ident;
+    size_t ident_len; /* 0: none presented */
+};
+
+/* Checks the layout of @p: one signed ticket, then (when @presented) an
+ * identity.  0, RRPC_E_VERSION (not version 3), RRPC_E_PROTO. */
+static int parse(const uint8_t *p, size_t len, bool presented, struct parsed *t)
 {
-    return issue(secret, principal, service, NULL, expiry_ms, nonce, buf, buflen, ret_len);
+    if (!p || len < 8 || memcmp(p, TICKET_MAGIC, 4) != 0)
+        return RRPC_E_PROTO;
+    if (p[4] != TICKET_V3)
+        return RRPC_E_VERSION;
+    if (len < TICKET_HDR + 2 + SIG_LEN || p[5] == 0 || p[6] == 0 || p[7] != 0)
+        return RRPC_E_PROTO;
+    t->pl = p[5];
+    t->sl = p[6];
+    t->signed_len = TICKET_HDR + t->pl + t->sl + SIG_LEN;
+    if (len < t->signed_len || memchr(p + TICKET_HDR, 0, t->pl + t->sl))
+        return RRPC_E_PROTO;
+    t->ident = NULL;
+    t->ident_len = 0;
+    if (len == t->signed_len)
+        return 0;
+    if (!presented)
+        return RRPC_E_PROTO;
+    const uint8_t *q = p + t->signed_len;
+    size_t n = q[0];
+    if (n == 0 || len != t->signed_len + 1 + n || memchr(q + 1, 0, n))
+        return RRPC_E_PROTO;
+    t->ident = q + 1;
+    t->ident_len = n;
+    return 0;
 }
 
-RRPC_API int rrpc_ticket_issue_instance(const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                                        const char *principal, const char *service,
-                                        const uint8_t instance[RRPC_TICKET_INSTANCE_LEN],
-                                        int64_t expiry_ms, const uint8_t *nonce, void *buf,
-                                        size_t buflen, size_t *ret_len)
+RRPC_API int rrpc_ticket_present(const void *ticket, size_t len, const char *identity, void *buf,
+                                 size_t buflen, size_t *ret_len)
 {
-    if (!instance || all_zero(instance, RRPC_TICKET_INSTANCE_LEN))
+    struct parsed t;
+    size_t il;
+    if (!buf || !ret_len || name_ok(identity, &il) || parse(ticket, len, false, &t))
         return -EINVAL;
-    return issue(secret, principal, service, instance, expiry_ms, nonce, buf, buflen, ret_len);
-}
-
-/* Checks the layout; returns the header, principal and service lengths. */
-static int parse(const uint8_t *p, size_t len, size_t *ret_hdr, size_t *ret_pl, size_t *ret_sl)
-{
-    if (!p || len < TICKET_HDR + 2 + MAC_LEN || memcmp(p, TICKET_MAGIC, 4) != 0 ||
-        (p[4] != TICKET_V1 && p[4] != TICKET_V2) || p[5] == 0 || p[6] == 0 || p[7] != 0)
-        return RRPC_E_PROTO;
-    size_t hdr = p[4] == TICKET_V2 ? TICKET_HDR_V2 : TICKET_HDR;
-    size_t pl = p[5], sl = p[6];
-    if (len != hdr + pl + sl + MAC_LEN)
-        return RRPC_E_PROTO;
-    if (memchr(p + hdr, 0, pl + sl))
-        return RRPC_E_PROTO;
-    if (hdr == TICKET_HDR_V2 && all_zero(p + TICKET_HDR, RRPC_TICKET_INSTANCE_LEN))
-        return RRPC_E_PROTO;
-    *ret_hdr = hdr;
-    *ret_pl = pl;
-    *ret_sl = sl;
+    if (buflen < len + 1 + il)
+        return -ENOSPC;
+    uint8_t *p = buf;
+    memmove(p, ticket, len);
+    p[len] = (uint8_t)il;
+    memcpy(p + len + 1, identity, il);
+    *ret_len = len + 1 + il;
     return 0;
 }
 
@@ -174,17 +348,16 @@ RRPC_API int rrpc_ticket_peek(const void *ticket, size_t len, char *principal, c
                               int64_t *ret_expiry_ms)
 {
     const uint8_t *p = ticket;
-    size_t hdr, pl, sl;
-    int r = parse(p, len, &hdr, &pl, &sl);
-    if (r)
-        return r;
+    struct parsed t;
+    if (parse(p, len, true, &t))
+        return RRPC_E_PROTO;
     if (principal) {
-        memcpy(principal, p + hdr, pl);
-        principal[pl] = 0;
+        memcpy(principal, p + TICKET_HDR, t.pl);
+        principal[t.pl] = 0;
     }
     if (service) {
-        memcpy(service, p + hdr + pl, sl);
-        service[sl] = 0;
+        memcpy(service, p + TICKET_HDR + t.pl, t.sl);
+        service[t.sl] = 0;
     }
     if (ret_expiry_ms)
         *ret_expiry_ms = (int64_t)get_le64(p + 8);
@@ -195,20 +368,20 @@ RRPC_API int rrpc_ticket_peek_instance(const void *ticket, size_t len,
                                        uint8_t instance[RRPC_TICKET_INSTANCE_LEN])
 {
     const uint8_t *p = ticket;
-    size_t hdr, pl, sl;
-    int r = parse(p, len, &hdr, &pl, &sl);
-    if (r)
-        return r;
-    if (hdr != TICKET_HDR_V2)
+    struct parsed t;
+    if (parse(p, len, true, &t))
+        return RRPC_E_PROTO;
+    if (all_zero(p + OFF_INSTANCE, RRPC_TICKET_INSTANCE_LEN))
         return -ENOENT;
     if (instance)
-        memcpy(instance, p + TICKET_HDR, RRPC_TICKET_INSTANCE_LEN);
+        memcpy(instance, p + OFF_INSTANCE, RRPC_TICKET_INSTANCE_LEN);
     return 0;
 }
 
-RRPC_API int rrpc_ticket_verifier_create(const char *service,
-                                         const uint8_t secret[RRPC_TICKET_SECRET_LEN],
-                                         int skew_ms, rrpc_ticket_verifier **ret_v)
+/* ---- the verifier ---------------------------------------------------------------- */
+
+RRPC_API int rrpc_ticket_verifier_create(const char *service, int skew_ms,
+                                         rrpc_ticket_verifier **ret_v)
 {
     size_t sl;
     if (!ret_v || skew_ms < 0 || name_ok(service, &sl))
@@ -219,30 +392,41 @@ RRPC_API int rrpc_ticket_verifier_create(const char *service,
     pthread_mutex_init(&v->lock, NULL);
     memcpy(v->service, service, sl);
     v->service_len = sl;
-    if (secret) {
-        memcpy(v->secret, secret, RRPC_TICKET_SECRET_LEN);
-        v->have_secret = true;
-    }
     v->skew_ms = skew_ms;
     *ret_v = v;
     return 0;
 }
 
-RRPC_API void rrpc_ticket_verifier_set_secret(rrpc_ticket_verifier *v,
-                                              const uint8_t secret[RRPC_TICKET_SECRET_LEN])
+RRPC_API int rrpc_ticket_verifier_set_keys(rrpc_ticket_verifier *v, const uint8_t *keys,
+                                           size_t n)
 {
-    if (!v || !secret)
-        return;
-    pthread_mutex_lock(&v->lock);
-    if (!v->have_secret) {
-        memcpy(v->secret, secret, RRPC_TICKET_SECRET_LEN);
-        v->have_secret = true;
-    } else if (CRYPTO_memcmp(v->secret, secret, RRPC_TICKET_SECRET_LEN) != 0) {
-        memcpy(v->prev_secret, v->secret, RRPC_TICKET_SECRET_LEN);
-        v->have_prev = true;
-        memcpy(v->secret, secret, RRPC_TICKET_SECRET_LEN);
+    if (!v || n > RRPC_TICKET_MAX_KEYS || (n && !keys))
+        return -EINVAL;
+    struct vkey nk[RRPC_TICKET_MAX_KEYS];
+    int r = 0;
+    size_t i;
+    for (i = 0; i < n && !r; i++) {
+        const uint8_t *pub = keys + i * RRPC_TICKET_KEY_LEN;
+        nk[i].pkey = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub,
+                                                 RRPC_TICKET_KEY_LEN);
+        if (!nk[i].pkey)
+            r = -EINVAL;
+        else
+            rrpc_ticket_key_id(pub, nk[i].id);
     }
+    if (r) {
+        ERR_clear_error();
+        for (size_t j = 0; j + 1 < i; j++)
+            EVP_PKEY_free(nk[j].pkey);
+        return r;
+    }
+    pthread_mutex_lock(&v->lock);
+    for (size_t j = 0; j < v->n_keys; j++)
+        EVP_PKEY_free(v->keys[j].pkey);
+    memcpy(v->keys, nk, n * sizeof(nk[0]));
+    v->n_keys = n;
     pthread_mutex_unlock(&v->lock);
+    return 0;
 }
 
 RRPC_API int rrpc_ticket_verifier_set_instance(rrpc_ticket_verifier *v,
@@ -259,7 +443,7 @@ RRPC_API int rrpc_ticket_verifier_set_instance(rrpc_ticket_verifier *v,
 
 static unsigned bucket_of(const uint8_t *nonce)
 {
-    /* Nonces are random (and HMAC-covered), so their bytes are a fine hash. */
+    /* Nonces are random (and signed), so their bytes are a fine hash. */
     return ((unsigned)nonce[0] | (unsigned)nonce[1] << 8) % REPLAY_BUCKETS;
 }
 
@@ -294,6 +478,12 @@ static int refuse(char *why, size_t whylen, const char *fmt, ...)
     return RRPC_E_TICKET;
 }
 
+static void hex8(char out[17], const uint8_t *id)
+{
+    for (int i = 0; i < 8; i++)
+        snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
 RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, size_t len,
                                 int64_t now, char *principal, char *why, size_t whylen)
 {
@@ -304,41 +494,61 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
     if (!ticket || len == 0)
         return refuse(why, whylen, "no ticket");
     const uint8_t *p = ticket;
-    size_t hdr, pl, sl;
-    if (parse(p, len, &hdr, &pl, &sl))
+    struct parsed t;
+    int pr = parse(p, len, true, &t);
+    if (pr == RRPC_E_VERSION)
+        return refuse(why, whylen, "ticket version %u: this server accepts only version %u "
+                      "(tickets signed with the brokers' key); the broker that issued it "
+                      "is older than this server: upgrade it", p[4], TICKET_V3);
+    if (pr)
         return refuse(why, whylen, "malformed ticket (%zu bytes)", len);
+    if (!t.ident)
+        return refuse(why, whylen, "the ticket comes without the client identity it is "
+                      "presented for (rrpc_ticket_present)");
     if (now == 0)
         now = now_ms();
 
-    size_t body = hdr + pl + sl;
-    uint8_t want[MAC_LEN];
+    size_t body = TICKET_HDR + t.pl + t.sl;
+    const uint8_t *tp = p + TICKET_HDR, *ts = tp + t.pl;
+    char kid[17];
     int r = 0;
     pthread_mutex_lock(&v->lock);
-    if (!v->have_secret) {
-        r = refuse(why, whylen, "service '%s' is not registered with the broker yet", v->service);
+    if (!v->n_keys) {
+        r = refuse(why, whylen, "service '%s' is not registered with the broker yet (no "
+                   "ticket keys)", v->service);
         goto out;
     }
-    bool good = mac(v->secret, p, body, want) == 0 &&
-                CRYPTO_memcmp(want, p + body, MAC_LEN) == 0;
-    if (!good && v->have_prev)
-        good = mac(v->prev_secret, p, body, want) == 0 &&
-               CRYPTO_memcmp(want, p + body, MAC_LEN) == 0;
+    const struct vkey *k = NULL;
+    for (size_t i = 0; i < v->n_keys && !k; i++)
+        if (!memcmp(v->keys[i].id, p + OFF_KEY_ID, RRPC_TICKET_KEY_ID_LEN))
+            k = &v->keys[i];
+    if (!k) {
+        hex8(kid, p + OFF_KEY_ID);
+        r = refuse(why, whylen, "ticket signed with key %s, which this server does not accept "
+                   "(rotated out of the brokers' ticket_key_previous, or from a broker with "
+                   "another ticket_key)", kid);
+        goto out;
+    }
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    bool good = md && EVP_DigestVerifyInit(md, NULL, NULL, NULL, k->pkey) == 1 &&
+                EVP_DigestVerify(md, p + body, SIG_LEN, p, body) == 1;
+    EVP_MD_CTX_free(md);
+    ERR_clear_error();
     /* Only a signed ticket's fields mean anything, so the signature comes first. */
     if (!good) {
-        r = refuse(why, whylen, "bad ticket signature (forged, or signed for another service)");
+        r = refuse(why, whylen, "bad ticket signature (forged, or altered)");
         goto out;
     }
-    if (sl != v->service_len || memcmp(p + hdr + pl, v->service, sl) != 0) {
-        r = refuse(why, whylen, "ticket is for service '%.*s', this is '%s'", (int)sl,
-                   (const char *)p + hdr + pl, v->service);
+    if (t.sl != v->service_len || memcmp(ts, v->service, t.sl) != 0) {
+        r = refuse(why, whylen, "ticket is for service '%.*s', this is '%s'", (int)t.sl,
+                   (const char *)ts, v->service);
         goto out;
     }
-    /* The instances of a service share its secret, and a restarted server
-     * has an empty replay cache: only the instance id in the ticket keeps it
-     * from being used once per instance, or once per run. */
-    bool bound = hdr == TICKET_HDR_V2;
+    /* A restarted server has an empty replay cache: only the instance id in
+     * the ticket keeps it from being used once per instance, or once per run. */
+    bool bound = !all_zero(p + OFF_INSTANCE, RRPC_TICKET_INSTANCE_LEN);
     if (bound != v->have_instance ||
-        (bound && CRYPTO_memcmp(p + TICKET_HDR, v->instance, RRPC_TICKET_INSTANCE_LEN) != 0)) {
+        (bound && CRYPTO_memcmp(p + OFF_INSTANCE, v->instance, RRPC_TICKET_INSTANCE_LEN) != 0)) {
         r = refuse(why, whylen, bound ? (v->have_instance
                                              ? "ticket is for another instance of service '%s' "
                                                "(another server, or this one before a restart); "
@@ -346,9 +556,14 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
                                              : "ticket is bound to a server instance, and this "
                                                "verifier of '%s' has none")
                                       : "ticket is bound to no server instance, and this "
-                                        "server of '%s' accepts only its own (a broker too "
-                                        "old, or a ticket not from rrpcd)",
+                                        "server of '%s' accepts only its own",
                    v->service);
+        goto out;
+    }
+    if (t.ident_len != t.pl || memcmp(t.ident, tp, t.pl) != 0) {
+        r = refuse(why, whylen, "ticket was issued to '%.*s', and this connection presents "
+                   "'%.*s': a ticket is good only for the client that looked the service up",
+                   (int)t.pl, (const char *)tp, (int)t.ident_len, (const char *)t.ident);
         goto out;
     }
     int64_t expiry = (int64_t)get_le64(p + 8);
@@ -362,7 +577,7 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
         r = refuse(why, whylen, "ticket expired %lld ms ago", (long long)(now - expiry));
         goto out;
     }
-    const uint8_t *nonce = p + 16;
+    const uint8_t *nonce = p + OFF_NONCE;
     if (now >= v->next_prune_ms)
         prune(v, now);
     unsigned b = bucket_of(nonce);
@@ -390,8 +605,8 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
     v->bucket[b] = e;
     v->n_nonces++;
     if (principal) {
-        memcpy(principal, p + hdr, pl);
-        principal[pl] = 0;
+        memcpy(principal, tp, t.pl);
+        principal[t.pl] = 0;
     }
 out:
     pthread_mutex_unlock(&v->lock);
@@ -416,8 +631,8 @@ RRPC_API void rrpc_ticket_verifier_destroy(rrpc_ticket_verifier *v)
             e = n;
         }
     }
+    for (size_t j = 0; j < v->n_keys; j++)
+        EVP_PKEY_free(v->keys[j].pkey);
     pthread_mutex_destroy(&v->lock);
-    OPENSSL_cleanse(v->secret, sizeof(v->secret));
-    OPENSSL_cleanse(v->prev_secret, sizeof(v->prev_secret));
     free(v);
 }

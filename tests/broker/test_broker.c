@@ -44,6 +44,9 @@ static char addr[64];
 /* ---- the daemon ------------------------------------------------------------ */
 
 /* Starts rrpcd on @port (0: any) and waits until it listens. */
+/* Settings given on rrpcd's command line too (-s), for the rotation test. */
+static const char *extra_set[2];
+
 static void start_daemon(int port)
 {
     char portfile[300], listen[64], log[300];
@@ -58,7 +61,14 @@ static void start_daemon(int port)
         snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(fd, 2);
-        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", listen, (char *)NULL);
+        const char *argv[] = { "rrpcd", "-c", conf, "-s", listen, NULL, NULL, NULL, NULL, NULL };
+        int n = 5;
+        for (int i = 0; i < 2; i++)
+            if (extra_set[i]) {
+                argv[n++] = "-s";
+                argv[n++] = extra_set[i];
+            }
+        execv(getenv("RRPCD"), (char *const *)argv);
         _exit(127);
     }
     daemon_pid = pid;
@@ -109,12 +119,13 @@ static int group_setup(void **state)
     f = fopen(p, "w");
     fprintf(f,
             "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "ticket_key = %s/ticket.pem\n"
             "token_file = %s/tokens\nport_file = %s/port\n"
             "lease_ms = 1500\nticket_lifetime_ms = 1000\nlog_level = info\n"
             "allow = register * kv-server\n"
             "allow = lookup * kv-client\n"
             "allow = lookup kv-store tok-client\n",
-            dir, dir, dir, dir, dir);
+            dir, dir, dir, dir, dir, dir);
     fclose(f);
     start_daemon(0);
     return 0;
@@ -355,6 +366,12 @@ static int connect_with(struct client *c, int port, const void *t, size_t len, r
     return rrpc_connect_ticket(c->ctx, uri, t, len, 3000, NULL, NULL, ret);
 }
 
+/* Where the signature of a presented ticket of kv-client ends. */
+static size_t sig_end(const rrpc_service_info *info)
+{
+    return info->ticket_len - 1 - strlen("kv-client");
+}
+
 static void test_forged_ticket_is_refused_before_any_handler(void **state)
 {
     struct server s;
@@ -363,15 +380,68 @@ static void test_forged_ticket_is_refused_before_any_handler(void **state)
     client_start(&c);
     rrpc_service_info *info;
     assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
-    info->ticket[info->ticket_len - 1] ^= 0x80; /* the HMAC */
+    size_t end = sig_end(info);
     rrpc_conn *conn;
+    info->ticket[end - 1] ^= 0x80; /* the signature */
     assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
                      RRPC_E_TICKET);
-    info->ticket[info->ticket_len - 1] ^= 0x80;
-    info->ticket[33] ^= 0x01; /* the principal */
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "bad ticket signature"));
+    info->ticket[end - 1] ^= 0x80;
+    info->ticket[8] ^= 0x01; /* the expiry, under the signature */
     assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
                      RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "bad ticket signature"));
+    info->ticket[8] ^= 0x01;
+    info->ticket[4] = 2; /* a ticket of the HMAC days */
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "accepts only version 3"));
+    info->ticket[4] = 3;
     assert_int_equal(s.calls, 0);
+    /* None of that used the ticket up. */
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn), 0);
+    call_echo(conn, 0);
+    rrpc_service_info_free(info);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+/* The signed ticket in a presented one (without the identity after it). */
+static size_t raw_of(const rrpc_service_info *info, uint8_t *raw)
+{
+    size_t n = sig_end(info);
+    memcpy(raw, info->ticket, n);
+    return n;
+}
+
+/*
+ * A ticket rrpcd issued to kv-client, presented by a connection that says
+ * it is tok-client (another principal rrpcd knows), is refused before any
+ * handler runs, with the reason at the client; the owner can still use it.
+ */
+static void test_ticket_presented_by_another_client_identity_is_refused(void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    uint8_t raw[RRPC_TICKET_SIGNED_MAX_LEN], other[RRPC_TICKET_MAX_LEN];
+    size_t rl = raw_of(info, raw), ol;
+    assert_int_equal(rrpc_ticket_present(raw, rl, "tok-client", other, sizeof(other), &ol), 0);
+    rrpc_conn *conn;
+    assert_int_equal(connect_with(&c, s.port, other, ol, &conn), RRPC_E_TICKET);
+    const char *why = rrpc_ctx_last_error(c.ctx);
+    assert_non_null(strstr(why, "issued to 'kv-client'"));
+    assert_non_null(strstr(why, "presents 'tok-client'"));
+    /* A bare ticket, with no identity presented, neither. */
+    assert_int_equal(connect_with(&c, s.port, raw, rl, &conn), RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "without the client identity"));
+    assert_int_equal(s.calls, 0);
+    assert_int_equal(connect_with(&c, s.port, info->ticket, info->ticket_len, &conn), 0);
+    call_echo(conn, 0);
+    assert_int_equal(s.calls, 1);
     rrpc_service_info_free(info);
     client_stop(&c);
     server_stop(&s);
@@ -735,7 +805,8 @@ static void test_hostile_msgpack_and_other_versions_are_refused(void **state)
         { "map16 claiming 65535 pairs", { 0xde, 0xff, 0xff, 0x01 }, 4, "bad_request" },
         { "a bare integer", { 0x05 }, 1, "bad_request" },
         { "reserved byte", { 0xc1 }, 1, "bad_request" },
-        { "{v: 2}", { 0x81, 0xa1, 'v', 0x02 }, 4, "version" },
+        { "{v: 1}", { 0x81, 0xa1, 'v', 0x01 }, 4, "version" },
+        { "{v: 3}", { 0x81, 0xa1, 'v', 0x03 }, 4, "version" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct raw_tls t;
@@ -758,7 +829,7 @@ static void test_hostile_msgpack_and_other_versions_are_refused(void **state)
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 4);
     pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
     pk_str(&pk, "id");
     msgpack_pack_uint8(&pk, 7);
     pk_str(&pk, "op");
@@ -787,7 +858,7 @@ static void raw_register(struct raw_tls *t, const char *service, unsigned lease_
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 3);
     pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
     pk_str(&pk, "id");
     msgpack_pack_uint8(&pk, 1);
     pk_str(&pk, "op");
@@ -798,7 +869,7 @@ static void raw_register(struct raw_tls *t, const char *service, unsigned lease_
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 7);
     pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
     pk_str(&pk, "id");
     msgpack_pack_uint8(&pk, 2);
     pk_str(&pk, "op");
@@ -822,7 +893,13 @@ static void raw_register(struct raw_tls *t, const char *service, unsigned lease_
     assert_int_equal(raw_recv(t, &u), 0);
     assert_true(mget(&u.data, "ok")->via.boolean);
     assert_int_equal(mget(&u.data, "lease_ms")->via.u64, lease_ms);
-    assert_int_equal(mget(&u.data, "secret")->via.bin.size, 32);
+    /* No shared secret any more: the public keys tickets are signed with. */
+    assert_null(mget(&u.data, "secret"));
+    const msgpack_object *keys = mget(&u.data, "keys");
+    assert_non_null(keys);
+    assert_int_equal(keys->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal(keys->via.array.size, 1);
+    assert_int_equal(keys->via.array.ptr[0].via.bin.size, RRPC_TICKET_KEY_LEN);
     msgpack_unpacked_destroy(&u);
     msgpack_sbuffer_destroy(&sb);
 }
@@ -901,6 +978,118 @@ static void test_broker_exits_cleanly_on_sigterm_after_all_that(void **state)
     start_daemon(port);
 }
 
+/* Restarts rrpcd on its port with the settings @a and @b (may be NULL). */
+static void restart_daemon_with(const char *a, const char *b)
+{
+    stop_daemon(SIGTERM);
+    extra_set[0] = a;
+    extra_set[1] = b;
+    start_daemon(daemon_port);
+}
+
+/* Waits (bounded) until @s registered again and accepts a fresh ticket of
+ * the running rrpcd: then its gate has the keys of that rrpcd. */
+static void wait_fresh_ticket_accepted(struct server *s, struct client *c)
+{
+    int64_t deadline = now_ms() + 15000;
+    int r = -1;
+    int calls = s->calls;
+    while (r != 0 && now_ms() < deadline) {
+        rrpc_service_info *info;
+        rrpc_conn *conn;
+        if (rrpc_broker_lookup(c->b, "kv-store", &info) == 0) {
+            r = connect_with(c, s->port, info->ticket, info->ticket_len, &conn);
+            rrpc_service_info_free(info);
+            if (r == 0)
+                call_echo(conn, 0);
+        }
+        if (r)
+            sleep_ms(50);
+    }
+    if (r)
+        fail_msg("the server took no fresh ticket after rrpcd's restart: %s",
+                 rrpc_ctx_last_error(c->ctx));
+    assert_int_equal(s->calls, calls + 1);
+}
+
+/* A ticket as a broker holding the key in @pem issues it to kv-client for
+ * @instance, valid for a minute, presented. */
+static size_t sign_with(const char *pem, const uint8_t *instance, uint8_t *out)
+{
+    char p[300], why[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, pem);
+    rrpc_ticket_key *k;
+    if (rrpc_ticket_key_load(p, &k, why, sizeof(why)))
+        fail_msg("%s", why);
+    uint8_t raw[RRPC_TICKET_SIGNED_MAX_LEN];
+    size_t rl, len;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* tickets carry wall-clock time */
+    int64_t expiry = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 60000;
+    assert_int_equal(rrpc_ticket_issue(k, "kv-client", "kv-store", instance, expiry, NULL, raw,
+                                       sizeof(raw), &rl),
+                     0);
+    rrpc_ticket_key_free(k);
+    assert_int_equal(rrpc_ticket_present(raw, rl, "kv-client", out, RRPC_TICKET_MAX_LEN, &len), 0);
+    return len;
+}
+
+/*
+ * Rotating the signing key without downtime: rrpcd restarts with a new
+ * ticket_key and the old public key in ticket_key_previous; the server
+ * (still running) takes the new list and accepts tickets of both.  One
+ * rotation later the first key is out of the list, and its tickets are
+ * refused before any handler runs, with the reason at the client.
+ */
+static void test_key_rotation_keeps_old_tickets_during_the_overlap_and_refuses_them_after(
+    void **state)
+{
+    sh("openssl genpkey -algorithm ed25519 -out %s/ticket2.pem 2>/dev/null && "
+       "openssl pkey -in %s/ticket2.pem -pubout -out %s/ticket2.pub && "
+       "openssl genpkey -algorithm ed25519 -out %s/ticket3.pem 2>/dev/null && "
+       "chmod 600 %s/ticket2.pem %s/ticket3.pem", dir, dir, dir, dir, dir, dir);
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    uint8_t inst[RRPC_TICKET_INSTANCE_LEN];
+    memcpy(inst, info->instances[0].id, sizeof(inst));
+    rrpc_service_info_free(info);
+    uint8_t old1[RRPC_TICKET_MAX_LEN], old2[RRPC_TICKET_MAX_LEN];
+    size_t l1 = sign_with("ticket.pem", inst, old1), l2 = sign_with("ticket.pem", inst, old2);
+
+    char k2[300], p1[300], k3[300], p2[300];
+    snprintf(k2, sizeof(k2), "ticket_key=%s/ticket2.pem", dir);
+    snprintf(p1, sizeof(p1), "ticket_key_previous=%s/ticket.pub", dir);
+    snprintf(k3, sizeof(k3), "ticket_key=%s/ticket3.pem", dir);
+    snprintf(p2, sizeof(p2), "ticket_key_previous=%s/ticket2.pub", dir);
+
+    /* The overlap: key 2 signs, key 1 is still accepted. */
+    restart_daemon_with(k2, p1);
+    wait_fresh_ticket_accepted(&s, &c);
+    rrpc_conn *conn;
+    if (connect_with(&c, s.port, old1, l1, &conn))
+        fail_msg("a ticket of key 1 in the overlap: %s", rrpc_ctx_last_error(c.ctx));
+    call_echo(conn, 0);
+    int calls = s.calls;
+
+    /* The next rotation: key 3 signs, key 2 is accepted, key 1 is out. */
+    restart_daemon_with(k3, p2);
+    wait_fresh_ticket_accepted(&s, &c);
+    calls = s.calls;
+    assert_int_equal(connect_with(&c, s.port, old2, l2, &conn), RRPC_E_TICKET);
+    assert_non_null(strstr(rrpc_ctx_last_error(c.ctx), "does not accept"));
+    assert_int_equal(s.calls, calls);
+
+    restart_daemon_with(NULL, NULL); /* back to key 1 for the tests after */
+    wait_fresh_ticket_accepted(&s, &c);
+    client_stop(&c);
+    server_stop(&s);
+}
+
+
 static void test_broker_restart_keeps_connections_and_server_registers_again(void **state)
 {
     struct server s;
@@ -951,6 +1140,7 @@ int main(void)
         cmocka_unit_test(test_client_with_token_is_its_principal_and_may_look_up),
         cmocka_unit_test(test_acl_refuses_lookup_and_register_to_others),
         cmocka_unit_test(test_forged_ticket_is_refused_before_any_handler),
+        cmocka_unit_test(test_ticket_presented_by_another_client_identity_is_refused),
         cmocka_unit_test(test_replayed_ticket_is_refused),
         cmocka_unit_test(test_expired_ticket_is_refused),
         cmocka_unit_test(test_ticket_for_another_service_is_refused),
@@ -964,6 +1154,7 @@ int main(void)
         cmocka_unit_test(test_500_concurrent_lookups_all_succeed),
         cmocka_unit_test(test_broker_exits_cleanly_on_sigterm_after_all_that),
         cmocka_unit_test(test_broker_restart_keeps_connections_and_server_registers_again),
+        cmocka_unit_test(test_key_rotation_keeps_old_tickets_during_the_overlap_and_refuses_them_after),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

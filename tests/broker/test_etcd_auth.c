@@ -278,12 +278,12 @@ static void rrpcd_registers_and_looks_up_through_an_etcd_with_authentication(voi
     f = fopen(p, "w");
     assert_non_null(f);
     fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
             "listen = 127.0.0.1:0\nlog_level = info\nport_file = %s/port\n"
             "registry = etcd://%s\netcd_prefix = /auth/rrpc/\n"
             "etcd_user = rrpcd\netcd_password_file = %s/etcd-password\n"
             "allow = register * kv-server\nallow = lookup * kv-server\n",
-            dir, dir, dir, dir, host, dir);
+            dir, dir, dir, dir, dir, host, dir);
     fclose(f);
     char check[700];
     snprintf(check, sizeof(check), "%s -c %s --check >/dev/null", rrpcd, p);

@@ -39,8 +39,10 @@ struct broker {
     const char *name;
     pid_t pid;
     char addr[64];
+    int port;           /* once started: restarts listen on it again */
+    const char *set[2]; /* more settings (-s), or NULL */
 };
-static struct broker A = { "a", -1, "" }, B = { "b", -1, "" };
+static struct broker A = { .name = "a", .pid = -1 }, B = { .name = "b", .pid = -1 };
 
 static void start_rrpcd(struct broker *k)
 {
@@ -57,11 +59,21 @@ static void start_rrpcd(struct broker *k)
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(fd, 2);
-        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", reg, "-s", pf, (char *)NULL);
+        char listen[64];
+        snprintf(listen, sizeof(listen), "listen=127.0.0.1:%d", k->port);
+        const char *argv[16] = { "rrpcd", "-c", conf, "-s", reg, "-s", pf, "-s", listen };
+        int n = 9;
+        for (int i = 0; i < 2; i++)
+            if (k->set[i]) {
+                argv[n++] = "-s";
+                argv[n++] = k->set[i];
+            }
+        execv(getenv("RRPCD"), (char *const *)argv);
         _exit(127);
     }
     k->pid = pid;
-    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", rrpcd_wait_port(pid, portfile, log));
+    k->port = rrpcd_wait_port(pid, portfile, log);
+    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", k->port);
 }
 
 static void stop_rrpcd(struct broker *k, int sig)
@@ -101,11 +113,11 @@ static int group_setup(void **state)
     snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
     FILE *f = fopen(p, "w");
     fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
             "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
             "etcd_prefix = /test/rrpc/\n"
             "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir);
+            dir, dir, dir, dir);
     fclose(f);
     snprintf(member.dir, sizeof(member.dir), "%s", dir);
     if (etcd_member_start(&member))
@@ -298,10 +310,133 @@ static void without_etcd_lookups_answer_from_cache_registrations_fail_and_all_re
     server_stop(&s1);
 }
 
+/* Restarts @k on its port with the settings @a and @b (may be NULL). */
+static void restart_rrpcd_with(struct broker *k, const char *a, const char *b)
+{
+    stop_rrpcd(k, SIGTERM);
+    k->set[0] = a;
+    k->set[1] = b;
+    start_rrpcd(k);
+}
+
+/* Connects to @service through @b's lookup once; the result. */
+static int connect_once(rrpc_ctx *ctx, rrpc_broker *b, const char *service)
+{
+    rrpc_conn *c;
+    int r = rrpc_connect_service(ctx, b, service, 3000, NULL, NULL, &c);
+    if (!r)
+        rrpc_conn_close(c);
+    return r;
+}
+
+/* A ticket for kv-client to reach the first instance of @service, signed
+ * with the key in @pem as a broker holding it would, presented. */
+static size_t sign_with(rrpc_broker *b, const char *service, const char *pem, uint8_t *out)
+{
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, service, &info), 0);
+    char p[300], why[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, pem);
+    rrpc_ticket_key *k;
+    if (rrpc_ticket_key_load(p, &k, why, sizeof(why)))
+        fail_msg("%s", why);
+    uint8_t raw[RRPC_TICKET_SIGNED_MAX_LEN];
+    size_t rl, len;
+    assert_int_equal(rrpc_ticket_issue(k, "kv-client", service, info->instances[0].id,
+                                       info->ticket_expiry_ms + 60000, NULL, raw, sizeof(raw),
+                                       &rl),
+                     0);
+    rrpc_ticket_key_free(k);
+    assert_int_equal(rrpc_ticket_present(raw, rl, "kv-client", out, RRPC_TICKET_MAX_LEN, &len), 0);
+    rrpc_service_info_free(info);
+    return len;
+}
+
+/*
+ * The signing key rotated across two brokers without a restart of the
+ * server, which registered through A and learns the accepted keys from A's
+ * answers to its renewals: (1) A also accepts the new key; (2) B signs with
+ * it: B's tickets reach the server; (3) A drops the old key: a ticket of the
+ * old key is refused by the server, with the reason at the client.
+ */
+static void a_key_rotation_reaches_a_running_server_through_its_renewals(void **state)
+{
+    (void)state;
+    sh("openssl genpkey -algorithm ed25519 -out %s/ticket2.pem 2>/dev/null && "
+       "openssl pkey -in %s/ticket2.pem -pubout -out %s/ticket2.pub && chmod 600 %s/ticket2.pem",
+       dir, dir, dir, dir);
+    char k1[300], k2[300], p1[300], p2[300];
+    snprintf(k1, sizeof(k1), "ticket_key=%s/ticket.pem", dir);
+    snprintf(k2, sizeof(k2), "ticket_key=%s/ticket2.pem", dir);
+    snprintf(p1, sizeof(p1), "ticket_key_previous=%s/ticket.pub", dir);
+    snprintf(p2, sizeof(p2), "ticket_key_previous=%s/ticket2.pub", dir);
+    struct server s;
+    int r = server_start(&s, &A, "kv-rotate", true);
+    if (r)
+        fail_msg("register through A: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(s.b));
+    rrpc_broker *b;
+    assert_int_equal(open_as(&B, "kv-client", &b), 0);
+    lookup_until(b, "kv-rotate", 0);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    uint8_t old[RRPC_TICKET_MAX_LEN];
+    size_t old_len;
+
+    /* (1) and (2): a ticket of B, signed with the new key, is accepted once the
+     * server renewed with A (every third of lease_ms = 2000). */
+    restart_rrpcd_with(&A, k1, p2);
+    restart_rrpcd_with(&B, k2, p1);
+    rrpc_broker_close(b);
+    assert_int_equal(open_as(&B, "kv-client", &b), 0);
+    int64_t t0 = now_ms();
+    while ((r = connect_once(ctx, b, "kv-rotate")) != 0 && now_ms() - t0 < WAIT_MS)
+        sleep_ms(50);
+    if (r)
+        fail_msg("a ticket of B's new key: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(b));
+    printf("a ticket of the new key accepted %lld ms after the brokers restarted\n",
+           (long long)(now_ms() - t0));
+    /* the old key is still accepted during the overlap */
+    old_len = sign_with(b, "kv-rotate", "ticket.pem", old);
+    rrpc_service_info *info;
+    assert_int_equal(rrpc_broker_lookup(b, "kv-rotate", &info), 0);
+    rrpc_conn *c;
+    r = rrpc_connect_ticket(ctx, info->endpoints[0].uri, old, old_len, 3000, NULL, NULL, &c);
+    if (r)
+        fail_msg("a ticket of the old key in the overlap: %s", rrpc_ctx_last_error(ctx));
+    rrpc_conn_close(c);
+
+    /* (3) A drops the old key: at the server's next renewal its tickets are refused. */
+    restart_rrpcd_with(&A, k2, NULL);
+    t0 = now_ms();
+    do {
+        old_len = sign_with(b, "kv-rotate", "ticket.pem", old);
+        r = rrpc_connect_ticket(ctx, info->endpoints[0].uri, old, old_len, 3000, NULL, NULL, &c);
+        if (!r) {
+            rrpc_conn_close(c);
+            sleep_ms(50);
+        }
+    } while (r == 0 && now_ms() - t0 < WAIT_MS);
+    assert_int_equal(r, RRPC_E_TICKET);
+    printf("the old key refused %lld ms after A dropped it: %s\n", (long long)(now_ms() - t0),
+           rrpc_ctx_last_error(ctx));
+    assert_non_null(strstr(rrpc_ctx_last_error(ctx), "does not accept"));
+    assert_int_equal(s.calls, 0);
+    rrpc_service_info_free(info);
+
+    /* Both back to the first key for the tests after. */
+    restart_rrpcd_with(&A, NULL, NULL);
+    restart_rrpcd_with(&B, NULL, NULL);
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(b);
+    server_stop(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_service_registered_through_a_is_looked_up_and_called_through_b),
+        cmocka_unit_test(a_key_rotation_reaches_a_running_server_through_its_renewals),
         cmocka_unit_test(the_registrations_of_a_killed_broker_expire_with_their_etcd_lease),
         cmocka_unit_test(
             without_etcd_lookups_answer_from_cache_registrations_fail_and_all_recovers),

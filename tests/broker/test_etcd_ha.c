@@ -115,11 +115,11 @@ static int group_setup(void **state)
     if (!f)
         return -1;
     fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
             "listen = 127.0.0.1:0\nlease_ms = %d\nlog_level = info\n"
             "etcd_prefix = /test/ha/\n"
             "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, LEASE_MS);
+            dir, dir, dir, dir, LEASE_MS);
     fclose(f);
     if (etcd_cluster_init(m, 3, dir))
         return -1;

@@ -297,7 +297,7 @@ static void req_begin(msgpack_sbuffer *sb, msgpack_packer *pk, const char *op, i
     msgpack_sbuffer_clear(sb);
     msgpack_pack_map(pk, 3 + (uint32_t)n);
     pk_str(pk, "v");
-    msgpack_pack_uint8(pk, 1);
+    msgpack_pack_uint8(pk, 2); /* the control protocol's version */
     pk_str(pk, "id");
     msgpack_pack_uint32(pk, (uint32_t)id);
     pk_str(pk, "op");

@@ -131,27 +131,27 @@ def broker_seed(name, reqs, chunk=128, authed=False, raw=b''):
     write('broker_msg', name, bytes([mode]) + b''.join(frame(r) for r in reqs) + raw)
 
 
-HELLO = {'v': 1, 'id': 1, 'op': 'hello'}
-REG = {'v': 1, 'id': 2, 'op': 'register', 'service': 'kv',
+HELLO = {'v': 2, 'id': 1, 'op': 'hello'}
+REG = {'v': 2, 'id': 2, 'op': 'register', 'service': 'kv',
        'endpoints': [{'transport': 'tcp', 'host': '127.0.0.1', 'port': 7000}],
        'classes': ['control', 'bulk'], 'lease_ms': 3000}
-LOOKUP = {'v': 1, 'id': 3, 'op': 'lookup', 'service': 'kv'}
+LOOKUP = {'v': 2, 'id': 3, 'op': 'lookup', 'service': 'kv'}
 broker_seed('hello-cert', [HELLO])
-broker_seed('hello-token', [{'v': 1, 'id': 1, 'op': 'hello', 'token': 'fuzz-token-1'}])
-broker_seed('hello-bad-token', [{'v': 1, 'id': 1, 'op': 'hello', 'token': 'nope'}])
+broker_seed('hello-token', [{'v': 2, 'id': 1, 'op': 'hello', 'token': 'fuzz-token-1'}])
+broker_seed('hello-bad-token', [{'v': 2, 'id': 1, 'op': 'hello', 'token': 'nope'}])
 broker_seed('register-lookup', [HELLO, REG, LOOKUP], chunk=7)
 broker_seed('register-rdma', [dict(REG, endpoints=[
     {'transport': 'rdma', 'host': '10.0.0.1', 'port': 4791},
     {'transport': 'tcp', 'host': 'h', 'port': 1}], classes=[])], authed=True)
-broker_seed('renew', [{'v': 1, 'id': 4, 'op': 'renew', 'reg': 12345}], authed=True)
-broker_seed('unregister', [{'v': 1, 'id': 5, 'op': 'unregister', 'reg': 1}], authed=True)
+broker_seed('renew', [{'v': 2, 'id': 4, 'op': 'renew', 'reg': 12345}], authed=True)
+broker_seed('unregister', [{'v': 2, 'id': 5, 'op': 'unregister', 'reg': 1}], authed=True)
 broker_seed('lookup-missing', [LOOKUP], authed=True, chunk=1)
 # RAND_bytes is a counter in the harness: the first registration's id is 1.
-broker_seed('register-renew-unregister', [REG, {'v': 1, 'id': 4, 'op': 'renew', 'reg': 1},
-                                          {'v': 1, 'id': 5, 'op': 'unregister', 'reg': 1},
+broker_seed('register-renew-unregister', [REG, {'v': 2, 'id': 4, 'op': 'renew', 'reg': 1},
+                                          {'v': 2, 'id': 5, 'op': 'unregister', 'reg': 1},
                                           LOOKUP], authed=True)
 broker_seed('busy', [dict(REG, id=i) for i in range(2, 8)], authed=True)
-broker_seed('unknown-op', [{'v': 1, 'id': 6, 'op': 'frobnicate'}], authed=True)
+broker_seed('unknown-op', [{'v': 2, 'id': 6, 'op': 'frobnicate'}], authed=True)
 broker_seed('no-hello', [LOOKUP])
 broker_seed('bad-version', [{'v': 2, 'id': 1, 'op': 'hello'}])
 broker_seed('not-a-map', [[1, 2, 3]])

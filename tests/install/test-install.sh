@@ -91,7 +91,7 @@ if [ $have_broker = yes ]; then
 int main(void)
 {
     rrpc_ticket_verifier *v = NULL;
-    int r = rrpc_ticket_verifier_create("kv-store", NULL, 1000, &v);
+    int r = rrpc_ticket_verifier_create("kv-store", 1000, &v);
     rrpc_ticket_verifier_destroy(v);
     printf("verifier: %d\n", r);
     return r != 0;

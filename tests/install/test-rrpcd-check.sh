@@ -2,7 +2,8 @@
 # tests/install/test-rrpcd-check.sh RRPCD SRC_ROOT: `rrpcd --check` refuses what the start
 # would refuse (and the start refuses it too), each with a message naming the setting:
 # a port out of range, a listen host that does not resolve, a certificate, key, CA bundle or
-# token file that is missing or does not parse, a key of another certificate.  A good
+# token file that is missing or does not parse, a key of another certificate, a ticket key
+# that is not Ed25519, readable by others or missing.  A good
 # configuration passes --check and starts.  Needs the openssl command (development CA).
 set -u
 RRPCD=${1:?usage: test-rrpcd-check.sh RRPCD SRC_ROOT}
@@ -23,6 +24,7 @@ echo "not a certificate" > "$WORK/garbage.pem"
 printf 'kv-client s3cr3t-t0ken\n' > "$WORK/tokens"; chmod 600 "$WORK/tokens"
 printf 'kv-client\n' > "$WORK/bad-tokens"; chmod 600 "$WORK/bad-tokens"
 GOOD=(-s "cert=$C/rrpcd.crt" -s "key=$C/rrpcd.key" -s "ca=$C/ca.crt" -s "token_file=$WORK/tokens"
+      -s "ticket_key=$C/ticket.pem"
       -s "listen=127.0.0.1:0" -s "port_file=$WORK/port")
 
 # A configuration --check must refuse with MESSAGE (a grep -E pattern), and the start too.
@@ -101,12 +103,39 @@ refused "an etcd password file that does not exist" "etcd_password_file = $WORK/
   "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/missing-pw"
 out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s etcd_user=rrpcd -s "etcd_password_file=$WORK/etcd-pw" \
   --check 2>&1); rc=$?
-[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts etcd_user with its password file" ||
+[ $rc = 0 ] && [ "$(tail -1 <<< "$out")" = "rrpcd: configuration OK" ] && ok "--check accepts etcd_user with its password file" ||
   bad "--check on etcd_user with a password file: exit $rc: $out"
 out=$("$RRPCD" "${GOOD[@]}" "${E[@]}" -s "etcd_cert=$C/rrpcd.crt" -s "etcd_key=$C/rrpcd.key" \
   -s "etcd_ca=$C/ca.crt" -s etcd_prefix=/cluster-a/rrpc/ --check 2>&1); rc=$?
-[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts a good etcd configuration" ||
+[ $rc = 0 ] && [ "$(tail -1 <<< "$out")" = "rrpcd: configuration OK" ] && ok "--check accepts a good etcd configuration" ||
   bad "--check on a good etcd configuration: exit $rc: $out"
+
+# The ticket keys (issue #16): Ed25519 only, private to rrpcd, previous keys bounded.
+cp "$C/ticket.pem" "$WORK/open-ticket.pem"; chmod 644 "$WORK/open-ticket.pem"
+for i in 1 2 3 4 5 6 7 8; do
+  openssl genpkey -algorithm ed25519 2> /dev/null | openssl pkey -pubout -out "$WORK/prev$i.pub"
+done
+refused "a ticket_key that is not Ed25519 (P-256)" "holds a key of type EC; ticket keys are Ed25519" \
+  -s "ticket_key=$C/rrpcd.key"
+refused "a ticket_key others may read" "ticket_key = $WORK/open-ticket.pem is readable by its group or others" \
+  -s "ticket_key=$WORK/open-ticket.pem"
+refused "a ticket_key file that does not exist" "cannot read the ticket key $C/missing.pem" \
+  -s "ticket_key=$C/missing.pem"
+cp "$WORK/garbage.pem" "$WORK/garbage-key.pem"; chmod 600 "$WORK/garbage-key.pem"
+refused "a ticket_key that is no key" "holds no PEM private key" -s "ticket_key=$WORK/garbage-key.pem"
+refused "registry = etcd:// without ticket_key" "the registry on etcd needs 'ticket_key'" \
+  -s ticket_key= -s registry=etcd://127.0.0.1:2379
+refused "the current key as ticket_key_previous" "is the current ticket_key" \
+  -s "ticket_key_previous=$C/ticket.pub"
+refused "a ticket_key_previous that is not Ed25519" "ticket_key_previous: .* ticket keys are Ed25519" \
+  -s "ticket_key_previous=$C/rrpcd.key"
+refused "eight previous ticket keys" "at most 7 previous ticket keys" \
+  -s "ticket_key_previous=$WORK/prev1.pub,$WORK/prev2.pub,$WORK/prev3.pub,$WORK/prev4.pub" \
+  -s "ticket_key_previous=$WORK/prev5.pub,$WORK/prev6.pub,$WORK/prev7.pub,$WORK/prev8.pub"
+out=$("$RRPCD" "${GOOD[@]}" -s "ticket_key_previous=$WORK/prev1.pub, $WORK/prev2.pub" --check 2>&1); rc=$?
+[ $rc = 0 ] && grep -Eq "^rrpcd: ticket key [0-9a-f]{16} \(Ed25519\), 2 previous key\(s\) accepted$" <<< "$out" &&
+  ok "--check loads ticket_key and a comma list of previous keys, and names the key" ||
+  bad "--check with two previous keys: exit $rc: $out"
 
 # metrics_listen (issue #17): checked as listen is; never every address by default.
 refused "metrics_listen=127.0.0.1:99999 (port out of range)" \
@@ -145,7 +174,7 @@ GOOD+=(-s metrics_listen=127.0.0.1:0 -s "metrics_port_file=$WORK/mport")
 
 # The good configuration: --check says so, and it starts.
 out=$("$RRPCD" "${GOOD[@]}" --check 2>&1); rc=$?
-[ $rc = 0 ] && [ "$out" = "rrpcd: configuration OK" ] && ok "--check accepts the good configuration" ||
+[ $rc = 0 ] && [ "$(tail -1 <<< "$out")" = "rrpcd: configuration OK" ] && ok "--check accepts the good configuration" ||
   bad "--check on the good configuration: exit $rc: $out"
 rm -f "$WORK/port"
 "$RRPCD" "${GOOD[@]}" 2> "$WORK/rrpcd.log" &

@@ -328,6 +328,7 @@ def test_rrpcd_on_etcd_says_when_it_is_degraded_and_counts_etcd_errors():
     with open(conf, "w") as f:
         f.write("listen = 127.0.0.1:0\ncert = {d}/rrpcd.crt\nkey = {d}/rrpcd.key\n"
                 "ca = {d}/ca.crt\nport_file = {d}/port\nregistry = etcd://127.0.0.1:{p}\n"
+                "ticket_key = {d}/ticket.pem\n"
                 "metrics_listen = 127.0.0.1:0\nmetrics_port_file = {d}/mport\n".format(d=d, p=cport))
     log = open(os.path.join(d, "log"), "w")
     r = subprocess.Popen([os.environ["RRPCD"], "-c", conf], stdout=log, stderr=log)

@@ -44,7 +44,8 @@ class Endpoint(NamedTuple):
 
 class Instance(NamedTuple):
     id: bytes
-    ticket: bytes  # accepted once, by this instance only
+    ticket: bytes  # as presented (signed ticket + this client's identity): accepted
+                   # once, by this instance only, from this client only
 
 
 class ServiceInfo(NamedTuple):
