@@ -149,9 +149,10 @@ static int group_setup(void **state)
     FILE *f = fopen(p, "w");
     fprintf(f,
             "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
+            "ticket_key = %s/ticket.pem\n" /* the brokers' one signing key */
             "listen = 127.0.0.1:0\nlease_ms = %d\nlog_level = info\n"
             "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, LEASE_MS);
+            dir, dir, dir, dir, LEASE_MS);
     fclose(f);
     snprintf(member.dir, sizeof(member.dir), "%s", dir);
     if (etcd_member_start(&member))
