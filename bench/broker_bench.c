@@ -14,7 +14,8 @@
  *    more brokers) spread over all of them: lookups/s and latency.
  * 3. Visibility (two or more brokers): K times, a service registered through
  *    the first broker is looked up through the second until it is there, then
- *    unregistered and looked up until it is gone.
+ *    unregistered and looked up until it is gone; a watch of it through the
+ *    second broker times the same two events.
  *
  * DIR holds the certificates of scripts/make-dev-certs.sh (ca.crt, and
  * kv-server / kv-client certificates the brokers' ACL lets register and
@@ -299,30 +300,48 @@ static void visible(void)
     /* Contexts live until @a is closed: the handle remembers each gated one. */
     rrpc_ctx **ctxs = calloc((size_t)visibility, sizeof(*ctxs));
     int64_t *add = calloc((size_t)visibility, sizeof(*add)),
-            *del = calloc((size_t)visibility, sizeof(*del));
-    size_t na = 0, nd = 0, lost = 0;
+            *del = calloc((size_t)visibility, sizeof(*del)),
+            *wadd = calloc((size_t)visibility, sizeof(*wadd)),
+            *wdel = calloc((size_t)visibility, sizeof(*wdel));
+    size_t na = 0, nd = 0, nwa = 0, nwd = 0, lost = 0, wlost = 0;
     for (int i = 0; i < visibility; i++) {
         char name[64];
         snprintf(name, sizeof(name), "bench-vis-%d", i);
         if (rrpc_ctx_create(&ctxs[i]))
             die("cannot make a context");
         const char *uri[] = { "tcp://127.0.0.1:9" };
+        rrpc_broker_watch *w = NULL;
+        if (rrpc_broker_watch_open(b, name, &w))
+            fprintf(stderr, "watch %s: %s\n", name, rrpc_broker_last_error(b));
         if (rrpc_broker_register(a, ctxs[i], name, uri, 1, 0)) {
             fprintf(stderr, "register %s: %s\n", name, rrpc_broker_last_error(a));
             lost++;
+            rrpc_broker_watch_close(w);
             continue;
         }
+        int64_t t_reg = now_us();
+        rrpc_watch_event ev;
+        if (w && rrpc_broker_watch_next(w, 30000, &ev) == 0 && ev.type == RRPC_WATCH_ADDED)
+            wadd[nwa++] = now_us() - t_reg;
+        else
+            wlost++;
         int64_t us = until(b, name, 0);
         if (us >= 0)
             add[na++] = us;
         else
             lost++;
         rrpc_broker_unregister(a, name);
+        int64_t t_unreg = now_us();
         us = until(b, name, -ENOENT);
         if (us >= 0)
             del[nd++] = us;
         else
             lost++;
+        if (w && rrpc_broker_watch_next(w, 30000, &ev) == 0 && ev.type == RRPC_WATCH_REMOVED)
+            wdel[nwd++] = now_us() - t_unreg;
+        else
+            wlost++;
+        rrpc_broker_watch_close(w);
     }
     double p50, p99;
     pct(add, na, &p50, &p99);
@@ -331,8 +350,16 @@ static void visible(void)
     pct(del, nd, &p50, &p99);
     printf("%-44s %10s     p50 %8.3f ms   p99 %8.3f ms   (%zu samples, %zu never seen)\n",
            "unregistered via A, gone via B", "", p50, p99, nd, lost);
+    pct(wadd, nwa, &p50, &p99);
+    printf("%-44s %10s     p50 %8.3f ms   p99 %8.3f ms   (%zu samples)\n",
+           "registered via A, a watch via B told", "", p50, p99, nwa);
+    pct(wdel, nwd, &p50, &p99);
+    printf("%-44s %10s     p50 %8.3f ms   p99 %8.3f ms   (%zu samples, %zu not told)\n",
+           "unregistered via A, a watch via B told", "", p50, p99, nwd, wlost);
     free(add);
     free(del);
+    free(wadd);
+    free(wdel);
     for (int i = 0; i < visibility; i++)
         rrpc_ctx_destroy(ctxs[i]); /* before the handles, as rrpc_broker_close asks */
     free(ctxs);
