@@ -29,7 +29,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 #include "etcd.h"
 #include "etcd_test.h"
 
@@ -267,7 +267,7 @@ static void rrpcd_registers_and_looks_up_through_an_etcd_with_authentication(voi
     assert_non_null(mk);
     assert_non_null(rrpcd);
     sh("%s %s kv-server kv-client >/dev/null", mk, dir);
-    char p[300], portfile[300], log[300];
+    char p[300];
     snprintf(p, sizeof(p), "%s/etcd-password", dir);
     FILE *f = fopen(p, "w");
     assert_non_null(f);
@@ -279,36 +279,20 @@ static void rrpcd_registers_and_looks_up_through_an_etcd_with_authentication(voi
     assert_non_null(f);
     fprintf(f,
             "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
-            "listen = 127.0.0.1:0\nlog_level = info\nport_file = %s/port\n"
+            "listen = 127.0.0.1:0\nlog_level = info\n"
             "registry = etcd://%s\netcd_prefix = /auth/rrpc/\n"
             "etcd_user = rrpcd\netcd_password_file = %s/etcd-password\n"
             "allow = register * kv-server\nallow = lookup * kv-server\n",
-            dir, dir, dir, dir, dir, host, dir);
+            dir, dir, dir, dir, host, dir);
     fclose(f);
     char check[700];
     snprintf(check, sizeof(check), "%s -c %s --check >/dev/null", rrpcd, p);
     sh("%s", check); /* --check accepts it (it was refused while not built) */
-    snprintf(portfile, sizeof(portfile), "%s/port", dir);
-    snprintf(log, sizeof(log), "%s/rrpcd.log", dir);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        execl(rrpcd, "rrpcd", "-c", p, (char *)NULL);
-        _exit(127);
-    }
-    rrpcd_pid = pid;
     char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rrpcd_wait_port(pid, portfile, log));
-    char ca[300], cert[300], key[300];
-    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-    snprintf(cert, sizeof(cert), "%s/kv-server.crt", dir);
-    snprintf(key, sizeof(key), "%s/kv-server.key", dir);
-    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
-                           .timeout_ms = 15000 };
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rrpcd_spawn(dir, "auth", p, NULL, &rrpcd_pid));
+    pid_t pid = rrpcd_pid;
     rrpc_broker *b;
-    assert_int_equal(rrpc_broker_open(addr, &o, &b), 0);
+    assert_int_equal(broker_open_as(dir, addr, "kv-server", 15000, &b), 0);
     rrpc_ctx *ctx;
     rrpc_listener *l;
     assert_int_equal(rrpc_ctx_create(&ctx), 0);
@@ -325,8 +309,8 @@ static void rrpcd_registers_and_looks_up_through_an_etcd_with_authentication(voi
            now_ms() - t0 < 30000)
         sleep_ms(50); /* until rrpcd's first view of etcd */
     if (r)
-        fail_msg("register through rrpcd on an etcd with authentication: %s: %s (log %s)",
-                 rrpc_strerror(r), rrpc_broker_last_error(b), log);
+        fail_msg("register through rrpcd on an etcd with authentication: %s: %s (logs in %s)",
+                 rrpc_strerror(r), rrpc_broker_last_error(b), dir);
     /* The key is on etcd, under the prefix the user may write. */
     struct etcd *e = client_as("rrpcd", "pw-rrpcd");
     struct seen s = { 0 };

@@ -27,7 +27,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 #include "etcd_test.h"
 
 #define WAIT_MS 30000
@@ -46,33 +46,12 @@ static struct broker A = { .name = "a", .pid = -1 }, B = { .name = "b", .pid = -
 
 static void start_rrpcd(struct broker *k)
 {
-    char portfile[300], log[300], conf[300], reg[80];
-    snprintf(portfile, sizeof(portfile), "%s/port-%s", dir, k->name);
-    snprintf(log, sizeof(log), "%s/rrpcd-%s.log", dir, k->name);
+    char conf[300], reg[80], listen[64];
     snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
     snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d", member.client_port);
-    char pf[320];
-    snprintf(pf, sizeof(pf), "port_file=%s", portfile);
-    unlink(portfile);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        char listen[64];
-        snprintf(listen, sizeof(listen), "listen=127.0.0.1:%d", k->port);
-        const char *argv[16] = { "rrpcd", "-c", conf, "-s", reg, "-s", pf, "-s", listen };
-        int n = 9;
-        for (int i = 0; i < 2; i++)
-            if (k->set[i]) {
-                argv[n++] = "-s";
-                argv[n++] = k->set[i];
-            }
-        execv(getenv("RRPCD"), (char *const *)argv);
-        _exit(127);
-    }
-    k->pid = pid;
-    k->port = rrpcd_wait_port(pid, portfile, log);
+    snprintf(listen, sizeof(listen), "listen=127.0.0.1:%d", k->port);
+    const char *set[] = { reg, listen, k->set[0], k->set[1], NULL };
+    k->port = rrpcd_spawn(dir, k->name, conf, set, &k->pid);
     snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", k->port);
 }
 
@@ -90,13 +69,7 @@ static void stop_rrpcd(struct broker *k, int sig)
 
 static int open_as(const struct broker *k, const char *who, rrpc_broker **ret)
 {
-    char ca[300], cert[300], key[300];
-    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-    snprintf(cert, sizeof(cert), "%s/%s.crt", dir, who);
-    snprintf(key, sizeof(key), "%s/%s.key", dir, who);
-    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
-                           .timeout_ms = 3000 };
-    return rrpc_broker_open(k->addr, &o, ret);
+    return broker_open_as(dir, k->addr, who, 3000, ret);
 }
 
 static int group_setup(void **state)

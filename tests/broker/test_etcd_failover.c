@@ -35,7 +35,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 #include "etcd_test.h"
 
 #define WAIT_MS 30000
@@ -56,28 +56,15 @@ static struct broker M1 = { "m1", -1, "" }, M2 = { "m2", -1, "" };
 
 static void start_rrpcd(struct broker *k)
 {
-    char portfile[300], log[300], conf[300], reg[80], prefix[80] = "etcd_prefix=/test/failover/";
-    snprintf(portfile, sizeof(portfile), "%s/port-%s", dir, k->name);
-    snprintf(log, sizeof(log), "%s/rrpcd-%s.log", dir, k->name);
+    char conf[300], reg[80], prefix[80] = "etcd_prefix=/test/failover/";
     snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
     if (k == &M1 || k == &M2) {
         snprintf(reg, sizeof(reg), "registry=memory");
         snprintf(prefix, sizeof(prefix), "log_level=info");
     } else
         snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d", member.client_port);
-    char pf[320];
-    snprintf(pf, sizeof(pf), "port_file=%s", portfile);
-    unlink(portfile);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", reg, "-s", prefix, "-s", pf, (char *)NULL);
-        _exit(127);
-    }
-    k->pid = pid;
-    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", rrpcd_wait_port(pid, portfile, log));
+    const char *set[] = { reg, prefix, NULL };
+    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", rrpcd_spawn(dir, k->name, conf, set, &k->pid));
 }
 
 static void stop_rrpcd(struct broker *k, int sig)

@@ -30,7 +30,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 #include "etcd_test.h"
 
 #define WAIT_MS 30000
@@ -43,23 +43,12 @@ static char rrpcd_addr[64];
 
 static void start_rrpcd(void)
 {
-    char portfile[300], log[300], conf[300], reg[200], pf[320];
-    snprintf(portfile, sizeof(portfile), "%s/port", dir);
-    snprintf(log, sizeof(log), "%s/rrpcd.log", dir);
+    char conf[300], reg[200];
     snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
     snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
              m[0].client_port, m[1].client_port, m[2].client_port);
-    snprintf(pf, sizeof(pf), "port_file=%s", portfile);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        execl(getenv("RRPCD"), "rrpcd", "-c", conf, "-s", reg, "-s", pf, (char *)NULL);
-        _exit(127);
-    }
-    rrpcd = pid;
-    snprintf(rrpcd_addr, sizeof(rrpcd_addr), "127.0.0.1:%d", rrpcd_wait_port(pid, portfile, log));
+    const char *set[] = { reg, NULL };
+    snprintf(rrpcd_addr, sizeof(rrpcd_addr), "127.0.0.1:%d", rrpcd_spawn(dir, "ha", conf, set, &rrpcd));
 }
 
 /* The index of the member that leads the cluster now, asked of each member's
@@ -89,15 +78,9 @@ static int leader_index(void)
 
 static int open_as(const char *who, rrpc_broker **ret)
 {
-    char ca[300], cert[300], key[300];
-    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-    snprintf(cert, sizeof(cert), "%s/%s.crt", dir, who);
-    snprintf(key, sizeof(key), "%s/%s.key", dir, who);
     /* A register waits for etcd's election (rrpcd tries its write again for up to
      * 8 s): the client waits longer. */
-    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
-                           .timeout_ms = 15000 };
-    return rrpc_broker_open(rrpcd_addr, &o, ret);
+    return broker_open_as(dir, rrpcd_addr, who, 15000, ret);
 }
 
 static int group_setup(void **state)
