@@ -5,12 +5,15 @@
 #ifndef RRPC_TEST_RRPCD_TEST_H
 #define RRPC_TEST_RRPCD_TEST_H
 
+#include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <roce_rpc/broker.h>
+#include <roce_rpc/rrpc.h>
 
 #include "broker_test.h"
 
@@ -60,6 +63,33 @@ static inline int broker_open_as(const char *dir, const char *addr, const char *
     rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
                            .timeout_ms = timeout_ms };
     return rrpc_broker_open(addr, &o, ret);
+}
+
+/*
+ * A server of @service through @b: a thread-mode context with @fn as method
+ * "echo", the broker's gate, a listener on tcp://127.0.0.1:0, and the
+ * register of that endpoint.  With @wait, a register answered -EAGAIN (an
+ * rrpcd on etcd not synchronized yet) is tried again for 30 s.  *@ret_ctx and
+ * *@ret_l are the caller's whatever the result; returns the register's.
+ */
+static inline int test_server_register(rrpc_broker *b, const char *service, rrpc_handler_fn fn,
+                                       void *user, bool wait, rrpc_ctx **ret_ctx,
+                                       rrpc_listener **ret_l)
+{
+    assert_int_equal(rrpc_ctx_create(ret_ctx), 0);
+    assert_int_equal(rrpc_register(*ret_ctx, "echo", fn, user), 0);
+    assert_int_equal(rrpc_broker_gate(b, *ret_ctx, service), 0);
+    assert_int_equal(rrpc_ctx_start_thread(*ret_ctx), 0);
+    assert_int_equal(rrpc_listen(*ret_ctx, "tcp://127.0.0.1:0", NULL, NULL, ret_l), 0);
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(*ret_l));
+    const char *uris[] = { uri };
+    int r;
+    int64_t t0 = now_ms();
+    while ((r = rrpc_broker_register(b, *ret_ctx, service, uris, 1, 0)) == -EAGAIN && wait &&
+           now_ms() - t0 < 30000)
+        sleep_ms(50);
+    return r;
 }
 
 #endif

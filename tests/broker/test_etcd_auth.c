@@ -295,19 +295,8 @@ static void rrpcd_registers_and_looks_up_through_an_etcd_with_authentication(voi
     assert_int_equal(broker_open_as(dir, addr, "kv-server", 15000, &b), 0);
     rrpc_ctx *ctx;
     rrpc_listener *l;
-    assert_int_equal(rrpc_ctx_create(&ctx), 0);
-    assert_int_equal(rrpc_register(ctx, "echo", h_echo, NULL), 0);
-    assert_int_equal(rrpc_broker_gate(b, ctx, "kv-auth"), 0);
-    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
-    assert_int_equal(rrpc_listen(ctx, "tcp://127.0.0.1:0", NULL, NULL, &l), 0);
-    char uri[64];
-    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(l));
-    const char *uris[] = { uri };
-    int r;
-    int64_t t0 = now_ms();
-    while ((r = rrpc_broker_register(b, ctx, "kv-auth", uris, 1, 0)) == -EAGAIN &&
-           now_ms() - t0 < 30000)
-        sleep_ms(50); /* until rrpcd's first view of etcd */
+    /* waits for rrpcd's first view of etcd */
+    int r = test_server_register(b, "kv-auth", h_echo, NULL, true, &ctx, &l);
     if (r)
         fail_msg("register through rrpcd on an etcd with authentication: %s: %s (logs in %s)",
                  rrpc_strerror(r), rrpc_broker_last_error(b), dir);

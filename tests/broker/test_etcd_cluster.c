@@ -134,20 +134,7 @@ static int server_start(struct server *s, const struct broker *k, const char *se
 {
     memset(s, 0, sizeof(*s));
     assert_int_equal(open_as(k, "kv-server", &s->b), 0);
-    assert_int_equal(rrpc_ctx_create(&s->ctx), 0);
-    assert_int_equal(rrpc_register(s->ctx, "echo", h_echo, s), 0);
-    assert_int_equal(rrpc_broker_gate(s->b, s->ctx, service), 0);
-    assert_int_equal(rrpc_ctx_start_thread(s->ctx), 0);
-    assert_int_equal(rrpc_listen(s->ctx, "tcp://127.0.0.1:0", NULL, NULL, &s->l), 0);
-    char uri[64];
-    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(s->l));
-    const char *uris[] = { uri };
-    int r;
-    int64_t t0 = now_ms();
-    while ((r = rrpc_broker_register(s->b, s->ctx, service, uris, 1, 0)) == -EAGAIN && wait &&
-           now_ms() - t0 < WAIT_MS)
-        sleep_ms(50);
-    return r;
+    return test_server_register(s->b, service, h_echo, s, wait, &s->ctx, &s->l);
 }
 
 static void server_stop(struct server *s)

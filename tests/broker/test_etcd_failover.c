@@ -281,19 +281,8 @@ static void a_killed_broker_is_failed_over_within_the_window_and_open_connection
     assert_string_equal(cur, A.addr);
     rrpc_ctx *sctx;
     rrpc_listener *lis;
-    assert_int_equal(rrpc_ctx_create(&sctx), 0);
-    assert_int_equal(rrpc_register(sctx, "echo", h_echo, NULL), 0);
-    assert_int_equal(rrpc_broker_gate(sb, sctx, "kv-fo"), 0);
-    assert_int_equal(rrpc_ctx_start_thread(sctx), 0);
-    assert_int_equal(rrpc_listen(sctx, "tcp://127.0.0.1:0", NULL, NULL, &lis), 0);
-    char uri[64];
-    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", rrpc_listener_port(lis));
-    const char *uris[] = { uri };
-    int r;
-    int64_t t0 = now_ms();
-    while ((r = rrpc_broker_register(sb, sctx, "kv-fo", uris, 1, 0)) == -EAGAIN &&
-           now_ms() - t0 < WAIT_MS)
-        sleep_ms(50); /* rrpcd not synchronized with etcd yet */
+    /* waits while rrpcd is not synchronized with etcd yet */
+    int r = test_server_register(sb, "kv-fo", h_echo, NULL, true, &sctx, &lis);
     if (r)
         fail_msg("register: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(sb));
 
@@ -307,7 +296,7 @@ static void a_killed_broker_is_failed_over_within_the_window_and_open_connection
     assert_int_equal(rrpc_ctx_create(&l->ctx), 0);
     assert_int_equal(rrpc_ctx_start_thread(l->ctx), 0);
     rrpc_service_info *info = NULL;
-    t0 = now_ms();
+    int64_t t0 = now_ms();
     while ((r = rrpc_broker_lookup(l->b, "kv-fo", &info)) == -ENOENT && now_ms() - t0 < WAIT_MS)
         sleep_ms(20);
     assert_int_equal(r, 0);
