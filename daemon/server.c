@@ -705,6 +705,35 @@ static struct registration *next_live(const struct service *s, struct registrati
     return r;
 }
 
+/* What this rrpcd says of itself: any authenticated session may ask. */
+static void op_status(struct conn *c, uint64_t id)
+{
+    const char *down = etcdreg_on() ? etcdreg_degraded() : NULL;
+    uint64_t n_services = 0;
+    for (const struct service *s = registry_services(); s; s = s->next)
+        n_services++;
+    struct answer a;
+    answer_begin(&a, id, true, down ? 6 : 5);
+    pk_str(&a.pk, "registry");
+    pk_str(&a.pk, etcdreg_on() ? "etcd" : "memory");
+    pk_str(&a.pk, "degraded");
+    if (down)
+        msgpack_pack_true(&a.pk);
+    else
+        msgpack_pack_false(&a.pk);
+    if (down) {
+        pk_str(&a.pk, "why");
+        pk_str(&a.pk, down);
+    }
+    pk_str(&a.pk, "services");
+    msgpack_pack_uint64(&a.pk, n_services);
+    pk_str(&a.pk, "registrations");
+    msgpack_pack_uint64(&a.pk, registry_count());
+    pk_str(&a.pk, "sessions");
+    msgpack_pack_uint64(&a.pk, (uint64_t)n_conns);
+    answer_end(c, &a);
+}
+
 static void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
     char service[256];
@@ -861,6 +890,8 @@ static void handle_frame(struct conn *c, const uint8_t *buf, size_t len)
         op_lookup(c, id, m);
     else if (!strcmp(op, "watch") || !strcmp(op, "unwatch"))
         op_watch(c, id, op, m);
+    else if (!strcmp(op, "status"))
+        op_status(c, id);
     else
         answer_error(c, id, "bad_request", "unknown op");
 out:

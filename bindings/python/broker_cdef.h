@@ -23,6 +23,17 @@ void rrpc_broker_close(rrpc_broker *b);
 const char *rrpc_broker_last_error(rrpc_broker *b);
 const char *rrpc_broker_principal(rrpc_broker *b);
 int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len);
+typedef struct rrpc_broker_state {
+    char broker[300];
+    char registry[16];
+    int degraded;
+    char why[300];
+    uint64_t services;
+    uint64_t registrations;
+    uint64_t sessions;
+    uint64_t reserved[4];
+} rrpc_broker_state;
+int rrpc_broker_status(rrpc_broker *b, rrpc_broker_state *ret);
 int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service);
 int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *service,
                          const char *const *uris, size_t n, unsigned class_mask);

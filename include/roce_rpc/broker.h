@@ -302,6 +302,28 @@ RRPC_API const char *rrpc_broker_principal(rrpc_broker *b);
  */
 RRPC_API int rrpc_broker_current(rrpc_broker *b, char *buf, size_t len);
 
+/* What a broker says of itself (rrpc_broker_status). */
+typedef struct rrpc_broker_state {
+    char broker[300];       /* the broker that answered ("HOST:PORT") */
+    char registry[16];      /* "memory" or "etcd" */
+    int degraded;           /* 1: its registry on etcd is unreachable (lookups answer from
+                               its cache, registrations are refused); 0 otherwise */
+    char why[300];          /* why it is degraded; "" when it is not */
+    uint64_t services;      /* services with at least one live registration */
+    uint64_t registrations; /* live registrations, all services together */
+    uint64_t sessions;      /* control sessions open at that broker */
+    uint64_t reserved[4];
+} rrpc_broker_state;
+
+/*
+ * Asks the broker @b uses how it is (one round trip, failing over along the
+ * list as the others do): its registry, whether it is degraded and why, and
+ * its counts.  Any authenticated principal may ask.  Errors: -EINVAL,
+ * -EPROTO (an answer that is not a status), connection errors as
+ * rrpc_broker_open.
+ */
+RRPC_API int rrpc_broker_status(rrpc_broker *b, rrpc_broker_state *ret);
+
 /*
  * Puts a ticket gate for @service on @ctx (rrpc_ctx_require_ticket): every
  * new connection of @ctx must then present a ticket for @service, and until

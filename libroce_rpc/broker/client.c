@@ -745,6 +745,45 @@ static void reg_free(struct reg *g)
     free(g);
 }
 
+RRPC_API int rrpc_broker_status(rrpc_broker *b, rrpc_broker_state *ret)
+{
+    if (!b || !ret)
+        return -EINVAL;
+    memset(ret, 0, sizeof(*ret));
+    pthread_mutex_lock(&b->io);
+    struct req q;
+    req_start(b, &q, "status", 0);
+    struct reply u;
+    reply_init(&u);
+    int r = roundtrip(b, &q, &u);
+    if (!r) {
+        /* Checked as wire input: every field there, of its type and bounds. */
+        const msgpack_object *m = &u.u.data, *deg = rrpci_mp_get(m, "degraded");
+        const msgpack_object *why = rrpci_mp_get(m, "why");
+        if (!rrpci_mp_str(rrpci_mp_get(m, "registry"), ret->registry, sizeof(ret->registry)) ||
+            (strcmp(ret->registry, "memory") && strcmp(ret->registry, "etcd")) || !deg ||
+            deg->type != MSGPACK_OBJECT_BOOLEAN ||
+            !rrpci_mp_uint(rrpci_mp_get(m, "services"), &ret->services) ||
+            !rrpci_mp_uint(rrpci_mp_get(m, "registrations"), &ret->registrations) ||
+            !rrpci_mp_uint(rrpci_mp_get(m, "sessions"), &ret->sessions) ||
+            (deg->via.boolean && !why)) {
+            r = fail(b, -EPROTO, "rrpcd %s:%s: the answer to status is malformed", b->host,
+                     b->port);
+        } else {
+            ret->degraded = deg->via.boolean;
+            if (why)
+                rrpci_mp_text(why, ret->why, sizeof(ret->why));
+        }
+    }
+    reply_destroy(&u);
+    req_free(&q);
+    pthread_mutex_unlock(&b->io);
+    rrpc_broker_current(b, ret->broker, sizeof(ret->broker));
+    if (r)
+        memset(ret, 0, sizeof(*ret));
+    return r;
+}
+
 static int send_unregister(struct rrpc_broker *b, uint64_t id)
 {
     struct req q;

@@ -283,6 +283,35 @@ static void test_unregistered_service_disappears_at_once(void **state)
     server_stop(&s);
 }
 
+/* The status request: the registry in memory, never degraded, and counts that follow
+ * a register and an unregister (registrations of the other tests are gone by now). */
+static void test_status_tells_the_registry_and_its_counts(void **state)
+{
+    (void)state;
+    rrpc_broker *b;
+    assert_int_equal(open_as("kv-client", NULL, &b), 0);
+    rrpc_broker_state st;
+    assert_int_equal(rrpc_broker_status(b, &st), 0);
+    assert_string_equal(st.registry, "memory");
+    assert_int_equal(st.degraded, 0);
+    assert_string_equal(st.why, "");
+    assert_true(st.sessions >= 1);
+    assert_non_null(strstr(st.broker, "127.0.0.1:"));
+    uint64_t regs = st.registrations, svcs = st.services;
+    struct server s;
+    server_start(&s, "status-counted");
+    assert_int_equal(rrpc_broker_status(b, &st), 0);
+    assert_int_equal(st.registrations, regs + 1);
+    assert_int_equal(st.services, svcs + 1);
+    assert_int_equal(rrpc_broker_unregister(s.b, "status-counted"), 0);
+    assert_int_equal(rrpc_broker_status(b, &st), 0);
+    assert_int_equal(st.registrations, regs);
+    assert_int_equal(rrpc_broker_status(NULL, &st), -EINVAL);
+    assert_int_equal(rrpc_broker_status(b, NULL), -EINVAL);
+    rrpc_broker_close(b);
+    server_stop(&s);
+}
+
 /* ---- authentication and the ACL -------------------------------------------- */
 
 static void test_client_without_certificate_or_token_is_refused(void **state)
@@ -1134,6 +1163,7 @@ int main(void)
         cmocka_unit_test(test_server_registers_and_client_connects_by_name_on_tcp),
         cmocka_unit_test(test_lookup_of_an_unregistered_service_is_not_found),
         cmocka_unit_test(test_unregistered_service_disappears_at_once),
+        cmocka_unit_test(test_status_tells_the_registry_and_its_counts),
         cmocka_unit_test(test_client_without_certificate_or_token_is_refused),
         cmocka_unit_test(test_client_with_certificate_from_another_ca_is_refused),
         cmocka_unit_test(test_client_with_wrong_token_is_refused),

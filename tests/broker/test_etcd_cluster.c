@@ -144,6 +144,21 @@ static void server_stop(struct server *s)
     rrpc_broker_close(s->b);
 }
 
+/* Asks @b's broker its status until its degraded flag is @want; the ms it took. */
+static int64_t status_until(rrpc_broker *b, int want, rrpc_broker_state *st)
+{
+    int64_t t0 = now_ms();
+    int r;
+    while ((r = rrpc_broker_status(b, st)) == 0 && st->degraded != want &&
+           now_ms() - t0 < WAIT_MS)
+        sleep_ms(100);
+    if (r)
+        fail_msg("status: %s: %s", rrpc_strerror(r), rrpc_broker_last_error(b));
+    if (st->degraded != want)
+        fail_msg("status: degraded %d, wanted %d (%s)", st->degraded, want, st->why);
+    return now_ms() - t0;
+}
+
 /* Looks @service up through @b until the answer is @want (0 or -ENOENT); the ms it took. */
 static int64_t lookup_until(rrpc_broker *b, const char *service, int want)
 {
@@ -252,6 +267,13 @@ static void without_etcd_lookups_answer_from_cache_registrations_fail_and_all_re
     assert_non_null(strstr(why, "degraded"));
     assert_non_null(strstr(why, "etcd"));
     server_stop(&s2);
+    /* B says so when asked (its watch is down for longer than the grace). */
+    rrpc_broker_state st;
+    printf("B degraded %lld ms into the check\n", (long long)status_until(b, 1, &st));
+    assert_string_equal(st.registry, "etcd");
+    assert_true(st.why[0] != 0);
+    printf("status of B with etcd down: %s\n", st.why);
+    assert_true(st.registrations >= 1); /* its cache */
 
     /* etcd returns (same data): registrations work again, and B sees them. */
     assert_int_equal(etcd_member_start(&member), 0);
@@ -264,6 +286,8 @@ static void without_etcd_lookups_answer_from_cache_registrations_fail_and_all_re
            (long long)(now_ms() - t0));
     lookup_until(b, "kv-after", 0);
     call_echo(ctx, b, "kv-after");
+    status_until(b, 0, &st);
+    assert_string_equal(st.why, "");
     rrpc_ctx_destroy(ctx);
     rrpc_broker_close(b);
     server_stop(&s3);

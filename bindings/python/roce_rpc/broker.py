@@ -138,6 +138,20 @@ class Broker(_Closable):
             raise RrpcError(r, "broker current: %s" % strerror(r))
         return _s(buf)
 
+    def status(self) -> dict:
+        """What the broker in use says of itself (rrpc_broker_status): {"broker",
+        "registry" ("memory" or "etcd"), "degraded" (bool), "why" ("" unless
+        degraded), "services", "registrations", "sessions"}.  One round trip."""
+        self._check()
+        st = ffi.new("rrpc_broker_state *")
+        r = lib.rrpc_broker_status(self._ptr, st)
+        if r < 0:
+            raise self._error(r, "broker status")
+        return {"broker": _s(st.broker), "registry": _s(st.registry),
+                "degraded": bool(st.degraded), "why": _s(st.why),
+                "services": int(st.services), "registrations": int(st.registrations),
+                "sessions": int(st.sessions)}
+
     def _serve(self, ctx):
         self._served.add(ctx)
         ctx._core.brokers.add(self)  # the context's gate reads this broker: keep it

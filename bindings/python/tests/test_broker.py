@@ -79,6 +79,15 @@ def test_register_lookup_and_connect_by_name_with_a_ticket(rrpcd, served):
     c.close()
 
 
+def test_status_says_how_the_broker_is(rrpcd, served):
+    c = _broker(rrpcd, "kv-client")
+    st = c.status()
+    assert st["registry"] == "memory" and st["degraded"] is False and st["why"] == ""
+    assert st["registrations"] >= 1 and st["services"] >= 1 and st["sessions"] >= 2
+    assert st["broker"] == c.current
+    c.close()
+
+
 def test_the_acl_and_an_unknown_service_refuse_lookups_clearly(rrpcd, served):
     nobody = _broker(rrpcd, "nobody")
     with pytest.raises(PermissionError) as ei:
