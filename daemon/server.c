@@ -643,16 +643,11 @@ static void op_renew(struct conn *c, uint64_t id, const msgpack_object *m)
     struct registration *r = own_reg(c, id, m);
     if (!r)
         return;
-    int e = etcdreg_on() ? etcdreg_renew(r) : 0; /* queued: a lapse shows at the next one */
-    if (e == -ENOENT) {
-        LOG(LOG_NOTICE, "%s: '%s' %016llx: its lease on etcd is gone", c->peer, r->svc->name,
-            (unsigned long long)r->id);
-        registry_remove(r);
-        answer_error(c, id, "not_found", "its lease on etcd expired: register again");
-        return;
-    }
-    /* etcd unreachable (degraded): the registration stays in this rrpcd's cache as long as
-     * it is renewed; etcd's lease may lapse meanwhile, and then the next renewal says so. */
+    /* With etcd: nothing to write for one this rrpcd owns; one registered through
+     * another rrpcd moves here (queued).  Degraded, the registration stays in this
+     * rrpcd's cache as long as it is renewed. */
+    if (etcdreg_on())
+        etcdreg_renew(r);
     if (r->expires_ms != INT64_MAX)
         r->expires_ms = mono_ms() + r->lease_ms;
     LOG(LOG_DEBUG, "%s: renewed '%s' %016llx", c->peer, r->svc->name,

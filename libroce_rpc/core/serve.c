@@ -18,11 +18,12 @@
 static int ctx_text(void *user, char **ret_text, size_t *ret_len)
 {
     rrpc_ctx *ctx = user;
-    size_t need = 0;
-    int r = rrpc_ctx_stats_text(ctx, NULL, 0, &need);
-    /* The text grows while it is read when a peer appears: size it again. */
-    for (int tries = 0; tries < 4 && (r == 0 || r == -ENOBUFS); tries++) {
-        size_t cap = need + 4096;
+    /* One rendering into a buffer that usually fits; when the text did not
+     * (many peers), once more at the size it said, plus room for one that
+     * appeared meanwhile. */
+    size_t cap = 64 * 1024, need = 0;
+    int r = -ENOBUFS;
+    for (int tries = 0; tries < 4 && r == -ENOBUFS; tries++) {
         char *buf = malloc(cap);
         if (!buf)
             return -ENOMEM;
@@ -33,8 +34,9 @@ static int ctx_text(void *user, char **ret_text, size_t *ret_len)
             return 0;
         }
         free(buf);
+        cap = need + 4096;
     }
-    return r < 0 ? r : -ENOBUFS;
+    return r;
 }
 
 static void ctx_http_log(void *user, const char *msg)

@@ -232,19 +232,25 @@ static size_t peer_snapshot(rrpc_ctx *ctx, rrpc_peer_stats *ret)
     return n;
 }
 
-RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret)
+/* The counters under the lock; the queue depths are counted here, when read,
+ * not on every send. */
+static void ctx_snapshot(rrpc_ctx *ctx, rrpc_stats *ret)
 {
-    if (!ctx || !ret)
-        return -EINVAL;
-    rrpci_lock(ctx);
     *ret = ctx->stats;
-    /* Queue depths are counted here, when read, not on every send. */
     for (struct rrpci_list *l = ctx->conns.next; l != &ctx->conns; l = l->next) {
         const rrpc_conn *c = rrpci_container_of(l, rrpc_conn, link);
         for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
             for (const struct rrpci_msg *m = c->cls[i].head; m; m = m->next)
                 ret->cls[rrpci_cls_public(i)].queued_frames++;
     }
+}
+
+RRPC_API int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret)
+{
+    if (!ctx || !ret)
+        return -EINVAL;
+    rrpci_lock(ctx);
+    ctx_snapshot(ctx, ret);
     pthread_mutex_unlock(&ctx->lock); /* not rrpci_unlock: nothing changed */
     return 0;
 }
@@ -295,35 +301,29 @@ static void put(struct out *o, const char *fmt, ...)
         o->used += (size_t)n;
 }
 
-/* One counter family with a value per class: @off is the field's offset in
- * rrpc_class_stats. */
-static void per_class(struct out *o, const rrpc_stats *st, const char *name, const char *help,
-                      size_t off)
+/* One family of @type ("counter", "gauge") with a value per class: @off is the
+ * field's offset in rrpc_class_stats. */
+static void per_class_typed(struct out *o, const rrpc_stats *st, const char *name,
+                            const char *help, size_t off, const char *type)
 {
-    put(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++) {
         uint64_t v;
         memcpy(&v, (const char *)&st->cls[c] + off, sizeof(v));
         put(o, "%s{class=\"%s\"} %llu\n", name, rrpc_class_name(c), (unsigned long long)v);
     }
+}
+
+static void per_class(struct out *o, const rrpc_stats *st, const char *name, const char *help,
+                      size_t off)
+{
+    per_class_typed(o, st, name, help, off, "counter");
 }
 
 static void single(struct out *o, const char *name, const char *help, uint64_t v)
 {
     put(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
         (unsigned long long)v);
-}
-
-/* A gauge family with a value per class. */
-static void per_class_gauge(struct out *o, const rrpc_stats *st, const char *name,
-                            const char *help, size_t off)
-{
-    put(o, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
-    for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++) {
-        uint64_t v;
-        memcpy(&v, (const char *)&st->cls[c] + off, sizeof(v));
-        put(o, "%s{class=\"%s\"} %llu\n", name, rrpc_class_name(c), (unsigned long long)v);
-    }
 }
 
 /* A histogram family per class from microsecond buckets at offset @off_b of
@@ -426,9 +426,9 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
     for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++)
         put(&o, "%s{class=\"%s\"} %.9f\n", w, rrpc_class_name(c),
             (double)st.cls[c].credit_wait_ns / 1e9);
-    per_class_gauge(&o, &st, "rrpc_send_queue_frames",
+    per_class_typed(&o, &st, "rrpc_send_queue_frames",
                     "Frames of the class in the connections' send queues (waiting for credit "
-                    "or for the transport).", F(queued_frames));
+                    "or for the transport).", F(queued_frames), "gauge");
     histogram(&o, &st, "rrpc_call_duration_seconds",
               "Round trip of the calls answered, from the call to its answer.", F(rtt_buckets),
               F(rtt_us_sum));
@@ -471,11 +471,11 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
     if (!ctx || !ret_len || (len && !buf))
         return -EINVAL;
     rrpc_stats st;
-    rrpc_ctx_stats(ctx, &st);
     rrpc_peer_stats *peers = malloc(sizeof(*peers) * (RRPC_STATS_PEERS + 1));
     if (!peers)
         return -ENOMEM;
-    rrpci_lock(ctx);
+    rrpci_lock(ctx); /* one snapshot of both: the classes and the peers agree */
+    ctx_snapshot(ctx, &st);
     size_t n = peer_snapshot(ctx, peers);
     pthread_mutex_unlock(&ctx->lock); /* as rrpc_ctx_stats */
     int r = rrpci_stats_render(&st, peers, n, buf, len, ret_len);
