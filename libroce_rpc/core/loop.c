@@ -24,10 +24,37 @@
 
 /* ---- the loop and its lock --------------------------------------------- */
 
+/* Tries for the lock for about @us without sleeping: a thread-mode loop
+ * holds it for the few microseconds left of its pass after a callback, and
+ * a thread calling in right then (the next blocking call, most often)
+ * would otherwise sleep and be woken for it. */
+#define RRPCI_LOCK_SPIN_US 20
+
+static bool lock_spin(rrpc_ctx *ctx, int us)
+{
+    if (us <= 0)
+        return false;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 1;; i++) {
+        if (pthread_mutex_trylock(&ctx->lock) == 0)
+            return true;
+        if ((i & 15) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 >= us)
+                return false;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 void rrpci_lock(rrpc_ctx *ctx)
 {
     atomic_fetch_add(&ctx->lock_waiters, 1);
-    pthread_mutex_lock(&ctx->lock);
+    if (!(__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED) && lock_spin(ctx, RRPCI_LOCK_SPIN_US)))
+        pthread_mutex_lock(&ctx->lock);
     atomic_fetch_sub(&ctx->lock_waiters, 1);
 }
 

@@ -94,8 +94,21 @@ static bool spin_for(struct rrpci_sync *s, int us)
     }
 }
 
-/* Waits for @s; *@woke: whether the loop was woken after the operation began. */
-static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
+/* After seeing s->done without s->mu: waits until the loop has left
+ * rrpci_sync_done (it sets done under s->mu), so @s may be released. */
+static void sync_settled(struct rrpci_sync *s)
+{
+    pthread_mutex_lock(&s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits for @s.  Returns whether the context lock is still held: a thread
+ * whose answer came while it let go of the context returns without taking
+ * it again, since the loop thread, which just ran the completion, still
+ * holds it for the rest of its pass (waiting for it cost the caller a
+ * second sleep and wake-up per call).  *@woke: whether the loop was woken
+ * after the operation began. */
+static bool sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
 {
     while (!sync_done(s)) {
         if (!ctx->thread_mode && !ctx->in_run) {
@@ -115,8 +128,8 @@ static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
             *woke = true;
         }
         if (spin_for(s, ctx->cfg.sync_spin_us)) {
-            rrpci_lock(ctx);
-            continue;
+            sync_settled(s);
+            return false;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -128,18 +141,22 @@ static void sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
         pthread_mutex_lock(&s->mu);
         if (!s->done)
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        bool done = s->done;
         pthread_mutex_unlock(&s->mu);
+        if (done)
+            return false;
         rrpci_lock(ctx);
     }
+    return true;
 }
 
 int rrpci_sync_end(struct rrpci_sync *s, int started)
 {
     rrpc_ctx *ctx = s->ctx;
     int r = started;
-    bool woke = false;
+    bool woke = false, locked = true;
     if (r == 0) {
-        sync_wait(ctx, s, &woke);
+        locked = sync_wait(ctx, s, &woke);
         r = s->status;
         if (r != 0)
             rrpci_set_error(ctx, r, "%s", s->detail);
@@ -147,7 +164,9 @@ int rrpci_sync_end(struct rrpci_sync *s, int started)
     /* Once the loop was woken for what the operation started, only results
      * were read: a thread-mode loop has nothing to see, and waking it would
      * cost it a pass for nothing after every call. */
-    if (woke && ctx->thread_mode)
+    if (!locked)
+        ;
+    else if (woke && ctx->thread_mode)
         pthread_mutex_unlock(&ctx->lock);
     else
         rrpci_unlock(ctx);
