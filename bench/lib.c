@@ -217,6 +217,13 @@ static void op_cb(int status, void *user)
     finish(user, status, NULL);
 }
 
+/* Calls of 64 KiB and more lend d->buf instead of having it copied: it is
+ * never written while calls are in flight (RRPC_CALL_BORROW). */
+static uint64_t call_flags(size_t size)
+{
+    return size >= 64 * 1024 ? RRPC_CALL_BORROW : 0;
+}
+
 static int submit(struct slot *s)
 {
     struct flow *f = s->f;
@@ -225,7 +232,8 @@ static int submit(struct slot *s)
     switch (f->sp.kind) {
     case OP_ECHO:
     case OP_SINK: {
-        rrpc_call_opts o = {.qos_class = f->sp.cls, .deadline_ms = 60000};
+        rrpc_call_opts o = {.qos_class = f->sp.cls, .deadline_ms = 60000,
+                            .flags = call_flags(f->sp.size)};
         return rrpc_call(d->conn, f->sp.kind == OP_ECHO ? "echo" : "sink", d->buf, f->sp.size, &o,
                          call_cb, s);
     }
@@ -308,7 +316,8 @@ static int sync_once(struct lib_drv *d, const struct spec *sp, char *err, size_t
 {
     int r;
     if (sp->kind == OP_ECHO || sp->kind == OP_SINK) {
-        rrpc_call_opts o = {.qos_class = sp->cls, .deadline_ms = 60000};
+        rrpc_call_opts o = {.qos_class = sp->cls, .deadline_ms = 60000,
+                            .flags = call_flags(sp->size)};
         void *resp = NULL;
         size_t len = 0;
         r = rrpc_call_sync(d->conn, sp->kind == OP_ECHO ? "echo" : "sink", d->buf, sp->size, &o,

@@ -69,8 +69,27 @@ RRPC_API int rrpc_request_class(rrpc_request *req);
 typedef struct rrpc_call_opts {
     int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_LOW_LATENCY */
     int deadline_ms; /* 0: the context default (RRPC_DEADLINE_MS, 30 s); < 0: none */
-    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
+    uint64_t flags;  /* RRPC_CALL_* bits; others: -EINVAL */
+    uint64_t reserved[3]; /* must be zero (new fields come out of it) */
 } rrpc_call_opts;
+
+/*
+ * RRPC_CALL_BORROW: rrpc_call lends the library the request buffer instead
+ * of copying it.  The caller keeps @req valid and unchanged from the call
+ * until its completion callback runs (whatever the status: response,
+ * application error, deadline, connection lost); the callback may reuse or
+ * free it, and the library never reads it after that.  When rrpc_call fails
+ * the buffer is the caller's at once.  On tcp the payload is written from
+ * @req to the socket (in pieces of at most 64 KiB, like every frame); if a
+ * call completes while part of its request is still unwritten (its deadline
+ * passed, or a peer answered early), the library copies the rest before the
+ * callback runs.  On inproc and verbs the flag is accepted and the payload
+ * is copied as without it (the frame may be read by another context's
+ * thread, or by the peer's RDMA READ, after an early completion).  It pays
+ * for large payloads; rrpc_call_sync may use it (it returns after the
+ * completion).
+ */
+#define RRPC_CALL_BORROW 1u
 
 /*
  * The result of a call, handed to the completion callback.  Everything in it
@@ -93,10 +112,11 @@ typedef void (*rrpc_call_cb)(const rrpc_result *res, void *user);
 /*
  * Calls @method (1..255 bytes, as for rrpc_register) on the peer of @conn
  * with @len bytes at @req (copied before this returns; the caller keeps
- * @req).  @cb runs exactly once, on the loop thread, unless this call fails,
+ * @req; with RRPC_CALL_BORROW in @opts->flags, lent until @cb runs instead).
+ * @cb runs exactly once, on the loop thread, unless this call fails,
  * in which case it never runs.  Errors: -EINVAL (also for an empty or a
- * longer method name; nothing goes on the wire), RRPC_E_BAD_CLASS,
- * RRPC_E_TOO_BIG, RRPC_E_CLOSED, -ENOMEM.
+ * longer method name, or an unknown flag; nothing goes on the wire),
+ * RRPC_E_BAD_CLASS, RRPC_E_TOO_BIG, RRPC_E_CLOSED, -ENOMEM.
  */
 RRPC_API int rrpc_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
                        const rrpc_call_opts *opts, rrpc_call_cb cb, void *user);

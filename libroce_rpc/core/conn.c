@@ -24,6 +24,12 @@ struct rrpci_msg *rrpci_msg_new(size_t len)
 
 void rrpci_msg_free(struct rrpci_msg *m)
 {
+    if (!m)
+        return;
+    if (m->lender)
+        *m->lender = NULL; /* the caller's buffer is no longer read */
+    if (m->ext_owned)
+        free((void *)(uintptr_t)m->ext);
     free(m);
 }
 

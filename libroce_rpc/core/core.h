@@ -271,6 +271,7 @@ struct rrpci_pending {
     /* call */
     rrpc_call_cb cb;
     void *user;
+    struct rrpci_msg *borrowed; /* RRPC_CALL_BORROW: its frame while one holds the caller's buffer */
     /* one-sided: an operation split in @parts frames, done when all answered */
     rrpc_op_cb op_cb;
     rrpc_region *local;

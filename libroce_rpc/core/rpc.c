@@ -183,10 +183,39 @@ RRPC_API int rrpc_request_class(rrpc_request *req)
 
 /* ---- client side -------------------------------------------------------- */
 
+/* A call completes while the transport still holds its borrowed request
+ * (RRPC_CALL_BORROW): the frame goes on from a copy, for the caller may reuse
+ * the buffer once the callback ran.  Without memory for the copy, the
+ * connection goes down (which releases the frame) rather than read a buffer
+ * that is the caller's again. */
+static void unborrow(struct rrpci_pending *pd)
+{
+    struct rrpci_msg *m = pd->borrowed;
+    if (!m)
+        return;
+    void *copy = malloc(m->ext_len);
+    if (!copy) {
+        rrpci_conn_down(pd->conn, -ENOMEM,
+                        "out of memory for the copy of a borrowed request that completed early");
+        if (pd->borrowed) { /* a transport that kept it: never read it again */
+            pd->borrowed->ext_len = 0;
+            pd->borrowed->lender = NULL;
+        }
+        pd->borrowed = NULL;
+        return;
+    }
+    memcpy(copy, m->ext, m->ext_len);
+    m->ext = copy;
+    m->ext_owned = true;
+    m->lender = NULL;
+    pd->borrowed = NULL;
+}
+
 void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
 {
     rrpci_timer_stop(&pd->deadline);
     if (pd->kind == RRPCI_PEND_CALL) {
+        unborrow(pd);
         rrpci_stats_call_done(pd->conn, pd->cls, status, 0, pd->t0);
         rrpc_result res = {.status = status, .message = msg ? msg : ""};
         pd->cb(&res, pd->user);
@@ -272,6 +301,14 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     int r = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_call_opts");
     if (r < 0)
         return r;
+    uint64_t flags = opts ? opts->flags : 0;
+    if (flags & ~(uint64_t)RRPC_CALL_BORROW)
+        return rrpci_set_error(ctx, -EINVAL,
+                               "rrpc_call_opts.flags 0x%llx has bits this library does not know "
+                               "(RRPC_CALL_BORROW is the only flag)",
+                               (unsigned long long)flags);
+    /* Borrowed only where the transport lets the core take the frame back. */
+    bool borrow = (flags & RRPC_CALL_BORROW) && len && c->ops->ext_repointable;
     r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_LOW_LATENCY, &cls);
     if (r < 0)
         return r;
@@ -292,7 +329,7 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     }
     r = -ENOMEM;
     pd = rrpci_pending_new(c, RRPCI_PEND_CALL, opts ? opts->deadline_ms : 0);
-    m = pd ? rrpci_msg_new(len) : NULL;
+    m = pd ? rrpci_msg_new(borrow ? 0 : len) : NULL;
     if (!m)
         goto out;
     pd->cb = cb;
@@ -302,8 +339,14 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     m->h.type = RRPCI_T_REQUEST;
     m->h.id = pd->node.key;
     m->h.arg = rrpc_method_id(method);
-    if (len)
+    if (borrow) {
+        m->ext = req;
+        m->ext_len = len;
+        m->lender = &pd->borrowed;
+        pd->borrowed = m;
+    } else if (len) {
         memcpy(m->data, req, len);
+    }
     r = rrpci_conn_submit(c, cls, m);
     m = NULL;
     if (r == 0) {
@@ -333,6 +376,7 @@ void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_
     }
     rrpci_idmap_del(&c->pending, h->id);
     rrpci_timer_stop(&pd->deadline);
+    unborrow(pd); /* answered before its request was all written: a broken peer */
     rrpc_result res = {.status = (int32_t)(uint32_t)h->arg, .message = ""};
     char msg[RRPCI_ERRMSG_WIRE_MAX + 1];
     if (res.status == 0) {

@@ -40,6 +40,10 @@ struct sockaddr;
  * caller guarantees until completion, e.g. a registered region).  Once
  * ops->send accepted it, the transport owns it and releases it with
  * rrpci_msg_free() when the bytes are gone (written / send completed).
+ * A borrowed @ext (rrpc_call's RRPC_CALL_BORROW) is named by *@lender, which
+ * rrpci_msg_free clears; the core may point @ext at its own copy
+ * (@ext_owned, freed with the frame) while a transport whose ops say
+ * ext_repointable holds the frame.
  */
 struct rrpci_msg {
     struct rrpci_msg *next;
@@ -47,6 +51,8 @@ struct rrpci_msg {
     uint8_t hdr[RRPCI_HDR_SIZE]; /* encoded at hand-off */
     const uint8_t *ext;
     size_t ext_len;
+    struct rrpci_msg **lender;
+    bool ext_owned;
     size_t len;
     uint8_t data[];
 };
@@ -122,6 +128,13 @@ struct rrpci_transport_ops {
 
     /* Its tunables, ended by an entry whose env is NULL; NULL: none. */
     const struct rrpci_tunable *tunables;
+    /* The transport reads a frame's @ext only through m->ext, on the loop
+     * thread, each time it needs bytes of it, and never after
+     * rrpci_msg_free: the core may then send a caller's buffer without a
+     * copy and point @ext at a copy of it if the call completes while the
+     * transport still holds the frame (RRPC_CALL_BORROW).  False: such
+     * calls are copied into the frame. */
+    bool ext_repointable;
 };
 
 /* The transports compiled in. */

@@ -62,6 +62,7 @@ struct tcp_chan {
     size_t big_got, big_cap;
     uint8_t *spare; /* the last large buffer, kept for the next large payload */
     size_t spare_cap;
+    bool peek_hdr; /* the last header announced a large payload: read the next header alone */
     /* transmit */
     struct rrpci_msg *txh, *txt;
     size_t tx_off;
@@ -363,6 +364,7 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
             ch->have_hdr = true;
             ch->roff += RRPCI_HDR_SIZE;
             avail -= RRPCI_HDR_SIZE;
+            ch->peek_hdr = ch->h.len > RBUF_SIZE / 2;
             /* A frame that is whole in the buffer is checked on delivery;
              * one whose payload is still to come, before it is buffered. */
             if (avail < ch->h.len && rrpci_conn_rx_admit(c, ch->cls, &ch->h)) {
@@ -436,6 +438,11 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
                 break;
             }
             want = RBUF_SIZE - ch->rlen;
+            /* After a large payload another often follows: its header alone
+             * first, so that its payload is read straight into its own
+             * buffer, not into rbuf and copied from there. */
+            if (ch->peek_hdr && ch->rlen == 0)
+                want = RRPCI_HDR_SIZE;
             n = read(ch->fd, ch->rbuf + ch->rlen, want);
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -1095,4 +1102,5 @@ const struct rrpci_transport_ops rrpci_tcp_ops = {
     .peer_name = tcp_peer_name,
     .listener_port = tcp_listener_port,
     .trim = tcp_trim,
+    .ext_repointable = true, /* chan_write reads m->ext afresh for every piece */
 };
