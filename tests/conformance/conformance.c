@@ -49,6 +49,8 @@ static struct {
     int called_back;
     rrpc_region *sregion;
     uint8_t *smem;
+    int blocking, release;    /* h_block */
+    int check_good, check_bad; /* h_check */
 } T;
 
 #define SMEM_LEN (4u << 20)
@@ -130,6 +132,35 @@ static void h_reenter(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_respond(req, &code, sizeof(code));
 }
 
+/* Holds the server's loop thread until the test sets T.release: nothing is
+ * read on any connection of the server meanwhile. */
+static void h_block(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    lock();
+    T.blocking++;
+    unlock();
+    while (wait_for(&T.release, 1, 100) < 1)
+        ;
+    rrpc_respond(req, "go", 2);
+}
+
+/* Counts requests whose payload is fill(len, len) and those that are not. */
+static void h_check(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    uint8_t *want = malloc(len ? len : 1);
+    assert_non_null(want);
+    fill(want, len, (uint32_t)len);
+    bool good = memcmp(p, want, len) == 0;
+    free(want);
+    lock();
+    if (good)
+        T.check_good++;
+    else
+        T.check_bad++;
+    unlock();
+    rrpc_respond(req, NULL, 0);
+}
+
 static void server_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
     lock();
@@ -169,6 +200,9 @@ static int group_setup(void **state)
         if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
             return -1;
     rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
+    if (rrpc_register(T.sctx, "block", h_block, NULL) ||
+        rrpc_register(T.sctx, "check", h_check, NULL))
+        return -1;
     if (rrpc_register(T.cctx, "echo", h_echo, NULL)) /* clients serve too */
         return -1;
     T.smem = calloc(1, SMEM_LEN);
@@ -1127,6 +1161,137 @@ static void test_an_unresolvable_host_fails_with_unknown_host_and_says_so(void *
     assert_non_null(strstr(why, "nosuchhost.invalid"));
 }
 
+/* ---- borrowed request buffers (RRPC_CALL_BORROW) ------------------------------ */
+
+struct borrow_call {
+    uint8_t *buf, *want;
+    size_t len;
+    int status, overwritten;
+    bool same;
+};
+
+static void borrow_echo_cb(const rrpc_result *res, void *user)
+{
+    struct borrow_call *bc = user;
+    lock();
+    bc->status = res->status;
+    bc->same = res->status == 0 && res->len == bc->len && memcmp(res->data, bc->want, bc->len) == 0;
+    bc->overwritten++;
+    unlock();
+}
+
+static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    /* tcp writes and reads in pieces of at most 64 KiB */
+    static const size_t sizes[] = {1, 65535, 65536, 65537, (1u << 20) + 3, 1, (1u << 20) + 3};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    struct borrow_call bc[N];
+    memset(bc, 0, sizeof(bc));
+    for (int i = 0; i < N; i++) {
+        bc[i].len = sizes[i];
+        bc[i].buf = malloc(sizes[i]);
+        bc[i].want = malloc(sizes[i]);
+        fill(bc[i].buf, sizes[i], 1000u + (uint32_t)i);
+        memcpy(bc[i].want, bc[i].buf, sizes[i]);
+    }
+    /* All in flight at once on one class, then one at a time on another. */
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .flags = RRPC_CALL_BORROW};
+    int done = 0;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(rrpc_call(c, "echo", bc[i].buf, bc[i].len, &o, borrow_echo_cb, &bc[i]),
+                         0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(wait_for(&bc[i].overwritten, 1, 30000), 1);
+        lock();
+        done += bc[i].status == 0 && bc[i].same;
+        if (!bc[i].same)
+            printf("# pipelined borrowed echo of %zu bytes: %s, %s\n", bc[i].len,
+                   rrpc_err_name(bc[i].status), bc[i].status ? "failed" : "bytes differ");
+        unlock();
+    }
+    assert_int_equal(done, N);
+    o.qos_class = RRPC_CLASS_LOW_LATENCY;
+    for (int i = 0; i < N; i++) {
+        void *out = NULL;
+        size_t n = 0;
+        assert_int_equal(rrpc_call_sync(c, "echo", bc[i].buf, bc[i].len, &o, &out, &n), 0);
+        assert_int_equal(n, bc[i].len);
+        assert_memory_equal(out, bc[i].want, n);
+        free(out);
+    }
+    /* An unknown flag is refused before anything goes on the wire. */
+    rrpc_call_opts bad = {.flags = 2};
+    assert_int_equal(rrpc_call(c, "echo", "x", 1, &bad, borrow_echo_cb, &bc[0]), -EINVAL);
+    for (int i = 0; i < N; i++) {
+        free(bc[i].buf);
+        free(bc[i].want);
+    }
+    rrpc_conn_close(c);
+}
+
+static void borrow_overwrite_cb(const rrpc_result *res, void *user)
+{
+    struct borrow_call *bc = user;
+    memset(bc->buf, 0xEE, bc->len); /* the buffer is the caller's again */
+    lock();
+    bc->status = res->status;
+    bc->overwritten++;
+    unlock();
+}
+
+/* Large borrowed calls whose deadline passes while the server reads nothing
+ * (its loop is held): their callbacks run with part of a request unwritten,
+ * and overwrite the buffer.  Whatever of them reaches the server later must
+ * still be the original bytes. */
+static void test_a_borrowed_buffer_is_not_read_after_its_completion_ran(void **state)
+{
+    enum { N = 4 };
+    rrpc_conn *c = connect_client(T.cctx);
+    lock();
+    T.blocking = T.release = T.check_good = T.check_bad = 0;
+    unlock();
+    struct pipe_state blk = {.expect_len = 2};
+    rrpc_call_opts bo = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = -1};
+    assert_int_equal(rrpc_call(c, "block", NULL, 0, &bo, pipe_cb, &blk), 0);
+    assert_int_equal(wait_for(&T.blocking, 1, 10000), 1);
+    /* 16 MiB each: more than the sockets' buffers hold on loopback. */
+    struct borrow_call bc[N];
+    memset(bc, 0, sizeof(bc));
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 300,
+                        .flags = RRPC_CALL_BORROW};
+    for (int i = 0; i < N; i++) {
+        bc[i].len = (16u << 20) + (size_t)i;
+        bc[i].buf = malloc(bc[i].len);
+        assert_non_null(bc[i].buf);
+        fill(bc[i].buf, bc[i].len, (uint32_t)bc[i].len);
+        assert_int_equal(rrpc_call(c, "check", bc[i].buf, bc[i].len, &o, borrow_overwrite_cb,
+                                   &bc[i]),
+                         0);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(wait_for(&bc[i].overwritten, 1, 30000), 1);
+        assert_int_equal(bc[i].status, RRPC_E_DEADLINE);
+    }
+    lock();
+    T.release = 1;
+    unlock();
+    assert_int_equal(wait_for(&blk.done, 1, 30000), 1);
+    assert_int_equal(blk.bad, 0);
+    /* Behind whatever of the requests was on its way: the stream is intact. */
+    echo_ok(c, 1000, RRPC_CLASS_BULK);
+    lock();
+    int good = T.check_good, bad = T.check_bad;
+    unlock();
+    printf("# %d of %d expired borrowed requests reached the server, %d altered\n", good + bad, N,
+           bad);
+    assert_int_equal(bad, 0);
+    assert_true(good >= 1); /* one was under way when its deadline passed */
+    for (int i = 0; i < N; i++)
+        free(bc[i].buf);
+    rrpc_conn_close(c);
+}
+
 /* ---- bad input from a raw peer (tcp only: the frames are written by hand) ---- */
 
 /* Reported to cmocka as skipped (not passed) on other transports. */
@@ -1217,6 +1382,22 @@ static void test_a_4_GiB_length_closes_the_connection_before_any_allocation(void
     uint8_t hdr[32];
     raw_header(hdr, 5 /*REQUEST*/, 1, 0, 1, 0, 0xFFFFFFFFu, 0);
     raw_expect_down(1, hdr, sizeof(hdr), RRPC_E_TOO_BIG);
+}
+
+/* After a large payload the server reads the next header alone (to read the
+ * next large payload straight into its buffer): a header that announces
+ * 4 GiB there is still refused at the header, before any allocation. */
+static void test_a_4_GiB_length_after_a_large_frame_is_refused_at_its_header(void **state)
+{
+    if (raw_skip())
+        return;
+    enum { LARGE = 200 * 1000 };
+    uint8_t *bytes = calloc(1, 32 + LARGE + 32);
+    assert_non_null(bytes);
+    raw_header(bytes, 5 /*REQUEST*/, 1, 0, 1, 0 /* no such method */, LARGE, 0);
+    raw_header(bytes + 32 + LARGE, 5 /*REQUEST*/, 1, 0, 2, 0, 0xFFFFFFFFu, 0);
+    raw_expect_down(1, bytes, 32 + LARGE + 32, RRPC_E_TOO_BIG);
+    free(bytes);
 }
 
 static void test_a_peer_vanishing_mid_message_is_detected(void **state)
@@ -1353,9 +1534,12 @@ int main(void)
         cmocka_unit_test(test_one_sided_with_a_forged_key_fails_and_writes_nothing),
         cmocka_unit_test(test_concurrent_blocking_one_sided_failures_each_report_their_own_detail),
         cmocka_unit_test(test_an_unresolvable_host_fails_with_unknown_host_and_says_so),
+        cmocka_unit_test(test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries),
+        cmocka_unit_test(test_a_borrowed_buffer_is_not_read_after_its_completion_ran),
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),
         cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),
         cmocka_unit_test(test_a_4_GiB_length_closes_the_connection_before_any_allocation),
+        cmocka_unit_test(test_a_4_GiB_length_after_a_large_frame_is_refused_at_its_header),
         cmocka_unit_test(test_a_peer_vanishing_mid_message_is_detected),
         cmocka_unit_test(test_a_malformed_header_closes_only_that_connection),
         cmocka_unit_test(test_a_sender_overrunning_its_credits_is_cut_off),
