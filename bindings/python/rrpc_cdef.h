@@ -143,8 +143,10 @@ int rrpc_request_class(rrpc_request *req);
 typedef struct rrpc_call_opts {
     int qos_class;
     int deadline_ms;
-    uint64_t reserved[4];
+    uint64_t flags;
+    uint64_t reserved[3];
 } rrpc_call_opts;
+#define RRPC_CALL_BORROW ...
 typedef struct rrpc_result {
     int status;
     const void *data;
