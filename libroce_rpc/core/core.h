@@ -271,7 +271,11 @@ struct rrpci_pending {
     /* call */
     rrpc_call_cb cb;
     void *user;
-    struct rrpci_msg *borrowed; /* RRPC_CALL_BORROW: its frame while one holds the caller's buffer */
+    /* RRPC_CALL_BORROW: the frame that still reads the caller's buffer
+     * (rrpci_msg_free clears this).  Every path that completes a call
+     * (rrpci_pending_fail, rrpci_rpc_on_response) lets it go first, for the
+     * caller may reuse the buffer in its callback. */
+    struct rrpci_msg *borrowed;
     /* one-sided: an operation split in @parts frames, done when all answered */
     rrpc_op_cb op_cb;
     rrpc_region *local;
