@@ -82,7 +82,19 @@ enum op_kind {
     OP_SINK,  /* RPC "sink": the response is empty (one-way data + an ack) */
     OP_WRITE, /* one-sided WRITE into the server's region */
     OP_READ,  /* one-sided READ from the server's region */
+    OP_WORK,  /* RPC "work": the handler spends BENCH_WORK_US of CPU, then answers empty */
+    OP_WORK_WORKER, /* RPC "work_worker": the same handler, on a worker (RRPC_HANDLER_ON_WORKER) */
 };
+
+/* CPU time the "work" handlers spend per request, us. */
+#define BENCH_WORK_US 1000
+
+/* The method an RPC spec calls. */
+static inline const char *spec_method(enum op_kind kind)
+{
+    return kind == OP_ECHO ? "echo" : kind == OP_SINK ? "sink" : kind == OP_WORK ? "work"
+                                                                             : "work_worker";
+}
 
 /* One stream of operations: @depth of them kept in flight. */
 struct spec {

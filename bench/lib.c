@@ -13,7 +13,8 @@
  * callbacks on the loop thread.
  *
  * Server: a context in thread mode per configuration with "echo", "sink",
- * "token" and "cpu" methods and a 4 MiB region open to remote READ and WRITE.
+ * "token", "cpu", "work" and "work_worker" (the same 1 ms handler on a
+ * handler worker) methods and a 4 MiB region open to remote READ and WRITE.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -46,6 +47,18 @@ static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
 
 static void h_sink(rrpc_request *req, const void *p, size_t len, void *user)
 {
+    rrpc_respond(req, NULL, 0);
+}
+
+/* Spends BENCH_WORK_US of this thread's CPU, then answers empty: a handler
+ * that does work on what it received (decoding, checksumming, copying). */
+static void h_work(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < BENCH_WORK_US);
     rrpc_respond(req, NULL, 0);
 }
 
@@ -130,7 +143,10 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
     if ((r = rrpc_register(s->ctx, "echo", h_echo, NULL)) ||
         (r = rrpc_register(s->ctx, "sink", h_sink, NULL)) ||
         (r = rrpc_register(s->ctx, "token", h_token, s)) ||
-        (r = rrpc_register(s->ctx, "cpu", h_cpu, NULL))) {
+        (r = rrpc_register(s->ctx, "cpu", h_cpu, NULL)) ||
+        (r = rrpc_register(s->ctx, "work", h_work, NULL)) ||
+        (r = rrpc_register_with(s->ctx, "work_worker", h_work, NULL,
+                                &(rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER}))) {
         snprintf(err, elen, "rrpc_register: %s", rrpc_strerror(r));
         return r;
     }
@@ -231,11 +247,13 @@ static int submit(struct slot *s)
     s->t0 = now_ns();
     switch (f->sp.kind) {
     case OP_ECHO:
-    case OP_SINK: {
+    case OP_SINK:
+    case OP_WORK:
+    case OP_WORK_WORKER: {
         rrpc_call_opts o = {.qos_class = f->sp.cls, .deadline_ms = 60000,
                             .flags = call_flags(f->sp.size)};
-        return rrpc_call(d->conn, f->sp.kind == OP_ECHO ? "echo" : "sink", d->buf, f->sp.size, &o,
-                         call_cb, s);
+        return rrpc_call(d->conn, spec_method(f->sp.kind), d->buf, f->sp.size,
+                         &o, call_cb, s);
     }
     case OP_WRITE: {
         rrpc_op_opts o = {.qos_class = f->sp.cls};
@@ -315,12 +333,12 @@ static void pump(struct lib_drv *d, bool busy)
 static int sync_once(struct lib_drv *d, const struct spec *sp, char *err, size_t errlen)
 {
     int r;
-    if (sp->kind == OP_ECHO || sp->kind == OP_SINK) {
+    if (sp->kind != OP_WRITE && sp->kind != OP_READ) {
         rrpc_call_opts o = {.qos_class = sp->cls, .deadline_ms = 60000,
                             .flags = call_flags(sp->size)};
         void *resp = NULL;
         size_t len = 0;
-        r = rrpc_call_sync(d->conn, sp->kind == OP_ECHO ? "echo" : "sink", d->buf, sp->size, &o,
+        r = rrpc_call_sync(d->conn, spec_method(sp->kind), d->buf, sp->size, &o,
                            &resp, &len);
         free(resp);
     } else {

@@ -298,8 +298,8 @@ static void run_single_note(struct driver *d, const char *test, struct spec sp, 
 {
     char sz[16], variant[96];
     fmt_size(sz, sizeof(sz), sp.size);
-    const char *what = sp.kind == OP_ECHO ? "echo" : sp.kind == OP_SINK ? "sink" :
-                       sp.kind == OP_WRITE ? "WRITE" : "READ";
+    const char *what = sp.kind == OP_WRITE ? "WRITE" : sp.kind == OP_READ ? "READ"
+                                                                   : spec_method(sp.kind);
     if (d->qos)
         snprintf(variant, sizeof(variant), "%s, class %s", what, cls_name(sp.cls));
     else
@@ -330,21 +330,38 @@ static void run_single(struct driver *d, const char *test, struct spec sp, doubl
     run_single_note(d, test, sp, dur, NULL);
 }
 
-/* A 64 B probe (one in flight) while a 1 MiB bulk load saturates the link. */
-static void run_qos(struct driver *d, bool separated)
+enum qos_load {
+    QOS_SEPARATED,   /* probe in low_latency, sink load in bulk */
+    QOS_ONE_CLASS,   /* probe and sink load in bulk */
+    QOS_WORK_LOOP,   /* probe in low_latency, "work" load (1 ms handlers) in bulk, on the loop */
+    QOS_WORK_WORKER, /* the same with the handlers on workers (RRPC_HANDLER_ON_WORKER) */
+};
+
+/* A 64 B probe (one in flight) while a 1 MiB bulk load saturates the link,
+ * or keeps the server's handlers busy. */
+static void run_qos(struct driver *d, enum qos_load load)
 {
-    const char *test = separated ? "qos_separated" : "qos_one_class";
+    static const char *const tests[] = {"qos_separated", "qos_one_class", "qos_work_loop",
+                                        "qos_work_worker"};
+    static const enum op_kind loads[] = {OP_SINK, OP_SINK, OP_WORK, OP_WORK_WORKER};
+    const char *test = tests[load];
     struct spec sp[2] = {
         {.kind = OP_ECHO, .size = g_opts.size, .depth = 1,
-         .cls = separated ? RRPC_CLASS_LOW_LATENCY : RRPC_CLASS_BULK, .lat = true},
-        {.kind = OP_SINK, .size = g_opts.large_size, .depth = g_opts.bw_depth,
+         .cls = load == QOS_ONE_CLASS ? RRPC_CLASS_BULK : RRPC_CLASS_LOW_LATENCY, .lat = true},
+        {.kind = loads[load], .size = g_opts.large_size, .depth = g_opts.bw_depth,
          .cls = RRPC_CLASS_BULK, .lat = false},
     };
-    char variant[96];
+    char variant[128];
     char lsz[16];
     fmt_size(lsz, sizeof(lsz), g_opts.large_size);
-    snprintf(variant, sizeof(variant), "probe echo in %s; load %s sink x%d in %s", cls_name(sp[0].cls),
-             lsz, g_opts.bw_depth, cls_name(sp[1].cls));
+    if (loads[load] == OP_SINK)
+        snprintf(variant, sizeof(variant), "probe echo in %s; load %s sink x%d in %s",
+                 cls_name(sp[0].cls), lsz, g_opts.bw_depth, cls_name(sp[1].cls));
+    else
+        snprintf(variant, sizeof(variant),
+                 "probe echo in %s; load %s work (%d us handler) x%d in %s, handler %s",
+                 cls_name(sp[0].cls), lsz, BENCH_WORK_US, g_opts.bw_depth, cls_name(sp[1].cls),
+                 load == QOS_WORK_WORKER ? "on a worker" : "on the loop");
     progress_begin("%-7s %-14s probe %zu B + %s load", d->name, test, g_opts.size, lsz);
     struct outcome o[2];
     memset(o, 0, sizeof(o));
@@ -545,10 +562,10 @@ static void run_tests(void)
             peers_run(PEER_VERBS_BW);
     }
     if (g_opts.tests & T_QOS)
-        for (int sep = 1; sep >= 0; sep--)
+        for (int load = QOS_SEPARATED; load <= QOS_WORK_WORKER; load++)
             for (int i = 0; i < ndrivers; i++)
                 if (drivers[i].qos)
-                    run_qos(&drivers[i], sep);
+                    run_qos(&drivers[i], (enum qos_load)load);
     if ((g_opts.tests & T_IDLE) && tcp)
         run_idle();
     if (g_opts.tests & T_SWEEP) {

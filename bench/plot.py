@@ -92,8 +92,11 @@ def qos_probe(results, out):
             bars.append((f"{tr}\nunloaded", base["rtt_us"]))
         for r in qos:
             if r["transport"] == tr:
-                cls = "probe in bulk" if r["test"] == "qos_one_class" else "probe in low_latency"
-                bars.append((f"{tr}\n{cls}\nunder bulk", r["rtt_us"]))
+                label = {"qos_one_class": "probe in bulk\nunder bulk",
+                         "qos_work_loop": "under 1 ms\nhandlers\non the loop",
+                         "qos_work_worker": "under 1 ms\nhandlers\non workers"}.get(
+                             r["test"], "probe in low_latency\nunder bulk")
+                bars.append((f"{tr}\n{label}", r["rtt_us"]))
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(bars)), 4.5))
     xs = range(len(bars))
     ax.bar([x - 0.2 for x in xs], [b[1]["p50"] for b in bars], width=0.4, label="p50")
@@ -102,7 +105,7 @@ def qos_probe(results, out):
     ax.set_xticklabels([b[0] for b in bars], fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("probe round trip, us (log)")
-    ax.set_title("64 B probe: unloaded and under 8 x 1 MiB bulk")
+    ax.set_title("64 B probe: unloaded, under 8 x 1 MiB bulk, under busy bulk handlers")
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -31,7 +31,8 @@ typedef struct rrpc_request rrpc_request;
  * A method handler.  @payload/@len is the request, valid only until the
  * handler returns (copy what you need for a later reply).  The handler must
  * answer @req exactly once, now or later (from any thread), with
- * rrpc_respond or rrpc_respond_error.  Runs on the loop thread.
+ * rrpc_respond or rrpc_respond_error.  Runs on the loop thread (on a worker
+ * thread when registered with RRPC_HANDLER_ON_WORKER, rrpc_register_with).
  */
 typedef void (*rrpc_handler_fn)(rrpc_request *req, const void *payload, size_t len, void *user);
 
@@ -42,6 +43,36 @@ typedef void (*rrpc_handler_fn)(rrpc_request *req, const void *payload, size_t l
  * already registered), -ENOMEM.
  */
 RRPC_API int rrpc_register(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn, void *user);
+
+/* Options of rrpc_register_with; NULL means all defaults. */
+typedef struct rrpc_register_opts {
+    uint64_t flags;       /* RRPC_HANDLER_* */
+    uint64_t reserved[3]; /* must be zero (new fields come out of it) */
+} rrpc_register_opts;
+
+/*
+ * The handler runs on one of the context's handler worker threads, not on
+ * the loop thread, so its work does not hold the loop: other classes' (and
+ * other methods') requests are read, served and answered meanwhile.  The
+ * request's payload is copied for it; the request's credit goes back to the
+ * caller when the handler returns, so a caller has at most its credit
+ * window of requests queued or running per class.  Workers take the
+ * waiting requests in class priority order (control, low_latency, ...,
+ * bulk).  RRPC_HANDLER_THREADS threads (default 2) start with the first
+ * such method; RRPC_HANDLER_QUEUE_BYTES (default 64 MiB) bounds the request
+ * bytes they hold, above which a request is answered RRPC_E_LIMIT.  Several
+ * handlers may run at once: such a handler must be thread-safe.  It must
+ * answer its request like any handler (rrpc_respond, now or later).
+ */
+#define RRPC_HANDLER_ON_WORKER 0x1ull
+
+/*
+ * rrpc_register with options.  Errors: those of rrpc_register, -EINVAL
+ * (unknown flags, non-zero reserved words), or the error of starting the
+ * worker threads.
+ */
+RRPC_API int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn,
+                                void *user, const rrpc_register_opts *opts);
 
 /* Removes the handler of @method.  Errors: -ENOENT. */
 RRPC_API int rrpc_unregister(rrpc_ctx *ctx, const char *method);

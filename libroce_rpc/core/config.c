@@ -68,6 +68,12 @@ static const struct cfg_entry core_table[] = {
     {"RRPC_BUSY_POLL_US", 0, 0, 100000, CFG_OFF(busy_poll_us),
      "after traffic the loop keeps polling its fds without sleeping this long, us (0: off); "
      "trades CPU for latency, an idle context sleeps again once it passes"},
+    {"RRPC_HANDLER_THREADS", 2, 1, 256, CFG_OFF(handler_threads),
+     "threads that run the handlers registered with RRPC_HANDLER_ON_WORKER (started with "
+     "the first such method)"},
+    {"RRPC_HANDLER_QUEUE_BYTES", 64L << 20, 0, 1L << 40, CFG_OFF(handler_queue_bytes),
+     "request bytes the handler workers may hold, queued or being served; above it a "
+     "request is answered RRPC_E_LIMIT (one request is always taken)"},
     {"RRPC_METRICS_MAX_CONNS", 8, 1, 1024, CFG_OFF(metrics_max_conns),
      "metrics_listen: HTTP connections held at once; more wait in the kernel's backlog"},
     {"RRPC_METRICS_TIMEOUT_S", 10, 1, 3600, CFG_OFF(metrics_timeout_s),
@@ -116,7 +122,7 @@ static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long 
     char *p = (char *)cfg + e->off;
     if (e->off == CFG_OFF(max_msg))
         *(uint32_t *)(void *)p = (uint32_t)v;
-    else if (e->off == CFG_OFF(max_answer_backlog))
+    else if (e->off == CFG_OFF(max_answer_backlog) || e->off == CFG_OFF(handler_queue_bytes))
         *(long *)(void *)p = v;
     else
         *(int *)(void *)p = (int)v;

@@ -47,6 +47,8 @@ struct rrpci_config {
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
     int metrics_max_conns;    /* metrics_listen: HTTP connections held at once */
     int metrics_timeout_s;    /* ... each closed after this long without progress */
+    int handler_threads;      /* threads of the RRPC_HANDLER_ON_WORKER handlers */
+    long handler_queue_bytes; /* request bytes they may hold; above it requests are refused */
     long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
     char metrics_listen[RRPCI_TEXT_MAX]; /* serve GET /metrics here; "": off */
 };
@@ -104,6 +106,7 @@ struct rrpc_ctx {
     void *log_user;
     int log_max;
     struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/serve.c), or NULL */
+    struct rrpci_workers *workers;    /* handler workers (core/workers.c), or NULL */
 };
 
 struct rrpc_listener {
@@ -288,7 +291,23 @@ struct rrpci_pending {
     int cls;   /* for the metrics */
     double t0; /* rrpci_stats_now() when the call was made */
 };
-void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
+/* Serves a request; true when a handler worker took it, and with it the
+ * request's credit, which its job gives back when it ends (workers.c). */
+bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
+/* Answers @req now with @status (0: @msg is the result, else the message);
+ * frees @req (rrpc_respond's rules). */
+int rrpci_respond_now(rrpc_request *req, int32_t status, const void *msg, size_t len);
+/* workers.c: the threads of RRPC_HANDLER_ON_WORKER handlers, started with
+ * the first such method (context lock held), stopped by rrpc_ctx_destroy
+ * after the loop thread (context lock not held). */
+int rrpci_workers_start(rrpc_ctx *ctx);
+void rrpci_workers_stop(rrpc_ctx *ctx);
+/* On the loop: queues @req's handler @fn with a copy of the payload; false
+ * when it could not (RRPC_HANDLER_QUEUE_BYTES reached, no memory), after
+ * answering the caller with the reason. */
+bool rrpci_workers_submit(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cls,
+                          rrpc_handler_fn fn, void *user, const uint8_t *p, size_t len,
+                          const char *method);
 
 /* Metrics (core/stats.c): the context's counters, under its lock; @cls is
  * an internal class index. */

@@ -333,6 +333,7 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         pthread_join(ctx->thread, NULL);
         ctx->thread_mode = false;
     }
+    rrpci_workers_stop(ctx); /* running handlers may still answer: the connections are up */
     rrpci_lock(ctx);
     ctx->stopping = true;
     while (!rrpci_list_empty(&ctx->listeners)) {

@@ -131,9 +131,10 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         return;
     }
     rrpci_conn_ref(c);
+    bool credit_later = false; /* a worker's job gives it back when it ends */
     switch (h->type) {
     case RRPCI_T_REQUEST:
-        rrpci_rpc_on_request(c, cls, h, p);
+        credit_later = rrpci_rpc_on_request(c, cls, h, p);
         break;
     case RRPCI_T_RESPONSE:
         rrpci_rpc_on_response(c, h, p);
@@ -181,7 +182,9 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
     if (rrpci_conn_wire_open(c)) {
         bool request = h->type == RRPCI_T_REQUEST || h->type == RRPCI_T_OS_READ ||
                        h->type == RRPCI_T_OS_WRITE;
-        if (!exempt && request && rrpci_conn_backlogged(c))
+        if (credit_later)
+            ;
+        else if (!exempt && request && rrpci_conn_backlogged(c))
             c->cls[cls].held++; /* it does not take its answers: no new requests */
         else if (!exempt)
             rrpci_conn_consumed(c, cls);

@@ -14,6 +14,7 @@ struct method {
     struct rrpci_idnode node;
     rrpc_handler_fn fn;
     void *user;
+    uint64_t flags; /* RRPC_HANDLER_* */
     char name[];
 };
 
@@ -35,25 +36,43 @@ RRPC_API uint64_t rrpc_method_id(const char *method)
 
 RRPC_API int rrpc_register(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn, void *user)
 {
+    return rrpc_register_with(ctx, method, fn, user, NULL);
+}
+
+RRPC_API int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn,
+                                void *user, const rrpc_register_opts *opts)
+{
     size_t n = method ? strlen(method) : 0;
     if (!ctx || !fn || n == 0 || n > 255)
         return rrpci_set_error(ctx, -EINVAL, "a method needs a name of 1..255 bytes and a handler");
+    int r = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_register_opts");
+    if (r < 0)
+        return r;
+    uint64_t flags = opts ? opts->flags : 0;
+    if (flags & ~RRPC_HANDLER_ON_WORKER)
+        return rrpci_set_error(ctx, -EINVAL,
+                               "rrpc_register_opts.flags 0x%llx: unknown bits 0x%llx (known: "
+                               "RRPC_HANDLER_ON_WORKER)",
+                               (unsigned long long)flags,
+                               (unsigned long long)(flags & ~RRPC_HANDLER_ON_WORKER));
     struct method *m = malloc(sizeof(*m) + n + 1);
     if (!m)
         return -ENOMEM;
     m->fn = fn;
     m->user = user;
+    m->flags = flags;
     memcpy(m->name, method, n + 1);
     rrpci_lock(ctx);
     uint64_t id = rrpc_method_id(method);
     struct rrpci_idnode *old = rrpci_idmap_get(&ctx->methods, id);
-    int r = 0;
     if (old) {
         r = rrpci_set_error(ctx, -EEXIST, "method \"%s\" is already registered%s%s", method,
                             strcmp(rrpci_container_of(old, struct method, node)->name, method)
                                 ? " (as a different name with the same id: rename one) "
                                 : "",
                             "");
+    } else if ((flags & RRPC_HANDLER_ON_WORKER) && (r = rrpci_workers_start(ctx)) < 0) {
+        /* the detail is set */
     } else {
         r = rrpci_idmap_put(&ctx->methods, id, &m->node);
     }
@@ -101,7 +120,7 @@ static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, con
     return rrpci_conn_submit(c, cls, m);
 }
 
-void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
+bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     rrpc_ctx *ctx = c->ctx;
     rrpci_stats_request(c, cls);
@@ -112,19 +131,22 @@ void rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
                            "no method with id 0x%016llx is registered at the server",
                            (unsigned long long)h->arg);
         send_response(c, cls, h->id, RRPC_E_NO_METHOD, msg, (size_t)len);
-        return;
+        return false;
     }
     struct method *m = rrpci_container_of(n, struct method, node);
     struct rrpc_request *req = malloc(sizeof(*req));
     if (!req) {
         send_response(c, cls, h->id, -ENOMEM, "server out of memory", 20);
-        return;
+        return false;
     }
     req->conn = c;
     req->id = h->id;
     req->cls = cls;
     rrpci_conn_ref(c);
+    if (m->flags & RRPC_HANDLER_ON_WORKER)
+        return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, h->len, m->name);
     m->fn(req, p, h->len, m->user);
+    return false;
 }
 
 static int respond(rrpc_request *req, int32_t status, const void *data, size_t len)
@@ -150,6 +172,11 @@ static int respond(rrpc_request *req, int32_t status, const void *data, size_t l
     free(req);
     rrpci_unlock(ctx);
     return r;
+}
+
+int rrpci_respond_now(rrpc_request *req, int32_t status, const void *msg, size_t len)
+{
+    return respond(req, status, msg, len);
 }
 
 RRPC_API int rrpc_respond(rrpc_request *req, const void *data, size_t len)

@@ -49,7 +49,7 @@ static struct {
     int called_back;
     rrpc_region *sregion;
     uint8_t *smem;
-    int blocking, release;    /* h_block */
+    int blocking, release;    /* h_hold_loop */
     int check_good, check_bad; /* h_check */
 } T;
 
@@ -134,7 +134,7 @@ static void h_reenter(rrpc_request *req, const void *p, size_t len, void *user)
 
 /* Holds the server's loop thread until the test sets T.release: nothing is
  * read on any connection of the server meanwhile. */
-static void h_block(rrpc_request *req, const void *p, size_t len, void *user)
+static void h_hold_loop(rrpc_request *req, const void *p, size_t len, void *user)
 {
     lock();
     T.blocking++;
@@ -200,7 +200,7 @@ static int group_setup(void **state)
         if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
             return -1;
     rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
-    if (rrpc_register(T.sctx, "block", h_block, NULL) ||
+    if (rrpc_register(T.sctx, "hold_loop", h_hold_loop, NULL) ||
         rrpc_register(T.sctx, "check", h_check, NULL))
         return -1;
     if (rrpc_register(T.cctx, "echo", h_echo, NULL)) /* clients serve too */
@@ -1253,7 +1253,7 @@ static void test_a_borrowed_buffer_is_not_read_after_its_completion_ran(void **s
     unlock();
     struct pipe_state blk = {.expect_len = 2};
     rrpc_call_opts bo = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = -1};
-    assert_int_equal(rrpc_call(c, "block", NULL, 0, &bo, pipe_cb, &blk), 0);
+    assert_int_equal(rrpc_call(c, "hold_loop", NULL, 0, &bo, pipe_cb, &blk), 0);
     assert_int_equal(wait_for(&T.blocking, 1, 10000), 1);
     /* 16 MiB each: more than the sockets' buffers hold on loopback. */
     struct borrow_call bc[N];
@@ -1503,6 +1503,198 @@ static void test_a_raw_write_outside_the_region_is_refused_by_the_target(void **
     raw_close(&rc);
 }
 
+/* ---- handler workers (RRPC_HANDLER_ON_WORKER) ------------------------------- */
+
+/* A worker handler that holds its request until the test lets it go. */
+static struct {
+    int started, released, answered, refused, bad;
+    char refusal[256];
+} W;
+
+static void h_block(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    lock();
+    W.started++;
+    unlock();
+    struct timespec ts = test_deadline(30000);
+    pthread_mutex_lock(&test_mu);
+    while (!W.released)
+        if (pthread_cond_timedwait(&test_cv, &test_mu, &ts) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&test_mu);
+    uint32_t n = (uint32_t)len;
+    rrpc_respond(req, &n, sizeof(n));
+}
+
+static void block_done(const rrpc_result *res, void *user)
+{
+    lock();
+    if (res->status == 0 && res->len == 4) {
+        W.answered++;
+    } else if (res->status == RRPC_E_LIMIT) {
+        W.refused++;
+        snprintf(W.refusal, sizeof(W.refusal), "%s", res->message);
+    } else {
+        W.bad++;
+    }
+    unlock();
+}
+
+static void release_blocked(void)
+{
+    lock();
+    W.released = 1;
+    unlock();
+}
+
+/* A server context in thread mode with "block" on its workers and "echo" on
+ * the loop; @cfg may be NULL.  *@curi: where to connect. */
+static rrpc_ctx *worker_server(rrpc_config *cfg, int bulk_credits, char *curi, size_t n)
+{
+    memset(&W, 0, sizeof(W));
+    rrpc_ctx *s;
+    assert_int_equal(cfg ? rrpc_ctx_create_with(cfg, &s) : rrpc_ctx_create(&s), 0);
+    if (bulk_credits) {
+        int dscp;
+        rrpc_class_get(s, RRPC_CLASS_BULK, &dscp, NULL, NULL);
+        assert_int_equal(rrpc_class_set(s, RRPC_CLASS_BULK, dscp, 1, bulk_credits), 0);
+    }
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_ON_WORKER};
+    assert_int_equal(rrpc_register_with(s, "block", h_block, NULL, &ro), 0);
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    listen_any(s, curi, n);
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    return s;
+}
+
+static void test_a_worker_handler_that_holds_its_request_holds_no_other_call(void **state)
+{
+    (void)state;
+    char curi[300];
+    rrpc_ctx *s = worker_server(NULL, 0, curi, sizeof(curi));
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    assert_int_equal(rrpc_call(c, "block", "x", 1, &bulk, block_done, NULL), 0);
+    assert_int_equal(wait_for(&W.started, 1, 20000), 1);
+    /* The handler still holds its request: the loop serves the others, in
+     * another class and in the same one.  On the loop thread these would
+     * wait for it and miss their deadlines. */
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_call_opts quick = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 10000};
+    int r = rrpc_call_sync(c, "echo", "ping", 4, &quick, &out, &outlen);
+    if (r)
+        fprintf(stderr, "echo while a worker holds a request: %s: %s\n", rrpc_err_name(r),
+                rrpc_ctx_last_error(T.cctx));
+    assert_int_equal(r, 0);
+    assert_int_equal(outlen, 4);
+    free(out);
+    bulk.deadline_ms = 10000;
+    assert_int_equal(rrpc_call_sync(c, "echo", "bulk", 4, &bulk, &out, &outlen), 0);
+    free(out);
+    lock();
+    int answered = W.answered;
+    unlock();
+    assert_int_equal(answered, 0);
+    release_blocked();
+    assert_int_equal(wait_for(&W.answered, 1, 20000), 1);
+    assert_int_equal(W.bad, 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+static void test_worker_requests_beyond_the_queue_bound_are_refused_with_the_reason(void **state)
+{
+    (void)state;
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_QUEUE_BYTES", "1000"), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_THREADS", "1"), 0);
+    char curi[300];
+    rrpc_ctx *s = worker_server(cfg, 0, curi, sizeof(curi));
+    rrpc_config_destroy(cfg);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    static uint8_t buf[800];
+    assert_int_equal(rrpc_call(c, "block", buf, sizeof(buf), NULL, block_done, NULL), 0);
+    assert_int_equal(wait_for(&W.started, 1, 20000), 1);
+    /* 800 held + 800 > 1000: refused, with the setting named. */
+    assert_int_equal(rrpc_call(c, "block", buf, sizeof(buf), NULL, block_done, NULL), 0);
+    assert_int_equal(wait_for(&W.refused, 1, 20000), 1);
+    lock();
+    char why[256];
+    snprintf(why, sizeof(why), "%s", W.refusal);
+    unlock();
+    assert_non_null(strstr(why, "RRPC_HANDLER_QUEUE_BYTES"));
+    assert_non_null(strstr(why, "\"block\""));
+    release_blocked();
+    assert_int_equal(wait_for(&W.answered, 1, 20000), 1);
+    /* Served and gone: the bound counts what is held, so the next fits. */
+    assert_int_equal(rrpc_call(c, "block", buf, sizeof(buf), NULL, block_done, NULL), 0);
+    assert_int_equal(wait_for(&W.answered, 2, 20000), 2);
+    assert_int_equal(W.refused, 1);
+    assert_int_equal(W.bad, 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+static uint64_t server_requests(rrpc_ctx *s)
+{
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(s, &st), 0);
+    return st.cls[RRPC_CLASS_BULK].requests;
+}
+
+static void test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_window(void **state)
+{
+    (void)state;
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_THREADS", "1"), 0);
+    char curi[300];
+    rrpc_ctx *s = worker_server(cfg, 2, curi, sizeof(curi)); /* 2 bulk credits */
+    rrpc_config_destroy(cfg);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rrpc_call(c, "block", "x", 1, &bulk, block_done, NULL), 0);
+    assert_int_equal(wait_for(&W.started, 1, 20000), 1);
+    /* Two requests reach the server (one running, one queued); the other
+     * three wait at the caller for credit, which the jobs hold. */
+    for (int i = 0; i < 200 && server_requests(s) < 2; i++)
+        usleep(10000);
+    assert_int_equal(server_requests(s), 2);
+    usleep(200000); /* long enough for the rest to arrive, were credit returned */
+    assert_int_equal(server_requests(s), 2);
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(T.cctx, &st), 0);
+    assert_true(st.cls[RRPC_CLASS_BULK].queued_frames >= 3);
+    release_blocked();
+    assert_int_equal(wait_for(&W.answered, 5, 20000), 5);
+    assert_int_equal(server_requests(s), 5);
+    assert_int_equal(W.bad, 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+static void test_register_with_refuses_unknown_flags_and_reserved_words(void **state)
+{
+    (void)state;
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    rrpc_register_opts o = {.flags = 0x2};
+    assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(s), "unknown bits"));
+    o = (rrpc_register_opts){.reserved = {0, 1}};
+    assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
+    o = (rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER};
+    assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), 0);
+    assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EEXIST);
+    rrpc_ctx_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1526,6 +1718,10 @@ int main(void)
         cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),
         cmocka_unit_test(test_a_large_call_right_after_connect_is_served),
         cmocka_unit_test(test_low_latency_calls_complete_while_bulk_saturates),
+        cmocka_unit_test(test_a_worker_handler_that_holds_its_request_holds_no_other_call),
+        cmocka_unit_test(test_worker_requests_beyond_the_queue_bound_are_refused_with_the_reason),
+        cmocka_unit_test(test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_window),
+        cmocka_unit_test(test_register_with_refuses_unknown_flags_and_reserved_words),
         cmocka_unit_test(test_a_zeroed_options_struct_means_the_default_class_not_control),
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
         cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),

@@ -1,12 +1,15 @@
 #!/bin/bash
 # tests/softroce/python-in-vm.sh [BUILD_DIR]
 #
-# The Python bindings over verbs in the Soft-RoCE VM:
-#   1. bindings/python/run-tests.sh BUILD_DIR (builds the cffi extension into
-#      BUILD_DIR/bindings/python, runs the pytest suite, then examples/python_tensor.py in one
-#      process) with RRPC_TEST_TRANSPORT=verbs RRPC_TEST_SERVER=10.77.0.2
-#      RRPC_TEST_CLIENT_SRC=10.77.0.1: the pytest client binds 10.77.0.1, so its traffic crosses
-#      the veth (the example's one-process run connects without a source address: inside rxe1);
+# The Python bindings over verbs in the Soft-RoCE VM, as a user installs them:
+#   0. on the host, `meson install --destdir BUILD_DIR/softroce-python/root` (the package and
+#      libroce_rpc as installed; nothing is imported from the build or source tree);
+#   1. in the VM, the pytest suite against that installed package (RRPC_TEST_PACKAGE_UNDER
+#      fails any test that imports roce_rpc from elsewhere), rrpcd from BUILD_DIR for the broker
+#      tests, then examples/python_tensor.py in one process, with RRPC_TEST_TRANSPORT=verbs
+#      RRPC_TEST_SERVER=10.77.0.2 RRPC_TEST_CLIENT_SRC=10.77.0.1: the pytest client binds
+#      10.77.0.1, so its traffic crosses the veth (the example's one-process run connects
+#      without a source address: inside rxe1);
 #   2. examples/python_tensor.py as two processes across the veth: --mode server on
 #      rdma://10.77.0.2:7100, --mode client on rdma://10.77.0.2:7100?src=10.77.0.1.
 # The VM's shared directory is the source tree (BUILD_DIR must be inside it; default: build).
@@ -28,6 +31,10 @@ if [ "${SOFTROCE_IN_VM:-}" != 1 ]; then
   fi
   /usr/bin/python3 -c 'import cffi, numpy, pytest' 2>/dev/null ||
     { echo "skipped: python3-cffi, python3-numpy or python3-pytest missing on the host (the VM uses the host's)"; exit 77; }
+  ROOT=$BUILD/softroce-python/root
+  rm -rf "$ROOT" && mkdir -p "$ROOT"
+  meson install -C "$BUILD" --no-rebuild --destdir "$ROOT" > "$BUILD/softroce-python/install.log" 2>&1 ||
+    { cat "$BUILD/softroce-python/install.log"; echo "python-in-vm: meson install -C $BUILD failed" >&2; exit 1; }
   export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-900}
   exec "$HERE/run-in-vm.sh" "$TOP" bash "$HERE/python-in-vm.sh" "$BUILD" "$@"
 fi
@@ -45,18 +52,30 @@ export RRPC_TEST_NO_TORCH=1
 LOG=$BUILD/softroce-python
 mkdir -p "$LOG"
 
+ROOT=$LOG/root
+INIT=$(find "$ROOT" -path '*/roce_rpc/__init__.py' | head -n 1)
+if [ -z "$INIT" ]; then
+  bad "meson install put no roce_rpc package under $ROOT (python option disabled?)"
+  echo "$PASS passed, $FAIL failed"
+  exit 1
+fi
+PY_OUT=$(dirname "$(dirname "$INIT")")  # the installed site-packages
+# The broker tests start rrpcd from the build and make certificates with the script.
+[ -x "$BUILD/daemon/rrpcd" ] && export RRPCD=$BUILD/daemon/rrpcd MAKE_CERTS=$TOP/scripts/make-dev-certs.sh
 t0=$(date +%s)
-timeout -k 5 600 sh "$TOP/bindings/python/run-tests.sh" "$BUILD" "$@" > "$LOG/run-tests.txt" 2>&1
+(cd "$LOG" && RRPC_TEST_PACKAGE_UNDER=$ROOT PYTHONPATH=$PY_OUT timeout -k 5 600 \
+   /usr/bin/python3 -s -m pytest -q -p no:cacheprovider "$@" "$TOP/bindings/python/tests" &&
+ PYTHONPATH=$PY_OUT timeout 300 /usr/bin/python3 -s "$TOP/examples/python_tensor.py" \
+   --uri "rdma://$SOFTROCE_IP1:0") > "$LOG/run-tests.txt" 2>&1
 rc=$?
 cat "$LOG/run-tests.txt"
 summary=$(grep -E '^[=]* *[0-9]+ (passed|failed|error)|(passed|failed|skipped|error).* in [0-9.]+s' "$LOG/run-tests.txt" | tail -1)
 if [ $rc = 0 ]; then
-  ok "bindings/python/run-tests.sh over verbs ($(( $(date +%s) - t0 )) s): pytest ${summary:-?}; python_tensor one process OK"
+  ok "the pytest suite over verbs against the installed package ($(( $(date +%s) - t0 )) s): ${summary:-?}; python_tensor one process OK"
 else
-  bad "bindings/python/run-tests.sh over verbs: exit $rc; pytest ${summary:-?}"
+  bad "the pytest suite over verbs against the installed package: exit $rc; ${summary:-?}"
 fi
 
-PY_OUT=$BUILD/bindings/python
 URI=rdma://$SOFTROCE_IP1:7100
 PYTHONPATH=$PY_OUT timeout 300 /usr/bin/python3 -u "$TOP/examples/python_tensor.py" --mode server --uri "$URI" > "$LOG/tensor-server.txt" 2>&1 &
 SPID=$!
