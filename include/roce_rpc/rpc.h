@@ -113,8 +113,8 @@ typedef struct rrpc_call_opts {
  * the buffer is the caller's at once.  On tcp the payload is written from
  * @req to the socket (in pieces of at most 64 KiB, like every frame); if a
  * call completes while part of its request is still unwritten (its deadline
- * passed, or a peer answered early), the library copies the rest before the
- * callback runs.  On inproc and verbs the flag is accepted and the payload
+ * passed, or a peer answered early), the library copies the request before
+ * the callback runs and sends the rest from the copy.  On inproc and verbs the flag is accepted and the payload
  * is copied as without it (the frame may be read by another context's
  * thread, or by the peer's RDMA READ, after an early completion).  It pays
  * for large payloads; rrpc_call_sync may use it (it returns after the
