@@ -81,10 +81,12 @@ static void *worker_main(void *arg)
         }
         pthread_mutex_unlock(&w->mu);
         j->fn(j->req, j->data, j->len, j->user);
-        job_end(w->ctx, j);
-        pthread_mutex_lock(&w->mu);
+        pthread_mutex_lock(&w->mu); /* the payload is no longer read */
         w->bytes -= j->len;
+        pthread_mutex_unlock(&w->mu);
+        job_end(w->ctx, j);
         free(j);
+        pthread_mutex_lock(&w->mu);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
