@@ -68,6 +68,7 @@ struct rrpc_ctx {
     int timer_fd;   /* armed to the loop's next timer after every run */
     bool timer_armed; /* timer_fd is set to fire at timer_due (CLOCK_MONOTONIC seconds) */
     double timer_due;
+    bool defer_invoke;  /* driven_reify's pass: pending watchers are not invoked */
     bool ran_callbacks; /* driven: the last run invoked callbacks, so watchers they started
                          * reach the kernel only at the next run: progress is due at once */
     struct rrpci_timer *timers; /* the active ones */

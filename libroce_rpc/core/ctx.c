@@ -176,7 +176,11 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
  * pending already, -1 when no timer runs.  Called with the lock held. */
 static int timeout_locked(rrpc_ctx *ctx)
 {
-    if (ev_pending_count(ctx->loop) > 0 || ev_is_active(&ctx->busy_idle) || ctx->ran_callbacks)
+    /* The credit prepare watcher left pending by a pass that invoked
+     * nothing (driven_reify) is work only when credit is owed. */
+    unsigned idle_prep = ev_is_pending(&ctx->credit_prep) && rrpci_list_empty(&ctx->credit_dirty);
+    if (ev_pending_count(ctx->loop) > idle_prep || ev_is_active(&ctx->busy_idle) ||
+        ctx->ran_callbacks)
         return 0; /* work pending, watchers to hand to epoll, or polling after traffic */
     ev_tstamp t = -1;
     for (struct rrpci_timer *i = ctx->timers; i; i = i->next) {

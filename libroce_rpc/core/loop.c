@@ -133,16 +133,39 @@ bool rrpci_timer_active(const struct rrpci_timer *t)
     return ev_is_active(&t->w);
 }
 
+static void no_release(struct ev_loop *loop)
+{
+}
+
+/* Driven, between two progress calls: libev hands the watchers this thread
+ * started to epoll only when the loop runs.  One pass that waits for
+ * nothing does that now; it invokes no callback (callbacks run in
+ * rrpc_ctx_progress only): what it finds stays pending, and the context's
+ * fd says so.  Before, the fd said "run me" after every call, which cost
+ * the application a spare pass of its loop per call.  The lock is kept
+ * through the pass (it may be held more than once here). */
+static void driven_reify(rrpc_ctx *ctx)
+{
+    ctx->defer_invoke = true;
+    ctx->in_run++;
+    ctx->owner = pthread_self();
+    ev_set_loop_release_cb(ctx->loop, no_release, no_release);
+    ev_run(ctx->loop, EVRUN_NOWAIT);
+    ev_set_loop_release_cb(ctx->loop, rrpci_loop_release, rrpci_loop_acquire);
+    ctx->in_run--;
+    ctx->defer_invoke = false;
+    rrpci_driven_rearm(ctx);
+}
+
 void rrpci_unlock(rrpc_ctx *ctx)
 {
     bool other = !(ctx->in_run && pthread_equal(ctx->owner, pthread_self()));
     bool idle_driven = other && !ctx->in_run && !ctx->thread_mode;
-    if (idle_driven && !ctx->ran_callbacks) {
-        /* Driven, between two progress calls: what this call started reaches
-         * epoll only when the loop runs, so the context's fd says "run me"
-         * (once: it stays readable until the next run). */
+    if (idle_driven && !ctx->ran_callbacks && ctx->drive_fd >= 0)
+        driven_reify(ctx);
+    else if (idle_driven && !ctx->ran_callbacks) {
+        /* No fd handed out yet: the next progress call runs the loop. */
         ctx->ran_callbacks = true;
-        rrpci_driven_rearm(ctx);
     }
     pthread_mutex_unlock(&ctx->lock);
     /* Another thread changed watchers or queued work while the loop runs or
@@ -233,6 +256,8 @@ void rrpci_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 void rrpci_invoke_pending(struct ev_loop *loop)
 {
     rrpc_ctx *ctx = ev_userdata(loop);
+    if (ctx->defer_invoke)
+        return; /* driven_reify: they stay pending for the next run */
     if (ev_pending_count(loop) > (ev_is_pending(&ctx->credit_prep) ? 1u : 0u))
         ctx->ran_callbacks = true;
     ev_invoke_pending(loop);
