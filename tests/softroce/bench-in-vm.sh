@@ -168,7 +168,7 @@ bench() {
 
 bench rrpc-bench "${POLLS[0]}" "$TRANSPORTS" "$TESTS"
 for t in $([ "${BENCH_PERFTEST:-1}" = 0 ] || echo rtt bw); do
-  case $t in rtt) t="verbs 64 B RPC round trip" ;; bw) t="verbs 1 MiB WRITE bandwidth" ;; esac
+  case $t in rtt) t="verbs 64 B RTT" ;; bw) t="verbs 1 MiB WRITE" ;; esac  # as report.c names them
   line=$(grep "^target $t" "$OUT/rrpc-bench.txt")
   case $line in
     *"not evaluated"*|"") bad "target evaluated: ${line:-no line for $t}" ;;
