@@ -202,6 +202,9 @@ struct rrpci_sync {
  * the operation would wait for itself); otherwise readies @s and returns 0
  * with the context lock held. */
 int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_here);
+/* Calls @ready(@arg) without sleeping until it says true or about @us
+ * passed (us <= 0: not at all); whether it said true. */
+bool rrpci_spin(bool (*ready)(void *arg), void *arg, int us);
 /* On the loop, with the context lock held: records @status and, for a
  * failure, the detail (printf-like; NULL: the code's text), and wakes the
  * waiter.  @s belongs to the waiter again once this returns. */

@@ -30,14 +30,14 @@
  * would otherwise sleep and be woken for it. */
 #define RRPCI_LOCK_SPIN_US 20
 
-static bool lock_spin(rrpc_ctx *ctx, int us)
+bool rrpci_spin(bool (*ready)(void *arg), void *arg, int us)
 {
     if (us <= 0)
         return false;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (unsigned i = 1;; i++) {
-        if (pthread_mutex_trylock(&ctx->lock) == 0)
+        if (ready(arg))
             return true;
         if ((i & 15) == 0) {
             clock_gettime(CLOCK_MONOTONIC, &t);
@@ -50,10 +50,16 @@ static bool lock_spin(rrpc_ctx *ctx, int us)
     }
 }
 
+static bool lock_taken(void *ctx)
+{
+    return pthread_mutex_trylock(&((rrpc_ctx *)ctx)->lock) == 0;
+}
+
 void rrpci_lock(rrpc_ctx *ctx)
 {
     atomic_fetch_add(&ctx->lock_waiters, 1);
-    if (!(__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED) && lock_spin(ctx, RRPCI_LOCK_SPIN_US)))
+    if (!(__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED) &&
+          rrpci_spin(lock_taken, ctx, RRPCI_LOCK_SPIN_US)))
         pthread_mutex_lock(&ctx->lock);
     atomic_fetch_sub(&ctx->lock_waiters, 1);
 }

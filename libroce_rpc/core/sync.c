@@ -72,26 +72,10 @@ static bool sync_done(struct rrpci_sync *s)
     return d;
 }
 
-/* Watches @s for up to @us without sleeping: an answer that comes within it
- * costs no wake-up of this thread.  Whether it came. */
-static bool spin_for(struct rrpci_sync *s, int us)
+/* Whether the loop has recorded the completion of @s (for rrpci_spin). */
+static bool seen_done(void *s)
 {
-    if (us <= 0)
-        return false;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 0;; i++) {
-        if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE))
-            return true;
-        if ((i & 63) == 63) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 >= us)
-                return false;
-        }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
+    return __atomic_load_n(&((struct rrpci_sync *)s)->done, __ATOMIC_ACQUIRE);
 }
 
 /* After seeing s->done without s->mu: waits until the loop has left
@@ -127,7 +111,8 @@ static bool sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
             rrpci_unlock(ctx);
             *woke = true;
         }
-        if (spin_for(s, ctx->cfg.sync_spin_us)) {
+        /* An answer that comes within the spin costs no wake-up of this thread. */
+        if (rrpci_spin(seen_done, s, ctx->cfg.sync_spin_us)) {
             sync_settled(s);
             return false;
         }
