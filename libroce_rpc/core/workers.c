@@ -142,13 +142,7 @@ bool rrpci_workers_submit(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cl
         rrpci_respond_now(req, full ? RRPC_E_LIMIT : -ENOMEM, msg, (size_t)n);
         return false;
     }
-    j->next = NULL;
-    j->req = req;
-    j->conn = c;
-    j->cls = cls;
-    j->fn = fn;
-    j->user = user;
-    j->len = len;
+    *j = (struct rrpci_job){.req = req, .conn = c, .cls = cls, .fn = fn, .user = user, .len = len};
     if (len)
         memcpy(j->data, p, len);
     rrpci_conn_ref(c);
