@@ -229,10 +229,10 @@ static int vb_peer_name(rrpc_conn *c, char *buf, size_t len)
 static const struct rrpci_tunable vb_tunables[] = {
     {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20,
      "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
-    {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000,
+    {"RRPC_VERBS_BUSY_POLL_US", 1000, 0, 100000,
      "verbs: after completions, the loop keeps polling the CQ (up to 50 us per loop "
      "iteration) instead of sleeping on its channel until this long passed without one, "
-     "us (0: off)"},
+     "us (0: off); within the context's RRPC_BUSY_POLL_BUDGET_PCT"},
     {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30,
      "verbs: bytes per RDMA READ/WRITE work request"},
     {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64,
