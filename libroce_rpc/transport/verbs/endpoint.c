@@ -54,6 +54,7 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
                 ibv_dereg_mr(m->mr);
                 free(m);
             }
+        vb_rndv_pool_clear(d);
         ev_io_stop(loop, &d->w);
         ibv_destroy_comp_channel(d->ch);
         ibv_dealloc_pd(d->pd);
@@ -233,6 +234,10 @@ static const struct rrpci_tunable vb_tunables[] = {
      "verbs: after completions, the loop keeps polling the CQ (up to 50 us per loop "
      "iteration) instead of sleeping on its channel until this long passed without one, "
      "us (0: off); within the context's RRPC_BUSY_POLL_BUDGET_PCT"},
+    {"RRPC_VERBS_RNDV_POOL_BYTES", 32L << 20, 0, 1L << 40,
+     "verbs: registered buffers kept per device for rendezvous payloads received, reused "
+     "from one message to the next; a payload that does not fit is registered for itself "
+     "(0: every payload is)"},
     {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30,
      "verbs: bytes per RDMA READ/WRITE work request"},
     {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64,
