@@ -214,7 +214,8 @@ void rrpci_loop_acquire(struct ev_loop *loop)
  * (the transports, asked again through rrpci_ctx_busy, arm their fds) until
  * the share falls below it; the loop sleeps meanwhile.
  */
-#define RRPCI_BUSY_WINDOW 0.1 /* s */
+#define RRPCI_BUSY_WINDOW 0.1    /* s */
+#define RRPCI_BUSY_HOLD_MIN 0.001 /* s */
 
 static double thread_cpu_s(void)
 {
@@ -260,8 +261,12 @@ static bool busy_charge(rrpc_ctx *ctx, ev_tstamp now)
     if (spent <= budget)
         return false;
     /* The share falls below the budget at the latest when the window has
-     * moved on by the excess; ask again a window later at most. */
+     * moved on by the excess; ask again a window later at most, and a
+     * millisecond later at least: ev_now counts seconds since 1970, where a
+     * double cannot add a few nanoseconds. */
     double wait = spent - budget;
+    if (wait < RRPCI_BUSY_HOLD_MIN)
+        wait = RRPCI_BUSY_HOLD_MIN;
     ctx->busy_held_until = now + (wait < RRPCI_BUSY_WINDOW ? wait : RRPCI_BUSY_WINDOW);
     ctx->busy_budget_stops++;
     return true;
@@ -280,14 +285,15 @@ void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
 void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents)
 {
     rrpc_ctx *ctx = w->data;
-    bool held = busy_charge(ctx, ev_now(loop));
+    bool held = busy_charge(ctx, ev_now(loop)) && busy_held(ctx);
     bool more = false;
     /* Held: each transport's busy_poll sees rrpci_ctx_busy refuse and arms
-     * what it polled. */
+     * what it polled, and says it wants no more.  Polling never stops while
+     * a transport does: what it left unarmed would wake nothing. */
     for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
         if (ctx->tops[i] && ctx->tops[i]->busy_poll && ctx->tops[i]->busy_poll(ctx))
             more = true;
-    if (held || (!more && ev_now(loop) >= ctx->busy_until)) {
+    if (!more && (held || ev_now(loop) >= ctx->busy_until)) {
         ev_idle_stop(loop, &ctx->busy_idle);
         ev_check_stop(loop, w);
         ctx->busy_mark_ok = false;

@@ -78,10 +78,11 @@
  *    so that its late events are only acknowledged.
  *  - Tunables (environment, read when a context first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
- *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop keeps polling
+ *    RRPC_VERBS_BUSY_POLL_US (1000: after completions, the loop keeps polling
  *    the CQ, up to VB_BUSY_SLICE_US per iteration, without sleeping, until
- *    this long passed without one, then re-arms it: cq.c), RRPC_VERBS_CHUNK,
- *    RRPC_VERBS_DATA_DEPTH.
+ *    this long passed without one or the context's polling CPU budget is
+ *    spent, then re-arms it: cq.c), RRPC_VERBS_RNDV_POOL_BYTES (rndvpool.c),
+ *    RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
 #include <errno.h>
