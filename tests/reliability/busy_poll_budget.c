@@ -6,7 +6,8 @@
  * every frame, with a budget of 5 % of a core; a client driven from this
  * thread, not polling, sends it a call every few ms for a second.  The
  * process's CPU time over that second must stay well below the core a
- * spinning loop takes.  CPU time, not wall time; the bound is generous (the
+ * spinning loop takes: the CPU time of the process less that of this
+ * (client) thread.  CPU time, not wall time; the bound is generous (the
  * budget plus the calls' own work, 30 % of a core in all).
  *
  * With RRPC_TEST_TRANSPORT=verbs (in the Soft-RoCE VM:
@@ -45,6 +46,14 @@ static double wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* CPU time of the calling thread (the client's), ms. */
+static double thread_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
@@ -103,7 +112,7 @@ int main(void)
     CHECK(rrpc_connect_sync(cli, uri, 5000, NULL, NULL, &c) == 0, "connect: %s",
           rrpc_ctx_last_error(cli));
 
-    double c0 = cpu_ms(), w0 = wall_ms();
+    double c0 = cpu_ms(), t0 = thread_cpu_ms(), w0 = wall_ms();
     int calls = 0;
     while (wall_ms() - w0 < TRAFFIC_MS) {
         void *out;
@@ -114,13 +123,16 @@ int main(void)
         calls++;
         drive_for(cli, 3);
     }
-    double used = cpu_ms() - c0, wall = wall_ms() - w0;
-    printf("steady traffic: %d calls, %.1f ms CPU over %.0f ms (%.1f%% of a core, budget %s%%)\n",
-           calls, used, wall, 100.0 * used / wall, BUDGET_PCT);
-    CHECK(used < wall * 0.30,
+    double used = cpu_ms() - c0, client = thread_cpu_ms() - t0, wall = wall_ms() - w0;
+    /* The server's threads: the process less this (client) thread. */
+    double server = used - client;
+    printf("steady traffic: %d calls, server %.1f ms CPU (client %.1f) over %.0f ms "
+           "(server %.1f%% of a core, budget %s%%)\n",
+           calls, server, client, wall, 100.0 * server / wall, BUDGET_PCT);
+    CHECK(server < wall * 0.30,
           "a server polling under steady traffic spent %.1f ms CPU in %.0f ms: "
           "its polling budget of %s%% of a core was not kept",
-          used, wall, BUDGET_PCT);
+          server, wall, BUDGET_PCT);
 
     rrpc_conn_close(c);
     rrpc_listener_close(l);
