@@ -45,6 +45,7 @@ struct rrpci_config {
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
+    int busy_poll_budget_pct; /* share of one core the loop's thread may spend while polling */
     int metrics_max_conns;    /* metrics_listen: HTTP connections held at once */
     int metrics_timeout_s;    /* ... each closed after this long without progress */
     int handler_threads;      /* threads of the RRPC_HANDLER_ON_WORKER handlers */
@@ -96,6 +97,17 @@ struct rrpc_ctx {
     ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
     ev_check busy_check;            /* ... and the transports' busy_poll run each iteration */
     ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
+    /* The polling CPU budget (RRPC_BUSY_POLL_BUDGET_PCT, rrpci_busy_charge):
+     * thread CPU seconds spent while polling in the current and the previous
+     * RRPCI_BUSY_WINDOW, where the current one began, the thread CPU clock
+     * at the last charge (busy_mark_ok: taken on busy_mark_thread), and
+     * until when polling is refused because the budget was spent. */
+    double busy_cpu_cur, busy_cpu_prev;
+    ev_tstamp busy_win_start, busy_held_until;
+    double busy_mark;
+    pthread_t busy_mark_thread;
+    bool busy_mark_ok;
+    uint64_t busy_budget_stops; /* times the budget stopped polling (tests) */
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
 

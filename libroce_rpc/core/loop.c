@@ -211,7 +211,78 @@ void rrpci_loop_acquire(struct ev_loop *loop)
  * transport's own) has passed without traffic and no transport wants more:
  * an idle context sleeps, and the CPU it spends is bounded by that window
  * after each burst.
+ *
+ * Under steady traffic the window never passes, so polling is also held to
+ * a CPU budget (RRPC_BUSY_POLL_BUDGET_PCT): the loop thread's CPU clock is
+ * read on every polling iteration and what it spent while polling is
+ * counted over a sliding RRPCI_BUSY_WINDOW (the current window plus the
+ * previous one's share that still overlaps).  Past the budget polling stops
+ * (the transports, asked again through rrpci_ctx_busy, arm their fds) until
+ * the share falls below it; the loop sleeps meanwhile.
  */
+#define RRPCI_BUSY_WINDOW 0.1    /* s */
+#define RRPCI_BUSY_HOLD_MIN 0.001 /* s */
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Moves the window on to @now; the sliding estimate of the CPU spent
+ * polling over the last RRPCI_BUSY_WINDOW, in seconds. */
+static double busy_spent(rrpc_ctx *ctx, ev_tstamp now)
+{
+    double since = now - ctx->busy_win_start;
+    if (since >= 2 * RRPCI_BUSY_WINDOW || since < 0) {
+        ctx->busy_cpu_prev = ctx->busy_cpu_cur = 0;
+        ctx->busy_win_start = now;
+        since = 0;
+    } else if (since >= RRPCI_BUSY_WINDOW) {
+        ctx->busy_cpu_prev = ctx->busy_cpu_cur;
+        ctx->busy_cpu_cur = 0;
+        ctx->busy_win_start += RRPCI_BUSY_WINDOW;
+        since -= RRPCI_BUSY_WINDOW;
+    }
+    return ctx->busy_cpu_cur + ctx->busy_cpu_prev * (1 - since / RRPCI_BUSY_WINDOW);
+}
+
+/* Charges the thread CPU since the last charge to the budget; true if it
+ * is spent (polling must stop; it is refused until busy_held_until). */
+static bool busy_charge(rrpc_ctx *ctx, ev_tstamp now)
+{
+    if (ctx->cfg.busy_poll_budget_pct >= 100)
+        return false;
+    double cpu = thread_cpu_s();
+    pthread_t self = pthread_self();
+    if (ctx->busy_mark_ok && pthread_equal(ctx->busy_mark_thread, self) && cpu > ctx->busy_mark)
+        ctx->busy_cpu_cur += cpu - ctx->busy_mark;
+    ctx->busy_mark = cpu;
+    ctx->busy_mark_thread = self;
+    ctx->busy_mark_ok = true;
+    double budget = ctx->cfg.busy_poll_budget_pct / 100.0 * RRPCI_BUSY_WINDOW;
+    double spent = busy_spent(ctx, now);
+    if (spent <= budget)
+        return false;
+    /* The share falls below the budget at the latest when the window has
+     * moved on by the excess; ask again a window later at most, and a
+     * millisecond later at least: ev_now counts seconds since 1970, where a
+     * double cannot add a few nanoseconds. */
+    double wait = spent - budget;
+    if (wait < RRPCI_BUSY_HOLD_MIN)
+        wait = RRPCI_BUSY_HOLD_MIN;
+    ctx->busy_held_until = now + (wait < RRPCI_BUSY_WINDOW ? wait : RRPCI_BUSY_WINDOW);
+    ctx->busy_budget_stops++;
+    return true;
+}
+
+static bool busy_held(rrpc_ctx *ctx)
+{
+    return ev_now(ctx->loop) < ctx->busy_held_until;
+}
+
 void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
     /* Its being active is the point: the loop does not sleep. */
@@ -220,31 +291,49 @@ void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
 void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents)
 {
     rrpc_ctx *ctx = w->data;
+    bool held = busy_charge(ctx, ev_now(loop)) && busy_held(ctx);
     bool more = false;
+    /* Held: each transport's busy_poll sees rrpci_ctx_busy refuse and arms
+     * what it polled, and says it wants no more.  Polling never stops while
+     * a transport does: what it left unarmed would wake nothing. */
     for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
         if (ctx->tops[i] && ctx->tops[i]->busy_poll && ctx->tops[i]->busy_poll(ctx))
             more = true;
-    if (!more && ev_now(loop) >= ctx->busy_until) {
+    if (!more && (held || ev_now(loop) >= ctx->busy_until)) {
         ev_idle_stop(loop, &ctx->busy_idle);
         ev_check_stop(loop, w);
+        ctx->busy_mark_ok = false;
     }
 }
 
-void rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
+bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
 {
+    if (busy_held(ctx))
+        return false;
     ev_tstamp until = ev_now(ctx->loop) + us * 1e-6;
     if (until > ctx->busy_until)
         ctx->busy_until = until;
     if (!ev_is_active(&ctx->busy_idle)) {
         ev_idle_start(ctx->loop, &ctx->busy_idle);
         ev_check_start(ctx->loop, &ctx->busy_check);
+        if (ctx->cfg.busy_poll_budget_pct < 100) {
+            ctx->busy_mark = thread_cpu_s();
+            ctx->busy_mark_thread = pthread_self();
+            ctx->busy_mark_ok = true;
+        }
     }
+    return true;
+}
+
+bool rrpci_ctx_may_busy(rrpc_ctx *ctx)
+{
+    return !busy_held(ctx);
 }
 
 void rrpci_ctx_activity(rrpc_ctx *ctx)
 {
     if (ctx->cfg.busy_poll_us > 0)
-        rrpci_ctx_busy(ctx, (unsigned)ctx->cfg.busy_poll_us);
+        (void)rrpci_ctx_busy(ctx, (unsigned)ctx->cfg.busy_poll_us);
 }
 
 void rrpci_wake_cb(struct ev_loop *loop, ev_async *w, int revents)

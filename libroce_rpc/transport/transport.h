@@ -189,8 +189,15 @@ bool rrpci_conn_is_down(rrpc_conn *c);
 bool rrpci_conn_is_wired(rrpc_conn *c);
 /* Traffic arrived: the loop polls instead of sleeping for at least @us
  * from now, calling ops->busy_poll once per iteration (the core's own
- * RRPC_BUSY_POLL_US window extends it on every frame). */
-void rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
+ * RRPC_BUSY_POLL_US window extends it on every frame).  Returns false,
+ * and does nothing, while the context's polling CPU budget
+ * (RRPC_BUSY_POLL_BUDGET_PCT) is spent: the transport must then arm what
+ * it would have polled.  Polling also stops early when the budget runs out
+ * in the middle of a window: busy_poll is called once more, and from then
+ * on rrpci_ctx_may_busy says false until the share has fallen again. */
+bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
+/* False while the polling CPU budget is spent (see rrpci_ctx_busy). */
+bool rrpci_ctx_may_busy(rrpc_ctx *ctx);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A tunable of the context's configuration table by its environment

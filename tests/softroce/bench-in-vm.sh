@@ -19,7 +19,8 @@
 #   BENCH_TESTS         rrpc-bench --tests (default rtt,write,large)
 #   BENCH_TRANSPORTS    rrpc-bench --transport (default verbs,tcp,raw-tcp)
 #   BENCH_BUSY_POLL     space-separated RRPC_VERBS_BUSY_POLL_US values; one verbs-only rrpc-bench
-#                       run (rtt,write) per extra value after the first (default: "0")
+#                       run (rtt,write) per extra value after the first; "default" leaves the
+#                       variable unset, so the library's defaults apply (default: "default")
 #   BENCH_PERFTEST=0    skip perftest (no references, no target lines): for diagnosis runs
 #   BENCH_CLIENT_TIMEOUT seconds before a hung rrpc-bench client is killed (default 240)
 #   PERFTEST_LAT_ITERS  ib_send_lat -n (default 5000); PERFTEST_BW_ITERS ib_write_bw -n for 1 MiB
@@ -68,7 +69,7 @@ BW_N=${PERFTEST_BW_ITERS:-200}
 DUR=${BENCH_DURATION:-2}
 TESTS=${BENCH_TESTS:-rtt,write,large}
 TRANSPORTS=${BENCH_TRANSPORTS:-verbs,tcp,raw-tcp}
-read -r -a POLLS <<< "${BENCH_BUSY_POLL:-0}"
+read -r -a POLLS <<< "${BENCH_BUSY_POLL:-default}"
 mkdir -p "$OUT"
 rm -f "$OUT"/rrpc-bench* "$OUT"/ib_*.txt   # this run's files only
 SPID=
@@ -141,21 +142,22 @@ REFS=()
 # bench NAME BUSY_POLL_US TRANSPORTS TESTS: one rrpc-bench server + client pair
 BPORT=17500
 bench() {
-  local name=$1 bp=$2 tr=$3 tests=$4 rc
+  local name=$1 bp=$2 tr=$3 tests=$4 rc pe=()
   BPORT=$((BPORT + 10))
-  RRPC_VERBS_BUSY_POLL_US=$bp "$BENCH" server --host "$SRV_IP" --port $BPORT > "$OUT/$name.server.txt" 2>&1 &
+  [ "$bp" = default ] || pe=("RRPC_VERBS_BUSY_POLL_US=$bp")
+  env "${pe[@]}" "$BENCH" server --host "$SRV_IP" --port $BPORT > "$OUT/$name.server.txt" 2>&1 &
   SPID=$!
   for _ in $(seq 1 100); do grep -q running "$OUT/$name.server.txt" && break; sleep 0.1; done
   if ! grep -q "rdma://" "$OUT/$name.server.txt"; then
     bad "rrpc-bench server on $SRV_IP has rdma://"; sed 's/^/     /' "$OUT/$name.server.txt"
   fi
-  RRPC_VERBS_BUSY_POLL_US=$bp timeout -k 5 "${BENCH_CLIENT_TIMEOUT:-240}" "$BENCH" client --host "$SRV_IP" --port $BPORT --src "$CLI_IP" \
+  env "${pe[@]}" timeout -k 5 "${BENCH_CLIENT_TIMEOUT:-240}" "$BENCH" client --host "$SRV_IP" --port $BPORT --src "$CLI_IP" \
       --transport "$tr" --tests "$tests" --duration "$DUR" --no-progress "${REFS[@]}" \
       --json "$OUT/$name.json" --csv "$OUT/$name.csv" > "$OUT/$name.txt" 2>&1
   rc=$?
   [ $rc = 124 ] || [ $rc = 137 ] && echo "# rrpc-bench client hung: killed after ${BENCH_CLIENT_TIMEOUT:-240} s" >> "$OUT/$name.txt"
   kill $SPID 2>/dev/null; wait $SPID 2>/dev/null; SPID=
-  echo "# rrpc-bench client --transport $tr --tests $tests --duration $DUR (RRPC_VERBS_BUSY_POLL_US=$bp): rc $rc"
+  echo "# rrpc-bench client --transport $tr --tests $tests --duration $DUR (RRPC_VERBS_BUSY_POLL_US=$([ "$bp" = default ] && echo "unset: library defaults" || echo "$bp")): rc $rc"
   cat "$OUT/$name.txt"
   if [ $rc = 0 ]; then ok "rrpc-bench $name ran"; else bad "rrpc-bench $name: exit $rc"; fi
   # a test that failed (deadline, lost connection) is a row "FAILED: ..."; rrpc-bench still exits 0

@@ -163,7 +163,9 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
  * sleep, and polls it on every iteration (vb_busy_poll) until the window
  * passed without completions; only then is it armed again.  The loop keeps
  * its turns meanwhile: one busy-poll visit watches for at most
- * VB_BUSY_SLICE_US.  Returns how many completions were handled. */
+ * VB_BUSY_SLICE_US.  While the context's polling CPU budget is spent
+ * (rrpci_ctx_busy refuses) the CQ is armed as without busy polling.
+ * Returns how many completions were handled. */
 unsigned vb_poll(struct vb_conn *vc, unsigned budget)
 {
     struct ibv_wc wc[16];
@@ -189,13 +191,12 @@ unsigned vb_poll(struct vb_conn *vc, unsigned budget)
         }
         if (busy_us && vc->conn) {
             uint64_t now = vb_now_us();
-            if (handled) {
+            if (handled && rrpci_ctx_busy(vc->ctx, busy_us)) {
                 vc->cq_busy = true;
                 vc->cq_busy_until = now + busy_us;
-                rrpci_ctx_busy(vc->ctx, busy_us);
                 break;
             }
-            if (vc->cq_busy && now < vc->cq_busy_until)
+            if (vc->cq_busy && now < vc->cq_busy_until && rrpci_ctx_may_busy(vc->ctx))
                 break; /* polled again on the loop's next iteration */
         }
         if (armed)
@@ -247,7 +248,9 @@ bool vb_busy_poll(rrpc_ctx *ctx)
     if (!vx->open)
         return false;
     uint64_t until = vb_now_us() + VB_BUSY_SLICE_US;
-    while (vb_busy_pass(vx) == 0 && vb_any_busy(vx) && vb_now_us() < until)
+    /* Budget spent: one pass, in which each busy CQ is armed (vb_poll). */
+    while (vb_busy_pass(vx) == 0 && vb_any_busy(vx) && rrpci_ctx_may_busy(ctx) &&
+           vb_now_us() < until)
         ;
     return vb_any_busy(vx);
 }

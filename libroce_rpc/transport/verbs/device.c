@@ -78,6 +78,7 @@ int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret)
     vx->eager = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_EAGER");
     vx->busy_poll_us = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_BUSY_POLL_US");
     vx->chunk = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_CHUNK");
+    vx->rndv_pool_max = (size_t)rrpci_ctx_tunable(ctx, "RRPC_VERBS_RNDV_POOL_BYTES");
     vx->data_depth = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_DATA_DEPTH");
     ev_io_init(&vx->ech_w, vb_cm_cb, vx->ech->fd, EV_READ);
     vx->ech_w.data = vx;

@@ -54,6 +54,7 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
                 ibv_dereg_mr(m->mr);
                 free(m);
             }
+        vb_rndv_pool_clear(d);
         ev_io_stop(loop, &d->w);
         ibv_destroy_comp_channel(d->ch);
         ibv_dealloc_pd(d->pd);
@@ -229,10 +230,14 @@ static int vb_peer_name(rrpc_conn *c, char *buf, size_t len)
 static const struct rrpci_tunable vb_tunables[] = {
     {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20,
      "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
-    {"RRPC_VERBS_BUSY_POLL_US", 0, 0, 100000,
+    {"RRPC_VERBS_BUSY_POLL_US", 1000, 0, 100000,
      "verbs: after completions, the loop keeps polling the CQ (up to 50 us per loop "
      "iteration) instead of sleeping on its channel until this long passed without one, "
-     "us (0: off)"},
+     "us (0: off); within the context's RRPC_BUSY_POLL_BUDGET_PCT"},
+    {"RRPC_VERBS_RNDV_POOL_BYTES", 32L << 20, 0, 1L << 40,
+     "verbs: registered buffers kept per device for rendezvous payloads received, reused "
+     "from one message to the next; a payload that does not fit is registered for itself "
+     "(0: every payload is)"},
     {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30,
      "verbs: bytes per RDMA READ/WRITE work request"},
     {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64,

@@ -119,17 +119,8 @@ static int vb_rndv_admit(struct vb_qp *q, struct vb_rin *r, const char **why)
         *why = "frame refused at its header";
         return rc;
     }
-    void *b = NULL;
-    if (posix_memalign(&b, 4096, r->h.len)) {
-        *why = "out of memory for a rendezvous buffer";
-        return -ENOMEM;
-    }
-    r->buf = b;
-    r->mr = ibv_reg_mr(vc->dev->pd, r->buf, r->h.len, IBV_ACCESS_LOCAL_WRITE);
-    if (!r->mr) {
-        *why = "cannot register a rendezvous buffer (locked-memory limit?)";
-        return vb_errno();
-    }
+    if ((rc = vb_rndv_buf_get(vc->dev, r, why)))
+        return rc;
     RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: reading a %u-byte rendezvous payload",
               vc->peer, q->cls, r->h.len);
     r->rnext = NULL;

@@ -192,9 +192,13 @@ struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
 
 void vb_rin_free(struct vb_rin *r)
 {
-    if (r->mr)
+    if (r->pb) {
+        r->pb->next = r->pdev->pfree;
+        r->pdev->pfree = r->pb;
+    } else if (r->mr)
         ibv_dereg_mr(r->mr);
-    free(r->buf);
+    if (!r->pb)
+        free(r->buf);
     free(r);
 }
 

@@ -78,10 +78,11 @@
  *    so that its late events are only acknowledged.
  *  - Tunables (environment, read when a context first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
- *    RRPC_VERBS_BUSY_POLL_US (0: after completions, the loop keeps polling
+ *    RRPC_VERBS_BUSY_POLL_US (1000: after completions, the loop keeps polling
  *    the CQ, up to VB_BUSY_SLICE_US per iteration, without sleeping, until
- *    this long passed without one, then re-arms it: cq.c), RRPC_VERBS_CHUNK,
- *    RRPC_VERBS_DATA_DEPTH.
+ *    this long passed without one or the context's polling CPU budget is
+ *    spent, then re-arms it: cq.c), RRPC_VERBS_RNDV_POOL_BYTES (rndvpool.c),
+ *    RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -207,6 +208,8 @@ struct vb_rin {
     uint32_t token;
     uint8_t *buf;
     struct ibv_mr *mr;
+    struct vb_pbuf *pb; /* buf and mr are lent by pdev's pool; NULL: our own */
+    struct vb_dev *pdev;
     int nseg;
     struct vb_seg seg[2];
     int cur_seg;
@@ -261,6 +264,14 @@ enum vb_qp_state {
     VB_QP_ESTABLISHED, /* the CM's ESTABLISHED event came */
 };
 
+/* A registered rendezvous receive buffer of a device's pool (rndvpool.c). */
+struct vb_pbuf {
+    struct vb_pbuf *next;
+    uint8_t *buf;
+    size_t cap;
+    struct ibv_mr *mr;
+};
+
 struct vb_dev {
     struct vb_dev *next;
     struct vb_ctx *vx;
@@ -271,6 +282,8 @@ struct vb_dev {
     int max_rd_atom, max_init_rd_atom, max_qp_wr, max_cqe;
     uint32_t max_msg_sz;
     struct vb_mr *cache[VB_CACHE_BUCKETS];
+    struct vb_pbuf *pfree; /* rendezvous receive buffers not lent out */
+    size_t pool_bytes;     /* capacity of all of them, free and lent: <= RRPC_VERBS_RNDV_POOL_BYTES */
 };
 
 /* A registration of a region on a device: the cache entry, keyed by
@@ -368,6 +381,13 @@ struct vb_reaper {
     struct rdma_event_channel *ech;
 };
 
+/* What rendezvous receives cost in registrations (vb_rndv_counts). */
+struct vb_rndv_counts {
+    uint64_t regs;      /* ibv_reg_mr of a receive buffer: new pool buffers and fallbacks */
+    uint64_t reuses;    /* receives served by a pool buffer registered before */
+    uint64_t fallbacks; /* receives registered for themselves: the pool was full */
+};
+
 struct vb_ctx {
     rrpc_ctx *ctx;
     bool open;
@@ -381,6 +401,8 @@ struct vb_ctx {
     unsigned poll_gen;     /* vb_busy_poll's pass, to visit each connection once */
     uint32_t chunk;       /* bytes per READ/WRITE work request */
     unsigned data_depth;  /* such chunks in flight per QP */
+    size_t rndv_pool_max; /* RRPC_VERBS_RNDV_POOL_BYTES, per device */
+    struct vb_rndv_counts rndv; /* the rendezvous receive pool's counters */
 };
 
 struct vb_listener {
@@ -447,6 +469,16 @@ void vb_reaper_stop(struct vb_ctx *vx);
 struct vb_conn *vb_vc(rrpc_conn *c);
 struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c);
 void vb_rin_free(struct vb_rin *r);
+/* Gives @r a registered buffer of r->h.len bytes: from @d's pool, or, when
+ * the pool is at RRPC_VERBS_RNDV_POOL_BYTES, registered for this message
+ * alone (counted, logged at debug).  vb_rin_free gives it back. */
+int vb_rndv_buf_get(struct vb_dev *d, struct vb_rin *r, const char **why);
+/* Deregisters and frees the free buffers of @d's pool (lent ones come back
+ * through vb_rin_free first: the connections go before the devices). */
+void vb_rndv_pool_clear(struct vb_dev *d);
+/* The context's rendezvous receive counters (tests); -ENOENT when it has
+ * not used rdma://. */
+int vb_rndv_counts(rrpc_ctx *ctx, struct vb_rndv_counts *ret);
 void vb_rout_release(struct vb_rout *o);
 void vb_teardown(struct vb_conn *vc);
 void vb_enter(struct vb_conn *vc);
