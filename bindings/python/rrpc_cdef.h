@@ -12,6 +12,7 @@ typedef enum rrpc_errno {
     RRPC_E_NO_DEVICE, RRPC_E_URI, RRPC_E_CLOSED,
     RRPC_E_CREDIT, RRPC_E_DEADLOCK, RRPC_E_ARGS, RRPC_E_TRANSPORT,
     RRPC_E_REGION, RRPC_E_TICKET, RRPC_E_LIMIT, RRPC_E_UNKNOWN_HOST,
+    RRPC_E_CANCELLED,
     ...
 } rrpc_errno;
 const char *rrpc_strerror(int code);
@@ -156,6 +157,7 @@ typedef struct rrpc_result {
 typedef void (*rrpc_call_cb)(const rrpc_result *res, void *user);
 int rrpc_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
               const rrpc_call_opts *opts, rrpc_call_cb cb, void *user);
+int rrpc_call_cancel(rrpc_conn *conn, rrpc_call_cb cb, void *user);
 uint64_t rrpc_method_id(const char *method);
 
 /* ---- memory.h ---- */

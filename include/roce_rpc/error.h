@@ -46,7 +46,8 @@ extern "C" {
     X(TICKET, -1017,                                                             \
       "connection ticket missing, forged, expired, replayed or for another service") \
     X(LIMIT, -1018, "a configured limit was reached (connections, queued bytes, offers)") \
-    X(UNKNOWN_HOST, -1019, "the host name does not resolve")
+    X(UNKNOWN_HOST, -1019, "the host name does not resolve")                      \
+    X(CANCELLED, -1020, "the call was cancelled by its caller")
 
 typedef enum rrpc_errno {
 #define RRPC_ERRNO_ENUM_(name, value, desc) RRPC_E_##name = (value),

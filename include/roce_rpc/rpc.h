@@ -153,6 +153,22 @@ RRPC_API int rrpc_call(rrpc_conn *conn, const char *method, const void *req, siz
                        const rrpc_call_opts *opts, rrpc_call_cb cb, void *user);
 
 /*
+ * Cancels the calls pending on @conn that were made with this @cb and @user
+ * (a caller that gives each call its own @user cancels exactly one): each
+ * one's @cb runs before this returns, on the calling thread and under the
+ * context, with status RRPC_E_CANCELLED, and never again.  Its request is
+ * dropped if it has not gone out; one that went out may still run at the
+ * server, whose answer is dropped when it comes (the credit the request
+ * took comes back as for any request).  A borrowed request
+ * (RRPC_CALL_BORROW) is the caller's again when @cb runs.  Call it where a
+ * callback of the context may run: from a callback, from the thread that
+ * drives a driven-mode context, or from any thread when nothing there
+ * depends on callbacks running on the loop thread.  Errors: -EINVAL,
+ * -ENOENT (no such call pending: answered, failed or cancelled already).
+ */
+RRPC_API int rrpc_call_cancel(rrpc_conn *conn, rrpc_call_cb cb, void *user);
+
+/*
  * Calls @method and waits for the result.  Returns the status as in
  * rrpc_result (0, an application code > 0, or a negative library code).  On
  * 0 the response is in *ret_data and *ret_len, malloc'ed and owned by the caller

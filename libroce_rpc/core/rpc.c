@@ -391,6 +391,41 @@ out:
     return r;
 }
 
+/* A call pending on @c with @cb and @user, or NULL. */
+static struct rrpci_pending *find_call(rrpc_conn *c, rrpc_call_cb cb, void *user)
+{
+    for (size_t b = 0; b < c->pending.nbuckets; b++)
+        for (struct rrpci_idnode *n = c->pending.buckets[b]; n; n = n->next) {
+            struct rrpci_pending *pd = rrpci_container_of(n, struct rrpci_pending, node);
+            if (pd->kind == RRPCI_PEND_CALL && pd->cb == cb && pd->user == user)
+                return pd;
+        }
+    return NULL;
+}
+
+RRPC_API int rrpc_call_cancel(rrpc_conn *c, rrpc_call_cb cb, void *user)
+{
+    if (!c || !cb)
+        return -EINVAL;
+    rrpc_ctx *ctx = c->ctx;
+    rrpci_lock(ctx);
+    int found = 0;
+    rrpci_conn_ref(c);
+    for (struct rrpci_pending *pd; (pd = find_call(c, cb, user)); found++) {
+        rrpci_idmap_del(&c->pending, pd->node.key);
+        for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+            unqueue(c, i, pd->node.key);
+        rrpci_pending_fail(pd, RRPC_E_CANCELLED, "cancelled by the caller");
+    }
+    rrpci_conn_unref(c);
+    int r = found ? 0
+                  : rrpci_set_error(ctx, -ENOENT,
+                                    "no call with this callback and user is pending on the "
+                                    "connection (answered, failed or cancelled already)");
+    rrpci_unlock(ctx);
+    return r;
+}
+
 void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p)
 {
     struct rrpci_idnode *n = rrpci_idmap_get(&c->pending, h->id);

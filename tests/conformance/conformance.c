@@ -1710,6 +1710,69 @@ static void test_register_with_refuses_unknown_flags_and_reserved_words(void **s
     rrpc_ctx_destroy(s);
 }
 
+/* ---- cancelling a call (rrpc_call_cancel) ----------------------------------- */
+
+static struct {
+    int runs, last_status;
+} X;
+
+static void cancel_cb(const rrpc_result *res, void *user)
+{
+    lock();
+    X.runs++;
+    X.last_status = res->status;
+    unlock();
+}
+
+static void test_a_cancelled_call_completes_once_and_its_late_answer_is_dropped(void **state)
+{
+    (void)state;
+    memset(&X, 0, sizeof(X));
+    lock();
+    T.held = NULL;
+    unlock();
+    rrpc_conn *c = connect_client(T.cctx);
+    int mine;
+    assert_int_equal(rrpc_call(c, "hold", "x", 1, NULL, cancel_cb, &mine), 0);
+    rrpc_request *held = NULL;
+    for (int i = 0; i < 2000 && !held; i++) {
+        lock();
+        held = T.held;
+        T.held = NULL;
+        unlock();
+        if (!held)
+            usleep(5000);
+    }
+    assert_non_null(held); /* the server has the request: it went out */
+    assert_int_equal(rrpc_call_cancel(c, cancel_cb, &mine), 0);
+    lock();
+    int runs = X.runs, status = X.last_status;
+    unlock();
+    assert_int_equal(runs, 1); /* before rrpc_call_cancel returned */
+    assert_int_equal(status, RRPC_E_CANCELLED);
+    assert_int_equal(rrpc_call_cancel(c, cancel_cb, &mine), -ENOENT);
+    /* The server answers after all: the answer is dropped, the callback
+     * does not run again.  An echo on the same class comes back after it. */
+    assert_int_equal(rrpc_respond(held, "late", 4), 0);
+    echo_ok(c, 16, RRPC_CLASS_LOW_LATENCY);
+    lock();
+    runs = X.runs;
+    unlock();
+    assert_int_equal(runs, 1);
+    /* Its credit came back: more calls than the window go through. */
+    struct pipe_state ps = {.expect_len = 8};
+    for (uint64_t i = 0; i < 200; i++)
+        assert_int_equal(rrpc_call(c, "echo", &i, 8, NULL, pipe_cb, &ps), 0);
+    assert_int_equal(wait_for(&ps.done, 200, 60000), 200);
+    assert_int_equal(ps.bad, 0);
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(T.cctx, &st), 0);
+    int slot = rrpc_stats_error_slot(RRPC_E_CANCELLED);
+    assert_true(st.cls[RRPC_CLASS_LOW_LATENCY].call_errors[slot] >= 1);
+    assert_int_equal(rrpc_call_cancel(NULL, cancel_cb, &mine), -EINVAL);
+    rrpc_conn_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1737,6 +1800,7 @@ int main(void)
         cmocka_unit_test(test_worker_requests_beyond_the_queue_bound_are_refused_with_the_reason),
         cmocka_unit_test(test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_window),
         cmocka_unit_test(test_register_with_refuses_unknown_flags_and_reserved_words),
+        cmocka_unit_test(test_a_cancelled_call_completes_once_and_its_late_answer_is_dropped),
         cmocka_unit_test(test_a_zeroed_options_struct_means_the_default_class_not_control),
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
         cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),

@@ -46,7 +46,7 @@ log = logging.getLogger("roce_rpc")
 _ERR_NAMES = ("PROTO", "VERSION", "NO_METHOD", "BAD_CLASS", "TOO_BIG", "ACCESS",
               "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED",
               "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET", "LIMIT",
-              "UNKNOWN_HOST")
+              "UNKNOWN_HOST", "CANCELLED")
 for _n in _ERR_NAMES:
     globals()["E_" + _n] = getattr(lib, "RRPC_E_" + _n)
     __all__.append("E_" + _n)
@@ -1315,6 +1315,19 @@ class Conn(_Closable):
             r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts, lib._rrpc_py_call_done, user)
             return _error(r, core.ptr, "call %r" % method) if r else None
         return core.submit(self, (fut, core, method), start)
+
+    def _cancel_call(self, fut) -> bool:
+        """Cancels in the library the call whose future is @fut
+        (rrpc_call_cancel): its completion runs now (the future is left as
+        it is if already done or cancelled) and a late answer is dropped.
+        Whether a pending call was found."""
+        core = self._core
+        key = next((k for k, f in list(core.pending.items()) if f is fut), None)
+        if key is None or self._closed or core.closing or core.closed:
+            return False
+        with core.use(self, "connection"):
+            return lib.rrpc_call_cancel(self._ptr, lib._rrpc_py_call_done,
+                                        ffi.cast("void *", key)) == 0
 
     def call(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
              timeout: Optional[float] = None) -> bytes:

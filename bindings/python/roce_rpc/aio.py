@@ -28,10 +28,12 @@ the exception's type and message, and is logged (logger "roce_rpc").
 Cancelling an awaited operation (task.cancel(), asyncio.timeout,
 asyncio.wait_for) cancels it for the caller: the awaiting task gets
 CancelledError at once and the operation's completion is never delivered
-later.  The library has no way to recall what is already on the wire: a
-cancelled call may still run at the server (its answer is dropped when it
-arrives) and a cancelled WRITE may still land; the buffers involved stay
-referenced until the library is done with them.
+later.  A cancelled call is also cancelled in the library
+(rrpc_call_cancel): it stops waiting for its answer and its deadline at
+once.  What is already on the wire cannot be recalled: a cancelled call may
+still run at the server (its answer is dropped when it arrives) and a
+cancelled WRITE may still land; the buffers involved stay referenced until
+the library is done with them.
 
 The blocking methods of the objects underneath (Conn.call, Context.connect,
 ...) raise RrpcError(E_DEADLOCK) on an aio context: they would block the
@@ -292,8 +294,15 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
     async def call(self, method: str, data=b"", *, qos=None,
                    timeout: Optional[float] = None) -> bytes:
         """Calls @method; the response bytes, or RrpcError (a handler's code
-        > 0, RrpcTimeoutError at the deadline, ...)."""
-        return await self.sync.call_async(method, data, qos=qos, timeout=timeout)
+        > 0, RrpcTimeoutError at the deadline, ...).  Cancelling the
+        awaiting task cancels the call in the library (rrpc_call_cancel):
+        it no longer waits for its answer or its deadline."""
+        fut = self.sync.call_async(method, data, qos=qos, timeout=timeout)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self.sync._cancel_call(fut)
+            raise
 
     async def write(self, local, local_offset: int, remote, remote_offset: int = 0,
                     length: Optional[int] = None, *, qos=None, notify: Optional[int] = None
