@@ -23,48 +23,10 @@
 
 #include <roce_rpc/rrpc.h>
 
-#include "../common/test_uri.h"
+#include "busy_poll.h"
 
 #define POLL_US "20000"
 #define IDLE_MS 400
-
-static void echo(rrpc_request *req, const void *p, size_t n, void *user)
-{
-    (void)user;
-    rrpc_respond(req, p, n);
-}
-
-static double cpu_ms(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
-           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
-}
-
-static double wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-static void drive_for(rrpc_ctx *ctx, double ms)
-{
-    double end = wall_ms() + ms;
-    while (wall_ms() < end)
-        rrpc_ctx_progress(ctx, 10);
-}
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fprintf(stderr, "\n");                                                                \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
 
 int main(void)
 {
@@ -80,16 +42,9 @@ int main(void)
     CHECK(rrpc_ctx_create_with(cfg, &srv) == 0 && rrpc_ctx_create_with(cfg, &cli) == 0,
           "contexts");
     rrpc_config_destroy(cfg);
-    CHECK(rrpc_register(srv, "echo", echo, NULL) == 0, "register");
-    rrpc_listener *l;
-    char uri[128];
-    test_listen_uri(uri, sizeof(uri));
-    CHECK(rrpc_listen(srv, uri, NULL, NULL, &l) == 0, "listen: %s", rrpc_ctx_last_error(srv));
-    CHECK(rrpc_ctx_start_thread(srv) == 0, "server thread");
-    test_connect_uri(uri, sizeof(uri), rrpc_listener_port(l));
     rrpc_conn *c;
-    CHECK(rrpc_connect_sync(cli, uri, 5000, NULL, NULL, &c) == 0, "connect: %s",
-          rrpc_ctx_last_error(cli));
+    if (echo_pair(srv, cli, &c))
+        return 1;
 
     /* Traffic: the client's loop must have been polling right after it. */
     for (int i = 0; i < 200; i++) {
@@ -118,7 +73,6 @@ int main(void)
           used, wall);
 
     rrpc_conn_close(c);
-    rrpc_listener_close(l);
     rrpc_ctx_destroy(cli);
     rrpc_ctx_destroy(srv);
     printf("ok\n");

@@ -25,29 +25,7 @@
 
 #include <roce_rpc/rrpc.h>
 
-#include "../common/test_uri.h"
-
-
-static void echo(rrpc_request *req, const void *p, size_t n, void *user)
-{
-    (void)user;
-    rrpc_respond(req, p, n);
-}
-
-static double cpu_ms(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
-           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
-}
-
-static double wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
+#include "busy_poll.h"
 
 /* CPU time of the calling thread (the client's), ms. */
 static double thread_cpu_ms(void)
@@ -56,23 +34,6 @@ static double thread_cpu_ms(void)
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
-
-static void drive_for(rrpc_ctx *ctx, double ms)
-{
-    double end = wall_ms() + ms;
-    while (wall_ms() < end)
-        rrpc_ctx_progress(ctx, 10);
-}
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fprintf(stderr, "\n");                                                                \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
 
 #define BUDGET_PCT "5"
 #define TRAFFIC_MS 1000
@@ -101,16 +62,9 @@ int main(void)
           "contexts");
     rrpc_config_destroy(scfg);
     rrpc_config_destroy(ccfg);
-    CHECK(rrpc_register(srv, "echo", echo, NULL) == 0, "register");
-    rrpc_listener *l;
-    char uri[128];
-    test_listen_uri(uri, sizeof(uri));
-    CHECK(rrpc_listen(srv, uri, NULL, NULL, &l) == 0, "listen: %s", rrpc_ctx_last_error(srv));
-    CHECK(rrpc_ctx_start_thread(srv) == 0, "server thread");
-    test_connect_uri(uri, sizeof(uri), rrpc_listener_port(l));
     rrpc_conn *c;
-    CHECK(rrpc_connect_sync(cli, uri, 5000, NULL, NULL, &c) == 0, "connect: %s",
-          rrpc_ctx_last_error(cli));
+    if (echo_pair(srv, cli, &c))
+        return 1;
 
     double c0 = cpu_ms(), t0 = thread_cpu_ms(), w0 = wall_ms();
     int calls = 0;
@@ -135,7 +89,6 @@ int main(void)
           server, wall, BUDGET_PCT);
 
     rrpc_conn_close(c);
-    rrpc_listener_close(l);
     rrpc_ctx_destroy(cli);
     rrpc_ctx_destroy(srv);
     printf("ok\n");
