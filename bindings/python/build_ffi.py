@@ -64,9 +64,22 @@ def make_ffi(include_dir, tensor, broker=False, **set_source_kw):
     if broker:
         includes += "#include <roce_rpc/broker.h>\n"
     ffi = cffi.FFI()
-    ffi.cdef(cdef_text(tensor, broker) + "\nvoid free(void *);\n")
+    ffi.cdef(cdef_text(tensor, broker) + "\nvoid free(void *);\n" + CALL_WAIT_CDEF)
+    with open(os.path.join(HERE, "call_wait.h")) as f:
+        includes += f.read()
     ffi.set_source("roce_rpc._rrpc", includes, include_dirs=[include_dir], **set_source_kw)
     return ffi
+
+
+# The extension's own helpers (call_wait.h): what Conn.call waits on.
+CALL_WAIT_CDEF = """
+typedef struct rrpcpy_wait { int done; int status; void *data; size_t len; } rrpcpy_wait;
+int rrpcpy_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
+                const rrpc_call_opts *opts, rrpcpy_wait *w);
+int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w);
+int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms);
+void rrpcpy_wait_clear(rrpcpy_wait *w);
+"""
 
 
 def has_tensor_header(include_dir):

@@ -221,42 +221,8 @@ def _deadline_ms(timeout):
     return max(1, int(timeout * 1000))
 
 
-class _Waiter:
-    """What a blocking call waits on: the completion callback settles it on
-    the loop thread and releases the lock the caller sleeps on (one futex
-    wake, where a concurrent.futures.Future takes a Condition and its
-    RLock).  The wait can be interrupted (KeyboardInterrupt)."""
-    __slots__ = ("_lock", "_value", "_exc", "_done")
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._value = self._exc = None
-        self._done = False
-
-    def done(self):
-        return self._done
-
-    def set_result(self, v):
-        if self._done:
-            raise concurrent.futures.InvalidStateError("already settled")
-        self._value, self._done = v, True
-        self._lock.release()
-
-    def set_exception(self, e):
-        if self._done:
-            raise concurrent.futures.InvalidStateError("already settled")
-        self._exc, self._done = e, True
-        self._lock.release()
-
-    def wait(self):
-        self._lock.acquire()
-        if self._exc is not None:
-            raise self._exc
-        return self._value
-
-
 _opts_cache = {}
+_CALL_SPIN_US = 50  # Conn.call spins this long for its answer before it sleeps
 
 
 def _call_opts(cls, deadline_ms):
@@ -1059,10 +1025,12 @@ class Context(_Closable):
 
     def serve_tensors(self, alloc: Optional[Callable[..., Any]] = None,
                       on_tensor: Optional[Callable[..., Any]] = None, *,
-                      max_bytes: Optional[int] = None, pool: Any = None) -> Any:
+                      max_bytes: Optional[int] = None, pool: Any = None,
+                      keep_bytes: Optional[int] = None) -> Any:
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
-        return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes, pool=pool)
+        return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes, pool=pool,
+                            keep_bytes=keep_bytes)
 
     def receive_pool(self, slot_bytes: int, count: int = 2) -> Any:
         """@count registered receive destinations of @slot_bytes each,
@@ -1299,13 +1267,13 @@ class Conn(_Closable):
     # -- RPC --
     def call_async(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
                    timeout: Optional[float] = None,
-                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None,
-                   _fut: Any = None) -> "concurrent.futures.Future[bytes]":
+                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None
+                   ) -> "concurrent.futures.Future[bytes]":
         """Calls @method; returns a concurrent.futures.Future whose result is
         the response bytes (or RrpcError).  @callback(future), if given, is
         added as a done callback; it runs on the loop thread."""
         core = self._core
-        fut = _fut if _fut is not None else core.future()  # _fut: call()'s _Waiter
+        fut = core.future()
         if callback is not None:
             fut.add_done_callback(callback)
         opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
@@ -1333,10 +1301,39 @@ class Conn(_Closable):
              timeout: Optional[float] = None) -> bytes:
         """Calls @method and returns the response bytes; raises RrpcError
         (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
-        self._core.check_blocking("call")
-        w = _Waiter()
-        self.call_async(method, data, qos=qos, timeout=timeout, _fut=w)
-        return w.wait()
+        core = self._core
+        core.check_blocking("call")
+        # The completion runs in C (call_wait.h): the loop thread does not
+        # take the GIL for it, and this thread spins briefly before it sleeps.
+        w = ffi.new("rrpcpy_wait *")
+        opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
+        b, n = _cbuf(data)
+        with core.use(self, "connection"):
+            r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
+            if r:
+                raise _error(r, core.ptr, "call %r" % method)
+        try:
+            while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
+                pass
+        except BaseException:  # KeyboardInterrupt between two slices: the
+            self._cancel_wait(w)  # completion must run before w is freed
+            raise
+        try:
+            if w.status == 0:
+                return ffi.buffer(w.data, w.len)[:] if w.len else b""
+            msg = ffi.buffer(w.data, w.len)[:].decode("utf-8", "replace") if w.len else ""
+            raise _call_error(w.status, msg, method)
+        finally:
+            lib.rrpcpy_wait_clear(w)
+
+    def _cancel_wait(self, w):
+        core = self._core
+        if not (self._closed or core.closing or core.closed):
+            with core.use(self, "connection"):
+                lib.rrpcpy_cancel(self._ptr, w)
+        while not lib.rrpcpy_wait_for(w, 0, 100):
+            pass
+        lib.rrpcpy_wait_clear(w)
 
     def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
               timeout: Optional[float] = None) -> "asyncio.Future[bytes]":

@@ -268,10 +268,10 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         return self.sync.kv_pool(array, page_size)
 
     def serve_tensors(self, alloc=None, on_tensor=None, *, max_bytes=None,
-                      pool=None) -> "TensorServer":
+                      pool=None, keep_bytes=None) -> "TensorServer":
         """As roce_rpc.Context.serve_tensors; receive() is awaited."""
         return TensorServer(self, self.sync.serve_tensors(alloc, on_tensor, max_bytes=max_bytes,
-                                                          pool=pool))
+                                                          pool=pool, keep_bytes=keep_bytes))
 
     def __repr__(self):
         return "<roce_rpc.aio.Context%s>" % (" closed" if self.closed else "")

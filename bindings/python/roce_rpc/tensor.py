@@ -18,6 +18,7 @@ KV pages: pool = ctx.kv_pool(array) over an array whose first dimension
 counts pages; pool.token(conn) goes to the peer (KvToken, 48 bytes); the
 peer calls conn.kv_transfer(its_pool, token, [(src, dst), ...]).
 """
+import contextlib
 import errno
 import logging
 import os as _os
@@ -238,10 +239,11 @@ def send_tensor_async(conn, name, array, *, qos=None):
 class _TServerState:
     """What the C callbacks of one rrpc_tensor_server reach."""
 
-    def __init__(self, core, alloc, on_tensor, max_bytes, pool=None):
+    def __init__(self, core, alloc, on_tensor, max_bytes, pool=None, recycler=None):
         self.core = core
         self.alloc = alloc
         self.pool = pool
+        self.recycler = recycler
         self.wakeup = None   # roce_rpc.aio: called after each queue.put
         self.on_tensor = on_tensor
         self.max_bytes = max_bytes
@@ -283,6 +285,8 @@ class _TServerState:
         self.core.tservers.pop(self.key, None)
         if self.ptr != ffi.NULL:
             lib.rrpc_tensor_server_close(self.ptr)
+        if self.recycler is not None:
+            self.recycler.close()
         self.core.forget(self.key)
         self.queue.put(None)
         if self.wakeup is not None:
@@ -314,7 +318,10 @@ def _rrpc_py_tensor_alloc(conn, name, incoming, ret_dest, user):
                 if st.on_tensor is None:
                     counted = int(lib.rrpc_tensor_nbytes(incoming))
                     st.check_room(nm, counted)
-                a = _dense(dtype, shape, strides)
+                if st.recycler is not None:
+                    a = st.recycler.take(dtype, shape, strides)
+                if a is None:
+                    a = _dense(dtype, shape, strides)
             a = np.asarray(a)
             if a.shape != shape or a.dtype.itemsize != dtype.itemsize:
                 raise RrpcError(-33, "alloc returned %s %s for %s %s" % (
@@ -451,6 +458,118 @@ class ReceivePool:
             self.count, self.slot_bytes, self.free)
 
 
+KEEP_BYTES_DEFAULT = 512 << 20  # TensorServer keep_bytes
+
+
+class _Recycler:
+    """The default receiver's memory, kept registered after its arrays are
+    gone, so the next receive of a like size neither faults fresh pages in
+    nor registers again (TensorServer keep_bytes).
+
+    Only tensors of at least RECYCLE_MIN bytes are served from here (below
+    that a new array costs little).  A kept buffer serves a tensor of n bytes
+    if it holds n to 2n, so a small tensor never pins a large buffer.  At
+    most keep_bytes of idle buffers are kept, the least recently returned
+    are deregistered first.  A buffer comes back once the received array
+    and every view of it are gone; the recycler holds no reference to them."""
+
+    RECYCLE_MIN = 1 << 20
+
+    def __init__(self, ctx, keep_bytes):
+        self._ctx = ctx
+        self._core = ctx._core
+        self.keep_bytes = keep_bytes
+        self._lock = threading.Lock()
+        self._owner = None   # the thread in a critical section: a finalizer run
+        #                      there by the collector must not wait for the lock
+        self._returned = []  # what such a finalizer gave back
+        self._idle = []      # [capacity, buffer, region], least recently returned first
+        self._dead = []      # regions to deregister where that cannot deadlock
+        self.idle_bytes = 0
+        self.reused = 0      # receives served from kept memory
+        self.closed = False
+
+    def take(self, dtype, shape, strides):
+        """An array of @shape and @strides over kept (or new, kept later)
+        registered memory, or None when the tensor is too small or too large
+        to keep.  Runs in the alloc callback."""
+        self._reap()
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+        if n < self.RECYCLE_MIN or n > self.keep_bytes:
+            return None
+        ent = None
+        with self._held():
+            if self.closed:
+                return None
+            for e in self._idle:
+                if n <= e[0] <= 2 * n and (ent is None or e[0] < ent[0]):
+                    ent = e
+            if ent is not None:
+                self._idle.remove(ent)
+                self.idle_bytes -= ent[0]
+                self.reused += 1
+        if ent is None:
+            cap = (n + 4095) & ~4095
+            buf = np.empty(cap, np.uint8)
+            ent = [cap, buf, Region(self._ctx, buf, _core.REMOTE_WRITE)]
+        # as ReceivePool._take: an array over a memoryview owns the memory
+        # for numpy, so every view of what the user receives keeps it alive
+        owner = np.frombuffer(memoryview(ent[1])[:n], np.uint8)
+        weakref.finalize(owner, self._give_back, ent)
+        return np.ndarray(shape, dtype, buffer=owner, strides=strides)
+
+    @contextlib.contextmanager
+    def _held(self):
+        with self._lock:
+            self._owner = threading.get_ident()
+            try:
+                yield
+                for ent in self._returned:  # (a finalizer may add while this runs)
+                    self._keep(ent)
+                self._returned = []
+            finally:
+                self._owner = None
+
+    def _keep(self, ent):
+        if self.closed or ent[2].closed or ent[0] > self.keep_bytes:
+            self._dead.append(ent[2])
+            return
+        self._idle.append(ent)
+        self.idle_bytes += ent[0]
+        while self.idle_bytes > self.keep_bytes:
+            old = self._idle.pop(0)
+            self.idle_bytes -= old[0]
+            self._dead.append(old[2])
+
+    def _give_back(self, ent):
+        # Runs wherever the last view dies: maybe in this recycler's critical
+        # section (the cyclic collector), or in a thread holding the
+        # context's lock, where deregistering must wait for the next _reap.
+        if self._owner == threading.get_ident():
+            self._returned.append(ent)
+            return
+        with self._held():
+            self._keep(ent)
+        if self._core.lock.acquire(blocking=False):
+            self._core.lock.release()
+            self._reap()
+
+    def _reap(self):
+        with self._held():
+            dead, self._dead = self._dead, []
+        for r in dead:
+            r.close()
+
+    def close(self):
+        """Deregisters every idle buffer; buffers still in arrays are
+        deregistered when they come back."""
+        with self._held():
+            self.closed = True
+            self._dead += [e[2] for e in self._idle]
+            self._idle, self.idle_bytes = [], 0
+        self._reap()
+
+
 class TensorServer(_core._Closable):
     """Makes a Context accept tensors (rrpc_tensor_serve).
 
@@ -470,9 +589,17 @@ class TensorServer(_core._Closable):
 
     pool: a ReceivePool (Context.receive_pool) that the default alloc takes
     destinations from before it makes a new array; arrays from the pool do
-    not count against max_bytes (the pool is memory already held)."""
+    not count against max_bytes (the pool is memory already held).
 
-    def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None, pool=None):
+    keep_bytes (None: KEEP_BYTES_DEFAULT, 512 MiB; 0: keep nothing): the
+    default alloc's arrays of 1 MiB or more lie in memory that stays
+    registered after the arrays are gone, up to this many idle bytes, and
+    the next tensor of 1 to 2 times a kept buffer's size lands there: only
+    the first receive of a size pays for fresh pages and a registration.
+    .reused counts the receives served so; close() releases what is kept."""
+
+    def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None, pool=None,
+                 keep_bytes=None):
         if max_bytes is None:  # the C default, which the context read when it was made
             max_bytes = int(_os.environ.get("RRPC_TENSOR_MAX_BYTES", "0"), 0) or \
                 lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
@@ -484,7 +611,11 @@ class TensorServer(_core._Closable):
         self._core = core
         if pool is not None and (not isinstance(pool, ReceivePool) or pool._ctx is not ctx):
             raise ValueError("pool must be a ReceivePool of the same Context")
-        self._st = st = _TServerState(core, alloc, on_tensor, max_bytes, pool)
+        keep_bytes = KEEP_BYTES_DEFAULT if keep_bytes is None else int(keep_bytes)
+        if not 0 <= keep_bytes < 1 << 63:
+            raise ValueError("keep_bytes must be a number of bytes >= 0 (0 keeps nothing)")
+        recycler = _Recycler(ctx, keep_bytes) if keep_bytes else None
+        self._st = st = _TServerState(core, alloc, on_tensor, max_bytes, pool, recycler)
         st.key, user = _keep(st)
         core.keys.add(st.key)
         pp = ffi.new("rrpc_tensor_server **")
@@ -523,6 +654,24 @@ class TensorServer(_core._Closable):
     def max_bytes(self):
         """The byte budget (see the class)."""
         return self._st.max_bytes
+
+    @property
+    def keep_bytes(self):
+        """The bound on idle kept memory (see the class); 0: none kept."""
+        r = self._st.recycler
+        return r.keep_bytes if r is not None else 0
+
+    @property
+    def kept_bytes(self):
+        """Idle memory kept registered for the next receives now."""
+        r = self._st.recycler
+        return r.idle_bytes if r is not None else 0
+
+    @property
+    def reused(self):
+        """Receives that landed in kept memory."""
+        r = self._st.recycler
+        return r.reused if r is not None else 0
 
     @property
     def bytes_held(self):

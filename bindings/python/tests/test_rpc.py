@@ -353,3 +353,40 @@ def test_stats_and_the_metrics_text_count_calls_per_class(pair):
         return
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     assert fams["rrpc_call_duration_seconds"].type == "histogram"
+
+
+def test_a_blocking_call_is_interrupted_by_ctrl_c_and_its_late_answer_dropped(pair):
+    """Conn.call sleeps in slices: KeyboardInterrupt reaches the caller
+    while the handler still works, the call is cancelled in the library (its
+    answer, when it comes, is dropped), and the connection keeps working."""
+    import _thread
+    s, lis, c = pair
+    entered, release, answered = threading.Event(), threading.Event(), threading.Event()
+    released = []
+
+    @s.handler("slow")
+    def slow(data):
+        entered.set()
+        released.append(release.wait(30))  # False: the interrupt waited for the answer
+        answered.set()
+        return b"late"
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    conn = c.connect(client_uri(lis))
+
+    def interrupt():
+        if entered.wait(60):
+            _thread.interrupt_main()
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        conn.call("slow", b"x", timeout=60)
+    t.join()
+    release.set()  # the answer goes out now, to a call that is gone
+    assert answered.wait(60) and released == [True]
+    assert conn.call("echo", b"after") == b"after"
+    assert conn.call("echo", b"again", timeout=10) == b"again"

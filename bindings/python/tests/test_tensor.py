@@ -363,6 +363,65 @@ def test_a_receive_pool_reuses_a_slot_only_once_the_array_and_its_views_are_gone
         s.serve_tensors(pool=object())
 
 
+def test_the_default_receiver_keeps_the_memory_of_dropped_arrays_for_the_next_receive(pair):
+    """Without a pool, the memory of a received array of 1 MiB or more stays
+    registered once the array and every view of it are gone, and the next
+    tensor of a like size lands there; arrays alive never share memory;
+    what is kept idle stays under keep_bytes; keep_bytes=0 keeps nothing."""
+    import gc
+    s, lis, c = pair
+    mib = 1 << 20
+    srv = s.serve_tensors(keep_bytes=3 * mib)
+    assert srv.keep_bytes == 3 * mib
+    conn = c.connect(client_uri(lis))
+
+    def addr(x):
+        return x.__array_interface__["data"][0]
+
+    def move(name, x):
+        conn.send_tensor(name, x)
+        got_name, got = srv.receive(timeout=30)
+        assert got_name == name and np.array_equal(got, x)
+        return got
+
+    a = np.arange(mib // 4, dtype=np.float32)  # 1 MiB
+    got = move("a", a)
+    first, view = addr(got), got[5:]
+    del got
+    gc.collect()
+    assert srv.kept_bytes == 0  # the view still reads it
+    other = move("b", a + 1)
+    assert addr(other) != first and np.array_equal(view, a[5:])
+    second = addr(other)
+    del view, other
+    gc.collect()
+    assert (srv.kept_bytes, srv.reused) == (2 * mib, 0)
+    again = move("c", a * 2)
+    assert addr(again) in (first, second) and srv.reused == 1
+    assert srv.kept_bytes == mib
+    big = move("big", np.ones(mib, np.float32))  # 4 MiB: a 1 MiB buffer does not fit
+    small = move("small", np.ones(1000, np.float32))  # under 1 MiB: never kept
+    assert addr(big) not in (first, second) and srv.reused == 1
+    del big, small
+    gc.collect()
+    assert srv.kept_bytes == mib  # 4 MiB idle would pass keep_bytes
+    held = [move("h%d" % i, a - i) for i in range(4)]
+    assert srv.reused == 2 and len({addr(h) for h in held} | {addr(again)}) == 5
+    del held, again
+    gc.collect()
+    assert srv.kept_bytes == 3 * mib  # five came back; the oldest two were let go
+    srv.close()
+    assert srv.kept_bytes == 0
+    none = s.serve_tensors(keep_bytes=0)
+    for i in range(2):
+        conn.send_tensor("n", a)
+        none.receive(timeout=30)
+    assert (none.reused, none.kept_bytes, none.keep_bytes) == (0, 0, 0)
+    none.close()
+    with pytest.raises(ValueError):
+        s.serve_tensors(keep_bytes=-1)
+
+
 def test_a_transposed_array_moves_in_one_piece_and_arrives_in_its_own_layout(tpair):
     """A layout contiguous in its own memory order (a transpose, a
     permutation) lands in a destination laid out the same way, so the send

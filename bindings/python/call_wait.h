@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Part of the roce_rpc extension's C source (build_ffi.py appends it): what
+ * Conn.call waits on.  The call's completion runs in C on the loop thread,
+ * without the GIL: it copies the answer and wakes the caller, who spins a
+ * few microseconds before sleeping (as rrpc_call_sync does), and sleeps in
+ * slices so that Python can raise KeyboardInterrupt between them.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct rrpcpy_wait {
+    int done; /* the futex word: 1 once the completion has run */
+    int status;
+    void *data; /* the answer (status 0) or the message, malloc'ed */
+    size_t len;
+} rrpcpy_wait;
+
+static void rrpcpy_call_done(const rrpc_result *res, void *user)
+{
+    rrpcpy_wait *w = user;
+    const void *src = res->status == 0 ? res->data : res->message;
+    size_t n = res->status == 0 ? res->len : (res->message ? strlen(res->message) : 0);
+    w->status = res->status;
+    w->len = 0;
+    w->data = NULL;
+    if (n) {
+        w->data = malloc(n);
+        if (w->data) {
+            memcpy(w->data, src, n);
+            w->len = n;
+        } else if (res->status == 0) {
+            w->status = -ENOMEM;
+        }
+    }
+    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static int rrpcpy_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
+                       const rrpc_call_opts *opts, rrpcpy_wait *w)
+{
+    w->done = 0;
+    return rrpc_call(conn, method, req, len, opts, rrpcpy_call_done, w);
+}
+
+static int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w)
+{
+    return rrpc_call_cancel(conn, rrpcpy_call_done, w);
+}
+
+static double rrpcpy_now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* 1 once @w's completion has run; 0 after about @slice_ms without it. */
+static int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms)
+{
+    double t0 = rrpcpy_now_us();
+    do {
+        if (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+            return 1;
+    } while (rrpcpy_now_us() - t0 < spin_us);
+    struct timespec ts = {slice_ms / 1000, (long)(slice_ms % 1000) * 1000000L};
+    if (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+        syscall(SYS_futex, &w->done, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
+}
+
+static void rrpcpy_wait_clear(rrpcpy_wait *w)
+{
+    free(w->data);
+    w->data = NULL;
+    w->len = 0;
+}
