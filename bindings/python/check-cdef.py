@@ -20,10 +20,8 @@ import sys
 NOT_BOUND = {
     "rrpc_conn_stats": "Context.stats() has the per-peer sums (rrpc_ctx_peer_stats); a "
                        "connection's own figures are C only",
-    "rrpc_register_with": "handler workers would run Python handlers on C threads that "
-                          "contend for the GIL with the loop; Python handlers stay on the "
-                          "loop (C only for now)",
-    "rrpc_call_sync": "Python waits on a Future, which can be interrupted; a blocking C wait cannot",
+    "rrpc_call_sync": "Conn.call waits in slices (call_wait.h) that KeyboardInterrupt can end; "
+                      "a blocking C wait cannot be interrupted",
     "rrpc_read_sync": "as rrpc_call_sync",
     "rrpc_write_sync": "as rrpc_call_sync",
     "rrpc_tensor_send_sync": "as rrpc_call_sync",

@@ -135,6 +135,13 @@ int rrpc_conn_peer(rrpc_conn *conn, char *buf, size_t len);
 typedef struct rrpc_request rrpc_request;
 typedef void (*rrpc_handler_fn)(rrpc_request *req, const void *payload, size_t len, void *user);
 int rrpc_register(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn, void *user);
+typedef struct rrpc_register_opts {
+    uint64_t flags;
+    uint64_t reserved[3];
+} rrpc_register_opts;
+#define RRPC_HANDLER_ON_WORKER ...
+int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn,
+                       void *user, const rrpc_register_opts *opts);
 int rrpc_unregister(rrpc_ctx *ctx, const char *method);
 int rrpc_respond(rrpc_request *req, const void *data, size_t len);
 int rrpc_respond_error(rrpc_request *req, int code, const char *msg);

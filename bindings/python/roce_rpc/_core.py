@@ -879,26 +879,44 @@ class Context(_Closable):
         return (v[0], v[1], v[2])
 
     # -- RPC server side --
-    def handler(self, method: str, *, request: bool = False) -> Callable[[_F], _F]:
+    def handler(self, method: str, *, request: bool = False,
+                on_worker: bool = False) -> Callable[[_F], _F]:
         """Decorator: registers fn(data: bytes) -> bytes-like for @method.
 
         With request=True the function is fn(req: Request, data).  It may
         raise RrpcError(code > 0, message) to fail the call, return a
         concurrent.futures.Future to answer later, or call req.defer() and
-        answer with req.respond()/req.fail() from any thread."""
+        answer with req.respond()/req.fail() from any thread.
+
+        on_worker=True runs it on one of the context's handler worker
+        threads (RRPC_HANDLER_ON_WORKER; RRPC_HANDLER_THREADS, default 2),
+        not on the loop thread: while it works (numpy, I/O, anything that
+        releases the GIL, or just a long computation) the loop goes on
+        reading and answering other requests.  Several may run at once, so
+        it must be thread-safe; the rules of a callback still hold (no
+        blocking call on the same context).  Thread-mode contexts only."""
         def deco(fn):
-            self.add_handler(method, fn, request=request)
+            self.add_handler(method, fn, request=request, on_worker=on_worker)
             return fn
         return deco
 
-    def add_handler(self, method: str, fn: Callable[..., Any], *, request: bool = False) -> None:
+    def add_handler(self, method: str, fn: Callable[..., Any], *, request: bool = False,
+                    on_worker: bool = False) -> None:
         """Registers @fn for @method (see handler())."""
         core = self._core
+        if on_worker and core.aio is not None:
+            raise ValueError("on_worker handlers are for thread-mode contexts; under "
+                             "roce_rpc.aio make the handler an async def instead")
         h = _Handler(fn, request, core, method)
         h.key, h.user = _keep(h)
         core.keys.add(h.key)
+        opts = ffi.NULL
+        if on_worker:
+            opts = ffi.new("rrpc_register_opts *")
+            opts.flags = lib.RRPC_HANDLER_ON_WORKER
         with core.use():
-            r = lib.rrpc_register(self._ptr, method.encode(), lib._rrpc_py_handler, h.user)
+            r = lib.rrpc_register_with(self._ptr, method.encode(), lib._rrpc_py_handler, h.user,
+                                       opts)
             if r:
                 core.forget(h.key)
                 raise _error(r, self._ptr, "register %r" % method)
@@ -1449,9 +1467,9 @@ class Listener(_Closable):
         self.port = lib.rrpc_listener_port(self._ptr)
         self.uri = _with_port(uri, self.port)
 
-    def handler(self, method, *, request=False):
+    def handler(self, method, *, request=False, on_worker=False):
         """Same as Context.handler (handlers belong to the context)."""
-        return self._ctx.handler(method, request=request)
+        return self._ctx.handler(method, request=request, on_worker=on_worker)
 
     @property
     def context(self):

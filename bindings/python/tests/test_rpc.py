@@ -390,3 +390,36 @@ def test_a_blocking_call_is_interrupted_by_ctrl_c_and_its_late_answer_dropped(pa
     assert answered.wait(60) and released == [True]
     assert conn.call("echo", b"after") == b"after"
     assert conn.call("echo", b"again", timeout=10) == b"again"
+
+
+def test_a_handler_on_a_worker_does_not_hold_the_loop(pair):
+    """on_worker=True: while a handler works on a worker thread, the loop
+    answers other calls (the slow handler waits until one was answered);
+    its own answer, and an exception it raises, still reach the caller."""
+    s, lis, c = pair
+    answered, released = threading.Event(), []
+    workers = set()
+
+    @s.handler("slow", on_worker=True)
+    def slow(data):
+        workers.add(threading.get_ident())
+        released.append(answered.wait(30))  # False: the loop waited for this handler
+        return data * 2
+
+    @s.handler("fast")
+    def fast(data):
+        return data
+
+    @s.handler("boom", on_worker=True)
+    def boom(data):
+        raise KeyError("no such row")
+
+    conn = c.connect(client_uri(lis))
+    pending = conn.call_async("slow", b"ab")
+    assert conn.call("fast", b"x") == b"x"
+    answered.set()
+    assert pending.result(60) == b"abab" and released == [True]
+    assert threading.get_ident() not in workers
+    with pytest.raises(RrpcError) as ei:
+        conn.call("boom", b"")
+    assert ei.value.code == roce_rpc.HANDLER_ERROR and "no such row" in str(ei.value)
