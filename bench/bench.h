@@ -29,7 +29,8 @@ enum {
     T_SWEEP = 1 << 5,
     T_QOS = 1 << 6,
     T_IDLE = 1 << 7,
-    T_ALL = (1 << 8) - 1,
+    T_CONTENDED = 1 << 8,
+    T_ALL = (1 << 9) - 1,
 };
 
 /* The library's adaptive-polling tunables, set in the environment of the

@@ -46,7 +46,7 @@ static const char usage_text[] =
     "options of local and client:\n"
     "  --transport LIST    tcp,verbs,raw-tcp | all | auto (default auto: tcp,raw-tcp, and verbs\n"
     "                      when this host has an RDMA device)\n"
-    "  --tests LIST        rtt,rate,large,write,read,sweep,qos,idle | all (default all)\n"
+    "  --tests LIST        rtt,rate,large,write,read,sweep,qos,idle,contended | all (default all)\n"
     "  --quick             short run (0.2 s per test, 0.05 s per sweep point): meson benchmark\n"
     "  --duration S        seconds measured per test (default 2; a sweep point gets S/4)\n"
     "  --warmup N          warm-up operations per test (default 200; at most 20% of S, <= 1 s)\n"
@@ -133,7 +133,7 @@ static bool parse_tests(const char *s, unsigned *ret)
         unsigned bit;
     } names[] = {{"rtt", T_RTT},     {"rate", T_RATE},   {"large", T_LARGE}, {"write", T_WRITE},
                  {"read", T_READ},   {"sweep", T_SWEEP}, {"qos", T_QOS},     {"idle", T_IDLE},
-                 {"all", T_ALL}};
+                 {"contended", T_CONTENDED}, {"all", T_ALL}};
     unsigned bits = 0;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", s);
@@ -409,24 +409,39 @@ static struct endpoints *g_ep;
 
 enum variant_kind { V_POLL_ON, V_POLL_OFF, V_MODE };
 
+/* A CPU-bound thread in the client process while a contended variant runs:
+ * with client and server polling, three threads want the CPUs of a 2-vCPU
+ * machine, as on a host whose cores are all busy. */
+static volatile bool g_hog_stop;
+
+static void *hog_main(void *arg)
+{
+    (void)arg;
+    while (!g_hog_stop)
+        ;
+    return NULL;
+}
+
 /* Runs the 64 B round trip on a second connection of @transport configured
- * as @kind, server and client alike (polling) or client only (mode). */
-static void run_variant(const char *transport, enum variant_kind kind)
+ * as @kind, server and client alike (polling) or client only (mode); with
+ * @hog, while a CPU-bound thread runs in this process. */
+static void run_variant_hog(const char *transport, enum variant_kind kind, bool hog)
 {
     bool verbs = strcmp(transport, "verbs") == 0;
     bool thread = kind == V_MODE ? !g_opts.client_thread_mode : g_opts.client_thread_mode;
-    const char *test = kind == V_POLL_ON    ? "rtt_poll_on"
-                       : kind == V_POLL_OFF ? "rtt_poll_off"
+    const char *test = kind == V_POLL_ON    ? (hog ? "rtt_poll_on_hog" : "rtt_poll_on")
+                       : kind == V_POLL_OFF ? (hog ? "rtt_poll_off_hog" : "rtt_poll_off")
                        : thread            ? "rtt_thread_sync"
                                            : "rtt_driven";
-    char env[160] = "", note_[160], uri[300], err[400] = "";
+    char env[160] = "", note_[200], uri[300], err[400] = "";
     const char *pe = verbs ? BENCH_VERBS_POLL_ENV : BENCH_TCP_POLL_ENV;
     if (kind != V_MODE)
         snprintf(env, sizeof(env), "%s=%ld", pe, kind == V_POLL_ON ? g_opts.poll_us : 0L);
     if (kind == V_MODE)
         snprintf(note_, sizeof(note_), "%s", thread ? "thread mode, rrpc_call_sync" : "driven mode");
     else
-        snprintf(note_, sizeof(note_), "%s both ends", env);
+        snprintf(note_, sizeof(note_), "%s both ends%s", env,
+                 hog ? ", a CPU-bound thread in the client" : "");
     int port = verbs ? g_ep->rdma_port
                : kind == V_POLL_ON  ? g_ep->tcp_poll_port
                : kind == V_POLL_OFF ? g_ep->tcp_nopoll_port
@@ -451,10 +466,23 @@ static void run_variant(const char *transport, enum variant_kind kind)
     }
     bool saved = g_opts.client_thread_mode;
     g_opts.client_thread_mode = thread;
+    pthread_t hog_thread;
+    g_hog_stop = false;
+    bool hogging = hog && pthread_create(&hog_thread, NULL, hog_main, NULL) == 0;
+    if (hog && !hogging)
+        note("%s %s: could not start the CPU-bound thread; measured without it", transport, test);
     run_single_note(&d, test, (struct spec){OP_ECHO, g_opts.size, 1, RRPC_CLASS_LOW_LATENCY, true},
                     g_opts.duration, note_);
+    g_hog_stop = true;
+    if (hogging)
+        pthread_join(hog_thread, NULL);
     g_opts.client_thread_mode = saved;
     d.close(&d);
+}
+
+static void run_variant(const char *transport, enum variant_kind kind)
+{
+    run_variant_hog(transport, kind, false);
 }
 
 /* An idle context with polling on: after some traffic and 100 ms of quiet,
@@ -568,6 +596,10 @@ static void run_tests(void)
                     run_qos(&drivers[i], (enum qos_load)load);
     if ((g_opts.tests & T_IDLE) && tcp)
         run_idle();
+    if ((g_opts.tests & T_CONTENDED) && tcp) {
+        run_variant_hog("tcp", V_POLL_ON, true);
+        run_variant_hog("tcp", V_POLL_OFF, true);
+    }
     if (g_opts.tests & T_SWEEP) {
         static const size_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1u << 20, 4u << 20};
         for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {

@@ -555,6 +555,8 @@ static const struct cmp cmps[] = {
     {"tcp RPC 64 B polling off / raw-tcp", "tcp", "rtt_poll_off", "raw-tcp", "rpc_rtt", false},
     {"tcp RPC 64 B polling off / sockperf", "tcp", "rtt_poll_off", "sockperf", "pingpong", false},
     {"tcp RPC 64 B polling off / qperf", "tcp", "rtt_poll_off", "qperf", "pingpong", false},
+    {"tcp 64 B polling on, CPU-bound thread beside / off", "tcp", "rtt_poll_on_hog", "tcp",
+     "rtt_poll_off_hog", false},
     {"raw-tcp 64 B / sockperf (the baseline)", "raw-tcp", "rpc_rtt", "sockperf", "pingpong", false},
     {"tcp call_sync thread / driven", "tcp", "rtt_thread_sync", "tcp", "rpc_rtt", false},
     {"tcp driven / call_sync thread", "tcp", "rtt_driven", "tcp", "rpc_rtt", false},
