@@ -219,6 +219,15 @@ void rrpci_loop_acquire(struct ev_loop *loop)
  * previous one's share that still overlaps).  Past the budget polling stops
  * (the transports, asked again through rrpci_ctx_busy, arm their fds) until
  * the share falls below it; the loop sleeps meanwhile.
+ *
+ * A polling thread yields its CPU on every iteration (rrpci_busy_yield):
+ * the work it waits for often needs that CPU, the peer process on the same
+ * host, or the kernel's own workers (Soft-RoCE's, the network stack's),
+ * and without the yield they waited for the scheduler to preempt the
+ * poller.  Measured with tcp loopback and one CPU-bound process beside it
+ * on 2 vCPUs: 64 B round trip with polling p50 69 us, p75 3,938 us without
+ * the yield; p50 31 us, p99 106 us with it (polling off: 23 us).  With
+ * nothing else runnable sched_yield returns at once.
  */
 #define RRPCI_BUSY_WINDOW 0.1    /* s */
 #define RRPCI_BUSY_HOLD_MIN 0.001 /* s */
@@ -303,7 +312,14 @@ void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents)
         ev_idle_stop(loop, &ctx->busy_idle);
         ev_check_stop(loop, w);
         ctx->busy_mark_ok = false;
+    } else {
+        rrpci_busy_yield();
     }
+}
+
+void rrpci_busy_yield(void)
+{
+    sched_yield();
 }
 
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)

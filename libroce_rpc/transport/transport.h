@@ -198,6 +198,9 @@ bool rrpci_conn_is_wired(rrpc_conn *c);
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
 /* False while the polling CPU budget is spent (see rrpci_ctx_busy). */
 bool rrpci_ctx_may_busy(rrpc_ctx *ctx);
+/* Between two looks that found nothing, a transport's busy_poll gives
+ * the CPU to whatever else is runnable there (core/loop.c says why). */
+void rrpci_busy_yield(void);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A tunable of the context's configuration table by its environment

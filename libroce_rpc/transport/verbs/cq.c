@@ -251,7 +251,7 @@ bool vb_busy_poll(rrpc_ctx *ctx)
     /* Budget spent: one pass, in which each busy CQ is armed (vb_poll). */
     while (vb_busy_pass(vx) == 0 && vb_any_busy(vx) && rrpci_ctx_may_busy(ctx) &&
            vb_now_us() < until)
-        ;
+        rrpci_busy_yield(); /* Soft-RoCE's kernel workers may need this CPU */
     return vb_any_busy(vx);
 }
 
