@@ -77,7 +77,9 @@ typedef struct rrpc_stats {
     uint64_t conns_up;
     uint64_t conns_down;
     uint64_t keepalive_losses;
-    uint64_t reserved[8];
+    uint64_t busy_poll_budget_stops;
+    uint64_t busy_poll_contended_stops;
+    uint64_t reserved[6];
 } rrpc_stats;
 int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
 int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);

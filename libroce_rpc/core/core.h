@@ -107,7 +107,11 @@ struct rrpc_ctx {
     double busy_mark;
     pthread_t busy_mark_thread;
     bool busy_mark_ok;
-    uint64_t busy_budget_stops; /* times the budget stopped polling (tests) */
+    /* Contention (busy_charge): the wall time spent polling, as the CPU
+     * time above; the current hold after contention (0: none recently). */
+    double busy_wall_cur, busy_wall_prev;
+    ev_tstamp busy_wall_mark;
+    double busy_contend_hold;
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
 

@@ -231,6 +231,11 @@ void rrpci_loop_acquire(struct ev_loop *loop)
  */
 #define RRPCI_BUSY_WINDOW 0.1    /* s */
 #define RRPCI_BUSY_HOLD_MIN 0.001 /* s */
+/* Contention: over at least RRPCI_CONTEND_MIN_WALL of polling (sliding, as
+ * the budget), the thread ran less than RRPCI_CONTEND_SHARE of the time. */
+#define RRPCI_CONTEND_MIN_WALL 0.02 /* s */
+#define RRPCI_CONTEND_SHARE 0.5
+#define RRPCI_CONTEND_HOLD_MAX 1.6 /* s */
 
 static double thread_cpu_s(void)
 {
@@ -240,50 +245,80 @@ static double thread_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Moves the window on to @now; the sliding estimate of the CPU spent
- * polling over the last RRPCI_BUSY_WINDOW, in seconds. */
-static double busy_spent(rrpc_ctx *ctx, ev_tstamp now)
+/* Moves the window on to @now; the sliding estimates of the CPU spent
+ * polling (*@cpu) and of the wall time spent polling (*@wall) over the last
+ * RRPCI_BUSY_WINDOW, in seconds. */
+static void busy_slide(rrpc_ctx *ctx, ev_tstamp now, double *cpu, double *wall)
 {
     double since = now - ctx->busy_win_start;
     if (since >= 2 * RRPCI_BUSY_WINDOW || since < 0) {
         ctx->busy_cpu_prev = ctx->busy_cpu_cur = 0;
+        ctx->busy_wall_prev = ctx->busy_wall_cur = 0;
         ctx->busy_win_start = now;
         since = 0;
     } else if (since >= RRPCI_BUSY_WINDOW) {
+        /* A window in which the thread polled and had its CPU: contention,
+         * if it comes back, is met with the shortest hold again. */
+        if (ctx->busy_wall_cur >= RRPCI_CONTEND_MIN_WALL &&
+            ctx->busy_cpu_cur >= RRPCI_CONTEND_SHARE * ctx->busy_wall_cur)
+            ctx->busy_contend_hold = 0;
         ctx->busy_cpu_prev = ctx->busy_cpu_cur;
-        ctx->busy_cpu_cur = 0;
+        ctx->busy_wall_prev = ctx->busy_wall_cur;
+        ctx->busy_cpu_cur = ctx->busy_wall_cur = 0;
         ctx->busy_win_start += RRPCI_BUSY_WINDOW;
         since -= RRPCI_BUSY_WINDOW;
     }
-    return ctx->busy_cpu_cur + ctx->busy_cpu_prev * (1 - since / RRPCI_BUSY_WINDOW);
+    double f = 1 - since / RRPCI_BUSY_WINDOW;
+    *cpu = ctx->busy_cpu_cur + ctx->busy_cpu_prev * f;
+    *wall = ctx->busy_wall_cur + ctx->busy_wall_prev * f;
 }
 
-/* Charges the thread CPU since the last charge to the budget; true if it
- * is spent (polling must stop; it is refused until busy_held_until). */
+/* Charges the thread CPU and the wall time since the last charge; true if
+ * polling must stop (it is refused until busy_held_until): the budget is
+ * spent, or the thread is not getting its CPU.  A poller that others
+ * preempt is the worst of both: it burns what CPU it gets, and an answer
+ * waits until the scheduler gives it back, where a sleeping thread would
+ * be woken at once (measured with rrpc-bench --tests contended).  Then
+ * polling stops for 0.1 s, doubled on each repeat up to 1.6 s. */
 static bool busy_charge(rrpc_ctx *ctx, ev_tstamp now)
 {
-    if (ctx->cfg.busy_poll_budget_pct >= 100)
-        return false;
-    double cpu = thread_cpu_s();
+    double cpu_now = thread_cpu_s();
     pthread_t self = pthread_self();
-    if (ctx->busy_mark_ok && pthread_equal(ctx->busy_mark_thread, self) && cpu > ctx->busy_mark)
-        ctx->busy_cpu_cur += cpu - ctx->busy_mark;
-    ctx->busy_mark = cpu;
+    if (ctx->busy_mark_ok && pthread_equal(ctx->busy_mark_thread, self) &&
+        cpu_now >= ctx->busy_mark && now >= ctx->busy_wall_mark) {
+        ctx->busy_cpu_cur += cpu_now - ctx->busy_mark;
+        ctx->busy_wall_cur += now - ctx->busy_wall_mark;
+    }
+    ctx->busy_mark = cpu_now;
+    ctx->busy_wall_mark = now;
     ctx->busy_mark_thread = self;
     ctx->busy_mark_ok = true;
+    double cpu, wall;
+    busy_slide(ctx, now, &cpu, &wall);
+    if (wall >= RRPCI_CONTEND_MIN_WALL && cpu < RRPCI_CONTEND_SHARE * wall) {
+        double hold = ctx->busy_contend_hold > 0 ? 2 * ctx->busy_contend_hold
+                                                 : RRPCI_BUSY_WINDOW;
+        ctx->busy_contend_hold = hold < RRPCI_CONTEND_HOLD_MAX ? hold : RRPCI_CONTEND_HOLD_MAX;
+        ctx->busy_held_until = now + ctx->busy_contend_hold;
+        /* the next polling is measured afresh */
+        ctx->busy_cpu_prev = ctx->busy_cpu_cur = ctx->busy_wall_prev = ctx->busy_wall_cur = 0;
+        ctx->stats.busy_poll_contended_stops++;
+        return true;
+    }
+    if (ctx->cfg.busy_poll_budget_pct >= 100)
+        return false;
     double budget = ctx->cfg.busy_poll_budget_pct / 100.0 * RRPCI_BUSY_WINDOW;
-    double spent = busy_spent(ctx, now);
-    if (spent <= budget)
+    if (cpu <= budget)
         return false;
     /* The share falls below the budget at the latest when the window has
      * moved on by the excess; ask again a window later at most, and a
      * millisecond later at least: ev_now counts seconds since 1970, where a
      * double cannot add a few nanoseconds. */
-    double wait = spent - budget;
+    double wait = cpu - budget;
     if (wait < RRPCI_BUSY_HOLD_MIN)
         wait = RRPCI_BUSY_HOLD_MIN;
     ctx->busy_held_until = now + (wait < RRPCI_BUSY_WINDOW ? wait : RRPCI_BUSY_WINDOW);
-    ctx->busy_budget_stops++;
+    ctx->stats.busy_poll_budget_stops++;
     return true;
 }
 
@@ -332,11 +367,10 @@ bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
     if (!ev_is_active(&ctx->busy_idle)) {
         ev_idle_start(ctx->loop, &ctx->busy_idle);
         ev_check_start(ctx->loop, &ctx->busy_check);
-        if (ctx->cfg.busy_poll_budget_pct < 100) {
-            ctx->busy_mark = thread_cpu_s();
-            ctx->busy_mark_thread = pthread_self();
-            ctx->busy_mark_ok = true;
-        }
+        ctx->busy_mark = thread_cpu_s();
+        ctx->busy_wall_mark = ev_now(ctx->loop);
+        ctx->busy_mark_thread = pthread_self();
+        ctx->busy_mark_ok = true;
     }
     return true;
 }

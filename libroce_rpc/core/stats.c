@@ -441,6 +441,11 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
            st.conns_down);
     single(&o, "rrpc_keepalive_losses_total", "Peers declared lost by the keepalive timeout.",
            st.keepalive_losses);
+    single(&o, "rrpc_busy_poll_budget_stops_total",
+           "Times polling stopped because its CPU budget was spent.", st.busy_poll_budget_stops);
+    single(&o, "rrpc_busy_poll_contended_stops_total",
+           "Times polling stopped because the polling thread was not getting its CPU.",
+           st.busy_poll_contended_stops);
 #define P(field) offsetof(rrpc_conn_stat, field)
     per_peer(&o, peers, n_peers, "rrpc_peer_connections", "Connections to the peer up now.",
              SIZE_MAX);

@@ -13,14 +13,14 @@
 
 #include "../common/test_uri.h"
 
-static void echo(rrpc_request *req, const void *p, size_t n, void *user)
+static inline void echo(rrpc_request *req, const void *p, size_t n, void *user)
 {
     (void)user;
     rrpc_respond(req, p, n);
 }
 
 /* CPU time of the whole process, ms. */
-static double cpu_ms(void)
+static inline double cpu_ms(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -28,7 +28,7 @@ static double cpu_ms(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
 }
 
-static double wall_ms(void)
+static inline double wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -36,7 +36,7 @@ static double wall_ms(void)
 }
 
 /* Runs driven context @ctx for @ms of wall time. */
-static void drive_for(rrpc_ctx *ctx, double ms)
+static inline void drive_for(rrpc_ctx *ctx, double ms)
 {
     double end = wall_ms() + ms;
     while (wall_ms() < end)
@@ -55,7 +55,7 @@ static void drive_for(rrpc_ctx *ctx, double ms)
 
 /* @srv serves "echo" on its own loop thread; *@ret_conn: @cli connected
  * to it.  0, or 1 with the reason printed. */
-static int echo_pair(rrpc_ctx *srv, rrpc_ctx *cli, rrpc_conn **ret_conn)
+static inline int echo_pair(rrpc_ctx *srv, rrpc_ctx *cli, rrpc_conn **ret_conn)
 {
     CHECK(rrpc_register(srv, "echo", echo, NULL) == 0, "register");
     rrpc_listener *l;

@@ -54,6 +54,8 @@ static rrpc_stats sample(void)
     ll->rtt_us_sum = 1500000; /* 1.5 s */
     st.cls[RRPC_CLASS_BULK].onesided_bytes = 123456789012ull;
     st.keepalive_losses = 3;
+    st.busy_poll_budget_stops = 4;
+    st.busy_poll_contended_stops = 5;
     ll->call_errors[rrpc_stats_error_slot(RRPC_E_DEADLINE)] = 1;
     ll->call_errors[rrpc_stats_error_slot(42)] = 1;
     st.cls[RRPC_CLASS_BULK].onesided_buckets[2] = 3;
@@ -101,6 +103,10 @@ static void test_text_has_help_type_and_a_value_per_class(void **state)
     assert_line("rrpc_onesided_bytes_total{class=\"bulk\"} 123456789012");
     assert_line("# TYPE rrpc_keepalive_losses_total counter");
     assert_line("rrpc_keepalive_losses_total 3");
+    assert_line("# TYPE rrpc_busy_poll_budget_stops_total counter");
+    assert_line("rrpc_busy_poll_budget_stops_total 4");
+    assert_line("# TYPE rrpc_busy_poll_contended_stops_total counter");
+    assert_line("rrpc_busy_poll_contended_stops_total 5");
     /* the internal class 0 is not a class: no label for it */
     assert_null(strstr(g_text, "class=\"\""));
     assert_null(strstr(g_text, "(null)"));

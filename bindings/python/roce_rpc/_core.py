@@ -803,7 +803,8 @@ class Context(_Closable):
         onesided_buckets}}, "peers": {address: {conns, calls, calls_ok,
         calls_failed, requests, frames_out, bytes_out, frames_in, bytes_in,
         onesided_ops, onesided_bytes}}, "conns_up", "conns_down",
-        "keepalive_losses"}; docs/metrics.md says what each counts."""
+        "keepalive_losses", "busy_poll_budget_stops", "busy_poll_contended_stops"};
+        docs/metrics.md says what each counts."""
         st = ffi.new("rrpc_stats *")
         peers = ffi.new("rrpc_peer_stats[]", lib.RRPC_STATS_PEERS + 1)
         n_peers = ffi.new("size_t *")
@@ -836,7 +837,9 @@ class Context(_Closable):
             d.update({f: int(getattr(p.s, f)) for f in pfields})
             by_peer[_s(p.peer)] = d
         return {"classes": classes, "peers": by_peer, "conns_up": int(st.conns_up),
-                "conns_down": int(st.conns_down), "keepalive_losses": int(st.keepalive_losses)}
+                "conns_down": int(st.conns_down), "keepalive_losses": int(st.keepalive_losses),
+                "busy_poll_budget_stops": int(st.busy_poll_budget_stops),
+                "busy_poll_contended_stops": int(st.busy_poll_contended_stops)}
 
     @property
     def metrics_port(self):
