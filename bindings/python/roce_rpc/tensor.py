@@ -655,23 +655,24 @@ class TensorServer(_core._Closable):
         """The byte budget (see the class)."""
         return self._st.max_bytes
 
+    def _recycler_figure(self, name):
+        r = self._st.recycler
+        return getattr(r, name) if r is not None else 0
+
     @property
     def keep_bytes(self):
         """The bound on idle kept memory (see the class); 0: none kept."""
-        r = self._st.recycler
-        return r.keep_bytes if r is not None else 0
+        return self._recycler_figure("keep_bytes")
 
     @property
     def kept_bytes(self):
         """Idle memory kept registered for the next receives now."""
-        r = self._st.recycler
-        return r.idle_bytes if r is not None else 0
+        return self._recycler_figure("idle_bytes")
 
     @property
     def reused(self):
         """Receives that landed in kept memory."""
-        r = self._st.recycler
-        return r.reused if r is not None else 0
+        return self._recycler_figure("reused")
 
     @property
     def bytes_held(self):
