@@ -45,6 +45,7 @@ int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct 
     h->arg = rrpci_get64(in + 16);
     h->len = rrpci_get32(in + 24);
     h->credits = rrpci_get16(in + 28);
+    h->placed = false;
     if (h->version != RRPCI_PROTO_VERSION)
         return bad(why, "protocol version mismatch: upgrade the older side", RRPC_E_VERSION);
     if (h->type == 0 || h->type >= RRPCI_T_MAX_)

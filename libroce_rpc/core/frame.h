@@ -42,6 +42,10 @@ struct rrpci_hdr {
     uint64_t arg;    /* method id, status, ... by type */
     uint32_t len;    /* payload bytes after the header */
     uint16_t credits; /* credits returned for the header's class */
+    /* Not on the wire (false from rrpci_hdr_decode): an OS_WRITE whose data
+     * the transport read straight into its target (rrpci_os_write_target);
+     * the payload handed up is the sub-header alone. */
+    bool placed;
 };
 
 /* Types that consume no credit (bounded by the protocol itself). */

@@ -409,6 +409,19 @@ static void os_reply(rrpc_conn *c, int cls, uint64_t id, int status, const char 
     rrpci_conn_submit(c, cls, m);
 }
 
+uint8_t *rrpci_os_write_target(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p,
+                               size_t n)
+{
+    struct rrpci_os_hdr oh;
+    const char *why = NULL;
+    if (h->type != RRPCI_T_OS_WRITE || n < RRPCI_OS_HDR_SIZE ||
+        rrpci_os_hdr_decode(p, h->len, &oh) < 0 || oh.len != h->len - RRPCI_OS_HDR_SIZE ||
+        !rrpci_conn_wire_open(c) ||
+        !rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_WRITE, &why))
+        return NULL;
+    return (uint8_t *)(uintptr_t)oh.addr;
+}
+
 void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     struct rrpci_os_hdr oh;
@@ -431,7 +444,8 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
                 return;
             }
         }
-        memcpy((void *)(uintptr_t)oh.addr, p + RRPCI_OS_HDR_SIZE, oh.len);
+        if (!h->placed) /* else the transport read the data there (rrpci_os_write_target) */
+            memcpy((void *)(uintptr_t)oh.addr, p + RRPCI_OS_HDR_SIZE, oh.len);
         os_reply(c, cls, h->id, 0, NULL);
         if ((h->flags & RRPCI_F_NOTIFY) && rrpci_conn_wire_open(c))
             rrpci_conn_notify(c, oh.imm);

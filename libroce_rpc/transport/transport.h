@@ -269,6 +269,18 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
  * connection down (the transport then drops the frame). */
 int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h);
 
+/* Receiving into the final buffer (tcp): a large emulated WRITE admitted
+ * with rrpci_conn_rx_admit whose @n >= RRPCI_OS_HDR_SIZE first payload bytes
+ * at @p have come.  Returns where its data goes, inside a region that
+ * allows the peer to write there, or NULL: then the frame is to be read and
+ * handed up as any other (rrpci_conn_recv refuses it or answers it).  Before
+ * each read into the target, call it again (same frame, under the context):
+ * NULL means the region was deregistered meanwhile, and the rest of the
+ * data must be read and dropped.  Once all of it has come, hand the frame
+ * up with h->placed set and the sub-header alone as its payload. */
+uint8_t *rrpci_os_write_target(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p,
+                               size_t n);
+
 /* Class @cls can take frames again after an -EAGAIN from ops->send. */
 void rrpci_conn_writable(rrpc_conn *c, int cls);
 

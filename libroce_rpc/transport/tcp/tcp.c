@@ -62,6 +62,13 @@ struct tcp_chan {
     size_t big_got, big_cap;
     uint8_t *spare; /* the last large buffer, kept for the next large payload */
     size_t spare_cap;
+    /* A large emulated WRITE read straight into its target region
+     * (rrpci_os_write_target): the data goes to dst, big_got counts the
+     * payload bytes come (sub-header included); dst_lost: the region went
+     * away meanwhile, the rest is read into rbuf and dropped. */
+    uint8_t *dst;
+    uint8_t dst_sub[RRPCI_OS_HDR_SIZE];
+    bool dst_lost;
     bool peek_hdr; /* the last header announced a large payload: read the next header alone */
     /* transmit */
     struct rrpci_msg *txh, *txt;
@@ -378,6 +385,24 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
             alive = deliver(c, ch, p);
             continue;
         }
+        if (ch->h.len > RBUF_SIZE / 2 && ch->h.type == RRPCI_T_OS_WRITE) {
+            /* A large WRITE: once its sub-header is here (chan_read_cb
+             * reads it alone if need be), its data goes to its target. */
+            if (avail < RRPCI_OS_HDR_SIZE)
+                break;
+            const uint8_t *p = ch->rbuf + ch->roff;
+            uint8_t *dst = rrpci_os_write_target(c, &ch->h, p, avail);
+            if (dst) {
+                memcpy(ch->dst_sub, p, RRPCI_OS_HDR_SIZE);
+                memcpy(dst, p + RRPCI_OS_HDR_SIZE, avail - RRPCI_OS_HDR_SIZE);
+                ch->dst = dst;
+                ch->dst_lost = false;
+                ch->big_got = avail;
+                ch->roff = ch->rlen = 0;
+                break;
+            }
+            /* refused: read as any frame, rrpci_conn_recv answers it */
+        }
         if (ch->h.len > RBUF_SIZE / 2) {
             /* Large: read the rest straight into its own buffer. */
             if (ch->spare && ch->spare_cap >= ch->h.len) {
@@ -415,12 +440,29 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     uint64_t end = slice_end(ctx, ch->cls);
     bool slice_open = true;
     /* Frames held back while the handshake finished come first. */
-    if (!ch->big && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
+    if (!ch->big && !ch->dst && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
         slice_open = false;
     while (slice_open && !ch->paused) {
         ssize_t n;
         size_t want;
-        if (ch->big) {
+        if (ch->dst) {
+            want = ch->h.len - ch->big_got;
+            if (want > CHUNK)
+                want = CHUNK;
+            uint8_t *to = ch->dst + (ch->big_got - RRPCI_OS_HDR_SIZE);
+            /* Each time: the region may have been deregistered since. */
+            if (ch->dst_lost || !rrpci_os_write_target(c, &ch->h, ch->dst_sub, RRPCI_OS_HDR_SIZE)) {
+                ch->dst_lost = true;
+                if (!ch->rbuf && !(ch->rbuf = rbuf_alloc())) {
+                    rrpci_conn_down(c, -ENOMEM, "out of memory for a receive buffer");
+                    break;
+                }
+                to = ch->rbuf;
+                if (want > RBUF_SIZE)
+                    want = RBUF_SIZE;
+            }
+            n = read(ch->fd, to, want);
+        } else if (ch->big) {
             want = ch->h.len - ch->big_got;
             if (want > CHUNK)
                 want = CHUNK;
@@ -440,9 +482,13 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             want = RBUF_SIZE - ch->rlen;
             /* After a large payload another often follows: its header alone
              * first, so that its payload is read straight into its own
-             * buffer, not into rbuf and copied from there. */
+             * buffer, not into rbuf and copied from there; a large WRITE's
+             * sub-header alone next, for the same reason. */
             if (ch->peek_hdr && ch->rlen == 0)
                 want = RRPCI_HDR_SIZE;
+            if (ch->have_hdr && ch->h.type == RRPCI_T_OS_WRITE && ch->h.len > RBUF_SIZE / 2 &&
+                ch->rlen - ch->roff < RRPCI_OS_HDR_SIZE)
+                want = RRPCI_OS_HDR_SIZE - (ch->rlen - ch->roff);
             n = read(ch->fd, ch->rbuf + ch->rlen, want);
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -466,6 +512,20 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
          * calls again when more comes, which saves a read that would only
          * say EAGAIN. */
         bool drained = (size_t)n < want;
+        if (ch->dst) {
+            ch->big_got += (size_t)n;
+            if (ch->big_got < ch->h.len) {
+                if (drained)
+                    break;
+                continue;
+            }
+            ch->dst = NULL;
+            ch->h.placed = true; /* handed up with its sub-header alone */
+            bool alive = deliver(c, ch, ch->dst_sub);
+            if (!alive || drained)
+                break;
+            continue;
+        }
         if (ch->big) {
             ch->big_got += (size_t)n;
             if (ch->big_got < ch->h.len) {
@@ -538,6 +598,7 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
     ch->rbuf = NULL;
     free(ch->big);
     ch->big = NULL;
+    ch->dst = NULL;
     free(ch->spare);
     ch->spare = NULL;
     while (ch->txh) {
