@@ -119,7 +119,8 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     rrpci_list_init(&ctx->credit_dirty);
     rrpci_list_init(&ctx->owned);
 
-    ctx->drive_fd = ctx->timer_fd = -1;
+    ctx->drive_fd = ctx->timer_fd = ctx->kick_fd = -1;
+    atomic_init(&ctx->kick_to, -1);
     ctx->loop = ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
     ctx->backend_fd = ctx->loop ? find_backend_fd(ctx->loop) : -ENOMEM;
     if (!ctx->loop) {
@@ -162,9 +163,11 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
         r = rrpci_set_error(ctx, -EBUSY, "the context's loop thread is already running");
     } else {
         ctx->thread_mode = true;
+        atomic_store(&ctx->kick_to, -1); /* the loop thread needs no kick */
         r = -pthread_create(&ctx->thread, NULL, rrpci_loop_thread, ctx);
         if (r) {
             ctx->thread_mode = false;
+            atomic_store(&ctx->kick_to, ctx->kick_fd);
             rrpci_set_error(ctx, r, "cannot start the loop thread: %s", rrpc_strerror(r));
         }
     }
@@ -244,18 +247,24 @@ RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)
     if (r < 0 && ctx->backend_fd >= 0) {
         int ep = epoll_create1(EPOLL_CLOEXEC);
         int tf = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        int kf = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event e1 = {.events = EPOLLIN, .data.fd = ctx->backend_fd};
         struct epoll_event e2 = {.events = EPOLLIN, .data.fd = tf};
-        if (ep < 0 || tf < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ctx->backend_fd, &e1) < 0 ||
-            epoll_ctl(ep, EPOLL_CTL_ADD, tf, &e2) < 0) {
+        struct epoll_event e3 = {.events = EPOLLIN, .data.fd = kf};
+        if (ep < 0 || tf < 0 || kf < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ctx->backend_fd, &e1) < 0 ||
+            epoll_ctl(ep, EPOLL_CTL_ADD, tf, &e2) < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, kf, &e3) < 0) {
             r = rrpci_set_error(ctx, -errno, "cannot make the context's fd: %s", strerror(errno));
             if (ep >= 0)
                 close(ep);
             if (tf >= 0)
                 close(tf);
+            if (kf >= 0)
+                close(kf);
         } else {
             ctx->drive_fd = r = ep;
             ctx->timer_fd = tf;
+            ctx->kick_fd = kf;
+            atomic_store(&ctx->kick_to, kf);
             rrpci_driven_rearm(ctx);
         }
     }
@@ -289,6 +298,9 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
     rrpci_lock(ctx);
     int r = 0;
+    uint64_t kicks;
+    if (atomic_exchange(&ctx->kicked, false)) /* the run below sees what the kick was for */
+        (void)!read(ctx->kick_fd, &kicks, sizeof(kicks));
     if (ctx->in_run) {
         r = rrpci_set_error(ctx, -EBUSY, "another thread is driving this context's loop");
     } else if (timeout_ms == 0) {
@@ -367,6 +379,8 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         close(ctx->drive_fd);
     if (ctx->timer_fd >= 0)
         close(ctx->timer_fd);
+    if (ctx->kick_fd >= 0)
+        close(ctx->kick_fd);
     pthread_mutex_destroy(&ctx->lock);
     rrpci_error_forget(ctx);
     free(ctx);

@@ -178,7 +178,20 @@ void rrpci_unlock(rrpc_ctx *ctx)
      * sleeps in it: make the loop look.  (No thread in the loop of a driven
      * context: its next run sees the work, and its fd already says so.) */
     if (other && !idle_driven)
-        ev_async_send(ctx->loop, &ctx->wake);
+        rrpci_ctx_wake(ctx, &ctx->wake);
+}
+
+void rrpci_ctx_wake(rrpc_ctx *ctx, ev_async *w)
+{
+    ev_async_send(ctx->loop, w);
+    /* A driven loop that another thread left (or never entered) would not
+     * see the async until something else woke its application. */
+    int fd = atomic_load(&ctx->kick_to);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        (void)!write(fd, &one, sizeof(one));
+        atomic_store(&ctx->kicked, true);
+    }
 }
 
 bool rrpci_in_callback(rrpc_ctx *ctx)

@@ -374,6 +374,101 @@ static void test_a_driven_mode_server_serves_when_its_fd_is_polled(void **state)
     rrpc_ctx_destroy(s);
 }
 
+static int driven_served, driven_ups;
+static void h_driven_count(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    lock();
+    driven_served++;
+    unlock();
+    rrpc_respond(req, p, len);
+}
+
+static void driven_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    lock();
+    if (ev == RRPC_CONN_UP)
+        driven_ups++;
+    unlock();
+}
+
+/* Waits on @fd alone and progresses @s until *@counter reaches @want: 0, or
+ * -1 when the fd stayed silent for a generous 10 s while work waited for @s
+ * (a wake-up was lost: no timer of its own runs to make up for it). */
+static int drive_until(rrpc_ctx *s, int fd, int *counter, int want)
+{
+    for (int i = 0; i < 100000; i++) {
+        lock();
+        int v = *counter;
+        unlock();
+        if (v >= want)
+            return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) == 0)
+            return -1;
+        assert_int_equal(rrpc_ctx_progress(s, 0), 0);
+    }
+    return -1;
+}
+
+/* After @s served a call: runs it while its fd says it has work (the answer
+ * may take more passes to leave), then waits for the caller's callback. */
+static int drive_then_wait(rrpc_ctx *s, int fd, int *counter, int want)
+{
+    for (int i = 0; i < 100000; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) == 0)
+            break;
+        assert_int_equal(rrpc_ctx_progress(s, 0), 0);
+    }
+    return wait_for(counter, want, 10000) >= want ? 0 : -1;
+}
+
+/* A context without keepalives (so no timer wakes it but its work). */
+static rrpc_ctx *ctx_without_timers(void)
+{
+    rrpc_config *cfg;
+    rrpc_ctx *x = NULL;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_KEEPALIVE_MS", "0"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &x), 0);
+    rrpc_config_destroy(cfg);
+    return x;
+}
+
+/* A driven server that waits on its fd alone, with no timeout of its own,
+ * serves a thread-mode client: the fd must become readable for the
+ * connection and for each call, whether the peer's frames come through a
+ * socket or (inproc) are handed over by the peer's thread. */
+static void test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_thread(void **state)
+{
+    rrpc_ctx *s = ctx_without_timers(), *cl = ctx_without_timers();
+    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+    assert_int_equal(rrpc_register(s, "count", h_driven_count, NULL), 0);
+    char luri[256], curi[300];
+    test_listen_uri(luri, sizeof(luri));
+    rrpc_listener *l = NULL;
+    assert_int_equal(rrpc_listen(s, luri, driven_event, NULL, &l), 0);
+    test_connect_uri(curi, sizeof(curi), rrpc_listener_port(l));
+    int fd = rrpc_ctx_fd(s);
+    assert_true(fd >= 0);
+    lock();
+    driven_served = driven_ups = 0;
+    unlock();
+    rrpc_conn *c = NULL;
+    assert_int_equal(rrpc_connect(cl, curi, NULL, NULL, &c), 0);
+    assert_int_equal(drive_until(s, fd, &driven_ups, 1), 0);
+    struct pipe_state ps = {.expect_len = 8};
+    for (int i = 0; i < 200; i++) {
+        assert_int_equal(rrpc_call(c, "count", "12345678", 8, NULL, pipe_cb, &ps), 0);
+        assert_int_equal(drive_until(s, fd, &driven_served, i + 1), 0);
+        assert_int_equal(drive_then_wait(s, fd, &ps.done, i + 1), 0);
+    }
+    assert_int_equal(ps.bad, 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
+}
+
 static void test_a_driven_mode_client_sync_call_drives_its_own_loop(void **state)
 {
     rrpc_ctx *cl;
@@ -1780,6 +1875,7 @@ int main(void)
         cmocka_unit_test(test_the_server_may_call_the_client_the_moment_it_is_up),
         cmocka_unit_test(test_a_driven_mode_server_serves_when_its_fd_is_polled),
         cmocka_unit_test(test_a_driven_mode_client_sync_call_drives_its_own_loop),
+        cmocka_unit_test(test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_thread),
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
