@@ -161,6 +161,12 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
     int r = 0;
     if (ctx->thread_mode) {
         r = rrpci_set_error(ctx, -EBUSY, "the context's loop thread is already running");
+    } else if (ctx->in_run) {
+        /* libev runs a loop on one thread at a time (it aborts otherwise). */
+        r = rrpci_set_error(ctx, -EBUSY,
+                            "a thread is running this context's loop (rrpc_ctx_progress, a "
+                            "callback, or a blocking call driving it): start the loop thread "
+                            "between two progress calls");
     } else {
         ctx->thread_mode = true;
         atomic_store(&ctx->kick_to, -1); /* the loop thread needs no kick */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <poll.h>
 #include <unistd.h>
@@ -466,6 +467,47 @@ static void test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_threa
     assert_int_equal(ps.bad, 0);
     rrpc_conn_close(c);
     rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
+}
+
+static int drover_done;
+static void *drive_once(void *arg)
+{
+    int r = rrpc_ctx_progress(arg, -1); /* waits in the loop for one event */
+    lock();
+    drover_done = r == 0 ? 1 : -1;
+    unlock();
+    return NULL;
+}
+
+/* One loop, one thread in it: while another thread waits inside the loop
+ * (rrpc_ctx_progress, or a blocking call driving it), a loop thread must not
+ * start on it; the switch is made between two progress calls. */
+static void test_thread_mode_is_refused_while_another_thread_drives_the_loop(void **state)
+{
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    lock();
+    drover_done = 0;
+    unlock();
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, drive_once, s), 0);
+    int r = 0;
+    for (int i = 0; i < 1000000 && r != -EBUSY; i++) {
+        r = rrpc_ctx_progress(s, 0); /* -EBUSY once the other thread is in */
+        if (r != -EBUSY)
+            sched_yield();
+    }
+    assert_int_equal(r, -EBUSY);
+    int started = rrpc_ctx_start_thread(s);
+    /* Let the other thread out: a change from this thread wakes the loop. */
+    for (int i = 0; i < 1000 && wait_for(&drover_done, 1, 10) == 0; i++)
+        rrpc_ctx_set_log(s, -1, NULL, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(started, -EBUSY);
+    assert_int_equal(drover_done, 1);
+    /* Between progress calls the switch is allowed. */
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
     rrpc_ctx_destroy(s);
 }
 
@@ -1876,6 +1918,7 @@ int main(void)
         cmocka_unit_test(test_a_driven_mode_server_serves_when_its_fd_is_polled),
         cmocka_unit_test(test_a_driven_mode_client_sync_call_drives_its_own_loop),
         cmocka_unit_test(test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_thread),
+        cmocka_unit_test(test_thread_mode_is_refused_while_another_thread_drives_the_loop),
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
