@@ -309,7 +309,10 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
         (void)!read(ctx->kick_fd, &kicks, sizeof(kicks));
     if (ctx->in_run) {
         r = rrpci_set_error(ctx, -EBUSY, "another thread is driving this context's loop");
-    } else if (timeout_ms == 0) {
+    } else if (timeout_ms == 0 || timeout_locked(ctx) == 0) {
+        /* Also when work is pending (what driven_reify found, say): libev
+         * invokes it first and would then sleep in the same run for a next
+         * event, though the one the application waits for was that work. */
         rrpci_run_locked(ctx, EVRUN_NOWAIT);
     } else {
         struct rrpci_timer t;

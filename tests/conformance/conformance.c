@@ -511,6 +511,85 @@ static void test_thread_mode_is_refused_while_another_thread_drives_the_loop(voi
     rrpc_ctx_destroy(s);
 }
 
+static int answered_then_counted;
+static void h_answer_then_count(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_respond(req, p, len); /* on its way to the caller when counted */
+    lock();
+    answered_then_counted++;
+    unlock();
+}
+
+struct guard {
+    rrpc_ctx *ctx;
+    int returned, stuck;
+};
+
+/* Waits a generous 10 s for the guarded rrpc_ctx_progress to return; if it
+ * has not, counts it stuck and lets it out (a change from this thread
+ * wakes the loop). */
+static void *progress_guard(void *arg)
+{
+    struct guard *g = arg;
+    if (wait_for(&g->returned, 1, 10000) >= 1)
+        return NULL;
+    lock();
+    g->stuck = 1;
+    unlock();
+    while (wait_for(&g->returned, 1, 10) < 1)
+        rrpc_ctx_set_log(g->ctx, -1, NULL, NULL);
+    return NULL;
+}
+
+/* rrpc_ctx_progress(ctx, -1) with the guard: whether it returned by itself. */
+static bool progress_returns(rrpc_ctx *ctx)
+{
+    struct guard g = {.ctx = ctx};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, progress_guard, &g), 0);
+    assert_int_equal(rrpc_ctx_progress(ctx, -1), 0);
+    lock();
+    g.returned = 1;
+    unlock();
+    pthread_join(t, NULL);
+    return !g.stuck;
+}
+
+/* "Waits for one event": an answer that had already arrived when the
+ * application made another call between two progress calls (the call's own
+ * libev pass finds it and leaves it pending) is that event; progress runs its
+ * callback and returns, rather than run it and then sleep for another. */
+static void test_driven_progress_returns_after_an_answer_found_between_two_calls(void **state)
+{
+    rrpc_ctx *cl = ctx_without_timers();
+    assert_int_equal(rrpc_register(T.sctx, "answer_then_count", h_answer_then_count, NULL), 0);
+    lock();
+    answered_then_counted = 0;
+    unlock();
+    int fd = rrpc_ctx_fd(cl);
+    assert_true(fd >= 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(cl, T.uri, 10000, NULL, NULL, &c), 0);
+    struct pipe_state ps = {.expect_len = 8};
+    rrpc_call_opts nodeadline = {.deadline_ms = -1};
+    int stuck = 0;
+    for (int i = 0; i < 20 && !stuck; i++) {
+        assert_int_equal(rrpc_call(c, "answer_then_count", "12345678", 8, &nodeadline, pipe_cb,
+                                   &ps), 0);
+        assert_int_equal(wait_for(&answered_then_counted, i + 1, 10000), i + 1);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&p, 1, 10000), 1); /* the answer is here */
+        rrpc_ctx_set_log(cl, -1, NULL, NULL); /* any call between two progress calls */
+        while (wait_for(&ps.done, i + 1, 0) < i + 1 && !stuck)
+            stuck = !progress_returns(cl);
+    }
+    assert_int_equal(stuck, 0);
+    assert_int_equal(ps.bad, 0);
+    assert_int_equal(rrpc_unregister(T.sctx, "answer_then_count"), 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cl);
+}
+
 static void test_a_driven_mode_client_sync_call_drives_its_own_loop(void **state)
 {
     rrpc_ctx *cl;
@@ -1919,6 +1998,7 @@ int main(void)
         cmocka_unit_test(test_a_driven_mode_client_sync_call_drives_its_own_loop),
         cmocka_unit_test(test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_thread),
         cmocka_unit_test(test_thread_mode_is_refused_while_another_thread_drives_the_loop),
+        cmocka_unit_test(test_driven_progress_returns_after_an_answer_found_between_two_calls),
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
