@@ -168,11 +168,11 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
                             "callback, or a blocking call driving it): start the loop thread "
                             "between two progress calls");
     } else {
-        ctx->thread_mode = true;
+        __atomic_store_n(&ctx->thread_mode, true, __ATOMIC_RELAXED);
         atomic_store(&ctx->kick_to, -1); /* the loop thread needs no kick */
         r = -pthread_create(&ctx->thread, NULL, rrpci_loop_thread, ctx);
         if (r) {
-            ctx->thread_mode = false;
+            __atomic_store_n(&ctx->thread_mode, false, __ATOMIC_RELAXED);
             atomic_store(&ctx->kick_to, ctx->kick_fd);
             rrpci_set_error(ctx, r, "cannot start the loop thread: %s", rrpc_strerror(r));
         }
@@ -243,7 +243,7 @@ void rrpci_driven_rearm(rrpc_ctx *ctx)
 
 RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)
 {
-    if (ctx->thread_mode)
+    if (__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED))
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread; no fd to poll");
     rrpci_lock(ctx);
     int r = ctx->drive_fd;
@@ -282,7 +282,7 @@ RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms)
 {
     if (!ctx || !ret_ms)
         return -EINVAL;
-    if (ctx->thread_mode)
+    if (__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED))
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
     rrpci_lock(ctx);
     *ret_ms = timeout_locked(ctx);
@@ -300,7 +300,7 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
     if (rrpci_in_callback(ctx))
         return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
                                "rrpc_ctx_progress called from inside a callback");
-    if (ctx->thread_mode)
+    if (__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED))
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
     rrpci_lock(ctx);
     int r = 0;
@@ -356,7 +356,8 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         pthread_mutex_unlock(&ctx->lock);
         ev_async_send(ctx->loop, &ctx->wake);
         pthread_join(ctx->thread, NULL);
-        ctx->thread_mode = false;
+        /* A worker's blocking call now drives the loop itself. */
+        __atomic_store_n(&ctx->thread_mode, false, __ATOMIC_RELAXED);
     }
     rrpci_workers_stop(ctx); /* running handlers may still answer: the connections are up */
     rrpci_lock(ctx);
