@@ -52,6 +52,7 @@ static struct {
     uint8_t *smem;
     int blocking, release;    /* h_hold_loop */
     int check_good, check_bad; /* h_check */
+    int late_started, late_done; /* h_async's threads, waited for before the teardown */
 } T;
 
 #define SMEM_LEN (4u << 20)
@@ -82,6 +83,9 @@ static void *late_reply(void *arg)
     uint8_t buf[8];
     memcpy(buf, "threaded", 8);
     rrpc_respond(req, buf, sizeof(buf));
+    lock();
+    T.late_done++; /* out of the library: the context may go */
+    unlock();
     return NULL;
 }
 
@@ -94,6 +98,9 @@ static void h_slow(rrpc_request *req, const void *p, size_t len, void *user)
 static void h_async(rrpc_request *req, const void *p, size_t len, void *user)
 {
     pthread_t t;
+    lock();
+    T.late_started++;
+    unlock();
     assert_int_equal(pthread_create(&t, NULL, late_reply, req), 0);
     pthread_detach(t);
 }
@@ -228,6 +235,10 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
+    lock();
+    int late = T.late_started;
+    unlock();
+    wait_for(&T.late_done, late, 20000); /* a late answer's thread may still be in rrpc_respond */
     rrpc_ctx_destroy(T.cctx);
     rrpc_ctx_destroy(T.sctx);
     free(T.smem);
@@ -357,12 +368,13 @@ static void test_a_driven_mode_server_serves_when_its_fd_is_polled(void **state)
     struct pipe_state ps = {.expect_len = 8};
     int sent = 0;
     assert_int_equal(rrpc_connect(T.cctx, curi, NULL, NULL, &c), 0);
-    for (int i = 0; i < 2000 && ps.done < 100; i++) {
+    for (int i = 0; i < 2000 && wait_for(&ps.done, 100, 0) < 100; i++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         poll(&p, 1, 10);
         assert_int_equal(rrpc_ctx_progress(s, 0), 0);
-        /* one call at a time, each after the previous answer */
-        if (ps.done == sent && sent < 100 &&
+        /* one call at a time, each after the previous answer (counted on
+         * the client's loop thread: read under the tests' lock) */
+        if (wait_for(&ps.done, sent, 0) == sent && sent < 100 &&
             rrpc_call(c, "echo", "12345678", 8, NULL, pipe_cb, &ps) == 0)
             sent++;
     }
