@@ -172,8 +172,10 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx);
 RRPC_API const char *rrpc_version(void);
 
 /*
- * Thread mode: starts the library thread that runs the loop.  Errors:
- * -EBUSY (already started), -errno from pthread_create.
+ * Thread mode: starts the library thread that runs the loop.  A driven
+ * context may switch, between two progress calls.  Errors: -EBUSY (already
+ * started, or a thread is inside the loop: rrpc_ctx_progress, a callback,
+ * or a blocking call driving it), -errno from pthread_create.
  */
 RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx);
 
@@ -205,7 +207,9 @@ RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms);
  * (0: do not wait; -1: wait for one event).  Callbacks run inside this call.
  * One call does a bounded amount of work, so it returns even while callbacks
  * keep issuing operations that complete at once; call it again for the rest.
- * Returns 0, -EBUSY in thread mode, RRPC_E_DEADLOCK from inside a callback.
+ * Returns 0, -EBUSY in thread mode or while another thread is inside the
+ * loop (its own rrpc_ctx_progress, or a blocking call driving it),
+ * RRPC_E_DEADLOCK from inside a callback.
  */
 RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
 

@@ -67,6 +67,14 @@ struct rrpc_ctx {
     int backend_fd; /* libev's epoll fd (found at creation), or -errno */
     int drive_fd;   /* driven mode: our epoll, holding backend_fd and timer_fd; -1 until asked */
     int timer_fd;   /* armed to the loop's next timer after every run */
+    /* Driven: an eventfd in drive_fd that rrpci_ctx_wake writes from other
+     * threads (libev writes its own wake-up pipe only while a thread waits
+     * inside ev_run, never for an application waiting on drive_fd);
+     * kick_to is kick_fd while the context is driven with its fd handed
+     * out, else -1; kicked: written since rrpc_ctx_progress last read it. */
+    int kick_fd;
+    _Atomic int kick_to;
+    _Atomic bool kicked;
     bool timer_armed; /* timer_fd is set to fire at timer_due (CLOCK_MONOTONIC seconds) */
     double timer_due;
     bool defer_invoke;  /* driven_reify's pass: pending watchers are not invoked */

@@ -119,7 +119,8 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     rrpci_list_init(&ctx->credit_dirty);
     rrpci_list_init(&ctx->owned);
 
-    ctx->drive_fd = ctx->timer_fd = -1;
+    ctx->drive_fd = ctx->timer_fd = ctx->kick_fd = -1;
+    atomic_init(&ctx->kick_to, -1);
     ctx->loop = ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
     ctx->backend_fd = ctx->loop ? find_backend_fd(ctx->loop) : -ENOMEM;
     if (!ctx->loop) {
@@ -160,11 +161,19 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
     int r = 0;
     if (ctx->thread_mode) {
         r = rrpci_set_error(ctx, -EBUSY, "the context's loop thread is already running");
+    } else if (ctx->in_run) {
+        /* libev runs a loop on one thread at a time (it aborts otherwise). */
+        r = rrpci_set_error(ctx, -EBUSY,
+                            "a thread is running this context's loop (rrpc_ctx_progress, a "
+                            "callback, or a blocking call driving it): start the loop thread "
+                            "between two progress calls");
     } else {
-        ctx->thread_mode = true;
+        __atomic_store_n(&ctx->thread_mode, true, __ATOMIC_RELAXED);
+        atomic_store(&ctx->kick_to, -1); /* the loop thread needs no kick */
         r = -pthread_create(&ctx->thread, NULL, rrpci_loop_thread, ctx);
         if (r) {
-            ctx->thread_mode = false;
+            __atomic_store_n(&ctx->thread_mode, false, __ATOMIC_RELAXED);
+            atomic_store(&ctx->kick_to, ctx->kick_fd);
             rrpci_set_error(ctx, r, "cannot start the loop thread: %s", rrpc_strerror(r));
         }
     }
@@ -234,7 +243,7 @@ void rrpci_driven_rearm(rrpc_ctx *ctx)
 
 RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)
 {
-    if (ctx->thread_mode)
+    if (__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED))
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread; no fd to poll");
     rrpci_lock(ctx);
     int r = ctx->drive_fd;
@@ -244,18 +253,24 @@ RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx)
     if (r < 0 && ctx->backend_fd >= 0) {
         int ep = epoll_create1(EPOLL_CLOEXEC);
         int tf = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        int kf = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event e1 = {.events = EPOLLIN, .data.fd = ctx->backend_fd};
         struct epoll_event e2 = {.events = EPOLLIN, .data.fd = tf};
-        if (ep < 0 || tf < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ctx->backend_fd, &e1) < 0 ||
-            epoll_ctl(ep, EPOLL_CTL_ADD, tf, &e2) < 0) {
+        struct epoll_event e3 = {.events = EPOLLIN, .data.fd = kf};
+        if (ep < 0 || tf < 0 || kf < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ctx->backend_fd, &e1) < 0 ||
+            epoll_ctl(ep, EPOLL_CTL_ADD, tf, &e2) < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, kf, &e3) < 0) {
             r = rrpci_set_error(ctx, -errno, "cannot make the context's fd: %s", strerror(errno));
             if (ep >= 0)
                 close(ep);
             if (tf >= 0)
                 close(tf);
+            if (kf >= 0)
+                close(kf);
         } else {
             ctx->drive_fd = r = ep;
             ctx->timer_fd = tf;
+            ctx->kick_fd = kf;
+            atomic_store(&ctx->kick_to, kf);
             rrpci_driven_rearm(ctx);
         }
     }
@@ -267,7 +282,7 @@ RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms)
 {
     if (!ctx || !ret_ms)
         return -EINVAL;
-    if (ctx->thread_mode)
+    if (__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED))
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
     rrpci_lock(ctx);
     *ret_ms = timeout_locked(ctx);
@@ -285,13 +300,19 @@ RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms)
     if (rrpci_in_callback(ctx))
         return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
                                "rrpc_ctx_progress called from inside a callback");
-    if (ctx->thread_mode)
+    if (__atomic_load_n(&ctx->thread_mode, __ATOMIC_RELAXED))
         return rrpci_set_error(ctx, -EBUSY, "the context runs its own loop thread");
     rrpci_lock(ctx);
     int r = 0;
+    uint64_t kicks;
+    if (atomic_exchange(&ctx->kicked, false)) /* the run below sees what the kick was for */
+        (void)!read(ctx->kick_fd, &kicks, sizeof(kicks));
     if (ctx->in_run) {
         r = rrpci_set_error(ctx, -EBUSY, "another thread is driving this context's loop");
-    } else if (timeout_ms == 0) {
+    } else if (timeout_ms == 0 || timeout_locked(ctx) == 0) {
+        /* Also when work is pending (what driven_reify found, say): libev
+         * invokes it first and would then sleep in the same run for a next
+         * event, though the one the application waits for was that work. */
         rrpci_run_locked(ctx, EVRUN_NOWAIT);
     } else {
         struct rrpci_timer t;
@@ -335,7 +356,8 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         pthread_mutex_unlock(&ctx->lock);
         ev_async_send(ctx->loop, &ctx->wake);
         pthread_join(ctx->thread, NULL);
-        ctx->thread_mode = false;
+        /* A worker's blocking call now drives the loop itself. */
+        __atomic_store_n(&ctx->thread_mode, false, __ATOMIC_RELAXED);
     }
     rrpci_workers_stop(ctx); /* running handlers may still answer: the connections are up */
     rrpci_lock(ctx);
@@ -367,6 +389,8 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         close(ctx->drive_fd);
     if (ctx->timer_fd >= 0)
         close(ctx->timer_fd);
+    if (ctx->kick_fd >= 0)
+        close(ctx->kick_fd);
     pthread_mutex_destroy(&ctx->lock);
     rrpci_error_forget(ctx);
     free(ctx);

@@ -139,6 +139,20 @@ bool rrpci_timer_active(const struct rrpci_timer *t)
     return ev_is_active(&t->w);
 }
 
+/* in_run, owner and thread_mode change under the lock but are read without
+ * it too (rrpci_in_callback, rrpci_lock, the driven-mode checks): atomic
+ * stores, so those reads are not data races. */
+static void run_enter(rrpc_ctx *ctx)
+{
+    __atomic_store_n(&ctx->owner, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&ctx->in_run, ctx->in_run + 1, __ATOMIC_RELAXED);
+}
+
+static void run_leave(rrpc_ctx *ctx)
+{
+    __atomic_store_n(&ctx->in_run, ctx->in_run - 1, __ATOMIC_RELAXED);
+}
+
 static void no_release(struct ev_loop *loop)
 {
 }
@@ -153,12 +167,11 @@ static void no_release(struct ev_loop *loop)
 static void driven_reify(rrpc_ctx *ctx)
 {
     ctx->defer_invoke = true;
-    ctx->in_run++;
-    ctx->owner = pthread_self();
+    run_enter(ctx);
     ev_set_loop_release_cb(ctx->loop, no_release, no_release);
     ev_run(ctx->loop, EVRUN_NOWAIT);
     ev_set_loop_release_cb(ctx->loop, rrpci_loop_release, rrpci_loop_acquire);
-    ctx->in_run--;
+    run_leave(ctx);
     ctx->defer_invoke = false;
     rrpci_driven_rearm(ctx);
 }
@@ -178,12 +191,27 @@ void rrpci_unlock(rrpc_ctx *ctx)
      * sleeps in it: make the loop look.  (No thread in the loop of a driven
      * context: its next run sees the work, and its fd already says so.) */
     if (other && !idle_driven)
-        ev_async_send(ctx->loop, &ctx->wake);
+        rrpci_ctx_wake(ctx, &ctx->wake);
+}
+
+void rrpci_ctx_wake(rrpc_ctx *ctx, ev_async *w)
+{
+    ev_async_send(ctx->loop, w);
+    /* A driven loop that another thread left (or never entered) would not
+     * see the async until something else woke its application. */
+    int fd = atomic_load(&ctx->kick_to);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        (void)!write(fd, &one, sizeof(one));
+        atomic_store(&ctx->kicked, true);
+    }
 }
 
 bool rrpci_in_callback(rrpc_ctx *ctx)
 {
-    return ctx->in_run && pthread_equal(ctx->owner, pthread_self());
+    /* Read without the lock: only this thread can make it true for itself. */
+    return __atomic_load_n(&ctx->in_run, __ATOMIC_RELAXED) &&
+           pthread_equal(__atomic_load_n(&ctx->owner, __ATOMIC_RELAXED), pthread_self());
 }
 
 void rrpci_loop_release(struct ev_loop *loop)
@@ -411,11 +439,10 @@ void rrpci_invoke_pending(struct ev_loop *loop)
 /* Runs the loop with the lock held once by the caller. */
 void rrpci_run_locked(rrpc_ctx *ctx, int flags)
 {
-    ctx->in_run++;
-    ctx->owner = pthread_self();
+    run_enter(ctx);
     ctx->ran_callbacks = false;
     ev_run(ctx->loop, flags);
-    ctx->in_run--;
+    run_leave(ctx);
 }
 
 void *rrpci_loop_thread(void *arg)

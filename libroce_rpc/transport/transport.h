@@ -175,6 +175,11 @@ bool rrpci_timer_active(const struct rrpci_timer *t);
 
 struct ev_loop;
 struct ev_loop *rrpci_ctx_loop(rrpc_ctx *ctx);
+/* Wakes @ctx's loop through its started watcher @w from any thread, with
+ * no lock held (ev_async_send): also a driven context whose application
+ * waits on rrpc_ctx_fd, which ev_async_send alone leaves asleep while no
+ * thread is inside ev_run. */
+void rrpci_ctx_wake(rrpc_ctx *ctx, ev_async *w);
 void *rrpci_ctx_tpriv(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 void *rrpci_conn_priv(rrpc_conn *c);
 void *rrpci_listener_priv(rrpc_listener *l);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -52,6 +53,7 @@ static struct {
     uint8_t *smem;
     int blocking, release;    /* h_hold_loop */
     int check_good, check_bad; /* h_check */
+    int late_started, late_done; /* h_async's threads, waited for before the teardown */
 } T;
 
 #define SMEM_LEN (4u << 20)
@@ -82,6 +84,9 @@ static void *late_reply(void *arg)
     uint8_t buf[8];
     memcpy(buf, "threaded", 8);
     rrpc_respond(req, buf, sizeof(buf));
+    lock();
+    T.late_done++; /* out of the library: the context may go */
+    unlock();
     return NULL;
 }
 
@@ -94,6 +99,9 @@ static void h_slow(rrpc_request *req, const void *p, size_t len, void *user)
 static void h_async(rrpc_request *req, const void *p, size_t len, void *user)
 {
     pthread_t t;
+    lock();
+    T.late_started++;
+    unlock();
     assert_int_equal(pthread_create(&t, NULL, late_reply, req), 0);
     pthread_detach(t);
 }
@@ -228,6 +236,10 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
+    lock();
+    int late = T.late_started;
+    unlock();
+    wait_for(&T.late_done, late, 20000); /* a late answer's thread may still be in rrpc_respond */
     rrpc_ctx_destroy(T.cctx);
     rrpc_ctx_destroy(T.sctx);
     free(T.smem);
@@ -357,12 +369,13 @@ static void test_a_driven_mode_server_serves_when_its_fd_is_polled(void **state)
     struct pipe_state ps = {.expect_len = 8};
     int sent = 0;
     assert_int_equal(rrpc_connect(T.cctx, curi, NULL, NULL, &c), 0);
-    for (int i = 0; i < 2000 && ps.done < 100; i++) {
+    for (int i = 0; i < 2000 && wait_for(&ps.done, 100, 0) < 100; i++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         poll(&p, 1, 10);
         assert_int_equal(rrpc_ctx_progress(s, 0), 0);
-        /* one call at a time, each after the previous answer */
-        if (ps.done == sent && sent < 100 &&
+        /* one call at a time, each after the previous answer (counted on
+         * the client's loop thread: read under the tests' lock) */
+        if (wait_for(&ps.done, sent, 0) == sent && sent < 100 &&
             rrpc_call(c, "echo", "12345678", 8, NULL, pipe_cb, &ps) == 0)
             sent++;
     }
@@ -373,6 +386,221 @@ static void test_a_driven_mode_server_serves_when_its_fd_is_polled(void **state)
     assert_int_equal(rrpc_ctx_progress(s, 0), -EBUSY);
     rrpc_conn_close(c);
     rrpc_ctx_destroy(s);
+}
+
+static int driven_served, driven_ups;
+static void h_driven_count(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    lock();
+    driven_served++;
+    unlock();
+    rrpc_respond(req, p, len);
+}
+
+static void driven_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    lock();
+    if (ev == RRPC_CONN_UP)
+        driven_ups++;
+    unlock();
+}
+
+/* Waits on @fd alone and progresses @s until *@counter reaches @want: 0, or
+ * -1 when the fd stayed silent for a generous 10 s while work waited for @s
+ * (a wake-up was lost: no timer of its own runs to make up for it). */
+static int drive_until(rrpc_ctx *s, int fd, int *counter, int want)
+{
+    for (int i = 0; i < 100000; i++) {
+        lock();
+        int v = *counter;
+        unlock();
+        if (v >= want)
+            return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) == 0)
+            return -1;
+        assert_int_equal(rrpc_ctx_progress(s, 0), 0);
+    }
+    return -1;
+}
+
+/* After @s served a call: runs it while its fd says it has work (the answer
+ * may take more passes to leave), then waits for the caller's callback. */
+static int drive_then_wait(rrpc_ctx *s, int fd, int *counter, int want)
+{
+    for (int i = 0; i < 100000; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) == 0)
+            break;
+        assert_int_equal(rrpc_ctx_progress(s, 0), 0);
+    }
+    return wait_for(counter, want, 10000) >= want ? 0 : -1;
+}
+
+/* A context without keepalives (so no timer wakes it but its work). */
+static rrpc_ctx *ctx_without_timers(void)
+{
+    rrpc_config *cfg;
+    rrpc_ctx *x = NULL;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_KEEPALIVE_MS", "0"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &x), 0);
+    rrpc_config_destroy(cfg);
+    return x;
+}
+
+/* A driven server that waits on its fd alone, with no timeout of its own,
+ * serves a thread-mode client: the fd must become readable for the
+ * connection and for each call, whether the peer's frames come through a
+ * socket or (inproc) are handed over by the peer's thread. */
+static void test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_thread(void **state)
+{
+    rrpc_ctx *s = ctx_without_timers(), *cl = ctx_without_timers();
+    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+    assert_int_equal(rrpc_register(s, "count", h_driven_count, NULL), 0);
+    char luri[256], curi[300];
+    test_listen_uri(luri, sizeof(luri));
+    rrpc_listener *l = NULL;
+    assert_int_equal(rrpc_listen(s, luri, driven_event, NULL, &l), 0);
+    test_connect_uri(curi, sizeof(curi), rrpc_listener_port(l));
+    int fd = rrpc_ctx_fd(s);
+    assert_true(fd >= 0);
+    lock();
+    driven_served = driven_ups = 0;
+    unlock();
+    rrpc_conn *c = NULL;
+    assert_int_equal(rrpc_connect(cl, curi, NULL, NULL, &c), 0);
+    assert_int_equal(drive_until(s, fd, &driven_ups, 1), 0);
+    struct pipe_state ps = {.expect_len = 8};
+    for (int i = 0; i < 200; i++) {
+        assert_int_equal(rrpc_call(c, "count", "12345678", 8, NULL, pipe_cb, &ps), 0);
+        assert_int_equal(drive_until(s, fd, &driven_served, i + 1), 0);
+        assert_int_equal(drive_then_wait(s, fd, &ps.done, i + 1), 0);
+    }
+    assert_int_equal(ps.bad, 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
+}
+
+static int drover_done;
+static void *drive_once(void *arg)
+{
+    int r = rrpc_ctx_progress(arg, -1); /* waits in the loop for one event */
+    lock();
+    drover_done = r == 0 ? 1 : -1;
+    unlock();
+    return NULL;
+}
+
+/* One loop, one thread in it: while another thread waits inside the loop
+ * (rrpc_ctx_progress, or a blocking call driving it), a loop thread must not
+ * start on it; the switch is made between two progress calls. */
+static void test_thread_mode_is_refused_while_another_thread_drives_the_loop(void **state)
+{
+    rrpc_ctx *s;
+    assert_int_equal(rrpc_ctx_create(&s), 0);
+    lock();
+    drover_done = 0;
+    unlock();
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, drive_once, s), 0);
+    int r = 0;
+    for (int i = 0; i < 1000000 && r != -EBUSY; i++) {
+        r = rrpc_ctx_progress(s, 0); /* -EBUSY once the other thread is in */
+        if (r != -EBUSY)
+            sched_yield();
+    }
+    assert_int_equal(r, -EBUSY);
+    int started = rrpc_ctx_start_thread(s);
+    /* Let the other thread out: a change from this thread wakes the loop. */
+    for (int i = 0; i < 1000 && wait_for(&drover_done, 1, 10) == 0; i++)
+        rrpc_ctx_set_log(s, -1, NULL, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(started, -EBUSY);
+    assert_int_equal(drover_done, 1);
+    /* Between progress calls the switch is allowed. */
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    rrpc_ctx_destroy(s);
+}
+
+static int answered_then_counted;
+static void h_answer_then_count(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    rrpc_respond(req, p, len); /* on its way to the caller when counted */
+    lock();
+    answered_then_counted++;
+    unlock();
+}
+
+struct guard {
+    rrpc_ctx *ctx;
+    int returned, stuck;
+};
+
+/* Waits a generous 10 s for the guarded rrpc_ctx_progress to return; if it
+ * has not, counts it stuck and lets it out (a change from this thread
+ * wakes the loop). */
+static void *progress_guard(void *arg)
+{
+    struct guard *g = arg;
+    if (wait_for(&g->returned, 1, 10000) >= 1)
+        return NULL;
+    lock();
+    g->stuck = 1;
+    unlock();
+    while (wait_for(&g->returned, 1, 10) < 1)
+        rrpc_ctx_set_log(g->ctx, -1, NULL, NULL);
+    return NULL;
+}
+
+/* rrpc_ctx_progress(ctx, -1) with the guard: whether it returned by itself. */
+static bool progress_returns(rrpc_ctx *ctx)
+{
+    struct guard g = {.ctx = ctx};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, progress_guard, &g), 0);
+    assert_int_equal(rrpc_ctx_progress(ctx, -1), 0);
+    lock();
+    g.returned = 1;
+    unlock();
+    pthread_join(t, NULL);
+    return !g.stuck;
+}
+
+/* "Waits for one event": an answer that had already arrived when the
+ * application made another call between two progress calls (the call's own
+ * libev pass finds it and leaves it pending) is that event; progress runs its
+ * callback and returns, rather than run it and then sleep for another. */
+static void test_driven_progress_returns_after_an_answer_found_between_two_calls(void **state)
+{
+    rrpc_ctx *cl = ctx_without_timers();
+    assert_int_equal(rrpc_register(T.sctx, "answer_then_count", h_answer_then_count, NULL), 0);
+    lock();
+    answered_then_counted = 0;
+    unlock();
+    int fd = rrpc_ctx_fd(cl);
+    assert_true(fd >= 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(cl, T.uri, 10000, NULL, NULL, &c), 0);
+    struct pipe_state ps = {.expect_len = 8};
+    rrpc_call_opts nodeadline = {.deadline_ms = -1};
+    int stuck = 0;
+    for (int i = 0; i < 20 && !stuck; i++) {
+        assert_int_equal(rrpc_call(c, "answer_then_count", "12345678", 8, &nodeadline, pipe_cb,
+                                   &ps), 0);
+        assert_int_equal(wait_for(&answered_then_counted, i + 1, 10000), i + 1);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&p, 1, 10000), 1); /* the answer is here */
+        rrpc_ctx_set_log(cl, -1, NULL, NULL); /* any call between two progress calls */
+        while (wait_for(&ps.done, i + 1, 0) < i + 1 && !stuck)
+            stuck = !progress_returns(cl);
+    }
+    assert_int_equal(stuck, 0);
+    assert_int_equal(ps.bad, 0);
+    assert_int_equal(rrpc_unregister(T.sctx, "answer_then_count"), 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cl);
 }
 
 static void test_a_driven_mode_client_sync_call_drives_its_own_loop(void **state)
@@ -1868,6 +2096,9 @@ int main(void)
         cmocka_unit_test(test_the_server_may_call_the_client_the_moment_it_is_up),
         cmocka_unit_test(test_a_driven_mode_server_serves_when_its_fd_is_polled),
         cmocka_unit_test(test_a_driven_mode_client_sync_call_drives_its_own_loop),
+        cmocka_unit_test(test_a_driven_mode_servers_fd_wakes_for_each_call_from_another_thread),
+        cmocka_unit_test(test_thread_mode_is_refused_while_another_thread_drives_the_loop),
+        cmocka_unit_test(test_driven_progress_returns_after_an_answer_found_between_two_calls),
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),

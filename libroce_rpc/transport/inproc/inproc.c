@@ -122,7 +122,7 @@ static void pipe_put_locked(struct ip_pipe *p)
 static void wake_end(struct ip_end *e)
 {
     if (e->conn && e->wake)
-        ev_async_send(rrpci_ctx_loop(rrpci_conn_ctx(e->conn)), e->wake);
+        rrpci_ctx_wake(rrpci_conn_ctx(e->conn), e->wake);
 }
 
 /* ---- send ---------------------------------------------------------------- */
@@ -490,7 +490,7 @@ static int inproc_connect(rrpc_conn *c, const struct rrpci_uri *u)
     struct ip_listener *il = registry_find(u->host);
     if (il) {
         rrpci_list_add(&il->backlog, &p->link);
-        ev_async_send(rrpci_ctx_loop(rrpci_listener_ctx(il->l)), &il->wake);
+        rrpci_ctx_wake(rrpci_listener_ctx(il->l), &il->wake);
     }
     pthread_mutex_unlock(&registry_mu);
     if (!il) {
