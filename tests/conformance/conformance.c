@@ -1183,7 +1183,8 @@ static void borrow_echo_cb(const rrpc_result *res, void *user)
 static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
-    /* tcp writes and reads in pieces of at most 64 KiB */
+    /* tcp writes and reads in pieces of 64 KiB while another class is busy
+     * (the next test covers its pieces of up to 1 MiB) */
     static const size_t sizes[] = {1, 65535, 65536, 65537, (1u << 20) + 3, 1, (1u << 20) + 3};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     struct borrow_call bc[N];
@@ -1231,7 +1232,7 @@ static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries
 }
 
 /* tcp writes and reads a class in pieces of up to 1 MiB while no other class
- * of the connection has moved a frame for a millisecond, of 64 KiB while one
+ * of the connection has moved a frame for 100 ms, of 64 KiB while one
  * has: sizes around the 1 MiB piece boundaries (a frame's first piece holds
  * its 32-byte header), first with the connection idle beforehand (large
  * pieces from the start), then while low-latency calls keep going (the piece
@@ -1256,7 +1257,7 @@ static void test_a_borrowed_buffer_arrives_bit_exact_whether_pieces_are_large_or
     rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .flags = RRPC_CALL_BORROW};
     for (int round = 0; round < 2; round++) {
         if (round == 0)
-            usleep(20000); /* nothing moves on any class: large pieces */
+            usleep(250000); /* nothing moves on any class: large pieces */
         for (int i = 0; i < N; i++) {
             bc[i].overwritten = 0;
             bc[i].same = false;

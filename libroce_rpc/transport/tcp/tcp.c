@@ -44,7 +44,7 @@
  * bytes, so bulk keeps the loop while nothing else is ready.
  *
  * A class whose connection has no other class busy (nothing queued to send,
- * no piece moved either way for BUSY_NS) writes and reads in pieces of up to
+ * no piece moved either way for BUSY_NS, 100 ms) writes and reads in pieces of up to
  * PIECE_LARGE: on loopback one sendmsg of 1 MiB costs the sender less than
  * sixteen of 64 KiB (it also runs the receiver's TCP processing, once per
  * call), but holds the loop for 100-250 us, which a low-latency answer
@@ -53,7 +53,10 @@
 #define SLICE_UNIT_NS (20 * 1000ull)
 #define PIECE_SMALL (64 * 1024)
 #define PIECE_LARGE (1024 * 1024)
-#define BUSY_NS (1000 * 1000ull)
+/* A class counts as busy this long after its last piece: longer than a
+ * round trip takes on a loaded machine, or a late answer would make bulk
+ * switch to large pieces just when that answer waits for the loop. */
+#define BUSY_NS (100 * 1000 * 1000ull)
 #define SPARE_MAX (8u << 20)       /* largest receive buffer kept for reuse */
 #define NCLS RRPCI_MAX_CLASSES
 
