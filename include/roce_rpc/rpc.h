@@ -111,7 +111,8 @@ typedef struct rrpc_call_opts {
  * application error, deadline, connection lost); the callback may reuse or
  * free it, and the library never reads it after that.  When rrpc_call fails
  * the buffer is the caller's at once.  On tcp the payload is written from
- * @req to the socket (in pieces of at most 64 KiB, like every frame); if a
+ * @req to the socket (in pieces, like every frame: up to 1 MiB, or 64 KiB
+ * while another class of the connection is busy); if a
  * call completes while part of its request is still unwritten (its deadline
  * passed, or a peer answered early), the library copies the request before
  * the callback runs and sends the rest from the copy.  On inproc and verbs the flag is accepted and the payload

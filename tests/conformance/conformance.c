@@ -1412,7 +1412,8 @@ static void borrow_echo_cb(const rrpc_result *res, void *user)
 static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
-    /* tcp writes and reads in pieces of at most 64 KiB */
+    /* tcp writes and reads in pieces of 64 KiB while another class is busy
+     * (the next test covers its pieces of up to 1 MiB) */
     static const size_t sizes[] = {1, 65535, 65536, 65537, (1u << 20) + 3, 1, (1u << 20) + 3};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     struct borrow_call bc[N];
@@ -1452,6 +1453,70 @@ static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries
     /* An unknown flag is refused before anything goes on the wire. */
     rrpc_call_opts bad = {.flags = 2};
     assert_int_equal(rrpc_call(c, "echo", "x", 1, &bad, borrow_echo_cb, &bc[0]), -EINVAL);
+    for (int i = 0; i < N; i++) {
+        free(bc[i].buf);
+        free(bc[i].want);
+    }
+    rrpc_conn_close(c);
+}
+
+/* tcp writes and reads a class in pieces of up to 1 MiB while no other class
+ * of the connection has moved a frame for 100 ms, of 64 KiB while one
+ * has: sizes around the 1 MiB piece boundaries (a frame's first piece holds
+ * its 32-byte header), first with the connection idle beforehand (large
+ * pieces from the start), then while low-latency calls keep going (the piece
+ * size changes in the middle of frames, on both ends). */
+static void test_a_borrowed_buffer_arrives_bit_exact_whether_pieces_are_large_or_small(void **state)
+{
+    rrpc_conn *c = connect_client(T.cctx);
+    static const size_t sizes[] = {(1u << 20) - 33, (1u << 20) - 32, (1u << 20) - 31, 1u << 20,
+                                   (2u << 20) - 32, (2u << 20) + 1, (3u << 20) + 5};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    struct borrow_call bc[N];
+    memset(bc, 0, sizeof(bc));
+    for (int i = 0; i < N; i++) {
+        bc[i].len = sizes[i];
+        bc[i].buf = malloc(sizes[i]);
+        bc[i].want = malloc(sizes[i]);
+        assert_non_null(bc[i].buf);
+        assert_non_null(bc[i].want);
+        fill(bc[i].buf, sizes[i], 2000u + (uint32_t)i);
+        memcpy(bc[i].want, bc[i].buf, sizes[i]);
+    }
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .flags = RRPC_CALL_BORROW};
+    for (int round = 0; round < 2; round++) {
+        if (round == 0)
+            usleep(250000); /* nothing moves on any class: large pieces */
+        for (int i = 0; i < N; i++) {
+            bc[i].overwritten = 0;
+            bc[i].same = false;
+            assert_int_equal(
+                rrpc_call(c, "echo", bc[i].buf, bc[i].len, &o, borrow_echo_cb, &bc[i]), 0);
+        }
+        int pending = N, probes = 0;
+        while (round == 1 && pending) { /* another class busy: small pieces, switching */
+            echo_ok(c, 64, RRPC_CLASS_LOW_LATENCY);
+            probes++;
+            lock();
+            pending = 0;
+            for (int i = 0; i < N; i++)
+                pending += bc[i].overwritten == 0;
+            unlock();
+        }
+        for (int i = 0; i < N; i++)
+            assert_int_equal(wait_for(&bc[i].overwritten, 1, 30000), 1);
+        for (int i = 0; i < N; i++) {
+            lock();
+            bool ok = bc[i].status == 0 && bc[i].same;
+            if (!ok)
+                printf("# round %d: borrowed echo of %zu bytes: %s, %s\n", round, bc[i].len,
+                       rrpc_err_name(bc[i].status), bc[i].status ? "failed" : "bytes differ");
+            unlock();
+            assert_true(ok);
+        }
+        if (round == 1)
+            printf("# %d low-latency calls beside the large ones\n", probes);
+    }
     for (int i = 0; i < N; i++) {
         free(bc[i].buf);
         free(bc[i].want);
@@ -2129,6 +2194,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_blocking_one_sided_failures_each_report_their_own_detail),
         cmocka_unit_test(test_an_unresolvable_host_fails_with_unknown_host_and_says_so),
         cmocka_unit_test(test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries),
+        cmocka_unit_test(test_a_borrowed_buffer_arrives_bit_exact_whether_pieces_are_large_or_small),
         cmocka_unit_test(test_a_borrowed_buffer_is_not_read_after_its_completion_ran),
         cmocka_unit_test(test_a_region_deregistered_while_a_write_arrives_gets_no_more_of_it),
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),

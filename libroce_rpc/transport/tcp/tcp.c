@@ -36,13 +36,27 @@
 #define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
 /* Class isolation: one loop wakeup serves one class for at most (class
- * weight x SLICE_UNIT_NS) in each direction, in pieces of at most CHUNK bytes
- * per system call, so a bulk stream never holds the loop for a whole large
- * message while a low-latency frame waits; libev then runs the other ready
- * watchers, the heavier classes first (chan_init).  A slice is measured in
- * time, not bytes, so bulk keeps the loop while nothing else is ready. */
+ * weight x SLICE_UNIT_NS) in each direction, in pieces of at most
+ * PIECE_SMALL bytes per system call while another class of the connection
+ * is busy, so a bulk stream never holds the loop for a whole large message
+ * while a low-latency frame waits; libev then runs the other ready watchers,
+ * the heavier classes first (chan_init).  A slice is measured in time, not
+ * bytes, so bulk keeps the loop while nothing else is ready.
+ *
+ * A class whose connection has no other class busy (nothing queued to send,
+ * no piece moved either way for BUSY_NS, 100 ms) writes and reads in pieces of up to
+ * PIECE_LARGE: on loopback one sendmsg of 1 MiB costs the sender less than
+ * sixteen of 64 KiB (it also runs the receiver's TCP processing, once per
+ * call), but holds the loop for 100-250 us, which a low-latency answer
+ * arriving meanwhile would wait out (docs/performance.md, "Adaptive pieces
+ * on tcp"). */
 #define SLICE_UNIT_NS (20 * 1000ull)
-#define CHUNK (64 * 1024) /* bytes per read or write system call, at most */
+#define PIECE_SMALL (64 * 1024)
+#define PIECE_LARGE (1024 * 1024)
+/* A class counts as busy this long after its last piece: longer than a
+ * round trip takes on a loaded machine, or a late answer would make bulk
+ * switch to large pieces just when that answer waits for the loop. */
+#define BUSY_NS (100 * 1000 * 1000ull)
 #define SPARE_MAX (8u << 20)       /* largest receive buffer kept for reuse */
 #define NCLS RRPCI_MAX_CLASSES
 
@@ -75,6 +89,7 @@ struct tcp_chan {
     size_t tx_off;
     size_t tx_bytes;
     bool want_writable;
+    uint64_t last_ns; /* when a piece of this class last moved, either way */
 };
 
 struct tcp_conn {
@@ -160,10 +175,22 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The end of a slice of class @cls starting now. */
-static uint64_t slice_end(rrpc_ctx *ctx, int cls)
+/* The end of a slice of class @cls starting at @now. */
+static uint64_t slice_end(rrpc_ctx *ctx, int cls, uint64_t now)
 {
-    return mono_ns() + rrpci_ctx_class_weight(ctx, cls) * SLICE_UNIT_NS;
+    return now + rrpci_ctx_class_weight(ctx, cls) * SLICE_UNIT_NS;
+}
+
+/* Bytes @ch may move in its next system call (see PIECE_LARGE). */
+static size_t piece_size(const struct tcp_chan *ch, uint64_t now)
+{
+    const struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
+    for (int i = 0; i < NCLS; i++) {
+        const struct tcp_chan *o = &tc->ch[i];
+        if (o != ch && (o->txh || o->last_ns + BUSY_NS > now))
+            return PIECE_SMALL;
+    }
+    return PIECE_LARGE;
 }
 
 /* Writes queued frames, at most the class's slice per call.  Returns 0 when
@@ -173,14 +200,15 @@ static int chan_write(struct tcp_chan *ch)
 {
     uint64_t end = 0;
     while (ch->txh) {
+        uint64_t now = mono_ns();
         if (!end)
-            end = slice_end(rrpci_conn_ctx(ch->conn), ch->cls);
-        else if (mono_ns() >= end)
+            end = slice_end(rrpci_conn_ctx(ch->conn), ch->cls, now);
+        else if (now >= end)
             return -EAGAIN;
         struct rrpci_msg *m = ch->txh;
         struct iovec iov[3];
         int n = 0;
-        size_t off = ch->tx_off, room = CHUNK;
+        size_t off = ch->tx_off, room = piece_size(ch, now);
         const size_t parts[3] = {RRPCI_HDR_SIZE, m->len, m->ext_len};
         const uint8_t *bases[3] = {m->hdr, m->data, m->ext};
         for (int i = 0; i < 3; i++) {
@@ -207,6 +235,7 @@ static int chan_write(struct tcp_chan *ch)
         }
         ch->tx_off += (size_t)w;
         ch->tx_bytes -= (size_t)w;
+        ch->last_ns = now;
         if (ch->tx_off == RRPCI_HDR_SIZE + rrpci_msg_payload_len(m)) {
             ch->txh = m->next;
             if (!ch->txh)
@@ -221,6 +250,7 @@ static int chan_write(struct tcp_chan *ch)
 static void chan_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
 {
     m->next = NULL;
+    bool queued = ch->txh != NULL;
     if (ch->txt)
         ch->txt->next = m;
     else
@@ -229,6 +259,8 @@ static void chan_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
     ch->tx_bytes += RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
     if (!ch->connected)
         return; /* written once the connect completes */
+    if (queued)
+        return; /* the armed write watcher writes it in the class's next slice */
     int r = chan_write(ch);
     if (r == -EAGAIN) {
         ev_io_start(rrpci_ctx_loop(ctx), &ch->wio);
@@ -437,7 +469,8 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     rrpci_conn_ref(c);
     /* Receive-side share of the loop: a time slice per wakeup proportional to
      * the class weight (see SLICE_UNIT_NS). */
-    uint64_t end = slice_end(ctx, ch->cls);
+    uint64_t now = mono_ns();
+    uint64_t end = slice_end(ctx, ch->cls, now);
     bool slice_open = true;
     /* Frames held back while the handshake finished come first. */
     if (!ch->big && !ch->dst && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
@@ -464,8 +497,9 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             n = read(ch->fd, to, want);
         } else if (ch->big) {
             want = ch->h.len - ch->big_got;
-            if (want > CHUNK)
-                want = CHUNK;
+            size_t piece = piece_size(ch, now);
+            if (want > piece)
+                want = piece;
             n = read(ch->fd, ch->big + ch->big_got, want);
         } else {
             if (ch->roff == ch->rlen)
@@ -493,8 +527,12 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
-        if (n > 0 && mono_ns() >= end)
-            slice_open = false; /* this piece is handled, then the loop moves on */
+        if (n > 0) {
+            ch->last_ns = now;
+            now = mono_ns();
+            if (now >= end)
+                slice_open = false; /* this piece is handled, then the loop moves on */
+        }
         if (n <= 0) {
             bool mid = ch->have_hdr || ch->rlen > ch->roff;
             int err = n < 0 ? errno : 0;
