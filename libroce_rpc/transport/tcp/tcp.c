@@ -478,10 +478,13 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     while (slice_open && !ch->paused) {
         ssize_t n;
         size_t want;
-        if (ch->dst) {
+        if (ch->dst || ch->big) { /* the rest of a large payload */
             want = ch->h.len - ch->big_got;
-            if (want > CHUNK)
-                want = CHUNK;
+            size_t piece = piece_size(ch, now);
+            if (want > piece)
+                want = piece;
+        }
+        if (ch->dst) {
             uint8_t *to = ch->dst + (ch->big_got - RRPCI_OS_HDR_SIZE);
             /* Each time: the region may have been deregistered since. */
             if (ch->dst_lost || !rrpci_os_write_target(c, &ch->h, ch->dst_sub, RRPCI_OS_HDR_SIZE)) {
@@ -496,10 +499,6 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             }
             n = read(ch->fd, to, want);
         } else if (ch->big) {
-            want = ch->h.len - ch->big_got;
-            size_t piece = piece_size(ch, now);
-            if (want > piece)
-                want = piece;
             n = read(ch->fd, ch->big + ch->big_got, want);
         } else {
             if (ch->roff == ch->rlen)
