@@ -19,7 +19,7 @@
 #   BENCH_TESTS         rrpc-bench --tests (default rtt,write,large)
 #   BENCH_TRANSPORTS    rrpc-bench --transport (default verbs,tcp,raw-tcp)
 #   BENCH_BUSY_POLL     space-separated RRPC_VERBS_BUSY_POLL_US values; one verbs-only rrpc-bench
-#                       run (rtt,write) per extra value after the first; "default" leaves the
+#                       run (BENCH_TESTS) per extra value after the first; "default" leaves the
 #                       variable unset, so the library's defaults apply (default: "default")
 #   BENCH_PERFTEST=0    skip perftest (no references, no target lines): for diagnosis runs
 #   BENCH_CLIENT_TIMEOUT seconds before a hung rrpc-bench client is killed (default 240)
@@ -178,7 +178,7 @@ for t in $([ "${BENCH_PERFTEST:-1}" = 0 ] || echo rtt bw); do
   esac
 done
 for bp in "${POLLS[@]:1}"; do
-  bench "rrpc-bench-busy$bp" "$bp" verbs rtt,write
+  bench "rrpc-bench-busy$bp" "$bp" verbs "$TESTS"
 done
 
 echo
