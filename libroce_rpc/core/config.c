@@ -71,8 +71,12 @@ static const struct cfg_entry core_table[] = {
     {"RRPC_BUSY_POLL_BUDGET_PCT", 50, 1, 100, CFG_OFF(busy_poll_budget_pct),
      "share of one core, percent, the loop's thread may spend while polling (this and the "
      "transports' own polling, e.g. RRPC_VERBS_BUSY_POLL_US) over the last 100 ms; past it the "
-     "loop arms its fds and sleeps until the share falls below (100: no limit); a loop thread "
-     "that runs less than half the time it polls stops polling for 0.1-1.6 s"},
+     "loop arms its fds and sleeps until the share falls below (100: no limit); see also "
+     "RRPC_BUSY_POLL_MIN_SHARE_PCT"},
+    {"RRPC_BUSY_POLL_MIN_SHARE_PCT", 50, 0, 100, CFG_OFF(busy_poll_min_share_pct),
+     "a polling loop thread that ran less than this share of the time it polled (over 20 ms "
+     "or more) is not getting its CPU and stops polling for 0.1 s, doubled on each repeat up "
+     "to 1.6 s, percent (0: never)"},
     {"RRPC_HANDLER_THREADS", 2, 1, 256, CFG_OFF(handler_threads),
      "threads that run the handlers registered with RRPC_HANDLER_ON_WORKER (started with "
      "the first such method)"},

@@ -46,6 +46,7 @@ struct rrpci_config {
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
     int busy_poll_budget_pct; /* share of one core the loop's thread may spend while polling */
+    int busy_poll_min_share_pct; /* below this share of the time it polls, it stops (contention) */
     int metrics_max_conns;    /* metrics_listen: HTTP connections held at once */
     int metrics_timeout_s;    /* ... each closed after this long without progress */
     int handler_threads;      /* threads of the RRPC_HANDLER_ON_WORKER handlers */

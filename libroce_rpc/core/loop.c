@@ -260,9 +260,9 @@ void rrpci_loop_acquire(struct ev_loop *loop)
 #define RRPCI_BUSY_WINDOW 0.1    /* s */
 #define RRPCI_BUSY_HOLD_MIN 0.001 /* s */
 /* Contention: over at least RRPCI_CONTEND_MIN_WALL of polling (sliding, as
- * the budget), the thread ran less than RRPCI_CONTEND_SHARE of the time. */
+ * the budget), the thread ran less than RRPC_BUSY_POLL_MIN_SHARE_PCT of the
+ * time. */
 #define RRPCI_CONTEND_MIN_WALL 0.02 /* s */
-#define RRPCI_CONTEND_SHARE 0.5
 #define RRPCI_CONTEND_HOLD_MAX 1.6 /* s */
 
 static double thread_cpu_s(void)
@@ -288,7 +288,7 @@ static void busy_slide(rrpc_ctx *ctx, ev_tstamp now, double *cpu, double *wall)
         /* A window in which the thread polled and had its CPU: contention,
          * if it comes back, is met with the shortest hold again. */
         if (ctx->busy_wall_cur >= RRPCI_CONTEND_MIN_WALL &&
-            ctx->busy_cpu_cur >= RRPCI_CONTEND_SHARE * ctx->busy_wall_cur)
+            ctx->busy_cpu_cur >= ctx->cfg.busy_poll_min_share_pct / 100.0 * ctx->busy_wall_cur)
             ctx->busy_contend_hold = 0;
         ctx->busy_cpu_prev = ctx->busy_cpu_cur;
         ctx->busy_wall_prev = ctx->busy_wall_cur;
@@ -323,7 +323,8 @@ static bool busy_charge(rrpc_ctx *ctx, ev_tstamp now)
     ctx->busy_mark_ok = true;
     double cpu, wall;
     busy_slide(ctx, now, &cpu, &wall);
-    if (wall >= RRPCI_CONTEND_MIN_WALL && cpu < RRPCI_CONTEND_SHARE * wall) {
+    if (wall >= RRPCI_CONTEND_MIN_WALL &&
+        cpu < ctx->cfg.busy_poll_min_share_pct / 100.0 * wall) {
         double hold = ctx->busy_contend_hold > 0 ? 2 * ctx->busy_contend_hold
                                                  : RRPCI_BUSY_WINDOW;
         ctx->busy_contend_hold = hold < RRPCI_CONTEND_HOLD_MAX ? hold : RRPCI_CONTEND_HOLD_MAX;
