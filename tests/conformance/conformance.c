@@ -1412,6 +1412,22 @@ struct borrow_call {
     bool same;
 };
 
+/* @n calls of @sizes, each buffer filled from @seed + its index, and the
+ * bytes it must come back as. */
+static void borrow_calls_init(struct borrow_call *bc, const size_t *sizes, int n, uint32_t seed)
+{
+    memset(bc, 0, sizeof(*bc) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        bc[i].len = sizes[i];
+        bc[i].buf = malloc(sizes[i]);
+        bc[i].want = malloc(sizes[i]);
+        assert_non_null(bc[i].buf);
+        assert_non_null(bc[i].want);
+        fill(bc[i].buf, sizes[i], seed + (uint32_t)i);
+        memcpy(bc[i].want, bc[i].buf, sizes[i]);
+    }
+}
+
 static void borrow_echo_cb(const rrpc_result *res, void *user)
 {
     struct borrow_call *bc = user;
@@ -1430,14 +1446,7 @@ static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries
     static const size_t sizes[] = {1, 65535, 65536, 65537, (1u << 20) + 3, 1, (1u << 20) + 3};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     struct borrow_call bc[N];
-    memset(bc, 0, sizeof(bc));
-    for (int i = 0; i < N; i++) {
-        bc[i].len = sizes[i];
-        bc[i].buf = malloc(sizes[i]);
-        bc[i].want = malloc(sizes[i]);
-        fill(bc[i].buf, sizes[i], 1000u + (uint32_t)i);
-        memcpy(bc[i].want, bc[i].buf, sizes[i]);
-    }
+    borrow_calls_init(bc, sizes, N, 1000u);
     /* All in flight at once on one class, then one at a time on another. */
     rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .flags = RRPC_CALL_BORROW};
     int done = 0;
@@ -1486,16 +1495,7 @@ static void test_a_borrowed_buffer_arrives_bit_exact_whether_pieces_are_large_or
                                    (2u << 20) - 32, (2u << 20) + 1, (3u << 20) + 5};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     struct borrow_call bc[N];
-    memset(bc, 0, sizeof(bc));
-    for (int i = 0; i < N; i++) {
-        bc[i].len = sizes[i];
-        bc[i].buf = malloc(sizes[i]);
-        bc[i].want = malloc(sizes[i]);
-        assert_non_null(bc[i].buf);
-        assert_non_null(bc[i].want);
-        fill(bc[i].buf, sizes[i], 2000u + (uint32_t)i);
-        memcpy(bc[i].want, bc[i].buf, sizes[i]);
-    }
+    borrow_calls_init(bc, sizes, N, 2000u);
     rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .flags = RRPC_CALL_BORROW};
     for (int round = 0; round < 2; round++) {
         if (round == 0)

@@ -549,13 +549,15 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
          * calls again when more comes, which saves a read that would only
          * say EAGAIN. */
         bool drained = (size_t)n < want;
-        if (ch->dst) {
+        if (ch->dst || ch->big) {
             ch->big_got += (size_t)n;
             if (ch->big_got < ch->h.len) {
                 if (drained)
                     break;
                 continue;
             }
+        }
+        if (ch->dst) {
             ch->dst = NULL;
             ch->h.placed = true; /* handed up with its sub-header alone */
             bool alive = deliver(c, ch, ch->dst_sub);
@@ -564,12 +566,6 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             continue;
         }
         if (ch->big) {
-            ch->big_got += (size_t)n;
-            if (ch->big_got < ch->h.len) {
-                if (drained)
-                    break;
-                continue;
-            }
             uint8_t *big = ch->big;
             size_t cap = ch->big_cap;
             ch->big = NULL;
