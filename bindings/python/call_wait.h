@@ -14,11 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#define RRPCPY_INLINE 256 /* answers up to this size need no allocation */
+
 typedef struct rrpcpy_wait {
     int done; /* the futex word: 1 once the completion has run */
     int status;
-    void *data; /* the answer (status 0) or the message, malloc'ed */
+    void *data; /* the answer (status 0) or the message: small ones in inline */
     size_t len;
+    unsigned char inline_buf[RRPCPY_INLINE];
 } rrpcpy_wait;
 
 static void rrpcpy_call_done(const rrpc_result *res, void *user)
@@ -30,7 +33,7 @@ static void rrpcpy_call_done(const rrpc_result *res, void *user)
     w->len = 0;
     w->data = NULL;
     if (n) {
-        w->data = malloc(n);
+        w->data = n <= RRPCPY_INLINE ? w->inline_buf : malloc(n);
         if (w->data) {
             memcpy(w->data, src, n);
             w->len = n;
@@ -77,7 +80,8 @@ static int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms)
 
 static void rrpcpy_wait_clear(rrpcpy_wait *w)
 {
-    free(w->data);
+    if (w->data != w->inline_buf)
+        free(w->data);
     w->data = NULL;
     w->len = 0;
 }

@@ -265,6 +265,13 @@ void rrpci_loop_acquire(struct ev_loop *loop)
 #define RRPCI_CONTEND_MIN_WALL 0.02 /* s */
 #define RRPCI_CONTEND_HOLD_MAX 1.6 /* s */
 
+/* Whether @cpu seconds of running over @wall seconds spent polling are
+ * below the share a poller must get (RRPC_BUSY_POLL_MIN_SHARE_PCT). */
+static bool ran_short(const rrpc_ctx *ctx, double cpu, double wall)
+{
+    return cpu < ctx->cfg.busy_poll_min_share_pct / 100.0 * wall;
+}
+
 static double thread_cpu_s(void)
 {
     struct timespec ts;
@@ -288,7 +295,7 @@ static void busy_slide(rrpc_ctx *ctx, ev_tstamp now, double *cpu, double *wall)
         /* A window in which the thread polled and had its CPU: contention,
          * if it comes back, is met with the shortest hold again. */
         if (ctx->busy_wall_cur >= RRPCI_CONTEND_MIN_WALL &&
-            ctx->busy_cpu_cur >= ctx->cfg.busy_poll_min_share_pct / 100.0 * ctx->busy_wall_cur)
+            !ran_short(ctx, ctx->busy_cpu_cur, ctx->busy_wall_cur))
             ctx->busy_contend_hold = 0;
         ctx->busy_cpu_prev = ctx->busy_cpu_cur;
         ctx->busy_wall_prev = ctx->busy_wall_cur;
@@ -323,8 +330,7 @@ static bool busy_charge(rrpc_ctx *ctx, ev_tstamp now)
     ctx->busy_mark_ok = true;
     double cpu, wall;
     busy_slide(ctx, now, &cpu, &wall);
-    if (wall >= RRPCI_CONTEND_MIN_WALL &&
-        cpu < ctx->cfg.busy_poll_min_share_pct / 100.0 * wall) {
+    if (wall >= RRPCI_CONTEND_MIN_WALL && ran_short(ctx, cpu, wall)) {
         double hold = ctx->busy_contend_hold > 0 ? 2 * ctx->busy_contend_hold
                                                  : RRPCI_BUSY_WINDOW;
         ctx->busy_contend_hold = hold < RRPCI_CONTEND_HOLD_MAX ? hold : RRPCI_CONTEND_HOLD_MAX;

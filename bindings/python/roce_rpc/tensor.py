@@ -391,6 +391,21 @@ def _rrpc_py_tensor_done(conn, name, dest, status, user):
         log.exception("roce_rpc: tensor done callback failed")
 
 
+def _nbytes(dtype, shape):
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+
+
+def _lent_array(buf, lo, n, dtype, shape, strides, give_back, arg):
+    """An array of @shape over @n bytes of @buf from @lo; give_back(arg)
+    runs once it and every view of it are gone.  The owner of that memory
+    for numpy is an array over a memoryview, so every view made of what
+    the user receives keeps this very object alive (numpy collapses view
+    chains only through arrays that do not own their memory)."""
+    owner = np.frombuffer(memoryview(buf)[lo:lo + n], np.uint8)
+    weakref.finalize(owner, give_back, arg)
+    return np.ndarray(shape, dtype, buffer=owner, strides=strides)
+
+
 class ReceivePool:
     """Registered receive destinations, reused across receives
     (Context.receive_pool(slot_bytes, count)).
@@ -422,7 +437,7 @@ class ReceivePool:
         self.misses = 0  # tensors that did not fit a slot or found none free
 
     def _take(self, dtype, shape, strides=None):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+        nbytes = _nbytes(dtype, shape)
         with self._lock:
             if not 0 < nbytes <= self.slot_bytes or not self._free or self.region.closed:
                 self.misses += 1
@@ -430,14 +445,7 @@ class ReceivePool:
             i = self._free.pop()
             self.hits += 1
         lo = i * self.slot_bytes
-        # The owner of the slot's memory for numpy: an array over a
-        # memoryview, so every view made of what the user receives keeps
-        # this very object alive (numpy collapses view chains only through
-        # arrays that do not own their memory), and the slot comes back
-        # when the last of them is gone.
-        owner = np.frombuffer(memoryview(self._buf)[lo:lo + nbytes], np.uint8)
-        weakref.finalize(owner, self._give_back, i)
-        return np.ndarray(shape, dtype, buffer=owner, strides=strides)
+        return _lent_array(self._buf, lo, nbytes, dtype, shape, strides, self._give_back, i)
 
     def _give_back(self, i):
         with self._lock:
@@ -494,7 +502,7 @@ class _Recycler:
         registered memory, or None when the tensor is too small or too large
         to keep.  Runs in the alloc callback."""
         self._reap()
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+        n = _nbytes(dtype, shape)
         if n < self.RECYCLE_MIN or n > self.keep_bytes:
             return None
         ent = None
@@ -512,11 +520,7 @@ class _Recycler:
             cap = (n + 4095) & ~4095
             buf = np.empty(cap, np.uint8)
             ent = [cap, buf, Region(self._ctx, buf, _core.REMOTE_WRITE)]
-        # as ReceivePool._take: an array over a memoryview owns the memory
-        # for numpy, so every view of what the user receives keeps it alive
-        owner = np.frombuffer(memoryview(ent[1])[:n], np.uint8)
-        weakref.finalize(owner, self._give_back, ent)
-        return np.ndarray(shape, dtype, buffer=owner, strides=strides)
+        return _lent_array(ent[1], 0, n, dtype, shape, strides, self._give_back, ent)
 
     @contextlib.contextmanager
     def _held(self):

@@ -373,6 +373,12 @@ static bool handshake_frame_or_ready(rrpc_conn *c, uint8_t type)
            type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
 }
 
+/* The header in @ch is of a WRITE large enough to be read into its region. */
+static bool large_write(const struct tcp_chan *ch)
+{
+    return ch->h.type == RRPCI_T_OS_WRITE && ch->h.len > RBUF_SIZE / 2;
+}
+
 /* Delivers every complete frame buffered in @ch.  False when the
  * connection went away. */
 static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop)
@@ -417,7 +423,7 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
             alive = deliver(c, ch, p);
             continue;
         }
-        if (ch->h.len > RBUF_SIZE / 2 && ch->h.type == RRPCI_T_OS_WRITE) {
+        if (large_write(ch)) {
             /* A large WRITE: once its sub-header is here (chan_read_cb
              * reads it alone if need be), its data goes to its target. */
             if (avail < RRPCI_OS_HDR_SIZE)
@@ -519,8 +525,7 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
              * sub-header alone next, for the same reason. */
             if (ch->peek_hdr && ch->rlen == 0)
                 want = RRPCI_HDR_SIZE;
-            if (ch->have_hdr && ch->h.type == RRPCI_T_OS_WRITE && ch->h.len > RBUF_SIZE / 2 &&
-                ch->rlen - ch->roff < RRPCI_OS_HDR_SIZE)
+            if (ch->have_hdr && large_write(ch) && ch->rlen - ch->roff < RRPCI_OS_HDR_SIZE)
                 want = RRPCI_OS_HDR_SIZE - (ch->rlen - ch->roff);
             n = read(ch->fd, ch->rbuf + ch->rlen, want);
         }
