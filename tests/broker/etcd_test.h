@@ -20,14 +20,28 @@
 /* A loopback port free right now (the caller binds it a moment later). */
 static inline int etcd_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        abort();
-    close(fd);
-    return ntohs(a.sin_port);
+    /* The kernel may hand the same ephemeral port out again once it is closed; a caller taking
+     * several (a list of dead brokers, an etcd member's two ports) needs them distinct. */
+    static int given[128];
+    static unsigned n_given;
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(a);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+            getsockname(fd, (struct sockaddr *)&a, &len))
+            abort();
+        close(fd);
+        int port = ntohs(a.sin_port);
+        unsigned i = 0, seen = n_given < 128 ? n_given : 128;
+        while (i < seen && given[i] != port)
+            i++;
+        if (i < seen)
+            continue;
+        given[n_given++ % 128] = port;
+        return port;
+    }
 }
 
 /* The etcd binary: $ETCD, or Debian's; exits 77 (skip) with the reason when it is missing. */

@@ -289,10 +289,19 @@ def test_rrpcd_metrics_answer_get_only_and_survive_idle_connections(rrpcd):
             sk.close()
 
 
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free right now, never one this process was given before (the kernel may
+    hand a closed port out again, and two callers need distinct ones)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def wait_for(what, fn, bound=90):
