@@ -128,10 +128,16 @@ struct outcome {
 struct cpu_mark {
     uint64_t t_ns, self_ns, srv_ns;
     bool srv_ok;
+    /* Polling stops so far (rrpc_stats' busy_poll_budget_stops, _contended_stops) of
+     * this process's library contexts and of the server's; polls_srv_ok: known. */
+    uint64_t polls_cli[2], polls_srv[2];
+    bool polls_srv_ok;
 };
 struct driver;
 void cpu_server_is_local(int pid);
 void cpu_server_query_by(struct driver *d);
+/* Where cpu_mark asks for the server's polling stops (local mode too). */
+void cpu_server_polls_by(struct driver *d);
 void cpu_mark(struct cpu_mark *m);
 
 struct driver {
@@ -143,8 +149,10 @@ struct driver {
     int (*run)(struct driver *d, const struct spec *sp, int n, const struct phase *ph,
                struct outcome *out);
     void (*close)(struct driver *d);
-    /* The bench server process's CPU time so far (NULL: cannot tell). */
-    int (*server_cpu)(struct driver *d, uint64_t *ret_ns);
+    /* The bench server process's CPU time so far, and how often its contexts
+     * stopped polling (polls[0]: over the CPU budget, polls[1]: contended;
+     * UINT64_MAX each when an older server cannot tell).  NULL: cannot tell. */
+    int (*server_cpu)(struct driver *d, uint64_t *ret_ns, uint64_t polls[2]);
 };
 
 /* Library transports (tcp://, rdma://): lib.c */
@@ -154,6 +162,8 @@ int lib_driver_open(struct driver *d, const char *name, const char *uri, bool th
 /* The library server: listens on @tcp_uri and/or @rdma_uri (NULL: not that one).
  * *ret_tcp_port / *ret_rdma_port get the bound ports (or a negative code, with
  * the reason in @rdma_err for rdma). */
+/* Polling stops of every library client context open now, summed (see cpu_mark). */
+void lib_client_polls(uint64_t polls[2]);
 int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
                      int *ret_tcp_port, int *ret_rdma_port, char *rdma_err, size_t errlen,
                      char *err, size_t elen);
@@ -183,6 +193,9 @@ struct result {
     bool has_cpu;          /* CPU time per operation, microseconds (< 0: unknown) */
     double cpu_cli_us, cpu_srv_us;
     double cli_core_pct, srv_core_pct; /* CPU use in % of one core (< 0: unknown) */
+    /* Times polling stopped during the test (budget, contended), client and server; the
+     * server's < 0: unknown.  Where a polling figure misses, these say whether polling ran. */
+    long long polls_cli[2], polls_srv[2];
     int ncdf;                          /* latency at the quantiles cdf_q[0..ncdf) */
     double cdf[112];
     bool skipped;

@@ -8,7 +8,8 @@
 #include "bench.h"
 
 static int srv_pid = -1;
-static struct driver *srv_query;
+static struct driver *srv_query; /* the server's CPU, when it is not a local child */
+static struct driver *srv_polls; /* the server's polling stops (any mode) */
 
 void cpu_server_is_local(int pid)
 {
@@ -19,6 +20,13 @@ void cpu_server_query_by(struct driver *d)
 {
     if (!srv_query && d && d->server_cpu)
         srv_query = d;
+    cpu_server_polls_by(d);
+}
+
+void cpu_server_polls_by(struct driver *d)
+{
+    if (!srv_polls && d && d->server_cpu)
+        srv_polls = d;
 }
 
 /* The time on CPU of every thread of @pid, from /proc/PID/task/TID/schedstat
@@ -63,10 +71,18 @@ void cpu_mark(struct cpu_mark *m)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     m->self_ns = rusage_ns(&ru);
-    m->srv_ok = false;
+    m->srv_ok = m->polls_srv_ok = false;
+    uint64_t ns, polls[2] = {UINT64_MAX, UINT64_MAX};
+    if (srv_polls && srv_polls->server_cpu(srv_polls, &ns, polls) == 0 &&
+        polls[0] != UINT64_MAX) {
+        m->polls_srv[0] = polls[0];
+        m->polls_srv[1] = polls[1];
+        m->polls_srv_ok = true;
+    }
+    lib_client_polls(m->polls_cli);
     if (srv_pid > 0)
         m->srv_ok = proc_cpu_ns(srv_pid, &m->srv_ns);
     else if (srv_query)
-        m->srv_ok = srv_query->server_cpu(srv_query, &m->srv_ns) == 0;
+        m->srv_ok = srv_query->server_cpu(srv_query, &m->srv_ns, polls) == 0;
     m->t_ns = now_ns();
 }

@@ -37,8 +37,6 @@ struct lib_srv {
     void *mem;
     rrpc_listener *tcp, *rdma;
 };
-static struct lib_srv srvs[4];
-static int nsrvs;
 
 static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
 {
@@ -78,14 +76,41 @@ static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
 
 /* The server process's CPU time (all threads), nanoseconds, little-endian:
  * what a remote client reports as the server's CPU cost. */
+static struct lib_srv srvs[4];
+static int nsrvs;
+
+static void put_le64(uint8_t *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+/* Then the polling stops of all the server's contexts, summed: over the CPU
+ * budget, contended (24 bytes in all). */
 static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    uint64_t ns = rusage_ns(&ru);
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(ns >> (8 * i));
+    uint64_t polls[2] = {0, 0};
+    for (int i = 0; i < nsrvs; i++) {
+        rrpc_stats st;
+        if (rrpc_ctx_stats(srvs[i].ctx, &st) == 0) {
+            polls[0] += st.busy_poll_budget_stops;
+            polls[1] += st.busy_poll_contended_stops;
+        }
+    }
+    uint8_t b[24];
+    put_le64(b, rusage_ns(&ru));
+    put_le64(b + 8, polls[0]);
+    put_le64(b + 16, polls[1]);
     rrpc_respond(req, b, sizeof(b));
 }
 
@@ -507,6 +532,30 @@ static int lib_run(struct driver *drv, const struct spec *sp, int n, const struc
     return rc;
 }
 
+/* The client contexts open now (the main one per transport, a variant's while it runs). */
+static rrpc_ctx *clients[8];
+
+static void client_track(rrpc_ctx *ctx, bool open)
+{
+    for (size_t i = 0; i < sizeof(clients) / sizeof(clients[0]); i++)
+        if (clients[i] == (open ? NULL : ctx)) {
+            clients[i] = open ? ctx : NULL;
+            return;
+        }
+}
+
+void lib_client_polls(uint64_t polls[2])
+{
+    polls[0] = polls[1] = 0;
+    for (size_t i = 0; i < sizeof(clients) / sizeof(clients[0]); i++) {
+        rrpc_stats st;
+        if (clients[i] && rrpc_ctx_stats(clients[i], &st) == 0) {
+            polls[0] += st.busy_poll_budget_stops;
+            polls[1] += st.busy_poll_contended_stops;
+        }
+    }
+}
+
 /* --stats: the context's metrics, as a scrape would see them. */
 static void print_stats(const struct driver *drv, rrpc_ctx *ctx)
 {
@@ -528,6 +577,7 @@ static void lib_close(struct driver *drv)
         return;
     if (g_opts.print_stats)
         print_stats(drv, d->ctx);
+    client_track(d->ctx, false);
     rrpc_conn_close(d->conn);
     rrpc_ctx_destroy(d->ctx); /* frees the region */
     free(d->buf);
@@ -537,19 +587,20 @@ static void lib_close(struct driver *drv)
     drv->priv = NULL;
 }
 
-static int lib_server_cpu(struct driver *drv, uint64_t *ret_ns)
+static int lib_server_cpu(struct driver *drv, uint64_t *ret_ns, uint64_t polls[2])
 {
     struct lib_drv *d = drv->priv;
     void *resp = NULL;
     size_t len = 0;
     rrpc_call_opts o = {.qos_class = RRPC_CLASS_CONTROL, .deadline_ms = 5000};
     int r = rrpc_call_sync(d->conn, "cpu", NULL, 0, &o, &resp, &len);
-    if (r == 0 && len == 8) {
-        const uint8_t *b = resp;
-        uint64_t ns = 0;
-        for (int i = 0; i < 8; i++)
-            ns |= (uint64_t)b[i] << (8 * i);
-        *ret_ns = ns;
+    polls[0] = polls[1] = UINT64_MAX;
+    if (r == 0 && (len == 8 || len == 24)) { /* 8: an older server, CPU time only */
+        *ret_ns = get_le64(resp);
+        if (len == 24) {
+            polls[0] = get_le64((const uint8_t *)resp + 8);
+            polls[1] = get_le64((const uint8_t *)resp + 16);
+        }
     } else if (r == 0) {
         r = -EPROTO; /* an older bench server without "cpu" */
     }
@@ -575,6 +626,7 @@ int lib_driver_open(struct driver *drv, const char *name, const char *uri, bool 
         return r;
     }
     drv->priv = d;
+    client_track(d->ctx, true);
     if (thread_mode && (r = rrpc_ctx_start_thread(d->ctx))) {
         snprintf(err, errlen, "rrpc_ctx_start_thread: %s", rrpc_strerror(r));
         goto fail;

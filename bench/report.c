@@ -93,6 +93,11 @@ void result_cpu(struct result *r, const struct cpu_mark *a, const struct cpu_mar
                 const struct outcome *o)
 {
     double wall = (double)(b->t_ns - a->t_ns);
+    for (int k = 0; k < 2; k++) {
+        r->polls_cli[k] = (long long)(b->polls_cli[k] - a->polls_cli[k]);
+        r->polls_srv[k] =
+            a->polls_srv_ok && b->polls_srv_ok ? (long long)(b->polls_srv[k] - a->polls_srv[k]) : -1;
+    }
     r->cli_core_pct = r->srv_core_pct = -1;
     r->cpu_cli_us = r->cpu_srv_us = -1;
     if (wall <= 0)
@@ -246,6 +251,47 @@ static const char *const legend =
     "measured; one-way is estimated as RTT/2 where printed (perftest's *_lat tools report that).\n"
     "MiB/s = payload bytes in one direction per second, 2^20 bytes (perftest's \"MB/sec\").\n";
 
+static bool polls_stopped(const struct result *r)
+{
+    return r->polls_cli[0] > 0 || r->polls_cli[1] > 0 || r->polls_srv[0] > 0 ||
+           r->polls_srv[1] > 0;
+}
+
+/* "client 2 budget + 5 contended, server ..." into @buf: how often polling stopped ("" never). */
+static void fmt_polls(char *buf, size_t len, const struct result *r)
+{
+    buf[0] = 0;
+    if (!polls_stopped(r))
+        return;
+    char srv[64] = "unknown";
+    if (r->polls_srv[0] >= 0)
+        snprintf(srv, sizeof(srv), "%lld budget + %lld contended", r->polls_srv[0],
+                 r->polls_srv[1]);
+    snprintf(buf, len, "client %lld budget + %lld contended, server %s",
+             r->polls_cli[0], r->polls_cli[1], srv);
+}
+
+/* The tests during which a context stopped polling: over its CPU budget, or
+ * while its thread did not get the CPU (RRPC_BUSY_POLL_MIN_SHARE_PCT); each
+ * contended stop means 0.1-1.6 s of sleeping on the fd instead. */
+static void report_polls(FILE *f)
+{
+    bool first = true;
+    for (size_t i = 0; i < nresults; i++) {
+        struct result *r = results[i];
+        if (!polls_stopped(r))
+            continue;
+        if (first)
+            fprintf(f, "\nPolling stopped during (rrpc_stats busy_poll_budget_stops / "
+                       "busy_poll_contended_stops; a contended stop sleeps 0.1-1.6 s):\n");
+        first = false;
+        char sz[16], why[160];
+        fmt_size(sz, sizeof(sz), r->size);
+        fmt_polls(why, sizeof(why), r);
+        fprintf(f, "  %-8s %-15s %8s  %s\n", r->transport, r->test, sz, why);
+    }
+}
+
 void report_table(FILE *f)
 {
     fprintf(f, "rrpc-bench %s (libroce_rpc %s) on %s: %s, %s, %ld CPUs\n", RRPC_VERSION_STRING,
@@ -313,6 +359,7 @@ void report_table(FILE *f)
                "server process per operation; peers: of the tool's processes, start-up and\n "
                "warm-up included.  Peer rows that report RTT/2 are doubled: every latency here is "
                "a round trip.)\n");
+    report_polls(f);
     bool first = true;
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
@@ -437,6 +484,16 @@ static const char *why_missing(const char *transport, const char *test, size_t s
     return "not run (see --tests and --transport)";
 }
 
+/* Appends to @t's detail how often polling stopped during @r, if it did. */
+static void add_polls(struct target *t, const struct result *r)
+{
+    char why[160];
+    fmt_polls(why, sizeof(why), r);
+    size_t n = strlen(t->detail);
+    if (why[0])
+        snprintf(t->detail + n, sizeof(t->detail) - n, "; polling stopped: %s", why);
+}
+
 /* A latency comparison: a's p50 <= limit x b's p50 (limit 0: no target). */
 static void t_lat(struct target *t, const char *name, const char *at, const char *atest,
                   const char *bt, const char *btest, double limit)
@@ -449,6 +506,7 @@ static void t_lat(struct target *t, const char *name, const char *at, const char
         t->met = t->ratio <= limit;
         snprintf(t->detail, sizeof(t->detail), "RTT p50 %.2f us vs %.2f us = %.2fx (limit %.2fx)",
                  a->p50, b->p50, t->ratio, limit);
+        add_polls(t, a);
     } else {
         snprintf(t->detail, sizeof(t->detail), "%s %s: %s", a ? bt : at, a ? btest : atest,
                  a ? why_missing(bt, btest, 64) : why_missing(at, atest, 64));
@@ -466,6 +524,7 @@ static void t_bw(struct target *t, const char *name, const char *at, const char 
         t->met = t->ratio >= limit;
         snprintf(t->detail, sizeof(t->detail), "%.0f MiB/s vs %.0f MiB/s = %.2fx (limit %.2fx)",
                  a->mib_per_s, b->mib_per_s, t->ratio, limit);
+        add_polls(t, a);
     } else {
         snprintf(t->detail, sizeof(t->detail), "%s %s: %s", a ? bt : at, a ? btest : atest,
                  a ? why_missing(bt, btest, 1u << 20) : why_missing(at, atest, 1u << 20));
@@ -488,6 +547,7 @@ static void t_iso(struct target *t, const char *name, const char *tr)
                  "probe p50 %.1f/%.1f us = %.2fx (<= 3x), p99 %.1f/%.1f us = %.2fx (<= 10x); bulk "
                  "%.0f/%.0f MiB/s = %.2fx (>= 0.8x)",
                  q->p50, u->p50, r50, q->p99, u->p99, r99, q->load_mib_per_s, bw->mib_per_s, rbw);
+        add_polls(t, q);
     } else {
         snprintf(t->detail, sizeof(t->detail),
                  "needs rtt, large and qos on %s (--tests rtt,large,qos)", tr);
@@ -729,6 +789,14 @@ void report_json(FILE *f)
             else
                 fputs("null", f);
             fputc('}', f);
+        }
+        if (polls_stopped(r)) {
+            fprintf(f, ", \"busy_poll_stops\": {\"client\": [%lld, %lld], \"server\": ",
+                    r->polls_cli[0], r->polls_cli[1]);
+            if (r->polls_srv[0] >= 0)
+                fprintf(f, "[%lld, %lld]}", r->polls_srv[0], r->polls_srv[1]);
+            else
+                fputs("null}", f);
         }
         if (r->ncdf) {
             fprintf(f, ", \"rtt_cdf_us\": [");
