@@ -56,6 +56,7 @@ struct bench_opts {
     double ref_send_lat_us;  /* perftest ib_send_lat t_typical (one-way), 0 = not given */
     double ref_write_bw_mibs; /* perftest ib_write_bw BW average (MiB/s), 0 = not given */
     long poll_us;             /* the "polling on" variant's value of BENCH_*_POLL_ENV */
+    long poll_budget;         /* and its RRPC_BUSY_POLL_BUDGET_PCT */
     bool print_stats;         /* --stats: the client contexts' metrics on stderr at the end */
 };
 extern struct bench_opts g_opts;
@@ -156,7 +157,8 @@ struct driver {
 };
 
 /* Library transports (tcp://, rdma://): lib.c */
-/* @env, when not NULL, is "NAME=VALUE" set while the context is created. */
+/* @env, when not NULL, is "NAME=VALUE" (several: separated by spaces) set on the context's
+ * configuration. */
 int lib_driver_open(struct driver *d, const char *name, const char *uri, bool thread_mode,
                     const char *env, char *err, size_t errlen);
 /* The library server: listens on @tcp_uri and/or @rdma_uri (NULL: not that one).
@@ -179,7 +181,7 @@ int raw_server_start(const char *host, int port, int *ret_port, char *err, size_
 struct result {
     char transport[16];
     char test[24];
-    char variant[96];
+    char variant[160];
     size_t size;
     int depth;
     uint64_t samples;

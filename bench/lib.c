@@ -114,7 +114,7 @@ static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_respond(req, b, sizeof(b));
 }
 
-/* Creates a context with the tunable "NAME=VALUE" @env set through the
+/* Creates a context with the tunables "NAME=VALUE ..." of @env set through the
  * library's config object (NULL: none).  Keepalives are off unless the
  * environment sets RRPC_KEEPALIVE_MS: a driven client does not run its loop
  * while the peer tools run (sockperf, ucx_perftest, iperf3 take longer than
@@ -126,11 +126,15 @@ static int ctx_create_with(const char *env, rrpc_ctx **ret)
     int r = rrpc_config_create(&cfg);
     if (r == 0 && !getenv("RRPC_KEEPALIVE_MS"))
         r = rrpc_config_set(cfg, "RRPC_KEEPALIVE_MS", "0");
-    if (r == 0 && env) {
-        char name[128];
-        const char *eq = strchr(env, '=');
-        snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - env) : (int)strlen(env), env);
-        r = rrpc_config_set(cfg, name, eq ? eq + 1 : "");
+    /* @env: "NAME=VALUE", or several separated by spaces */
+    for (const char *p = env; r == 0 && p && *p;) {
+        size_t n = strcspn(p, " ");
+        char item[160], *eq;
+        snprintf(item, sizeof(item), "%.*s", (int)n, p);
+        if ((eq = strchr(item, '=')))
+            *eq = 0;
+        r = rrpc_config_set(cfg, item, eq ? eq + 1 : "");
+        p += n + strspn(p + n, " ");
     }
     if (r == 0)
         r = rrpc_ctx_create_with(cfg, ret);

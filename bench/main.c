@@ -68,6 +68,8 @@ static const char usage_text[] =
     "  --pin S,C           local mode: pin the server process to CPU S and the client to CPU C\n"
     "                      (the peers' servers and clients get the same placement)\n"
     "  --poll-us N         the \"polling on\" variant's " BENCH_TCP_POLL_ENV " (default 1000)\n"
+    "  --poll-budget PCT   and its RRPC_BUSY_POLL_BUDGET_PCT (default 100: no budget, as the\n"
+    "                      peers that spin)\n"
     "  --perftest SDEV:SGID,CDEV:CGID\n"
     "                      run perftest between these RDMA devices (GID indexes) as the verbs\n"
     "                      peer (default in local mode: the first device on both ends, -R)\n"
@@ -296,7 +298,7 @@ static const char *cls_name(int cls)
 static void run_single_note(struct driver *d, const char *test, struct spec sp, double dur,
                             const char *extra)
 {
-    char sz[16], variant[96];
+    char sz[16], variant[160];
     fmt_size(sz, sizeof(sz), sp.size);
     const char *what = sp.kind == OP_WRITE ? "WRITE" : sp.kind == OP_READ ? "READ"
                                                                    : spec_method(sp.kind);
@@ -422,6 +424,18 @@ static void *hog_main(void *arg)
     return NULL;
 }
 
+/* The settings of the "polling on" variant: @poll_env (the transport's
+ * polling time) = --poll-us, and RRPC_BUSY_POLL_BUDGET_PCT = --poll-budget.
+ * The default budget (50 % of a core) stops a 64 B ping-pong's polling
+ * hundreds of times a second, since each end polls about half the time it
+ * waits for the other; a peer that spins (ucx_perftest) has no budget, so
+ * the variant that is compared with it has none either (100) by default. */
+static void poll_on_env(char *buf, size_t len, const char *poll_env)
+{
+    snprintf(buf, len, "%s=%ld RRPC_BUSY_POLL_BUDGET_PCT=%ld", poll_env, g_opts.poll_us,
+             g_opts.poll_budget);
+}
+
 /* Runs the 64 B round trip on a second connection of @transport configured
  * as @kind, server and client alike (polling) or client only (mode); with
  * @hog, while a CPU-bound thread runs in this process. */
@@ -435,8 +449,10 @@ static void run_variant_hog(const char *transport, enum variant_kind kind, bool 
                                            : "rtt_driven";
     char env[160] = "", note_[200], uri[300], err[400] = "";
     const char *pe = verbs ? BENCH_VERBS_POLL_ENV : BENCH_TCP_POLL_ENV;
-    if (kind != V_MODE)
-        snprintf(env, sizeof(env), "%s=%ld", pe, kind == V_POLL_ON ? g_opts.poll_us : 0L);
+    if (kind == V_POLL_ON)
+        poll_on_env(env, sizeof(env), pe);
+    else if (kind == V_POLL_OFF)
+        snprintf(env, sizeof(env), "%s=0", pe);
     if (kind == V_MODE)
         snprintf(note_, sizeof(note_), "%s", thread ? "thread mode, rrpc_call_sync" : "driven mode");
     else
@@ -491,7 +507,7 @@ static void run_variant(const char *transport, enum variant_kind kind)
 static void run_idle(void)
 {
     char env[160], uri[300], err[400] = "";
-    snprintf(env, sizeof(env), "%s=%ld", BENCH_TCP_POLL_ENV, g_opts.poll_us);
+    poll_on_env(env, sizeof(env), BENCH_TCP_POLL_ENV);
     const char *what = "tcp, polling on both ends, thread mode";
     struct driver d;
     memset(&d, 0, sizeof(d));
@@ -503,7 +519,7 @@ static void run_idle(void)
         snprintf(err, sizeof(err), "the server has no listener with polling on");
     }
     struct result *res = result_add("tcp", "idle_cpu", 0, 0, NULL);
-    snprintf(res->variant, sizeof(res->variant), "%.50s; CPU over 1 s after 100 ms idle", env);
+    snprintf(res->variant, sizeof(res->variant), "%.90s; CPU over 1 s after 100 ms idle", env);
     if (r) {
         snprintf(res->error, sizeof(res->error), "%s", err);
         return;
@@ -773,7 +789,7 @@ static int start_poll_servers(const char *host, int port_on, int port_off, int *
 {
     char uri[300], env[160];
     make_uri(uri, sizeof(uri), "tcp", host, port_on, NULL);
-    snprintf(env, sizeof(env), "%s=%ld", BENCH_TCP_POLL_ENV, g_opts.poll_us);
+    poll_on_env(env, sizeof(env), BENCH_TCP_POLL_ENV);
     if (lib_server_start(uri, NULL, env, ret_on, NULL, NULL, 0, err, elen))
         return -1;
     make_uri(uri, sizeof(uri), "tcp", host, port_off, NULL);
@@ -809,8 +825,10 @@ static int cmd_server(const char *host, int port)
     else
         printf("rrpc-bench server: no rdma:// (%s)\n", rdma_err);
     printf("rrpc-bench server: raw-tcp %s:%d\n", host, xp);
-    printf("rrpc-bench server: tcp://%s:%d with polling on (%s=%ld), tcp://%s:%d with it off\n",
-           host, pon, BENCH_TCP_POLL_ENV, g_opts.poll_us, host, poff);
+    char pon_env[160];
+    poll_on_env(pon_env, sizeof(pon_env), BENCH_TCP_POLL_ENV);
+    printf("rrpc-bench server: tcp://%s:%d with polling on (%s), tcp://%s:%d with it off\n", host,
+           pon, pon_env, host, poff);
     printf("rrpc-bench server: running; Ctrl-C stops\n");
     fflush(stdout);
     int sig;
@@ -946,7 +964,8 @@ int main(int argc, char **argv)
     }
     g_opts = (struct bench_opts){.size = 64, .large_size = 1u << 20, .depth = 16, .bw_depth = 8,
                                  .large_class = RRPC_CLASS_BULK, .tests = T_ALL, .progress = true,
-                                 .poll_us = 1000};
+                                 .poll_us = 1000,
+                                 .poll_budget = 100};
     double duration = -1;
     long warmup = -1;
     unsigned transports = 0;
@@ -955,7 +974,7 @@ int main(int argc, char **argv)
     static const char valued[] =
         " --transport --tests --duration --warmup --size --large --depth --bw-depth --large-class"
         " --client-mode --host --port --src --rdma-host --pin --json --csv --ref-send-lat --ref-write-bw"
-        " --poll-us --perftest --plot ";
+        " --poll-us --poll-budget --perftest --plot ";
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1024,6 +1043,8 @@ int main(int argc, char **argv)
                  pin_cpus[1] >= 0;
         } else if (strcmp(a, "--poll-us") == 0) {
             ok = parse_int(v, 0, 100000000, &g_opts.poll_us);
+        } else if (strcmp(a, "--poll-budget") == 0) {
+            ok = parse_int(v, 1, 100, &g_opts.poll_budget);
         } else if (strcmp(a, "--perftest") == 0) {
             ok = sscanf(v, "%63[^:,]:%15[0-9],%63[^:,]:%15[0-9]", g_peer.pt_srv_dev,
                         g_peer.pt_srv_gid, g_peer.pt_cli_dev, g_peer.pt_cli_gid) == 4;
