@@ -18,6 +18,11 @@ ratios mean anything; see docs/performance.md):
            three take turns, --rounds times (each round new contexts, so
            each has its first send), so that the load of a shared machine
            falls on all of them alike; the figures cover every round.
+           Where the kernel gives freed memory back to a hypervisor after
+           a few seconds (virtio-balloon free page reporting), memory freed
+           a moment ago is cheaper to fault in than memory long free: the
+           default receiver's first send of the first round is the one
+           that stands for a first receive in a long-running process.
 
 Prints a table and the targets of issue #15 (Python RTT <= 2x C, asyncio
 <= 2.5x, tensor >= 0.9x C, first send included) as met / NOT MET.  Uses the
