@@ -1,4 +1,5 @@
 import errno
+import os
 import struct
 import threading
 
@@ -361,6 +362,39 @@ def test_a_receive_pool_reuses_a_slot_only_once_the_array_and_its_views_are_gone
     pool.close()
     with pytest.raises(ValueError):
         s.serve_tensors(pool=object())
+
+
+def _pages_not_in_memory(addr, nbytes):
+    """How many of the pages of [addr, addr + nbytes) are not in memory
+    now, from /proc/self/pagemap (bit 63 of each page's entry: present)."""
+    page = 4096
+    lo, hi = addr // page, (addr + nbytes + page - 1) // page
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(lo * 8)
+        raw = f.read((hi - lo) * 8)
+    return sum(1 for (e,) in struct.iter_unpack("<Q", raw) if not e >> 63)
+
+
+def test_a_receive_pool_has_its_memory_in_place_when_it_is_made(pair):
+    """Creating a pool faults every page of its slots in, so no receive,
+    not even the first, pays for fresh pages (docs/python.md).  Counted in
+    the page table, not timed; the slots are larger than glibc's largest
+    mmap threshold (32 MiB), so their memory is always a fresh mapping."""
+    if not os.path.exists("/proc/self/pagemap"):
+        pytest.skip("no /proc/self/pagemap to count resident pages with")
+    s, lis, c = pair
+    slot = 40 << 20
+    pool = s.receive_pool(slot, count=2)
+    assert _pages_not_in_memory(pool.region.addr, pool.region.nbytes) == 0
+    srv = s.serve_tensors(pool=pool)
+    conn = c.connect(client_uri(lis))
+    a = np.arange(slot // 4, dtype=np.float32)
+    conn.send_tensor("a", a)
+    _, got = srv.receive(timeout=60)
+    assert pool.hits == 1 and np.array_equal(got, a)
+    del got
+    srv.close()
+    pool.close()
 
 
 def test_the_default_receiver_keeps_the_memory_of_dropped_arrays_for_the_next_receive(pair):
