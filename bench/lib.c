@@ -16,6 +16,7 @@
  * "token", "cpu", "work" and "work_worker" (the same 1 ms handler on a
  * handler worker) methods and a 4 MiB region open to remote READ and WRITE.
  */
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -79,18 +80,18 @@ static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
 static struct lib_srv srvs[4];
 static int nsrvs;
 
+/* The cpu method's fields are little-endian on the wire. */
 static void put_le64(uint8_t *b, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    v = htole64(v);
+    memcpy(b, &v, sizeof v);
 }
 
 static uint64_t get_le64(const uint8_t *b)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)b[i] << (8 * i);
-    return v;
+    uint64_t v;
+    memcpy(&v, b, sizeof v);
+    return le64toh(v);
 }
 
 /* Then the polling stops of all the server's contexts, summed: over the CPU
