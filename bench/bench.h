@@ -139,7 +139,9 @@ void cpu_server_is_local(int pid);
 void cpu_server_query_by(struct driver *d);
 /* Where cpu_mark asks for the server's polling stops (local mode too). */
 void cpu_server_polls_by(struct driver *d);
-void cpu_mark(struct cpu_mark *m);
+/* @end: the mark that ends an interval (the server is asked after the clocks
+ * are read, not before). */
+void cpu_mark(struct cpu_mark *m, bool end);
 
 struct driver {
     const char *name; /* "tcp", "verbs", "raw-tcp" */

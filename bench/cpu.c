@@ -66,23 +66,41 @@ uint64_t rusage_ns(const struct rusage *ru)
            (uint64_t)ru->ru_stime.tv_sec * 1000000000u + (uint64_t)ru->ru_stime.tv_usec * 1000u;
 }
 
-void cpu_mark(struct cpu_mark *m)
+/* Asks the bench server for its polling stops and, in client mode, its CPU
+ * time: one call when one connection answers both. */
+static void ask_server(struct cpu_mark *m)
 {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    m->self_ns = rusage_ns(&ru);
-    m->srv_ok = m->polls_srv_ok = false;
-    uint64_t ns, polls[2] = {UINT64_MAX, UINT64_MAX};
-    if (srv_polls && srv_polls->server_cpu(srv_polls, &ns, polls) == 0 &&
-        polls[0] != UINT64_MAX) {
+    uint64_t ns = 0, polls[2] = {UINT64_MAX, UINT64_MAX};
+    bool answered = srv_polls && srv_polls->server_cpu(srv_polls, &ns, polls) == 0;
+    if (answered && polls[0] != UINT64_MAX) {
         m->polls_srv[0] = polls[0];
         m->polls_srv[1] = polls[1];
         m->polls_srv_ok = true;
     }
+    if (srv_pid > 0 || !srv_query)
+        return;
+    if (srv_query == srv_polls) {
+        m->srv_ok = answered;
+        m->srv_ns = ns;
+    } else {
+        m->srv_ok = srv_query->server_cpu(srv_query, &m->srv_ns, polls) == 0;
+    }
+}
+
+void cpu_mark(struct cpu_mark *m, bool end)
+{
+    m->srv_ok = m->polls_srv_ok = false;
+    /* The call to the server stays outside the interval: before the clocks
+     * are read at its start, after at its end. */
+    if (!end)
+        ask_server(m);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    m->self_ns = rusage_ns(&ru);
     lib_client_polls(m->polls_cli);
     if (srv_pid > 0)
         m->srv_ok = proc_cpu_ns(srv_pid, &m->srv_ns);
-    else if (srv_query)
-        m->srv_ok = srv_query->server_cpu(srv_query, &m->srv_ns, polls) == 0;
     m->t_ns = now_ns();
+    if (end)
+        ask_server(m);
 }

@@ -37,6 +37,7 @@ struct lib_srv {
     rrpc_region *region;
     void *mem;
     rrpc_listener *tcp, *rdma;
+    bool running; /* h_cpu may read ctx; under srv_mu */
 };
 
 static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
@@ -95,19 +96,27 @@ static uint64_t get_le64(const uint8_t *b)
 }
 
 /* Then the polling stops of all the server's contexts, summed: over the CPU
- * budget, contended (24 bytes in all). */
+ * budget, contended (24 bytes in all).  It runs on a handler worker, where
+ * it holds no context's lock, so it may take each context's in turn (on the
+ * loop two such calls on two contexts could wait for each other); srv_mu
+ * keeps a context from going (lib_server_stop) or being half made
+ * (lib_server_start) while it is read. */
+static pthread_mutex_t srv_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     uint64_t polls[2] = {0, 0};
+    pthread_mutex_lock(&srv_mu);
     for (int i = 0; i < nsrvs; i++) {
         rrpc_stats st;
-        if (rrpc_ctx_stats(srvs[i].ctx, &st) == 0) {
+        if (srvs[i].running && rrpc_ctx_stats(srvs[i].ctx, &st) == 0) {
             polls[0] += st.busy_poll_budget_stops;
             polls[1] += st.busy_poll_contended_stops;
         }
     }
+    pthread_mutex_unlock(&srv_mu);
     uint8_t b[24];
     put_le64(b, rusage_ns(&ru));
     put_le64(b + 8, polls[0]);
@@ -151,7 +160,10 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
         snprintf(err, elen, "too many server contexts");
         return -ENOSPC;
     }
+    pthread_mutex_lock(&srv_mu);
     struct lib_srv *s = &srvs[nsrvs++];
+    *s = (struct lib_srv){0};
+    pthread_mutex_unlock(&srv_mu);
     int r = ctx_create_with(env, &s->ctx);
     if (r) {
         snprintf(err, elen, "rrpc_ctx_create%s%s: %s", env ? " with " : "", env ? env : "",
@@ -173,7 +185,8 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
     if ((r = rrpc_register(s->ctx, "echo", h_echo, NULL)) ||
         (r = rrpc_register(s->ctx, "sink", h_sink, NULL)) ||
         (r = rrpc_register(s->ctx, "token", h_token, s)) ||
-        (r = rrpc_register(s->ctx, "cpu", h_cpu, NULL)) ||
+        (r = rrpc_register_with(s->ctx, "cpu", h_cpu, NULL,
+                                &(rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER})) ||
         (r = rrpc_register(s->ctx, "work", h_work, NULL)) ||
         (r = rrpc_register_with(s->ctx, "work_worker", h_work, NULL,
                                 &(rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER}))) {
@@ -207,18 +220,27 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
         snprintf(err, elen, "rrpc_ctx_start_thread: %s", rrpc_strerror(r));
         return r;
     }
+    pthread_mutex_lock(&srv_mu);
+    s->running = true; /* h_cpu reads it from now on */
+    pthread_mutex_unlock(&srv_mu);
     return 0;
 }
 
 void lib_server_stop(void)
 {
+    pthread_mutex_lock(&srv_mu); /* no h_cpu reads a context from now on */
+    for (int i = 0; i < nsrvs; i++)
+        srvs[i].running = false;
+    pthread_mutex_unlock(&srv_mu);
     for (int i = 0; i < nsrvs; i++) {
         rrpc_listener_close(srvs[i].tcp);
         rrpc_listener_close(srvs[i].rdma);
         rrpc_ctx_destroy(srvs[i].ctx); /* frees the region too */
         free(srvs[i].mem);
     }
+    pthread_mutex_lock(&srv_mu);
     nsrvs = 0;
+    pthread_mutex_unlock(&srv_mu);
 }
 
 /* ---- client ------------------------------------------------------------------ */

@@ -315,9 +315,9 @@ static void run_single_note(struct driver *d, const char *test, struct spec sp, 
     memset(&o, 0, sizeof(o));
     struct phase ph = mk_phase(dur);
     struct cpu_mark c0, c1;
-    cpu_mark(&c0);
+    cpu_mark(&c0, false);
     d->run(d, &sp, 1, &ph, &o);
-    cpu_mark(&c1);
+    cpu_mark(&c1, true);
     struct result *r = result_add(d->name, test, sp.size, sp.depth, variant);
     result_fill(r, &o, sp.lat);
     result_cpu(r, &c0, &c1, &o);
@@ -369,9 +369,9 @@ static void run_qos(struct driver *d, enum qos_load load)
     memset(o, 0, sizeof(o));
     struct phase ph = mk_phase(g_opts.duration);
     struct cpu_mark c0, c1;
-    cpu_mark(&c0);
+    cpu_mark(&c0, false);
     d->run(d, sp, 2, &ph, o);
-    cpu_mark(&c1);
+    cpu_mark(&c1, true);
     struct result *r = result_add(d->name, test, g_opts.size, 1, variant);
     result_fill(r, &o[0], true);
     /* CPU per operation of the whole mix: probe and bulk operations */
@@ -536,9 +536,9 @@ static void run_idle(void)
     samples_free(&o.lat);
     usleep(100000);
     struct cpu_mark c0, c1;
-    cpu_mark(&c0);
+    cpu_mark(&c0, false);
     usleep(1000000);
-    cpu_mark(&c1);
+    cpu_mark(&c1, true);
     d.close(&d);
     if (o.status) {
         snprintf(res->error, sizeof(res->error), "traffic before the idle second failed: %s", o.err);

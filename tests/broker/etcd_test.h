@@ -21,7 +21,8 @@
 static inline int etcd_free_port(void)
 {
     /* The kernel may hand the same ephemeral port out again once it is closed; a caller taking
-     * several (a list of dead brokers, an etcd member's two ports) needs them distinct. */
+     * several (a list of dead brokers, an etcd member's two ports) needs them distinct: a port
+     * is not handed out again while it is among the last 128 given. */
     static int given[128];
     static unsigned n_given;
     for (;;) {

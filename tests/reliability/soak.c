@@ -138,12 +138,18 @@ static double now_s(void)
 static long quiesce_kib(void)
 {
     atomic_store(&stop, true);
+    /* A callback that read stop before it was set issues once more: done
+     * when every call has its outcome and none came for 100 ms. */
     for (double t1 = now_s(); now_s() - t1 < 60;) {
-        if (atomic_load(&answered) + atomic_load(&failed) >= atomic_load(&issued))
+        long seen = atomic_load(&issued);
+        if (atomic_load(&answered) + atomic_load(&failed) < seen) {
+            usleep(10000);
+            continue;
+        }
+        usleep(100 * 1000);
+        if (atomic_load(&issued) == seen)
             break;
-        usleep(10000);
     }
-    usleep(100 * 1000);
     struct mallinfo2 mi = mallinfo2();
     return (long)((mi.uordblks + mi.hblkhd) / 1024);
 }

@@ -1,4 +1,5 @@
 import errno
+import mmap
 import os
 import struct
 import threading
@@ -367,7 +368,7 @@ def test_a_receive_pool_reuses_a_slot_only_once_the_array_and_its_views_are_gone
 def _pages_not_in_memory(addr, nbytes):
     """How many of the pages of [addr, addr + nbytes) are not in memory
     now, from /proc/self/pagemap (bit 63 of each page's entry: present)."""
-    page = 4096
+    page = mmap.PAGESIZE
     lo, hi = addr // page, (addr + nbytes + page - 1) // page
     with open("/proc/self/pagemap", "rb") as f:
         f.seek(lo * 8)
