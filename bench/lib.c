@@ -76,8 +76,6 @@ static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_respond(req, buf, sizeof(buf));
 }
 
-/* The server process's CPU time (all threads), nanoseconds, little-endian:
- * what a remote client reports as the server's CPU cost. */
 static struct lib_srv srvs[4];
 static int nsrvs;
 
@@ -95,8 +93,10 @@ static uint64_t get_le64(const uint8_t *b)
     return le64toh(v);
 }
 
-/* Then the polling stops of all the server's contexts, summed: over the CPU
- * budget, contended (24 bytes in all).  It runs on a handler worker, where
+/* The "cpu" method: the server process's CPU time (all threads, ns), what a
+ * remote client reports as the server's CPU cost, then the polling stops of
+ * all the server's contexts, summed: over the CPU budget, contended (24
+ * bytes in all, little-endian).  It runs on a handler worker, where
  * it holds no context's lock, so it may take each context's in turn (on the
  * loop two such calls on two contexts could wait for each other); srv_mu
  * keeps a context from going (lib_server_stop) or being half made
