@@ -163,11 +163,11 @@ struct driver {
  * configuration. */
 int lib_driver_open(struct driver *d, const char *name, const char *uri, bool thread_mode,
                     const char *env, char *err, size_t errlen);
+/* Polling stops of every library client context open now, summed (see cpu_mark). */
+void lib_client_polls(uint64_t polls[2]);
 /* The library server: listens on @tcp_uri and/or @rdma_uri (NULL: not that one).
  * *ret_tcp_port / *ret_rdma_port get the bound ports (or a negative code, with
  * the reason in @rdma_err for rdma). */
-/* Polling stops of every library client context open now, summed (see cpu_mark). */
-void lib_client_polls(uint64_t polls[2]);
 int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
                      int *ret_tcp_port, int *ret_rdma_port, char *rdma_err, size_t errlen,
                      char *err, size_t elen);

@@ -93,6 +93,16 @@ static uint64_t get_le64(const uint8_t *b)
     return le64toh(v);
 }
 
+/* Adds @ctx's polling stops (over the CPU budget, contended) to @polls. */
+static void add_poll_stops(rrpc_ctx *ctx, uint64_t polls[2])
+{
+    rrpc_stats st;
+    if (rrpc_ctx_stats(ctx, &st) == 0) {
+        polls[0] += st.busy_poll_budget_stops;
+        polls[1] += st.busy_poll_contended_stops;
+    }
+}
+
 /* The "cpu" method: the server process's CPU time (all threads, ns), what a
  * remote client reports as the server's CPU cost, then the polling stops of
  * all the server's contexts, summed: over the CPU budget, contended (24
@@ -109,13 +119,9 @@ static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
     getrusage(RUSAGE_SELF, &ru);
     uint64_t polls[2] = {0, 0};
     pthread_mutex_lock(&srv_mu);
-    for (int i = 0; i < nsrvs; i++) {
-        rrpc_stats st;
-        if (srvs[i].running && rrpc_ctx_stats(srvs[i].ctx, &st) == 0) {
-            polls[0] += st.busy_poll_budget_stops;
-            polls[1] += st.busy_poll_contended_stops;
-        }
-    }
+    for (int i = 0; i < nsrvs; i++)
+        if (srvs[i].running)
+            add_poll_stops(srvs[i].ctx, polls);
     pthread_mutex_unlock(&srv_mu);
     uint8_t b[24];
     put_le64(b, rusage_ns(&ru));
@@ -574,13 +580,9 @@ static void client_track(rrpc_ctx *ctx, bool open)
 void lib_client_polls(uint64_t polls[2])
 {
     polls[0] = polls[1] = 0;
-    for (size_t i = 0; i < sizeof(clients) / sizeof(clients[0]); i++) {
-        rrpc_stats st;
-        if (clients[i] && rrpc_ctx_stats(clients[i], &st) == 0) {
-            polls[0] += st.busy_poll_budget_stops;
-            polls[1] += st.busy_poll_contended_stops;
-        }
-    }
+    for (size_t i = 0; i < sizeof(clients) / sizeof(clients[0]); i++)
+        if (clients[i])
+            add_poll_stops(clients[i], polls);
 }
 
 /* --stats: the context's metrics, as a scrape would see them. */

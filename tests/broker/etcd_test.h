@@ -23,7 +23,8 @@ static inline int etcd_free_port(void)
     /* The kernel may hand the same ephemeral port out again once it is closed; a caller taking
      * several (a list of dead brokers, an etcd member's two ports) needs them distinct: a port
      * is not handed out again while it is among the last 128 given. */
-    static int given[128];
+    enum { KEPT = 128 };
+    static int given[KEPT];
     static unsigned n_given;
     for (;;) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -35,12 +36,12 @@ static inline int etcd_free_port(void)
             abort();
         close(fd);
         int port = ntohs(a.sin_port);
-        unsigned i = 0, seen = n_given < 128 ? n_given : 128;
+        unsigned i = 0, seen = n_given < KEPT ? n_given : KEPT;
         while (i < seen && given[i] != port)
             i++;
         if (i < seen)
             continue;
-        given[n_given++ % 128] = port;
+        given[n_given++ % KEPT] = port;
         return port;
     }
 }
