@@ -105,7 +105,7 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
 {
     if (!rrpci_conn_wire_open(c))
         return;
-    c->last_rx = ev_now(c->ctx->loop);
+    c->last_rx = rrpci_ctx_now(c->ctx);
     rrpci_stats_frame_in(c, h->len);
     rrpci_ctx_activity(c->ctx);
     if (h->type == RRPCI_T_KEEPALIVE && !c->announced)

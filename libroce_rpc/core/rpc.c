@@ -275,9 +275,9 @@ static void unqueue(rrpc_conn *c, int cls, uint64_t id)
     }
 }
 
-static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void deadline_cb(struct rrpci_timer *t)
 {
-    struct rrpci_pending *pd = w->data;
+    struct rrpci_pending *pd = t->data;
     rrpc_conn *c = pd->conn;
     rrpci_idmap_del(&c->pending, pd->node.key);
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
@@ -300,7 +300,7 @@ struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind ki
     if (deadline_ms == 0)
         deadline_ms = c->ctx->cfg.deadline_ms;
     rrpci_timer_init(c->ctx, &pd->deadline, deadline_cb, 0, 0);
-    pd->deadline.w.data = pd;
+    pd->deadline.data = pd;
     pd->deadline_ms = deadline_ms;
     if (deadline_ms > 0) {
         rrpci_timer_set(&pd->deadline, deadline_ms / 1000.0, 0);

@@ -146,9 +146,8 @@ void rrpci_conn_consumed(rrpc_conn *c, int cls)
         rrpci_list_add(&c->ctx->credit_dirty, &c->dirty_link);
 }
 
-void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+void rrpci_credit_return(rrpc_ctx *ctx)
 {
-    rrpc_ctx *ctx = w->data;
     while (!rrpci_list_empty(&ctx->credit_dirty)) {
         rrpc_conn *c = rrpci_container_of(ctx->credit_dirty.next, rrpc_conn, dirty_link);
         rrpci_list_del(&c->dirty_link);

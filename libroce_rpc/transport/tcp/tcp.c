@@ -66,7 +66,7 @@ struct tcp_chan {
     int cls;
     bool connected;
     bool paused; /* active side: data arrived before every class was joined */
-    ev_io rio, wio;
+    struct rrpci_io rio, wio;
     /* receive */
     uint8_t *rbuf;
     size_t rlen, roff;
@@ -105,7 +105,7 @@ struct tcp_pend {
     struct rrpci_list link;
     rrpc_listener *l;
     int fd;
-    ev_io io;
+    struct rrpci_io io;
     struct rrpci_timer timer;
     struct sockaddr_storage peer;
     uint8_t buf[RRPCI_HDR_SIZE + RRPCI_HELLO_SIZE];
@@ -114,7 +114,7 @@ struct tcp_pend {
 
 struct tcp_listener {
     int fd;
-    ev_io io;
+    struct rrpci_io io;
     struct rrpci_list pend; /* oldest first */
     int npend;
     struct rrpci_timer resume; /* accepts paused: out of file descriptors */
@@ -263,7 +263,7 @@ static void chan_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
         return; /* the armed write watcher writes it in the class's next slice */
     int r = chan_write(ch);
     if (r == -EAGAIN) {
-        ev_io_start(rrpci_ctx_loop(ctx), &ch->wio);
+        rrpci_io_start(rrpci_ctx_loop(ctx), &ch->wio);
     } else if (r < 0 && ch->conn) {
         rrpci_conn_down(ch->conn, RRPC_E_CONN_LOST, "write to the peer failed");
     }
@@ -297,11 +297,12 @@ static int tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
     return 0;
 }
 
-static void chan_writable_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void chan_writable_cb(struct rrpci_io *w, unsigned revents)
 {
     struct tcp_chan *ch = w->data;
     rrpc_conn *c = ch->conn;
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     if (!ch->connected) {
         int err = 0;
         socklen_t el = sizeof(err);
@@ -314,12 +315,12 @@ static void chan_writable_cb(struct ev_loop *loop, ev_io *w, int revents)
             return;
         }
         ch->connected = true;
-        ev_io_start(loop, &ch->rio);
+        rrpci_io_start(loop, &ch->rio);
     }
     int r = chan_write(ch);
     if (r == -EAGAIN)
         return;
-    ev_io_stop(loop, &ch->wio);
+    rrpci_io_stop(loop, &ch->wio);
     if (r < 0) {
         rrpci_conn_down(c, RRPC_E_CONN_LOST, "write to the peer failed");
         return;
@@ -381,7 +382,7 @@ static bool large_write(const struct tcp_chan *ch)
 
 /* Delivers every complete frame buffered in @ch.  False when the
  * connection went away. */
-static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop)
+static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct rrpci_evloop *loop)
 {
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
     bool alive = true;
@@ -395,7 +396,7 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
                  * while our other JOIN_ACKs are on their way: keep the
                  * frame buffered until every class is joined. */
                 ch->paused = true;
-                ev_io_stop(loop, &ch->rio);
+                rrpci_io_stop(loop, &ch->rio);
                 break;
             }
             const char *why = NULL;
@@ -467,11 +468,12 @@ static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop
     return alive;
 }
 
-static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void chan_read_cb(struct rrpci_io *w, unsigned revents)
 {
     struct tcp_chan *ch = w->data;
     rrpc_conn *c = ch->conn;
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     rrpci_conn_ref(c);
     /* Receive-side share of the loop: a time slice per wakeup proportional to
      * the class weight (see SLICE_UNIT_NS). */
@@ -601,9 +603,9 @@ static int tcp_class_priority(rrpc_ctx *ctx, int cls)
     unsigned w = rrpci_ctx_class_weight(ctx, cls), above = 0;
     for (int i = 0; i < NCLS; i++)
         above += rrpci_ctx_class_weight(ctx, i) > w;
-    /* The heaviest class gets EV_MAXPRI, the next EV_MAXPRI - 1, ... */
-    int pri = EV_MAXPRI - (int)above;
-    return pri < EV_MINPRI ? EV_MINPRI : pri;
+    /* The heaviest class gets RRPCI_PRIO_MAX, the next RRPCI_PRIO_MAX - 1, ... */
+    int pri = RRPCI_PRIO_MAX - (int)above;
+    return pri < RRPCI_PRIO_MIN ? RRPCI_PRIO_MIN : pri;
 }
 
 static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
@@ -613,22 +615,22 @@ static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool c
     ch->fd = fd;
     ch->connected = connected;
     ch->rbuf = NULL; /* on the first read: an idle connection holds none */
-    ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
-    ev_io_init(&ch->wio, chan_writable_cb, fd, EV_WRITE);
+    rrpci_io_init(&ch->rio, chan_read_cb, fd, RRPCI_IO_READ);
+    rrpci_io_init(&ch->wio, chan_writable_cb, fd, RRPCI_IO_WRITE);
     ch->rio.data = ch->wio.data = ch;
     /* Within one loop iteration, the heavier-weighted classes' ready
      * watchers run first (libev invokes pending watchers by priority). */
     int pri = tcp_class_priority(rrpci_conn_ctx(c), cls);
-    ev_set_priority(&ch->rio, pri);
-    ev_set_priority(&ch->wio, pri);
+    rrpci_io_set_prio(&ch->rio, pri);
+    rrpci_io_set_prio(&ch->wio, pri);
 }
 
 static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 {
     if (ch->fd < 0 && !ch->rbuf)
         return;
-    ev_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
-    ev_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
+    rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
+    rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
     if (ch->fd >= 0)
         close(ch->fd);
     ch->fd = -1;
@@ -689,8 +691,8 @@ static void join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
         struct tcp_chan *ch = &tc->ch[i];
         if (ch->paused) { /* parse what was held back, then read on */
             ch->paused = false;
-            ev_io_start(rrpci_ctx_loop(ctx), &ch->rio);
-            ev_feed_event(rrpci_ctx_loop(ctx), &ch->rio, EV_READ);
+            rrpci_io_start(rrpci_ctx_loop(ctx), &ch->rio);
+            rrpci_io_feed(rrpci_ctx_loop(ctx), &ch->rio, RRPCI_IO_READ);
         }
     }
     rrpci_conn_established(c);
@@ -796,7 +798,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
         if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
             return rrpci_set_error(ctx, -errno, "cannot connect to %s:%d: %s", u->host, u->port,
                                    strerror(errno));
-        ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[i].wio);
+        rrpci_io_start(rrpci_ctx_loop(ctx), &tc->ch[i].wio);
     }
     struct rrpci_hello hello;
     rrpci_conn_hello_local(c, &hello);
@@ -813,7 +815,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
 
 static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
 {
-    ev_io_stop(rrpci_ctx_loop(ctx), &p->io);
+    rrpci_io_stop(rrpci_ctx_loop(ctx), &p->io);
     rrpci_timer_stop(&p->timer);
     if (close_fd)
         close(p->fd);
@@ -853,7 +855,7 @@ static void adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
     if (r < 0)
         RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpci_class_name(cls),
                   rrpci_ctx_class_dscp(ctx, cls), strerror(-r));
-    ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
+    rrpci_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
 }
 
 static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
@@ -936,7 +938,7 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
     pend_refuse(p, ctx, RRPC_E_PROTO, "the first frame must be HELLO (control) or JOIN");
 }
 
-static void pend_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void pend_read_cb(struct rrpci_io *w, unsigned revents)
 {
     struct tcp_pend *p = w->data;
     rrpc_ctx *ctx = rrpci_listener_ctx(p->l);
@@ -980,16 +982,16 @@ static void pend_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     pend_frame(p, ctx, &h, p->buf + RRPCI_HDR_SIZE);
 }
 
-static void pend_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void pend_timeout_cb(struct rrpci_timer *w)
 {
     struct tcp_pend *p = w->data;
     pend_refuse(p, rrpci_listener_ctx(p->l), -ETIMEDOUT, "no handshake in time");
 }
 
-static void resume_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void resume_cb(struct rrpci_timer *w)
 {
     struct tcp_listener *tl = w->data;
-    ev_io_start(loop, &tl->io);
+    rrpci_io_start(w->loop, &tl->io);
 }
 
 /* accept failed for want of a resource (EMFILE, ENFILE, ENOBUFS, ENOMEM):
@@ -998,8 +1000,8 @@ static void resume_cb(struct ev_loop *loop, ev_timer *w, int revents)
  * and say so once per episode. */
 static void accept_pause(struct tcp_listener *tl, rrpc_ctx *ctx, int err)
 {
-    struct ev_loop *loop = rrpci_ctx_loop(ctx);
-    ev_io_stop(loop, &tl->io);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
+    rrpci_io_stop(loop, &tl->io);
     if (!rrpci_timer_active(&tl->resume)) {
         if (tl->emfile_episodes++ == 0 || (tl->emfile_episodes & (tl->emfile_episodes - 1)) == 0)
             RRPCI_LOG(ctx, LOG_WARNING,
@@ -1028,11 +1030,12 @@ static int pend_same_source(struct tcp_listener *tl, const struct sockaddr_stora
     return n;
 }
 
-static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void accept_cb(struct rrpci_io *w, unsigned revents)
 {
     rrpc_listener *l = w->data;
     struct tcp_listener *tl = rrpci_listener_priv(l);
     rrpc_ctx *ctx = rrpci_listener_ctx(l);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     /* Sockets that have not said which connection they are hold an fd each:
      * at most RRPC_MAX_CONNS of them (the oldest goes first), at most
      * RRPC_MAX_CONNS_PER_SOURCE from one address, each for at most
@@ -1072,11 +1075,11 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         p->l = l;
         p->fd = fd;
         p->peer = peer;
-        ev_io_init(&p->io, pend_read_cb, fd, EV_READ);
+        rrpci_io_init(&p->io, pend_read_cb, fd, RRPCI_IO_READ);
         p->io.data = p;
         rrpci_timer_init(ctx, &p->timer, pend_timeout_cb, tmo, 0);
-        p->timer.w.data = p;
-        ev_io_start(loop, &p->io);
+        p->timer.data = p;
+        rrpci_io_start(loop, &p->io);
         rrpci_timer_start(&p->timer);
         rrpci_list_add(&tl->pend, &p->link);
         tl->npend++;
@@ -1093,7 +1096,7 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     rrpci_list_init(&tl->pend);
     tl->fd = -1;
     rrpci_timer_init(ctx, &tl->resume, resume_cb, 0, 0);
-    tl->resume.w.data = tl;
+    tl->resume.data = tl;
     int rr = resolve_addr(u->host, u->port, true, &ss, &sl, &why);
     if (rr < 0)
         return rrpci_set_error(ctx, rr, "cannot resolve \"%s\": %s", u->host, why);
@@ -1114,9 +1117,9 @@ static int tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
                                                : "");
     }
     tl->fd = fd;
-    ev_io_init(&tl->io, accept_cb, fd, EV_READ);
+    rrpci_io_init(&tl->io, accept_cb, fd, RRPCI_IO_READ);
     tl->io.data = l;
-    ev_io_start(rrpci_ctx_loop(ctx), &tl->io);
+    rrpci_io_start(rrpci_ctx_loop(ctx), &tl->io);
     return 0;
 }
 
@@ -1128,7 +1131,7 @@ static void tcp_listener_close(rrpc_listener *l)
         pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
     rrpci_timer_stop(&tl->resume);
     if (tl->fd >= 0) {
-        ev_io_stop(rrpci_ctx_loop(ctx), &tl->io);
+        rrpci_io_stop(rrpci_ctx_loop(ctx), &tl->io);
         close(tl->fd);
         tl->fd = -1;
     }

@@ -255,12 +255,12 @@ bool vb_busy_poll(rrpc_ctx *ctx)
     return vb_any_busy(vx);
 }
 
-void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+void vb_repoll_cb(struct rrpci_timer *w)
 {
     vb_poll(w->data, VB_POLL_BUDGET);
 }
 
-void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
+void vb_cq_cb(struct rrpci_io *w, unsigned revents)
 {
     struct vb_dev *d = w->data;
     struct ibv_cq *cq;

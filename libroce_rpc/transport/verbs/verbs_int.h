@@ -9,7 +9,7 @@
  * (later has no effect on rxe; the passive side inherits it from the REQ).
  * All four QPs of a connection share one CQ; the CQs of a context share one
  * completion channel per device, and the rdma_cm ids one event channel per
- * context: both fds are ev_io watchers on the context's loop.
+ * context: both fds are struct rrpci_io watchers on the context's loop.
  *
  * Wire, on top of the frame format of core/frame.h (docs/protocol.md):
  *
@@ -278,7 +278,7 @@ struct vb_dev {
     struct ibv_context *verbs;
     struct ibv_pd *pd;
     struct ibv_comp_channel *ch;
-    ev_io w;
+    struct rrpci_io w;
     int max_rd_atom, max_init_rd_atom, max_qp_wr, max_cqe;
     uint32_t max_msg_sz;
     struct vb_mr *cache[VB_CACHE_BUCKETS];
@@ -393,7 +393,7 @@ struct vb_ctx {
     bool open;
     struct rdma_event_channel *ech;
     struct vb_reaper *reaper; /* started with the first cm_id to destroy */
-    ev_io ech_w;
+    struct rrpci_io ech_w;
     struct vb_dev *devs;
     struct vb_conn *vcs;
     uint32_t eager;
@@ -526,10 +526,10 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 /* ---- cq.c ---- */
 unsigned vb_poll(struct vb_conn *vc, unsigned budget);
 bool vb_busy_poll(rrpc_ctx *ctx);
-void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents);
-void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
+void vb_repoll_cb(struct rrpci_timer *w);
+void vb_cq_cb(struct rrpci_io *w, unsigned revents);
 
 /* ---- cm.c ---- */
-void vb_cm_cb(struct ev_loop *loop, ev_io *w, int revents);
+void vb_cm_cb(struct rrpci_io *w, unsigned revents);
 
 #endif
