@@ -93,10 +93,11 @@ void rrpci_evloop_now_update(struct rrpci_evloop *loop)
 
 /* ---- timers: a binary min-heap on @at ------------------------------------- */
 
+/* A timer's heap_slot is its index + 1: a zeroed timer is a stopped one. */
 static void heap_place(struct rrpci_evloop *l, int i, struct rrpci_timer *t)
 {
     l->heap[i] = t;
-    t->heap_idx = i;
+    t->heap_slot = i + 1;
 }
 
 static void heap_up(struct rrpci_evloop *l, int i)
@@ -131,14 +132,14 @@ static void heap_down(struct rrpci_evloop *l, int i)
 
 static void heap_remove(struct rrpci_evloop *l, struct rrpci_timer *t)
 {
-    int i = t->heap_idx;
-    t->heap_idx = -1;
+    int i = t->heap_slot - 1;
+    t->heap_slot = 0;
     struct rrpci_timer *last = l->heap[--l->nheap];
     if (i == l->nheap)
         return;
     heap_place(l, i, last);
     heap_up(l, i);
-    heap_down(l, last->heap_idx);
+    heap_down(l, last->heap_slot - 1);
 }
 
 void rrpci_timer_init_loop(struct rrpci_evloop *loop, struct rrpci_timer *t,
@@ -149,7 +150,7 @@ void rrpci_timer_init_loop(struct rrpci_evloop *loop, struct rrpci_timer *t,
     t->after = after;
     t->repeat = repeat;
     t->at = 0;
-    t->heap_idx = -1;
+    t->heap_slot = 0;
 }
 
 void rrpci_timer_set(struct rrpci_timer *t, double after, double repeat)
@@ -163,9 +164,9 @@ static void timer_arm(struct rrpci_timer *t, double at)
 {
     struct rrpci_evloop *l = t->loop;
     t->at = at;
-    if (t->heap_idx >= 0) {
-        heap_up(l, t->heap_idx);
-        heap_down(l, t->heap_idx);
+    if (t->heap_slot) {
+        heap_up(l, t->heap_slot - 1);
+        heap_down(l, t->heap_slot - 1);
         return;
     }
     if (l->nheap == l->heap_cap) {
@@ -177,7 +178,7 @@ static void timer_arm(struct rrpci_timer *t, double at)
         l->heap_cap = cap;
     }
     heap_place(l, l->nheap++, t);
-    heap_up(l, t->heap_idx);
+    heap_up(l, t->heap_slot - 1);
 }
 
 void rrpci_timer_start(struct rrpci_timer *t)
@@ -189,7 +190,7 @@ void rrpci_timer_start(struct rrpci_timer *t)
 
 void rrpci_timer_stop(struct rrpci_timer *t)
 {
-    if (t->heap_idx >= 0)
+    if (t->heap_slot)
         heap_remove(t->loop, t);
 }
 
@@ -299,7 +300,8 @@ int rrpci_io_start(struct rrpci_evloop *l, struct rrpci_io *w)
 
 void rrpci_io_stop(struct rrpci_evloop *l, struct rrpci_io *w)
 {
-    rrpci_list_del(&w->pending);
+    if (w->pending.next) /* a zeroed watcher is a stopped one */
+        rrpci_list_del(&w->pending);
     w->revents = 0;
     if (!w->active)
         return;

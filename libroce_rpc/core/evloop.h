@@ -37,7 +37,9 @@
 struct rrpci_evloop;
 
 /* A file descriptor watched for RRPCI_IO_READ and/or RRPCI_IO_WRITE.  At
- * most one started watcher per fd and direction.  @data is the owner's. */
+ * most one started watcher per fd and direction.  @data is the owner's.
+ * Watchers and timers that are zeroed count as stopped (stopping one is a
+ * no-op), as do asyncs. */
 struct rrpci_io {
     int fd;
     unsigned events;
@@ -57,7 +59,7 @@ struct rrpci_io {
  */
 struct rrpci_timer {
     double at, after, repeat;
-    int heap_idx; /* -1: not started */
+    int heap_slot; /* its place in the loop's heap + 1; 0: stopped (zeroed is stopped) */
     struct rrpci_evloop *loop;
     void (*cb)(struct rrpci_timer *t);
     void *data;
@@ -123,7 +125,7 @@ void rrpci_timer_stop(struct rrpci_timer *t);
 void rrpci_timer_again(struct rrpci_timer *t);
 static inline bool rrpci_timer_active(const struct rrpci_timer *t)
 {
-    return t->heap_idx >= 0;
+    return t->heap_slot != 0;
 }
 /* Seconds until @t fires (it is active). */
 double rrpci_timer_remaining(const struct rrpci_timer *t);
