@@ -204,6 +204,10 @@ struct rrpci_sync {
     int status;
     char detail[RRPCI_ERRMSG_MAX]; /* this operation's, when @status is a failure */
 };
+/* The context whose blocking operation the calling thread is starting,
+ * between rrpci_sync_begin and rrpci_sync_end (rrpci_unlock then wakes
+ * nobody), or NULL. */
+extern _Thread_local rrpc_ctx *rrpci_sync_starting;
 /* Refuses from a callback of @ctx (RRPC_E_DEADLOCK, detail @why_not_here:
  * the operation would wait for itself); otherwise readies @s and returns 0
  * with the context lock held. */

@@ -129,9 +129,14 @@ int rrpci_loop_timeout(rrpc_ctx *ctx)
     return ms <= 0 ? 0 : ms >= 86400000.0 ? 86400000 : (int)ms + (ms > (int)ms);
 }
 
+_Thread_local rrpc_ctx *rrpci_sync_starting;
+
 void rrpci_unlock(rrpc_ctx *ctx)
 {
-    bool other = !rrpci_in_callback(ctx);
+    /* A blocking call starting its operation wakes nobody: rrpci_sync_end
+     * runs the loop itself, or wakes it before it sleeps (a wake-up here
+     * would get the loop thread up just to find the loop taken over). */
+    bool other = !rrpci_in_callback(ctx) && rrpci_sync_starting != ctx;
     /* Driven and nobody in the loop: its next run sees the work; the
      * application's fd is made to say so only when the work cannot wait
      * for the next timer (the timer fd is re-armed to that). */

@@ -35,6 +35,7 @@ int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_he
     s->status = 0;
     s->detail[0] = 0;
     rrpci_lock(ctx);
+    rrpci_sync_starting = ctx;
     return 0;
 }
 
@@ -157,6 +158,7 @@ int rrpci_sync_end(struct rrpci_sync *s, int started)
     rrpc_ctx *ctx = s->ctx;
     int r = started;
     bool woke = false, locked = true;
+    rrpci_sync_starting = NULL;
     if (r == 0) {
         locked = sync_wait(ctx, s, &woke);
         r = s->status;
