@@ -1,12 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Tensors: descriptors, and the offer / WRITE / done exchange
- * (docs/tensors.md).  Built on the public RPC and one-sided API, so the same
- * code runs on every transport; on verbs the WRITEs are RDMA WRITEs from the
+ * (docs/tensors.md).  The exchange goes through the public RPC API and the
+ * transfer engine (engine.c, over the public rrpc_write), so the same code
+ * runs on every transport; on verbs the WRITEs are RDMA WRITEs from the
  * sender's registered source straight into the receiver's destination.
+ *
+ * An internal module of the library, not a user of it: it includes
+ * core/core.h for what the public API does not offer, namely the context
+ * lock (held from the checks through the start of a batch, and guarding the
+ * server's tables, as the engine requires), the owning context of a
+ * connection and of a region, the per-thread error detail
+ * (rrpci_set_error), the class and reserved-word checks of options, the
+ * RRPC_TENSOR_MAX_BYTES tunable, the blocking mechanism (struct
+ * rrpci_sync) and the little-endian helpers of frame.h.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
