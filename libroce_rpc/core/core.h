@@ -131,7 +131,7 @@ struct rrpc_ctx {
     rrpc_log_fn log_fn;
     void *log_user;
     int log_max;
-    struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/serve.c), or NULL */
+    struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/metrics_serve.c), or NULL */
     struct rrpci_workers *workers;    /* handler workers (core/workers.c), or NULL */
 };
 
@@ -418,7 +418,7 @@ bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t le
 /* config.c: the configuration of a new context: @from's values, or the
  * environment's when NULL.  0, or -EINVAL with the detail set. */
 int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg);
-/* serve.c: with metrics_listen set, serves GET /metrics on a thread of its own
+/* metrics_serve.c: with metrics_listen set, serves GET /metrics on a thread of its own
  * (0, or the error set with the address and what to do); stops and joins it
  * (the lock not held: a scrape takes it). */
 int rrpci_serve_start(rrpc_ctx *ctx);
