@@ -49,8 +49,8 @@ RRPC_API int rrpc_mem_reg(rrpc_ctx *ctx, void *addr, size_t len, unsigned access
     r->addr = addr;
     r->len = len;
     r->access = access;
-    rrpci_lock(ctx);
     r->generation = rrpci_region_next_generation();
+    rrpci_lock(ctx);
     int rc;
     do {
         uint64_t key = 0;
