@@ -108,11 +108,9 @@ bool rrpci_gov_charge(struct rrpci_governor *g, double now, double cpu, uint64_t
     return true;
 }
 
-bool rrpci_gov_continue(const struct rrpci_governor *g, double now, bool held, bool wanted)
+bool rrpci_gov_continue(const struct rrpci_governor *g, double now, bool held)
 {
-    /* Polling never stops while a transport wants it: what it left unarmed
-     * would wake nothing (held, it was just told to arm). */
-    return wanted || (!held && now < g->until);
+    return !held && now < g->until;
 }
 
 void rrpci_gov_stop(struct rrpci_governor *g)

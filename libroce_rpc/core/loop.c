@@ -186,11 +186,6 @@ bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
     return rrpci_gov_request(&ctx->gov, now_s(ctx), us, thread_cpu_s(), thread_id());
 }
 
-bool rrpci_ctx_may_busy(rrpc_ctx *ctx)
-{
-    return !rrpci_gov_held(&ctx->gov, now_s(ctx));
-}
-
 void rrpci_ctx_activity(rrpc_ctx *ctx)
 {
     if (ctx->gov.window_us > 0)
@@ -207,26 +202,54 @@ void rrpci_ctx_activity(rrpc_ctx *ctx)
  * 106 us with it (polling off: 23 us).  With nothing else runnable
  * sched_yield returns at once.
  */
-void rrpci_busy_yield(void)
+static void rrpci_busy_yield(void)
 {
     sched_yield();
 }
 
-/* After a polling pass: charges it, lets each transport poll (held, they
- * arm what they polled), and stops polling once the governor says so. */
+bool rrpci_ctx_polling(rrpc_ctx *ctx)
+{
+    return ctx->gov.polling && !rrpci_gov_held(&ctx->gov, now_s(ctx));
+}
+
+/* Each transport's busy_poll once: the completions handled, or -1 when no
+ * transport has anything left unarmed. */
+static int transports_poll(rrpc_ctx *ctx, bool arm)
+{
+    int found = -1;
+    for (int i = 0; i < RRPCI_NTRANSPORTS; i++) {
+        if (!ctx->tops[i] || !ctx->tops[i]->busy_poll)
+            continue;
+        int n = ctx->tops[i]->busy_poll(ctx, arm);
+        if (n >= 0)
+            found = (found < 0 ? 0 : found) + n;
+    }
+    return found;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* After a pass while polling: charges it, and either ends polling (the
+ * transports arm what they polled) or looks at their completions for up to
+ * a slice (RRPCI_GOV_SLICE) before the next pass. */
 static void poll_step(rrpc_ctx *ctx)
 {
-    double now = now_s(ctx);
+    double now = mono_s();
     bool held = rrpci_gov_charge(&ctx->gov, now, thread_cpu_s(), thread_id());
-    held = held && rrpci_gov_held(&ctx->gov, now);
-    bool wanted = false;
-    for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
-        if (ctx->tops[i] && ctx->tops[i]->busy_poll && ctx->tops[i]->busy_poll(ctx))
-            wanted = true;
-    if (rrpci_gov_continue(&ctx->gov, now_s(ctx), held, wanted))
-        rrpci_busy_yield();
-    else
+    if (!rrpci_gov_continue(&ctx->gov, now, held)) {
         rrpci_gov_stop(&ctx->gov);
+        (void)transports_poll(ctx, true);
+        return;
+    }
+    double end = now + RRPCI_GOV_SLICE;
+    while (transports_poll(ctx, false) == 0 && rrpci_ctx_polling(ctx) && mono_s() < end)
+        rrpci_busy_yield();
+    rrpci_busy_yield();
 }
 
 /* ---- one pass ------------------------------------------------------------ */

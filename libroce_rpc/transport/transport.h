@@ -31,8 +31,8 @@ typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 5 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
-                                        * 5: the library's own loop (core/evloop.h) */
+#define RRPCI_TRANSPORT_OPS_VERSION 6 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
+                                        * 5: the library's own loop (core/evloop.h). 6: busy_poll under the governor */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -119,12 +119,12 @@ struct rrpci_transport_ops {
     /* The connection has received nothing for a keepalive interval: release
      * memory that can be made again when traffic resumes. */
     void (*trim)(rrpc_conn *c);
-    /* While the context busy-polls (after rrpci_ctx_busy, see there), once
-     * per loop iteration: look for completions without waiting.  Returns
-     * whether the transport still wants to be polled (something it watches
-     * is not armed to wake the loop); the context keeps polling while any
-     * transport says so. */
-    bool (*busy_poll)(rrpc_ctx *ctx);
+    /* While the context polls (core/governor.h decides; rrpci_ctx_busy
+     * asks it to), between two loop passes: look for completions that wake
+     * no fd, without waiting, and return how many were handled, or -1 when
+     * the transport has nothing left unarmed.  With @arm polling has ended:
+     * arm everything left unarmed (rrpci_ctx_polling already says false). */
+    int (*busy_poll)(rrpc_ctx *ctx, bool arm);
 
     /* Its tunables, ended by an entry whose env is NULL; NULL: none. */
     const struct rrpci_tunable *tunables;
@@ -176,20 +176,15 @@ bool rrpci_conn_is_down(rrpc_conn *c);
 /* True from the transport's rrpci_conn_established until the connection
  * goes down: frames may be posted (the core's state, not a copy of it). */
 bool rrpci_conn_is_wired(rrpc_conn *c);
-/* Traffic arrived: the loop polls instead of sleeping for at least @us
- * from now, calling ops->busy_poll once per iteration (the core's own
- * RRPC_BUSY_POLL_US window extends it on every frame).  Returns false,
- * and does nothing, while the context's polling CPU budget
- * (RRPC_BUSY_POLL_BUDGET_PCT) is spent: the transport must then arm what
- * it would have polled.  Polling also stops early when the budget runs out
- * in the middle of a window: busy_poll is called once more, and from then
- * on rrpci_ctx_may_busy says false until the share has fallen again. */
+/* Traffic arrived: the governor polls instead of sleeping for at least
+ * @us from now, calling ops->busy_poll between loop passes (the core's own
+ * RRPC_BUSY_POLL_US window extends it on every frame).  Returns false, and
+ * does nothing, while a stop holds polling back (its CPU budget is spent,
+ * or its thread does not get its CPU): the transport must then arm what it
+ * would have polled.  When polling ends, busy_poll is called with arm. */
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
-/* False while the polling CPU budget is spent (see rrpci_ctx_busy). */
-bool rrpci_ctx_may_busy(rrpc_ctx *ctx);
-/* Between two looks that found nothing, a transport's busy_poll gives
- * the CPU to whatever else is runnable there (core/loop.c says why). */
-void rrpci_busy_yield(void);
+/* Whether the governor polls now (a transport may leave things unarmed). */
+bool rrpci_ctx_polling(rrpc_ctx *ctx);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A tunable of the context's configuration table by its environment
