@@ -96,7 +96,7 @@ extern int log_level;
 
 /* ---- the registry (registry.c) ------------------------------------------ */
 
-/* struct rrpci_endpoint: the control schema's endpoint (broker/mpcheck.h). */
+/* struct rrpci_endpoint: the control schema's endpoint (broker/proto.h). */
 
 struct registration {
     struct registration *next;
@@ -226,6 +226,6 @@ void metrics_etcd_degraded(bool degraded);
 /* "watch" (the watch broke) or "write" (a write failed). */
 void metrics_etcd_error(const char *what);
 
-#include "broker/mpcheck.h" /* rrpci_mp_check, rrpci_mp_get, rrpci_mp_uint */
+#include "broker/proto.h" /* rrpci_mp_check, rrpci_mp_get, rrpci_mp_uint */
 
 #endif

@@ -35,7 +35,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker/mpcheck.h"
+#include "broker/proto.h"
 #include "broker/sockbio.h"
 #include "util/resolve.h"
 #include "util/reserved.h"
