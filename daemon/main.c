@@ -98,8 +98,8 @@ int main(int argc, char **argv)
         case 'k': check = true; break;
         case 'h': usage(stdout); rc = 0; goto out;
         case 'V':
-            printf("rrpcd %s (control protocol 1), libroce_rpc %s\n", RRPC_VERSION_STRING,
-                   rrpc_version());
+            printf("rrpcd %s (control protocol %d), libroce_rpc %s\n", RRPC_VERSION_STRING,
+                   CTL_VERSION, rrpc_version());
             rc = 0;
             goto out;
         default: usage(stderr); rc = 2; goto out;
