@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Who gets in (server_int.h): at most max_connections_per_source sessions of
- * one address, and at max_connections the oldest anonymous session makes
- * room, so anonymous sessions never push out authenticated ones.  Refusals
- * are logged at most once a second.
+ * Who gets in (server_int.h): the count of sessions per source address
+ * (max_connections_per_source), and the log of refusals, at most one line a
+ * second.  max_connections is the listener's (server.c: it closes the oldest
+ * anonymous session to make room).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -77,15 +77,4 @@ void admit_log_refusal(struct server *srv, const char *peer, const char *why)
         srv->refusals_quiet);
     srv->refusal_logged_ms = now;
     srv->refusals_quiet = 0;
-}
-
-/* Also keeps a new client out for at most one auth_timeout_ms. */
-bool admit_evict_anonymous(struct server *srv)
-{
-    for (struct conn *c = srv->conns; c; c = c->next)
-        if (!c->authed) {
-            session_close(c, "evicted: max_connections reached and it had not authenticated");
-            return true;
-        }
-    return false;
 }

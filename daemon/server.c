@@ -29,6 +29,22 @@ static void accept_resume_cb(struct ev_loop *l, ev_timer *w, int revents)
     ev_io_start(srv->loop, &srv->accept_w);
 }
 
+/*
+ * At max_connections: closes the oldest session that has not authenticated,
+ * so anonymous sessions can never push out authenticated ones (nor keep a
+ * new client out for longer than one auth_timeout_ms).  False when every
+ * session has authenticated.
+ */
+static bool evict_anonymous(struct server *srv)
+{
+    for (struct conn *c = srv->conns; c; c = c->next)
+        if (!c->authed) {
+            session_close(c, "evicted: max_connections reached and it had not authenticated");
+            return true;
+        }
+    return false;
+}
+
 static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
 {
     (void)l, (void)revents;
@@ -67,7 +83,7 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
             close(fd);
             continue;
         }
-        if (srv->n_conns >= srv->cfg->max_connections && !admit_evict_anonymous(srv)) {
+        if (srv->n_conns >= srv->cfg->max_connections && !evict_anonymous(srv)) {
             metrics_refused(REFUSED_MAX_CONNECTIONS);
             admit_log_refusal(srv, peer, "max_connections reached, every session authenticated");
             admit_source_put(srv, src);
@@ -215,6 +231,7 @@ int server_start(struct ev_loop *loop, struct config *cfg, struct registry *reg,
     registry_listen(reg, watch_changed, srv->watch);
     st->done = dispatch_register_done;
     st->done_arg = srv;
+    srv->handle_frame = dispatch_frame;
     ev_io_init(&srv->accept_w, accept_cb, srv->lfd, EV_READ);
     srv->accept_w.data = srv;
     ev_io_start(loop, &srv->accept_w);

@@ -3,14 +3,17 @@
  * The server's files and what crosses between them (rrpcd.h has what the
  * rest of rrpcd sees: server_start, server_stop):
  *
- *   server.c    the listener: TLS context, listen, accept, the sweep timer
- *   admit.c     who gets in: per-source counts, max_connections (evicting
- *               anonymous sessions first), rate-limited refusal logs
- *   session.c   one session: non-blocking TLS, the frame reader, the
- *               answers queued to it, timeouts, close
+ *   server.c    the listener: TLS context, listen, accept (max_connections,
+ *               evicting anonymous sessions first), the sweep timer
+ *   admit.c     per-source session counts, rate-limited refusal logs
+ *   session.c   one session: non-blocking TLS, the frame reader (each frame
+ *               goes to srv->handle_frame), the answers queued, timeouts
  *   dispatch.c  the requests: hello, register, renew, unregister, status,
  *               watch and unwatch, each checked as wire input
  *   lookup.c    lookup: instances in rotation and the tickets issued
+ *
+ * The calls go one way: server -> dispatch -> lookup -> session -> admit
+ * (server also to session and admit, dispatch to session).
  *   (answer.c, rrpcd.h: how a registration appears in answers; the etcd
  *   store sizes registrations with it too)
  *
@@ -53,6 +56,8 @@ struct server {
     uint64_t serials;  /* the last session's serial */
     unsigned rotation; /* lookup: the instance that comes first next time */
     struct source *sources[SOURCE_BUCKETS];
+    /* What a session's frame reader hands each frame to (dispatch_frame). */
+    void (*handle_frame)(struct conn *c, const uint8_t *buf, size_t len);
     int64_t refusal_logged_ms; /* admit.c: the last refusal logged, and those since */
     unsigned refusals_quiet;
 };
@@ -93,9 +98,6 @@ struct conn {
 struct source *admit_source_get(struct server *srv, const struct sockaddr_storage *ss,
                                 bool *ret_full);
 void admit_source_put(struct server *srv, struct source *s);
-/* At max_connections: closes the oldest anonymous session; false when every session
- * has authenticated. */
-bool admit_evict_anonymous(struct server *srv);
 /* A refusal at accept, logged at most once a second with the number left unlogged. */
 void admit_log_refusal(struct server *srv, const char *peer, const char *why);
 
@@ -106,7 +108,8 @@ void admit_log_refusal(struct server *srv, const char *peer, const char *why);
 struct conn *session_new(struct server *srv, int fd, struct source *src, const char *peer);
 /* Closes and frees @c; @why is logged (NULL: nothing). */
 void session_close(struct conn *c, const char *why);
-/* Feeds bytes read from @c to its frame reader, which dispatches each frame. */
+/* Feeds bytes read from @c to its frame reader, which hands each frame to
+ * c->srv->handle_frame. */
 void session_feed(struct conn *c, const uint8_t *p, size_t n);
 /* The session @c should wait for @events (EV_READ, EV_WRITE). */
 void session_set_events(struct conn *c, int events);

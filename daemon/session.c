@@ -3,8 +3,9 @@
  * One session of the TLS control port (server_int.h): libev + non-blocking
  * OpenSSL, TLS 1.3 only.  Frames are a u32 little-endian length
  * (1..CTL_MAX_FRAME) and one msgpack map (docs/broker.md, broker/proto.h);
- * the frame reader hands each to dispatch.c.  Answers and pushes are queued
- * in the session's write buffer and flushed when the socket takes them.
+ * the frame reader hands each to the server's handle_frame (dispatch.c).
+ * Answers and pushes are queued in the session's write buffer and flushed
+ * when the socket takes them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -251,7 +252,7 @@ void session_feed(struct conn *c, const uint8_t *p, size_t n)
                 return;
             }
             if (n >= len) { /* the whole frame is in this read: no copy */
-                dispatch_frame(c, p, len);
+                c->srv->handle_frame(c, p, len);
                 p += len;
                 n -= len;
                 c->hdr_got = 0;
@@ -291,7 +292,7 @@ void session_feed(struct conn *c, const uint8_t *p, size_t n)
         p += k;
         n -= k;
         if (c->frame_got == c->frame_len) {
-            dispatch_frame(c, c->frame, c->frame_len);
+            c->srv->handle_frame(c, c->frame, c->frame_len);
             free(c->frame);
             c->frame = NULL;
             c->hdr_got = 0;

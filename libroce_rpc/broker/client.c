@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The broker client's handle (include/roce_rpc/broker.h; client_int.h names
- * its other files): open and close, status, its errors and its log.  Round
- * trips to rrpcd are blocking TLS 1.3 exchanges (session.c, failover.c).
+ * its other files): open and close, status, and a second handle for a watch.
+ * Round trips to rrpcd are blocking TLS 1.3 exchanges (session.c,
+ * failover.c).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,75 +14,11 @@
 #include <openssl/err.h>
 
 #include "broker/client_int.h"
-#include "util/log.h"
 #include "util/reserved.h"
-
-static _Thread_local char open_err[ERR_MAX];
-static _Thread_local char err_copy[ERR_MAX];
-
-void rrpci_broker_log(struct rrpc_broker *b, int level, const char *fmt, ...)
-{
-    char msg[ERR_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    rrpci_log_emit(b->log, b->log_user, level, msg);
-}
-
-/* Records the detail of a failure and returns @code. */
-int rrpci_broker_fail(struct rrpc_broker *b, int code, const char *fmt, ...)
-{
-    char msg[ERR_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&b->lock);
-    memcpy(b->err, msg, sizeof(msg));
-    pthread_mutex_unlock(&b->lock);
-    return code;
-}
-
-void rrpci_broker_err_copy(struct rrpc_broker *b, char *buf, size_t len)
-{
-    pthread_mutex_lock(&b->lock);
-    snprintf(buf, len, "%s", b->err);
-    pthread_mutex_unlock(&b->lock);
-}
-
-int rrpci_broker_open_fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(open_err, sizeof(open_err), fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-RRPC_API const char *rrpc_broker_last_error(rrpc_broker *b)
-{
-    if (!b)
-        return open_err;
-    pthread_mutex_lock(&b->lock);
-    memcpy(err_copy, b->err, sizeof(err_copy));
-    pthread_mutex_unlock(&b->lock);
-    return err_copy;
-}
 
 RRPC_API const char *rrpc_broker_principal(rrpc_broker *b)
 {
     return b ? b->principal : "";
-}
-
-static void ssl_errstr(char *buf, size_t len)
-{
-    unsigned long e = ERR_get_error();
-    if (e)
-        ERR_error_string_n(e, buf, len);
-    else
-        snprintf(buf, len, "%s", "connection closed during the TLS exchange");
-    ERR_clear_error();
 }
 
 /* A handle with its locks and nothing else; NULL without memory. */
@@ -101,7 +37,7 @@ static struct rrpc_broker *handle_new(void)
 RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
                               rrpc_broker **ret_b)
 {
-    open_err[0] = 0;
+    rrpci_broker_open_clear();
     if (!addr || !opts || !ret_b || !opts->ca_file)
         return rrpci_broker_open_fail(
             -EINVAL, "rrpc_broker_open: address, opts and opts->ca_file are required");
@@ -149,7 +85,7 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
     SSL_CTX_set_verify(b->sslctx, SSL_VERIFY_PEER, NULL);
     char s[256];
     if (SSL_CTX_load_verify_locations(b->sslctx, opts->ca_file, NULL) != 1) {
-        ssl_errstr(s, sizeof(s));
+        rrpci_ssl_errstr(s, sizeof(s));
         r = rrpci_broker_open_fail(access(opts->ca_file, R_OK) ? -errno : -EINVAL,
                       "cannot load the CA file '%s': %s", opts->ca_file, s);
         goto err;
@@ -159,7 +95,7 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         if (SSL_CTX_use_certificate_chain_file(b->sslctx, opts->cert_file) != 1 ||
             SSL_CTX_use_PrivateKey_file(b->sslctx, key, SSL_FILETYPE_PEM) != 1 ||
             SSL_CTX_check_private_key(b->sslctx) != 1) {
-            ssl_errstr(s, sizeof(s));
+            rrpci_ssl_errstr(s, sizeof(s));
             r = rrpci_broker_open_fail(access(opts->cert_file, R_OK) ? -errno
                           : access(key, R_OK)           ? -errno
                                                         : -EINVAL,

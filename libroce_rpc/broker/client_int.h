@@ -3,7 +3,8 @@
  * The broker client's files and what crosses between them (the public side
  * is include/roce_rpc/broker.h):
  *
- *   client.c    the handle: open, close, status, its errors and log
+ *   client.c    the handle: open, close, status, a second one for a watch
+ *   error.c     its errors (rrpc_broker_last_error) and its log
  *   wait.c      the one way a thread of the client waits: a monotonic
  *               condition variable with a deadline
  *   session.c   one TLS session with one rrpcd: connect, hello, TLS I/O,
@@ -93,13 +94,15 @@ struct rrpc_broker {
     char err[ERR_MAX];
 };
 
-/* ---- client.c: errors and the log ---------------------------------------- */
+/* ---- error.c: errors and the log ------------------------------------------- */
 
 /* Records the detail of a failure of @b (rrpc_broker_last_error) and returns
  * @code. */
 int rrpci_broker_fail(struct rrpc_broker *b, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* The same for rrpc_broker_open, before there is a handle. */
+/* The same for rrpc_broker_open, before there is a handle; _clear empties it
+ * at the start of an open. */
+void rrpci_broker_open_clear(void);
 int rrpci_broker_open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A copy of @b's error text into @buf (under @lock). */
 void rrpci_broker_err_copy(struct rrpc_broker *b, char *buf, size_t len);
@@ -112,6 +115,11 @@ void rrpci_broker_log(struct rrpc_broker *b, int level, const char *fmt, ...)
         if ((level) <= (b)->log_level)                                                        \
             rrpci_broker_log(b, level, __VA_ARGS__);                                          \
     } while (0)
+/* OpenSSL's first queued reason into @buf (then the queue is cleared). */
+void rrpci_ssl_errstr(char *buf, size_t len);
+
+/* ---- client.c: the handle ---------------------------------------------------- */
+
 /* A second handle on @b's list, credentials and log, sharing its TLS context
  * and starting at its current broker, not connected yet (watch.c); NULL
  * without memory.  Released with rrpc_broker_close. */

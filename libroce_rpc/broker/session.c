@@ -24,16 +24,6 @@
 #include "broker/sockbio.h"
 #include "util/resolve.h"
 
-static void ssl_errstr(char *buf, size_t len)
-{
-    unsigned long e = ERR_get_error();
-    if (e)
-        ERR_error_string_n(e, buf, len);
-    else
-        snprintf(buf, len, "%s", "connection closed during the TLS exchange");
-    ERR_clear_error();
-}
-
 /* ---- the TLS connection ---------------------------------------------------- */
 
 void rrpci_session_close(struct rrpc_broker *b)
@@ -98,7 +88,7 @@ static int tls_do(struct rrpc_broker *b, enum tls_op op, void *buf, size_t len, 
                 return rrpci_broker_fail(b, -EPROTO,
                             "rrpcd %s:%s: its certificate did not verify against the CA: %s",
                             b->host, b->port, X509_verify_cert_error_string(vr));
-            ssl_errstr(s, sizeof(s));
+            rrpci_ssl_errstr(s, sizeof(s));
             return rrpci_broker_fail(b, -EPROTO,
                                      "rrpcd %s:%s: TLS failed: %s (is our client certificate "
                                      "signed by the CA rrpcd trusts?)",

@@ -130,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     srv->cfg = &fuzz_cfg;
     srv->lfd = -1;
     srv->st = store_memory();
+    srv->handle_frame = dispatch_frame;
     if (!(srv->reg = registry_new()) || !(srv->watch = watch_new(NULL, srv->reg, session_push)))
         abort();
     registry_listen(srv->reg, watch_changed, srv->watch);
