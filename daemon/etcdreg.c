@@ -329,7 +329,7 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
               (!inst || unhex(inst, tmpl.instance, sizeof(tmpl.instance))) &&
               json_object_object_get_ex(o, "endpoints", &eps) &&
               json_object_is_type(eps, json_type_array) &&
-              (n = json_object_array_length(eps)) >= 1 && n <= 64 &&
+              (n = json_object_array_length(eps)) >= 1 && n <= CTL_MAX_ENDPOINTS &&
               (ep = calloc(n, sizeof(*ep)));
     for (size_t i = 0; ok && i < n; i++) {
         json_object *e = json_object_array_get_idx(eps, i);

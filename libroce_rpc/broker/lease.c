@@ -184,7 +184,8 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
 {
     if (!b)
         return -EINVAL;
-    if (!ctx || !service || !*service || strlen(service) > 255 || !uris || n == 0 || n > 64 ||
+    if (!ctx || !service || !*service || strlen(service) > 255 || !uris || n == 0 ||
+        n > CTL_MAX_ENDPOINTS ||
         (class_mask & ~RRPC_CLASS_MASK_ALL))
         return rrpci_broker_fail(b, -EINVAL, "rrpc_broker_register: bad arguments");
     struct rrpci_endpoint *eps = calloc(n, sizeof(*eps));

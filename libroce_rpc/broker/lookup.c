@@ -51,7 +51,7 @@ static bool ticket_ok(const msgpack_object *t)
 bool rrpci_endpoints_ok(const msgpack_object *eps)
 {
     return eps && eps->type == MSGPACK_OBJECT_ARRAY && eps->via.array.size > 0 &&
-           eps->via.array.size <= 64;
+           eps->via.array.size <= CTL_MAX_ENDPOINTS;
 }
 
 /*
