@@ -24,6 +24,7 @@
 #include <ev.h>
 
 #include "core/frame.h"
+#include "core/qos.h"
 #include "util/uri.h"
 
 typedef struct rrpc_ctx rrpc_ctx;
@@ -215,6 +216,14 @@ long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env);
 /* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
 unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);
+/* The receive-side QoS policy (core/qos.h) of @ctx's classes, their
+ * weights, with a transport's @knobs, in *@ret.  Call it from ops->ctx_init
+ * or later: the classes are fixed once the context's first endpoint exists. */
+void rrpci_ctx_qos(rrpc_ctx *ctx, const struct rrpci_qos_knobs *knobs, struct rrpci_qos *ret);
+/* The loop priority for the watchers of class @cls: the class the policy
+ * serves first (rrpci_qos_rank 0) gets the highest.  Transports set no
+ * priority of their own choosing. */
+int rrpci_rx_prio(rrpc_ctx *ctx, int cls);
 /* The name of class index @idx ("?" when none). */
 const char *rrpci_class_name(int idx);
 /* Whether @c was accepted from a listener (else it was connected). */
