@@ -272,6 +272,16 @@ void rrpci_conn_established(rrpc_conn *c);
  */
 void rrpci_conn_down(rrpc_conn *c, int reason, const char *why);
 
+/*
+ * The active side: the peer refused the connection before it was up (an
+ * ERROR frame during the transport's handshake, or the transport's own
+ * word for it), with @code (an RRPC_E_* code or a negated errno; anything
+ * else reads as RRPC_E_PROTO) and its reason, @len bytes at @reason (not
+ * NUL-terminated; only read during the call).  The core records it as the
+ * context's last error and takes the connection down.
+ */
+void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t len);
+
 /* A frame arrived on class @cls, its header decoded and validated with
  * rrpci_hdr_decode.  @payload is valid only during the call. */
 void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *payload);

@@ -245,8 +245,7 @@ static void conn_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
     pthread_mutex_unlock(&p->mu);
 
     if (refused && !ic->hello_done) {
-        rrpci_set_error(ctx, refused, "%s", why);
-        rrpci_conn_down(c, refused, why);
+        rrpci_conn_refused(c, refused, (const uint8_t *)why, strlen(why));
         goto out;
     }
     if (hello && !active_hello(c, ic, &ph))
@@ -347,7 +346,7 @@ static void pipe_refuse(struct ip_pipe *p, int code, const char *why)
 {
     pthread_mutex_lock(&p->mu);
     p->refused = code;
-    snprintf(p->why, sizeof(p->why), "the inproc server refused the connection: %s", why);
+    snprintf(p->why, sizeof(p->why), "%s", why);
     wake_end(&p->end[ACTIVE]);
     pipe_put_locked(p);
 }
