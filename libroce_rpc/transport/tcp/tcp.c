@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -28,36 +27,46 @@
 
 #include <roce_rpc/rrpc.h>
 
+#include "transport/tcp/rx.h"
 #include "transport/transport.h"
 #include "util/idmap.h"
 #include "util/list.h"
 #include "util/resolve.h"
 
-#define RBUF_SIZE (64 * 1024)
 #define TX_HIGH (512 * 1024) /* above this the class reports -EAGAIN */
-/* Class isolation: one loop wakeup serves one class for at most (class
- * weight x SLICE_UNIT_NS) in each direction, in pieces of at most
- * PIECE_SMALL bytes per system call while another class of the connection
- * is busy, so a bulk stream never holds the loop for a whole large message
- * while a low-latency frame waits; libev then runs the other ready watchers,
- * the heavier classes first (chan_init).  A slice is measured in time, not
- * bytes, so bulk keeps the loop while nothing else is ready.
+/* Class isolation is the core's receive-side QoS policy (core/qos.h), which
+ * this transport executes in both directions: one loop wake-up serves one
+ * class for a turn of at most (class weight x RRPC_TCP_SLICE_US), in pieces
+ * of at most RRPC_TCP_PIECE_SHARED bytes per system call while another class
+ * of the connection is busy, so a bulk stream never holds the loop for a
+ * whole large message while a low-latency frame waits; the loop then runs
+ * the other ready watchers, in the policy's order (rrpci_rx_prio).  A turn
+ * is measured in time, not bytes: a piece costs from 10 us (a 64 KiB read)
+ * to 250 us (a 1 MiB write on loopback, which also runs the receiver's TCP
+ * processing), and bulk keeps the loop while nothing else is ready.
  *
  * A class whose connection has no other class busy (nothing queued to send,
- * no piece moved either way for BUSY_NS, 100 ms) writes and reads in pieces of up to
- * PIECE_LARGE: on loopback one sendmsg of 1 MiB costs the sender less than
- * sixteen of 64 KiB (it also runs the receiver's TCP processing, once per
- * call), but holds the loop for 100-250 us, which a low-latency answer
- * arriving meanwhile would wait out (docs/performance.md, "Adaptive pieces
- * on tcp"). */
-#define SLICE_UNIT_NS (20 * 1000ull)
-#define PIECE_SMALL (64 * 1024)
-#define PIECE_LARGE (1024 * 1024)
-/* A class counts as busy this long after its last piece: longer than a
- * round trip takes on a loaded machine, or a late answer would make bulk
- * switch to large pieces just when that answer waits for the loop. */
-#define BUSY_NS (100 * 1000 * 1000ull)
-#define SPARE_MAX (8u << 20)       /* largest receive buffer kept for reuse */
+ * no piece moved either way for RRPC_TCP_BUSY_MS) moves pieces of up to
+ * RRPC_TCP_PIECE_ALONE: one sendmsg of 1 MiB costs the sender less than
+ * sixteen of 64 KiB, but holds the loop for 100-250 us, which a low-latency
+ * answer arriving meanwhile would wait out (docs/performance.md, "Adaptive
+ * pieces on tcp").  The busy window is longer than a round trip takes on a
+ * loaded machine, or a late answer would make bulk switch to large pieces
+ * just when that answer waits for the loop. */
+static const struct rrpci_tunable tcp_tunables[] = {
+    {"RRPC_TCP_SLICE_US", 20, 1, 1000000,
+     "tcp: time one loop wake-up gives a class, per unit of its weight, to read (and to "
+     "write) before the loop serves the other ready classes, us"},
+    {"RRPC_TCP_PIECE_SHARED", 64L << 10, 4096, 64L << 20,
+     "tcp: largest read or write of one system call while another class of the connection is "
+     "busy, bytes; what a low-latency frame may wait behind"},
+    {"RRPC_TCP_PIECE_ALONE", 1L << 20, 4096, 64L << 20,
+     "tcp: largest read or write of one system call while no other class of the connection "
+     "is busy, bytes; larger pieces cost less CPU per byte"},
+    {"RRPC_TCP_BUSY_MS", 100, 0, 60000,
+     "tcp: a class counts as busy this long after it last moved a piece either way, ms"},
+    {NULL, 0, 0, 0, NULL},
+};
 #define NCLS RRPCI_MAX_CLASSES
 
 struct tcp_chan {
@@ -65,25 +74,8 @@ struct tcp_chan {
     int fd;
     int cls;
     bool connected;
-    bool paused; /* active side: data arrived before every class was joined */
     ev_io rio, wio;
-    /* receive */
-    uint8_t *rbuf;
-    size_t rlen, roff;
-    bool have_hdr;
-    struct rrpci_hdr h;
-    uint8_t *big; /* payload larger than what rbuf holds */
-    size_t big_got, big_cap;
-    uint8_t *spare; /* the last large buffer, kept for the next large payload */
-    size_t spare_cap;
-    /* A large emulated WRITE read straight into its target region
-     * (rrpci_os_write_target): the data goes to dst, big_got counts the
-     * payload bytes come (sub-header included); dst_lost: the region went
-     * away meanwhile, the rest is read into rbuf and dropped. */
-    uint8_t *dst;
-    uint8_t dst_sub[RRPCI_OS_HDR_SIZE];
-    bool dst_lost;
-    bool peek_hdr; /* the last header announced a large payload: read the next header alone */
+    struct rrpc_tcp_rx rx; /* receive: rx.h */
     /* transmit */
     struct rrpci_msg *txh, *txt;
     size_t tx_off;
@@ -123,6 +115,7 @@ struct tcp_listener {
 
 struct tcp_ctx {
     struct rrpci_idmap cookies;
+    struct rrpci_qos qos; /* the core's policy with this transport's knobs */
 };
 
 static struct tcp_ctx *tctx(rrpc_ctx *ctx)
@@ -152,20 +145,6 @@ static int sock_setup(int fd)
     return 0;
 }
 
-/* Read buffers come straight from the kernel: freed on idle (tcp_trim), their
- * pages leave the process, which a heap block of this size would not. */
-static uint8_t *rbuf_alloc(void)
-{
-    void *p = mmap(NULL, RBUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static void rbuf_free(uint8_t *p)
-{
-    if (p)
-        munmap(p, RBUF_SIZE);
-}
-
 /* ---- transmit ------------------------------------------------------------ */
 
 static uint64_t mono_ns(void)
@@ -175,35 +154,37 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The end of a slice of class @cls starting at @now. */
-static uint64_t slice_end(rrpc_ctx *ctx, int cls, uint64_t now)
+static const struct rrpci_qos *chan_qos(const struct tcp_chan *ch)
 {
-    return now + rrpci_ctx_class_weight(ctx, cls) * SLICE_UNIT_NS;
+    return &tctx(rrpci_conn_ctx(ch->conn))->qos;
 }
 
-/* Bytes @ch may move in its next system call (see PIECE_LARGE). */
+/* Bytes @ch may move in its next system call: the policy's piece, small
+ * while another class of the connection is busy. */
 static size_t piece_size(const struct tcp_chan *ch, uint64_t now)
 {
     const struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
+    const struct rrpci_qos *qos = chan_qos(ch);
+    bool shared = false;
     for (int i = 0; i < NCLS; i++) {
         const struct tcp_chan *o = &tc->ch[i];
-        if (o != ch && (o->txh || o->last_ns + BUSY_NS > now))
-            return PIECE_SMALL;
+        if (o != ch && (o->txh || rrpci_qos_busy(qos, o->last_ns, now)))
+            shared = true;
     }
-    return PIECE_LARGE;
+    return rrpci_qos_piece(qos, shared);
 }
 
-/* Writes queued frames, at most the class's slice per call.  Returns 0 when
- * the queue is empty, -EAGAIN when the socket is full or the slice is used
+/* Writes queued frames, at most the class's turn per call.  Returns 0 when
+ * the queue is empty, -EAGAIN when the socket is full or the turn is over
  * (the caller keeps the write watcher armed), or a negative errno. */
 static int chan_write(struct tcp_chan *ch)
 {
-    uint64_t end = 0;
+    uint64_t now = mono_ns();
+    struct rrpci_qos_turn turn;
+    rrpci_qos_turn_begin(chan_qos(ch), ch->cls, now, &turn);
+    bool open = true;
     while (ch->txh) {
-        uint64_t now = mono_ns();
-        if (!end)
-            end = slice_end(rrpci_conn_ctx(ch->conn), ch->cls, now);
-        else if (now >= end)
+        if (!open)
             return -EAGAIN;
         struct rrpci_msg *m = ch->txh;
         struct iovec iov[3];
@@ -236,6 +217,8 @@ static int chan_write(struct tcp_chan *ch)
         ch->tx_off += (size_t)w;
         ch->tx_bytes -= (size_t)w;
         ch->last_ns = now;
+        now = mono_ns();
+        open = rrpci_qos_turn_charge(&turn, (size_t)w, now);
         if (ch->tx_off == RRPCI_HDR_SIZE + rrpci_msg_payload_len(m)) {
             ch->txh = m->next;
             if (!ch->txh)
@@ -336,275 +319,133 @@ static void on_handshake_frame(rrpc_conn *c, struct tcp_chan *ch, const struct r
                                const uint8_t *p);
 
 /* Hands one complete frame up.  Returns false when the connection went away. */
-static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const uint8_t *payload)
+static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h,
+                    const uint8_t *payload)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    struct rrpci_hdr h = ch->h;
-    ch->have_hdr = false;
-    if (h.type == RRPCI_T_HELLO_ACK || h.type == RRPCI_T_JOIN_ACK || h.type == RRPCI_T_HELLO ||
-        h.type == RRPCI_T_JOIN) {
+    if (h->type == RRPCI_T_HELLO_ACK || h->type == RRPCI_T_JOIN_ACK || h->type == RRPCI_T_HELLO ||
+        h->type == RRPCI_T_JOIN) {
         if (tc->joined == (1u << NCLS) - 1) {
             rrpci_conn_down(c, RRPC_E_PROTO, "handshake frame on an established connection");
             return false;
         }
-        on_handshake_frame(c, ch, &h, payload);
-    } else if (tc->joined != (1u << NCLS) - 1 && h.type == RRPCI_T_ERROR) {
+        on_handshake_frame(c, ch, h, payload);
+    } else if (tc->joined != (1u << NCLS) - 1 && h->type == RRPCI_T_ERROR) {
         /* The passive side refused us and says why. */
-        int code = (int32_t)(uint32_t)h.arg;
-        char why[256];
-        snprintf(why, sizeof(why), "the server refused the connection: %.*s",
-                 (int)(h.len < 200 ? h.len : 200), (const char *)payload);
-        rrpci_set_error(rrpci_conn_ctx(c), code < 0 ? code : RRPC_E_PROTO, "%s", why);
-        rrpci_conn_down(c, code < 0 ? code : RRPC_E_PROTO, why);
+        rrpci_conn_refused(c, (int32_t)(uint32_t)h->arg, payload, h->len);
         return false;
     } else if (tc->joined != (1u << NCLS) - 1) {
         rrpci_conn_down(c, RRPC_E_PROTO, "data frame before the handshake finished");
         return false;
     } else {
-        rrpci_conn_recv(c, ch->cls, &h, payload);
+        rrpci_conn_recv(c, ch->cls, h, payload);
     }
     return !rrpci_conn_is_down(c);
 }
 
-static bool handshake_frame_or_ready(rrpc_conn *c, uint8_t type)
+/* ---- the receive machine's upcalls (rx.h) ---- */
+
+/* The passive side is up and may already send on a class while the active
+ * side's other JOIN_ACKs are on their way: such a frame waits in its
+ * buffer until every class is joined (join_done). */
+static bool chan_rx_ready(void *u, uint8_t type)
 {
-    struct tcp_conn *tc = rrpci_conn_priv(c);
-    return rrpci_conn_passive(c) || tc->joined == (1u << NCLS) - 1 || type == RRPCI_T_HELLO_ACK ||
-           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
+    struct tcp_chan *ch = u;
+    struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
+    return rrpci_conn_passive(ch->conn) || tc->joined == (1u << NCLS) - 1 ||
+           type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
 }
 
-/* The header in @ch is of a WRITE large enough to be read into its region. */
-static bool large_write(const struct tcp_chan *ch)
+static int chan_rx_admit(void *u, const struct rrpci_hdr *h)
 {
-    return ch->h.type == RRPCI_T_OS_WRITE && ch->h.len > RBUF_SIZE / 2;
+    struct tcp_chan *ch = u;
+    return rrpci_conn_rx_admit(ch->conn, ch->cls, h);
 }
 
-/* Delivers every complete frame buffered in @ch.  False when the
- * connection went away. */
-static bool parse_buffer(rrpc_conn *c, struct tcp_chan *ch, struct ev_loop *loop)
+static bool chan_rx_frame(void *u, const struct rrpci_hdr *h, const uint8_t *payload)
 {
-    rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    bool alive = true;
-    while (alive) {
-        size_t avail = ch->rlen - ch->roff;
-        if (!ch->have_hdr) {
-            if (avail < RRPCI_HDR_SIZE)
-                break;
-            if (!handshake_frame_or_ready(c, ch->rbuf[ch->roff + 5])) {
-                /* The passive side is up and already sends on this class
-                 * while our other JOIN_ACKs are on their way: keep the
-                 * frame buffered until every class is joined. */
-                ch->paused = true;
-                ev_io_stop(loop, &ch->rio);
-                break;
-            }
-            const char *why = NULL;
-            int r = rrpci_hdr_decode(ch->rbuf + ch->roff, rrpci_ctx_max_msg(ctx), &ch->h, &why);
-            if (r < 0) {
-                rrpci_set_error(ctx, r, "bad frame from the peer: %s; connection closed", why);
-                rrpci_conn_down(c, r, why);
-                alive = false;
-                break;
-            }
-            ch->have_hdr = true;
-            ch->roff += RRPCI_HDR_SIZE;
-            avail -= RRPCI_HDR_SIZE;
-            ch->peek_hdr = ch->h.len > RBUF_SIZE / 2;
-            /* A frame that is whole in the buffer is checked on delivery;
-             * one whose payload is still to come, before it is buffered. */
-            if (avail < ch->h.len && rrpci_conn_rx_admit(c, ch->cls, &ch->h)) {
-                alive = false;
-                break;
-            }
-        }
-        if (avail >= ch->h.len) {
-            const uint8_t *p = ch->rbuf + ch->roff;
-            ch->roff += ch->h.len;
-            alive = deliver(c, ch, p);
-            continue;
-        }
-        if (large_write(ch)) {
-            /* A large WRITE: once its sub-header is here (chan_read_cb
-             * reads it alone if need be), its data goes to its target. */
-            if (avail < RRPCI_OS_HDR_SIZE)
-                break;
-            const uint8_t *p = ch->rbuf + ch->roff;
-            uint8_t *dst = rrpci_os_write_target(c, &ch->h, p, avail);
-            if (dst) {
-                memcpy(ch->dst_sub, p, RRPCI_OS_HDR_SIZE);
-                memcpy(dst, p + RRPCI_OS_HDR_SIZE, avail - RRPCI_OS_HDR_SIZE);
-                ch->dst = dst;
-                ch->dst_lost = false;
-                ch->big_got = avail;
-                ch->roff = ch->rlen = 0;
-                break;
-            }
-            /* refused: read as any frame, rrpci_conn_recv answers it */
-        }
-        if (ch->h.len > RBUF_SIZE / 2) {
-            /* Large: read the rest straight into its own buffer. */
-            if (ch->spare && ch->spare_cap >= ch->h.len) {
-                ch->big = ch->spare;
-                ch->big_cap = ch->spare_cap;
-                ch->spare = NULL;
-            } else {
-                free(ch->spare); /* too small: this buffer becomes the spare */
-                ch->spare = NULL;
-                ch->big = malloc(ch->h.len);
-                ch->big_cap = ch->h.len;
-            }
-            if (!ch->big) {
-                rrpci_conn_down(c, -ENOMEM, "out of memory for a large message");
-                alive = false;
-                break;
-            }
-            memcpy(ch->big, ch->rbuf + ch->roff, avail);
-            ch->big_got = avail;
-            ch->roff = ch->rlen = 0;
-        }
-        break;
-    }
-    return alive;
+    struct tcp_chan *ch = u;
+    return deliver(ch->conn, ch, h, payload);
 }
 
+static uint8_t *chan_rx_write_target(void *u, const struct rrpci_hdr *h, const uint8_t *p,
+                                     size_t n)
+{
+    struct tcp_chan *ch = u;
+    return rrpci_os_write_target(ch->conn, h, p, n);
+}
+
+static void chan_rx_fail(void *u, int code, const char *why)
+{
+    struct tcp_chan *ch = u;
+    if (code != -ENOMEM)
+        rrpci_set_error(rrpci_conn_ctx(ch->conn), code,
+                        "bad frame from the peer: %s; connection closed", why);
+    rrpci_conn_down(ch->conn, code, why);
+}
+
+static const struct rrpc_tcp_rx_up chan_rx_up = {
+    .ready = chan_rx_ready,
+    .admit = chan_rx_admit,
+    .frame = chan_rx_frame,
+    .write_target = chan_rx_write_target,
+    .fail = chan_rx_fail,
+};
+
+/* Reads the socket for the class's turn (core/qos.h), where the receive
+ * machine says, and runs the machine on what came. */
 static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct tcp_chan *ch = w->data;
     rrpc_conn *c = ch->conn;
-    rrpc_ctx *ctx = rrpci_conn_ctx(c);
     rrpci_conn_ref(c);
-    /* Receive-side share of the loop: a time slice per wakeup proportional to
-     * the class weight (see SLICE_UNIT_NS). */
     uint64_t now = mono_ns();
-    uint64_t end = slice_end(ctx, ch->cls, now);
-    bool slice_open = true;
+    struct rrpci_qos_turn turn;
+    rrpci_qos_turn_begin(chan_qos(ch), ch->cls, now, &turn);
     /* Frames held back while the handshake finished come first. */
-    if (!ch->big && !ch->dst && ch->rlen > ch->roff && !parse_buffer(c, ch, loop))
-        slice_open = false;
-    while (slice_open && !ch->paused) {
-        ssize_t n;
+    enum rrpc_tcp_rx_next next = rrpc_tcp_rx_got(&ch->rx, 0);
+    bool open = true;
+    while (open && next == RRPC_TCP_RX_READ) {
+        uint8_t *to;
         size_t want;
-        if (ch->dst || ch->big) { /* the rest of a large payload */
-            want = ch->h.len - ch->big_got;
-            size_t piece = piece_size(ch, now);
-            if (want > piece)
-                want = piece;
-        }
-        if (ch->dst) {
-            uint8_t *to = ch->dst + (ch->big_got - RRPCI_OS_HDR_SIZE);
-            /* Each time: the region may have been deregistered since. */
-            if (ch->dst_lost || !rrpci_os_write_target(c, &ch->h, ch->dst_sub, RRPCI_OS_HDR_SIZE)) {
-                ch->dst_lost = true;
-                if (!ch->rbuf && !(ch->rbuf = rbuf_alloc())) {
-                    rrpci_conn_down(c, -ENOMEM, "out of memory for a receive buffer");
-                    break;
-                }
-                to = ch->rbuf;
-                if (want > RBUF_SIZE)
-                    want = RBUF_SIZE;
-            }
-            n = read(ch->fd, to, want);
-        } else if (ch->big) {
-            n = read(ch->fd, ch->big + ch->big_got, want);
-        } else {
-            if (ch->roff == ch->rlen)
-                ch->roff = ch->rlen = 0;
-            else if (ch->roff > RBUF_SIZE / 2) {
-                memmove(ch->rbuf, ch->rbuf + ch->roff, ch->rlen - ch->roff);
-                ch->rlen -= ch->roff;
-                ch->roff = 0;
-            }
-            if (!ch->rbuf && !(ch->rbuf = rbuf_alloc())) {
-                rrpci_conn_down(c, -ENOMEM, "out of memory for a receive buffer");
-                break;
-            }
-            want = RBUF_SIZE - ch->rlen;
-            /* After a large payload another often follows: its header alone
-             * first, so that its payload is read straight into its own
-             * buffer, not into rbuf and copied from there; a large WRITE's
-             * sub-header alone next, for the same reason. */
-            if (ch->peek_hdr && ch->rlen == 0)
-                want = RRPCI_HDR_SIZE;
-            if (ch->have_hdr && large_write(ch) && ch->rlen - ch->roff < RRPCI_OS_HDR_SIZE)
-                want = RRPCI_OS_HDR_SIZE - (ch->rlen - ch->roff);
-            n = read(ch->fd, ch->rbuf + ch->rlen, want);
-        }
+        next = rrpc_tcp_rx_want(&ch->rx, piece_size(ch, now), &to, &want);
+        if (next != RRPC_TCP_RX_READ)
+            break;
+        ssize_t n = read(ch->fd, to, want);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
-        if (n > 0) {
-            ch->last_ns = now;
-            now = mono_ns();
-            if (now >= end)
-                slice_open = false; /* this piece is handled, then the loop moves on */
-        }
         if (n <= 0) {
-            bool mid = ch->have_hdr || ch->rlen > ch->roff;
             int err = n < 0 ? errno : 0;
             char why[128];
             if (n < 0)
                 snprintf(why, sizeof(why), "read from the peer failed: %s", strerror(err));
             else
                 snprintf(why, sizeof(why), "%s",
-                         mid ? "the peer vanished in the middle of a message"
+                         rrpc_tcp_rx_mid_frame(&ch->rx)
+                             ? "the peer vanished in the middle of a message"
                              : "the peer closed the connection");
             rrpci_conn_down(c, RRPC_E_CONN_LOST, why);
+            next = RRPC_TCP_RX_GONE;
             break;
         }
+        ch->last_ns = now;
+        now = mono_ns();
+        open = rrpci_qos_turn_charge(&turn, (size_t)n, now); /* this piece is handled, then
+                                                                 the loop moves on */
         /* A short read emptied the socket: the (level-triggered) watcher
          * calls again when more comes, which saves a read that would only
          * say EAGAIN. */
         bool drained = (size_t)n < want;
-        if (ch->dst || ch->big) {
-            ch->big_got += (size_t)n;
-            if (ch->big_got < ch->h.len) {
-                if (drained)
-                    break;
-                continue;
-            }
-        }
-        if (ch->dst) {
-            ch->dst = NULL;
-            ch->h.placed = true; /* handed up with its sub-header alone */
-            bool alive = deliver(c, ch, ch->dst_sub);
-            if (!alive || drained)
-                break;
-            continue;
-        }
-        if (ch->big) {
-            uint8_t *big = ch->big;
-            size_t cap = ch->big_cap;
-            ch->big = NULL;
-            bool alive = deliver(c, ch, big);
-            if (alive && !ch->spare && cap <= SPARE_MAX) {
-                ch->spare = big; /* reused: no allocation, no page faults */
-                ch->spare_cap = cap;
-            } else {
-                free(big);
-            }
-            if (!alive || drained)
-                break;
-            continue;
-        }
-        ch->rlen += (size_t)n;
-        bool alive = parse_buffer(c, ch, loop);
-        if (!alive || drained)
+        next = rrpc_tcp_rx_got(&ch->rx, (size_t)n);
+        if (drained)
             break;
     }
+    if (next == RRPC_TCP_RX_HOLD)
+        ev_io_stop(loop, &ch->rio);
     rrpci_conn_unref(c);
 }
 
 /* ---- channels -------------------------------------------------------------- */
-
-/* libev priority of a class's watchers: by its weight against the others'. */
-static int tcp_class_priority(rrpc_ctx *ctx, int cls)
-{
-    unsigned w = rrpci_ctx_class_weight(ctx, cls), above = 0;
-    for (int i = 0; i < NCLS; i++)
-        above += rrpci_ctx_class_weight(ctx, i) > w;
-    /* The heaviest class gets EV_MAXPRI, the next EV_MAXPRI - 1, ... */
-    int pri = EV_MAXPRI - (int)above;
-    return pri < EV_MINPRI ? EV_MINPRI : pri;
-}
 
 static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
 {
@@ -612,33 +453,28 @@ static void chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool c
     ch->cls = cls;
     ch->fd = fd;
     ch->connected = connected;
-    ch->rbuf = NULL; /* on the first read: an idle connection holds none */
+    /* The read buffer comes on the first read: an idle connection holds none. */
+    rrpc_tcp_rx_init(&ch->rx, &chan_rx_up, ch, rrpci_ctx_max_msg(rrpci_conn_ctx(c)));
     ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
     ev_io_init(&ch->wio, chan_writable_cb, fd, EV_WRITE);
     ch->rio.data = ch->wio.data = ch;
-    /* Within one loop iteration, the heavier-weighted classes' ready
-     * watchers run first (libev invokes pending watchers by priority). */
-    int pri = tcp_class_priority(rrpci_conn_ctx(c), cls);
+    /* Within one loop iteration, the ready watchers of the class the
+     * policy serves first run first (libev invokes them by priority). */
+    int pri = rrpci_rx_prio(rrpci_conn_ctx(c), cls);
     ev_set_priority(&ch->rio, pri);
     ev_set_priority(&ch->wio, pri);
 }
 
 static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 {
-    if (ch->fd < 0 && !ch->rbuf)
+    if (ch->fd < 0 && !ch->rx.rbuf)
         return;
     ev_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
     ev_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
     if (ch->fd >= 0)
         close(ch->fd);
     ch->fd = -1;
-    rbuf_free(ch->rbuf);
-    ch->rbuf = NULL;
-    free(ch->big);
-    ch->big = NULL;
-    ch->dst = NULL;
-    free(ch->spare);
-    ch->spare = NULL;
+    rrpc_tcp_rx_fini(&ch->rx);
     while (ch->txh) {
         struct rrpci_msg *m = ch->txh;
         ch->txh = m->next;
@@ -653,17 +489,8 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 static void tcp_trim(rrpc_conn *c)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    for (int i = 0; i < NCLS; i++) {
-        struct tcp_chan *ch = &tc->ch[i];
-        free(ch->spare);
-        ch->spare = NULL;
-        ch->spare_cap = 0;
-        if (ch->rbuf && !ch->big && !ch->have_hdr && ch->roff == ch->rlen) {
-            rbuf_free(ch->rbuf);
-            ch->rbuf = NULL;
-            ch->roff = ch->rlen = 0;
-        }
-    }
+    for (int i = 0; i < NCLS; i++)
+        rrpc_tcp_rx_trim(&tc->ch[i].rx);
 }
 
 static void tcp_conn_close(rrpc_conn *c)
@@ -687,8 +514,8 @@ static void join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
     for (int i = 0; i < NCLS; i++) {
         struct tcp_chan *ch = &tc->ch[i];
-        if (ch->paused) { /* parse what was held back, then read on */
-            ch->paused = false;
+        if (ch->rx.state == RRPC_TCP_RX_HELD) { /* hand up what was held, then read on */
+            rrpc_tcp_rx_resume(&ch->rx);
             ev_io_start(rrpci_ctx_loop(ctx), &ch->rio);
             ev_feed_event(rrpci_ctx_loop(ctx), &ch->rio, EV_READ);
         }
@@ -1179,6 +1006,18 @@ static int tcp_peer_name(rrpc_conn *c, char *buf, size_t len)
     return 0;
 }
 
+static int tcp_ctx_init(rrpc_ctx *ctx)
+{
+    const struct rrpci_qos_knobs knobs = {
+        .turn_ns = (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_SLICE_US") * 1000u,
+        .piece_alone = (size_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_PIECE_ALONE"),
+        .piece_shared = (size_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_PIECE_SHARED"),
+        .busy_ns = (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_BUSY_MS") * 1000000u,
+    };
+    rrpci_ctx_qos(ctx, &knobs, &tctx(ctx)->qos);
+    return 0;
+}
+
 static void tcp_ctx_fini(rrpc_ctx *ctx)
 {
     rrpci_idmap_fini(&tctx(ctx)->cookies);
@@ -1196,10 +1035,12 @@ const struct rrpci_transport_ops rrpci_tcp_ops = {
     .connect = tcp_connect,
     .send = tcp_send,
     .conn_close = tcp_conn_close,
+    .ctx_init = tcp_ctx_init,
     .ctx_fini = tcp_ctx_fini,
     .class_dscp = tcp_class_dscp,
     .peer_name = tcp_peer_name,
     .listener_port = tcp_listener_port,
     .trim = tcp_trim,
+    .tunables = tcp_tunables,
     .ext_repointable = true, /* chan_write reads m->ext afresh for every piece */
 };
