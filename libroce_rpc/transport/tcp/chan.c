@@ -138,8 +138,8 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
         }
         ch->last_ns = now;
         now = mono_ns();
-        open = rrpci_qos_turn_charge(&turn, (size_t)n, now); /* this piece is handled, then
-                                                                 the loop moves on */
+        /* Past the turn, this piece is still handled; then the loop moves on. */
+        open = rrpci_qos_turn_charge(&turn, (size_t)n, now);
         /* A short read emptied the socket: the (level-triggered) watcher
          * calls again when more comes, which saves a read that would only
          * say EAGAIN. */
