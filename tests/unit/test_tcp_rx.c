@@ -486,7 +486,8 @@ static void test_a_frame_before_ready_is_held_then_handed_up_on_resume(void **st
     assert_int_equal(rrpc_tcp_rx_want(&f->rx, 1u << 20, &to, &max), RRPC_TCP_RX_HOLD);
     assert_int_equal(rrpc_tcp_rx_got(&f->rx, 0), RRPC_TCP_RX_HOLD);
     f->s.ready = true;
-    rrpc_tcp_rx_resume(&f->rx);
+    assert_true(rrpc_tcp_rx_resume(&f->rx));
+    assert_false(rrpc_tcp_rx_resume(&f->rx));
     assert_int_equal(rrpc_tcp_rx_got(&f->rx, 0), RRPC_TCP_RX_READ);
     assert_int_equal(f->s.nrec, 3);
     check_frame(&f->s.rec[1], RRPCI_T_REQUEST, 2, 10);

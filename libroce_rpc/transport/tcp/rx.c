@@ -308,10 +308,12 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n)
     return rx_run(rx);
 }
 
-void rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx)
+bool rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx)
 {
-    if (rx->state == RRPC_TCP_RX_HELD)
-        rx->state = RRPC_TCP_RX_HEADER;
+    if (rx->state != RRPC_TCP_RX_HELD)
+        return false;
+    rx->state = RRPC_TCP_RX_HEADER;
+    return true;
 }
 
 bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx)

@@ -118,9 +118,10 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_want(struct rrpc_tcp_rx *rx, size_t piece, uin
  * every frame that is whole. */
 enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n);
 
-/* HELD: up->ready may now let the held frame go; back in HEADER (the
- * channel then calls rrpc_tcp_rx_got(rx, 0) before it reads). */
-void rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx);
+/* up->ready may now let a held frame go: from HELD back to HEADER, and
+ * true (the channel then reads again, calling rrpc_tcp_rx_got(rx, 0)
+ * first); false when nothing was held. */
+bool rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx);
 
 /* Whether the peer stopped in the middle of a frame (for the reason given
  * when its socket ends). */

@@ -91,8 +91,7 @@ void rrpc_tcp_join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
     for (int i = 0; i < NCLS; i++) {
         struct tcp_chan *ch = &tc->ch[i];
-        if (ch->rx.state == RRPC_TCP_RX_HELD) { /* hand up what was held, then read on */
-            rrpc_tcp_rx_resume(&ch->rx);
+        if (rrpc_tcp_rx_resume(&ch->rx)) { /* hand up what was held, then read on */
             ev_io_start(rrpci_ctx_loop(ctx), &ch->rio);
             ev_feed_event(rrpci_ctx_loop(ctx), &ch->rio, EV_READ);
         }
