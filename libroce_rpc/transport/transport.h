@@ -275,10 +275,12 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why);
 /*
  * The active side: the peer refused the connection before it was up (an
  * ERROR frame during the transport's handshake, or the transport's own
- * word for it), with @code (an RRPC_E_* code or a negated errno; anything
- * else reads as RRPC_E_PROTO) and its reason, @len bytes at @reason (not
- * NUL-terminated; only read during the call).  The core records it as the
- * context's last error and takes the connection down.
+ * word for it; the core calls it too for a refused ticket), with @code (an
+ * RRPC_E_* code or a negated errno; one >= 0 reads as RRPC_E_PROTO before
+ * rrpci_conn_established, as RRPC_E_TICKET after) and its reason, @len
+ * bytes at @reason (not NUL-terminated; read during the call only).  The
+ * core records it as the context's last error and takes the connection
+ * down.
  */
 void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t len);
 
