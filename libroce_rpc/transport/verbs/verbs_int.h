@@ -101,7 +101,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ev.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
