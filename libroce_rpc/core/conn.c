@@ -180,7 +180,7 @@ rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops
     return c;
 }
 
-/* The peer's address as 16 bytes (IPv4 mapped into IPv6); false if none. */
+/* The HELLO this side sends: protocol version, classes, its grants. */
 void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h)
 {
     memset(h, 0, sizeof(*h));

@@ -258,6 +258,26 @@ static inline bool rrpci_conn_authenticated(const rrpc_conn *c)
 {
     return c->announced && c->state != RRPCI_DOWN;
 }
+/* It is UP now. */
+static inline bool rrpci_conn_is_up(const rrpc_conn *c)
+{
+    return c->state == RRPCI_UP;
+}
+/* It waits for the peer's ticket (or, passive, its first frame). */
+static inline bool rrpci_conn_authenticating(const rrpc_conn *c)
+{
+    return c->state == RRPCI_AUTHENTICATING;
+}
+/* Facts that stay once true: it reached UP (DOWN is owed to the
+ * application); the transport said it was established. */
+static inline bool rrpci_conn_reached_up(const rrpc_conn *c)
+{
+    return c->announced;
+}
+static inline bool rrpci_conn_wire_was_up(const rrpc_conn *c)
+{
+    return c->wire_up;
+}
 
 /*
  * Queues @m on class @cls (taking a credit unless the type is exempt, in

@@ -48,7 +48,7 @@ void rrpci_ka_timer_cb(struct rrpci_timer *t)
          * the exempt frames a peer must have receive buffers for. */
         int r = rrpci_send_exempt(c, RRPCI_T_KEEPALIVE, 0, NULL, 0);
         if (r < 0 || !rrpci_conn_wire_open(c)) {
-            if (c->state != RRPCI_DOWN)
+            if (!rrpci_conn_is_down(c))
                 rrpci_conn_down(c, r, "cannot send a keepalive");
             return;
         }
@@ -60,7 +60,7 @@ void rrpci_ka_timer_cb(struct rrpci_timer *t)
 
 void rrpci_ka_start(rrpc_conn *c)
 {
-    if (c->ctx->cfg.keepalive_ms <= 0 || c->state != RRPCI_UP)
+    if (c->ctx->cfg.keepalive_ms <= 0 || !rrpci_conn_is_up(c))
         return;
     c->last_rx = rrpci_ctx_now(c->ctx);
     c->ka_probe_out = false;

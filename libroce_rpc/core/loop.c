@@ -234,6 +234,13 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Polling ends: the transports arm what they left unarmed. */
+static void polling_end(rrpc_ctx *ctx)
+{
+    rrpci_gov_stop(&ctx->gov);
+    (void)transports_poll(ctx, true);
+}
+
 /* After a pass while polling: charges it, and either ends polling (the
  * transports arm what they polled) or looks at their completions for up to
  * a slice (RRPCI_GOV_SLICE) before the next pass. */
@@ -242,8 +249,7 @@ static void poll_step(rrpc_ctx *ctx)
     double now = mono_s();
     bool held = rrpci_gov_charge(&ctx->gov, now, thread_cpu_s(), thread_id());
     if (!rrpci_gov_continue(&ctx->gov, now, held)) {
-        rrpci_gov_stop(&ctx->gov);
-        (void)transports_poll(ctx, true);
+        polling_end(ctx);
         return;
     }
     double end = now + RRPCI_GOV_SLICE;
@@ -398,6 +404,11 @@ void rrpci_loop_give_back(rrpc_ctx *ctx)
 {
     struct epoll_event e1 = {.events = EPOLLIN, .data.u32 = 0};
     ctx->taken = false;
+    /* Polling served the caller, who waited for its answer: the loop
+     * thread sleeps on armed fds instead of polling on beside the caller's
+     * next call. */
+    if (ctx->gov.polling)
+        polling_end(ctx);
     /* Back in the loop thread's set: it wakes if the loop's fd has
      * something.  A timer due before the loop thread's wait ends, or work
      * that does not show in the fd, needs a kick. */

@@ -340,7 +340,7 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     if (r < 0)
         return r;
     rrpci_lock(ctx);
-    uint32_t limit = c->wire_up ? c->peer_max_msg : ctx->cfg.max_msg;
+    uint32_t limit = rrpci_conn_wire_was_up(c) ? c->peer_max_msg : ctx->cfg.max_msg;
     struct rrpci_pending *pd = NULL;
     struct rrpci_msg *m = NULL;
     if (!rrpci_conn_accepts_calls(c)) {

@@ -231,7 +231,7 @@ static size_t peer_snapshot(rrpc_ctx *ctx, rrpc_peer_stats *ret)
             continue;
         size_t i = c->peer_slot - 1 == RRPC_STATS_PEERS ? n - 1 : (size_t)c->peer_slot - 1;
         conn_stat_add(&ret[i].s, &c->stats);
-        if (c->state == RRPCI_UP)
+        if (rrpci_conn_is_up(c))
             ret[i].conns++;
     }
     return n;

@@ -76,7 +76,9 @@
  *    sent).  The loop never calls it: a reaper thread of the
  *    context does, and a cm_id handed to it has its context set to a marker
  *    so that its late events are only acknowledged.
- *  - Tunables (environment, read when a context first uses rdma://):
+ *  - Tunables (the context's configuration: rrpc_config_set or the RRPC_*
+ *    environment, validated when the context is made; read here when it
+ *    first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
  *    RRPC_VERBS_BUSY_POLL_US (1000: after completions, the context's polling
  *    governor keeps the loop polling the CQ without sleeping until this long
