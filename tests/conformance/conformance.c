@@ -199,46 +199,6 @@ static void server_notify(rrpc_conn *c, uint32_t imm, void *user)
     unlock();
 }
 
-static int group_setup(void **state)
-{
-    T.transport = test_transport();
-    T.server_addr = test_server_addr();
-    if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
-        return -1;
-    static const char *const methods[] = {"echo",  "fail",  "hold",    "async",
-                                          "token", "class", "reenter", "slow"};
-    rrpc_handler_fn fns[] = {h_echo, h_fail,  h_hold,    h_async,
-                             h_token, h_class, h_reenter, h_slow};
-    for (int i = 0; i < 8; i++)
-        if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
-            return -1;
-    rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
-    if (rrpc_register(T.sctx, "hold_loop", h_hold_loop, NULL) ||
-        rrpc_register(T.sctx, "check", h_check, NULL))
-        return -1;
-    if (rrpc_register(T.cctx, "echo", h_echo, NULL)) /* clients serve too */
-        return -1;
-    T.smem = calloc(1, SMEM_LEN);
-    if (rrpc_mem_reg(T.sctx, T.smem, SMEM_LEN, RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE,
-                     &T.sregion))
-        return -1;
-    char luri[256];
-    test_listen_uri(luri, sizeof(luri));
-    int r = rrpc_listen(T.sctx, luri, server_event, NULL, &T.lis);
-    if (r) {
-        fprintf(stderr, "listen %s: %s: %s\n", luri, rrpc_err_name(r),
-                rrpc_ctx_last_error(T.sctx));
-        return -1;
-    }
-    T.port = rrpc_listener_port(T.lis);
-    test_connect_uri(T.uri, sizeof(T.uri), T.port);
-    if (run_contexts(T.sctx, T.cctx))
-        return -1;
-    printf("# conformance: transport %s, server %s, %s mode\n", T.transport, T.uri,
-           driven_mode() ? "driven" : "thread");
-    return 0;
-}
-
 /* ---- driven mode: the suite's own loop per context ---------------------- */
 
 static struct driver {
@@ -303,6 +263,46 @@ static void stop_drivers(void)
     }
     printf("# driven: progress found another thread in the loop %d and %d times\n",
            drivers[0].busy, drivers[1].busy);
+}
+
+static int group_setup(void **state)
+{
+    T.transport = test_transport();
+    T.server_addr = test_server_addr();
+    if (rrpc_ctx_create(&T.sctx) || rrpc_ctx_create(&T.cctx))
+        return -1;
+    static const char *const methods[] = {"echo",  "fail",  "hold",    "async",
+                                          "token", "class", "reenter", "slow"};
+    rrpc_handler_fn fns[] = {h_echo, h_fail,  h_hold,    h_async,
+                             h_token, h_class, h_reenter, h_slow};
+    for (int i = 0; i < 8; i++)
+        if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
+            return -1;
+    rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
+    if (rrpc_register(T.sctx, "hold_loop", h_hold_loop, NULL) ||
+        rrpc_register(T.sctx, "check", h_check, NULL))
+        return -1;
+    if (rrpc_register(T.cctx, "echo", h_echo, NULL)) /* clients serve too */
+        return -1;
+    T.smem = calloc(1, SMEM_LEN);
+    if (rrpc_mem_reg(T.sctx, T.smem, SMEM_LEN, RRPC_ACCESS_REMOTE_READ | RRPC_ACCESS_REMOTE_WRITE,
+                     &T.sregion))
+        return -1;
+    char luri[256];
+    test_listen_uri(luri, sizeof(luri));
+    int r = rrpc_listen(T.sctx, luri, server_event, NULL, &T.lis);
+    if (r) {
+        fprintf(stderr, "listen %s: %s: %s\n", luri, rrpc_err_name(r),
+                rrpc_ctx_last_error(T.sctx));
+        return -1;
+    }
+    T.port = rrpc_listener_port(T.lis);
+    test_connect_uri(T.uri, sizeof(T.uri), T.port);
+    if (run_contexts(T.sctx, T.cctx))
+        return -1;
+    printf("# conformance: transport %s, server %s, %s mode\n", T.transport, T.uri,
+           driven_mode() ? "driven" : "thread");
+    return 0;
 }
 
 static int group_teardown(void **state)
