@@ -72,7 +72,6 @@ struct rrpc_ctx {
      * no limit).  taken: a blocking call runs the loop (rrpci_loop_take),
      * and the loop's fd is out of thread_fd meanwhile. */
     int thread_fd, thread_ctl_fd;
-    int linger_fd; /* in thread_fd: the end of a polling window a blocking call left */
     _Atomic bool loop_sleeping;
     double sleep_until;
     bool taken;

@@ -26,7 +26,6 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/timerfd.h>
 
 #include "core/core.h"
 
@@ -311,7 +310,6 @@ static void thread_wait(rrpc_ctx *ctx, int ms)
     __atomic_store_n(&ctx->loop_sleeping, false, __ATOMIC_RELAXED);
     uint64_t v;
     (void)!read(ctx->thread_ctl_fd, &v, sizeof(v));
-    (void)!read(ctx->linger_fd, &v, sizeof(v));
 }
 
 /* One pass of the loop thread.  While it waits, a blocking call may take
@@ -359,14 +357,11 @@ int rrpci_loop_thread_init(rrpc_ctx *ctx)
 {
     ctx->thread_fd = epoll_create1(EPOLL_CLOEXEC);
     ctx->thread_ctl_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    ctx->linger_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     struct epoll_event e1 = {.events = EPOLLIN, .data.u32 = 0};
     struct epoll_event e2 = {.events = EPOLLIN, .data.u32 = 1};
-    struct epoll_event e3 = {.events = EPOLLIN, .data.u32 = 2};
-    if (ctx->thread_fd < 0 || ctx->thread_ctl_fd < 0 || ctx->linger_fd < 0 ||
+    if (ctx->thread_fd < 0 || ctx->thread_ctl_fd < 0 ||
         epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, rrpci_evloop_fd(ctx->ev), &e1) < 0 ||
-        epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, ctx->thread_ctl_fd, &e2) < 0 ||
-        epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, ctx->linger_fd, &e3) < 0)
+        epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, ctx->thread_ctl_fd, &e2) < 0)
         return -errno;
     return 0;
 }
@@ -377,9 +372,7 @@ void rrpci_loop_thread_fini(rrpc_ctx *ctx)
         close(ctx->thread_fd);
     if (ctx->thread_ctl_fd >= 0)
         close(ctx->thread_ctl_fd);
-    if (ctx->linger_fd >= 0)
-        close(ctx->linger_fd);
-    ctx->thread_fd = ctx->thread_ctl_fd = ctx->linger_fd = -1;
+    ctx->thread_fd = ctx->thread_ctl_fd = -1;
 }
 
 static void thread_ctl_kick(rrpc_ctx *ctx)
@@ -414,31 +407,13 @@ void rrpci_loop_give_back(rrpc_ctx *ctx)
     /* Polling served the caller, who waited for its answer: the loop
      * thread sleeps on armed fds instead of polling on beside the caller's
      * next call. */
-    /* Polling served the caller.  A caller that makes one blocking call
-     * after another comes back within the polling window: what the
-     * transports left unarmed stays so, and the loop thread sleeps on
-     * (polling beside the caller's next call would take its CPU) until the
-     * window ends (linger_fd), when it polls once more and polling ends.
-     * Meanwhile a completion that wakes no fd waits at most the rest of
-     * the window. */
-    bool lingering = false;
-    if (ctx->gov.polling) {
-        double left = ctx->gov.until - rrpci_evloop_now(ctx->ev);
-        struct itimerspec its = {0};
-        its.it_value.tv_nsec = left > 0 ? (long)(left * 1e9) % 1000000000L : 1;
-        its.it_value.tv_sec = left > 0 ? (time_t)left : 0;
-        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-            its.it_value.tv_nsec = 1;
-        lingering = timerfd_settime(ctx->linger_fd, 0, &its, NULL) == 0;
-        if (!lingering)
-            polling_end(ctx);
-    }
+    if (ctx->gov.polling)
+        polling_end(ctx);
     /* Back in the loop thread's set: it wakes if the loop's fd has
      * something.  A timer due before the loop thread's wait ends, or work
      * that does not show in the fd, needs a kick. */
     bool kick = epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, rrpci_evloop_fd(ctx->ev), &e1) < 0 ||
-                !rrpci_list_empty(&ctx->credit_dirty) || rrpci_evloop_has_pending(ctx->ev) ||
-                (ctx->gov.polling && !lingering);
+                work_pending(ctx);
     double t = rrpci_evloop_next_timer(ctx->ev);
     if (t >= 0 && (ctx->sleep_until < 0 || rrpci_evloop_now(ctx->ev) + t < ctx->sleep_until))
         kick = true;
@@ -461,7 +436,7 @@ double rrpci_ctx_now(rrpc_ctx *ctx)
 
 int rrpci_loop_init(rrpc_ctx *ctx)
 {
-    ctx->thread_fd = ctx->thread_ctl_fd = ctx->linger_fd = ctx->timer_fd = -1;
+    ctx->thread_fd = ctx->thread_ctl_fd = ctx->timer_fd = -1;
     int r = rrpci_evloop_init(&ctx->ev);
     if (r < 0)
         return r;
