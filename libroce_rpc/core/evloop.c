@@ -382,9 +382,13 @@ int rrpci_evloop_wait(struct rrpci_evloop *l, int timeout_ms)
         int fd = ev[i].data.fd;
         uint32_t e = ev[i].events;
         if (fd < 0) { /* the wake eventfd */
+            /* Read, then allow the next write: a send in between writes
+             * nothing, but its async_fired is seen by the dispatch that
+             * follows this wait.  (The other order loses a write that the
+             * read consumes, and every later send then writes nothing.) */
             uint64_t v;
-            atomic_store(&l->wake_sent, false);
             (void)!read(l->wake_fd, &v, sizeof(v));
+            atomic_store(&l->wake_sent, false);
             continue;
         }
         if (fd >= l->nfds)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "core/evloop.h"
@@ -180,6 +181,68 @@ static void test_an_async_from_another_thread_makes_the_fd_readable_and_runs_onc
     rrpci_evloop_fini(resend_loop);
 }
 
+/* ---- no wake-up is lost under a sender racing the loop's read ----------- */
+
+#define RACE_ROUNDS 20000
+#define RACE_SENDERS 3
+static atomic_int race_runs[RACE_SENDERS];
+static struct rrpci_async race_async[RACE_SENDERS];
+
+static void race_cb(struct rrpci_async *a)
+{
+    atomic_fetch_add(&race_runs[a - race_async], 1);
+}
+
+static void *race_sender(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        rrpci_async_send(resend_loop, &race_async[k]);
+        while (atomic_load(&race_runs[k]) <= i)
+            ; /* the loop ran it: send the next at once */
+    }
+    return NULL;
+}
+
+static int race_total(void)
+{
+    int n = 0;
+    for (int k = 0; k < RACE_SENDERS; k++)
+        n += atomic_load(&race_runs[k]);
+    return n;
+}
+
+/* Senders on several threads send whenever their last send was handled,
+ * so sends land at any point of the loop's wait: one whose wake-up is lost
+ * leaves the loop asleep with work outstanding.  The race it guards (a send
+ * between the loop's read of its eventfd and its clearing of wake_sent, in
+ * the wrong order) is narrow here: with that order this test rarely fails,
+ * while the conformance suite over inproc hung in one run of three. */
+static void test_no_wake_up_is_lost_when_sends_race_the_loop(void **state)
+{
+    (void)state;
+    assert_int_equal(rrpci_evloop_init(&resend_loop), 0);
+    pthread_t th[RACE_SENDERS];
+    for (int k = 0; k < RACE_SENDERS; k++) {
+        rrpci_async_init(&race_async[k], race_cb);
+        rrpci_async_start(resend_loop, &race_async[k]);
+        atomic_store(&race_runs[k], 0);
+    }
+    for (int k = 0; k < RACE_SENDERS; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, race_sender, (void *)(intptr_t)k), 0);
+    while (race_total() < RACE_SENDERS * RACE_ROUNDS) {
+        int n = rrpci_evloop_wait(resend_loop, 2000);
+        if (n == 0 && !rrpci_evloop_has_pending(resend_loop))
+            fail_msg("the loop slept 2 s with sends outstanding (%d handled)", race_total());
+        (void)rrpci_evloop_dispatch(resend_loop, 100);
+    }
+    for (int k = 0; k < RACE_SENDERS; k++) {
+        pthread_join(th[k], NULL);
+        rrpci_async_stop(resend_loop, &race_async[k]);
+    }
+    rrpci_evloop_fini(resend_loop);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_a_stopped_watcher_is_out_of_the_kernel_set_at_once),
         cmocka_unit_test(test_timers_fire_in_due_order_and_repeat),
         cmocka_unit_test(test_an_async_from_another_thread_makes_the_fd_readable_and_runs_once),
+        cmocka_unit_test(test_no_wake_up_is_lost_when_sends_race_the_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
