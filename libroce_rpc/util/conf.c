@@ -428,31 +428,52 @@ static void wrapped(FILE *fp, const char *indent, size_t width, const char *doc,
     }
 }
 
+/* The values @f takes, short, for the printed lists: "1..64", "yes or no". */
+static void range_short(const struct rrpci_conf_field *f, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    if (f->type == RRPCI_CONF_T_INT || f->type == RRPCI_CONF_T_UINT) {
+        snprintf(buf, len, "%lld..%lld", f->min, f->max);
+    } else if (f->type == RRPCI_CONF_T_BOOL) {
+        snprintf(buf, len, "yes or no");
+    } else if (f->type == RRPCI_CONF_T_ENUM) {
+        for (size_t i = 0; f->names[i] && n < len; i++) {
+            int w = snprintf(buf + n, len - n, "%s%s", i == 0 ? "" : f->names[i + 1] ? ", "
+                                                                                     : " or ",
+                             f->names[i]);
+            n += w > 0 ? (size_t)w : 0;
+        }
+    }
+}
+
 void rrpci_conf_print(const struct rrpci_conf_table *t, FILE *fp, enum rrpci_conf_style style)
 {
     for (size_t i = 0; i < t->nfields; i++) {
         const struct rrpci_conf_field *f = &t->fields[i];
-        char def[300], range[300], doc[1200];
+        char def[300], range[300], head[700], doc[1200];
         rrpci_conf_default_text(f, def, sizeof(def));
-        rrpci_conf_describe(f, range, sizeof(range));
-        bool ranged = f->type != RRPCI_CONF_T_TEXT && range[0]; /* a text's size says little */
-        snprintf(doc, sizeof(doc), "%s%s%s%s%s", f->doc, ranged ? "; " : "", ranged ? range : "",
-                 f->flags & RRPCI_CONF_REPEAT ? "; repeatable" : "",
-                 f->flags & RRPCI_CONF_NO_ENV ? "; set from code only, never from the environment"
+        range_short(f, range, sizeof(range));
+        snprintf(head, sizeof(head), "default: %s%s%s%s", def[0] ? def : "none",
+                 range[0] ? "; " : "", range, f->flags & RRPCI_CONF_REPEAT ? "; repeatable" : "");
+        snprintf(doc, sizeof(doc), "%s%s", f->doc,
+                 f->flags & RRPCI_CONF_NO_ENV ? " (set from code only, never from the "
+                                                "environment)"
                                               : "");
         switch (style) {
         case RRPCI_CONF_PLAIN:
-            fprintf(fp, "%-30s default %-12s %s\n", f->name, def[0] ? def : "\"\"", doc);
+            fprintf(fp, "%-30s %s\n", f->name, head);
+            wrapped(fp, "    ", 74, doc, false);
             break;
         case RRPCI_CONF_HELP:
-            fprintf(fp, "  %s (default %s)\n", f->name, def[0] ? def : "none");
+            fprintf(fp, "  %s (%s)\n", f->name, head);
             wrapped(fp, "      ", 72, doc, false);
             break;
         case RRPCI_CONF_SCDOC:
             fputc('*', fp);
             scdoc_text(fp, f->name);
-            fputs("* (default ", fp);
-            scdoc_text(fp, def[0] ? def : "none");
+            fputs("* (", fp);
+            scdoc_text(fp, head);
             fputs(")\n", fp);
             wrapped(fp, "\t", 70, doc, true);
             if (i + 1 < t->nfields)

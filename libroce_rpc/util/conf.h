@@ -159,9 +159,9 @@ void rrpci_conf_describe(const struct rrpci_conf_field *f, char *buf, size_t len
 void rrpci_conf_default_text(const struct rrpci_conf_field *f, char *buf, size_t len);
 
 enum rrpci_conf_style {
-    RRPCI_CONF_PLAIN, /* "NAME  default D  doc", one per line (rrpc_config_print) */
-    RRPCI_CONF_HELP,  /* "  NAME (default D)\n      doc (range)" (rrpcd --help) */
-    RRPCI_CONF_SCDOC, /* "*NAME* (default D; range)\n\tdoc" for the man pages */
+    RRPCI_CONF_PLAIN, /* "NAME  default: D; range\n    doc" (rrpc_config_print) */
+    RRPCI_CONF_HELP,  /* "  NAME (default: D; range)\n      doc" (rrpcd --help) */
+    RRPCI_CONF_SCDOC, /* "*NAME* (default: D; range)\n\tdoc" for the man pages */
 };
 
 /* Prints every field of @t in @style to @fp. */
