@@ -408,8 +408,10 @@ static void wrapped(FILE *fp, const char *indent, size_t width, const char *doc,
     while (*p) {
         size_t n = strlen(p);
         if (n > width) {
+            /* A break before '-', '[', '|', '+', '.' or '\'' would start a
+             * line that scdoc or roff reads as markup: break earlier. */
             n = width;
-            while (n > 0 && p[n] != ' ')
+            while (n > 0 && (p[n] != ' ' || (scdoc && strchr("-[|+.'", p[n + 1]))))
                 n--;
             if (n == 0)
                 n = strcspn(p, " ");
