@@ -263,9 +263,10 @@ static const struct rrpci_conf_field fields[] = {
     {.name = "ticket_key_previous", RRPCI_CONF_CUSTOM, .parse = add_previous,
      .flags = RRPCI_CONF_REPEAT, .def_doc = "none",
      .doc = "PEM Ed25519 public keys (or a comma list of them; at most 7 in all) whose tickets "
-            "servers still accept besides those of ticket_key: the key being rotated out, or "
-            "the one about to be rotated in; an empty value clears the list; servers drop a key "
-            "at their next renewal after it left this list"},
+            "servers still accept besides those of ticket_key (openssl pkey -in KEY -pubout; a "
+            "private key file works too): the key being rotated out, or the one about to be "
+            "rotated in; each key once, and not the current one; an empty value clears the "
+            "list; servers drop a key at their next renewal after it left this list"},
     {.name = "lease_ms", RRPCI_CONF_INT(S, lease_ms), .def = 10000, .min = 300, .max = 3600000,
      .doc = "longest lease of a registration; servers renew at a third of it"},
     {.name = "idle_timeout_ms", RRPCI_CONF_INT(S, idle_timeout_ms), .def = 120000, .min = 1000,
@@ -290,10 +291,11 @@ static const struct rrpci_conf_field fields[] = {
      .max = 1000000, .doc = "registrations at once, all services together"},
     {.name = "max_instances_per_service", RRPCI_CONF_INT(S, max_instances_per_service),
      .def = 64, .min = 1, .max = 65536,
-     .doc = "registrations (server instances) of one service at once; more are refused"},
+     .doc = "registrations (server instances) of one service at once; more are refused "
+            "(limit)"},
     {.name = "max_endpoints_per_registration",
      RRPCI_CONF_INT(S, max_endpoints_per_registration), .def = 64, .min = 1, .max = 64,
-     .doc = "endpoints one registration may have"},
+     .doc = "endpoints one registration may have; more are refused (limit)"},
     {.name = "log", RRPCI_CONF_ENUM(S, syslog), .def = 0, .names = log_names,
      .doc = "where logs go (syslog: facility daemon)"},
     {.name = "log_level", RRPCI_CONF_ENUM(S, log_level), .def = LOG_INFO, .names = level_names,
