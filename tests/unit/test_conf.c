@@ -247,11 +247,12 @@ static void test_the_printed_table_has_every_field_default_and_range(void **stat
     char *plain = print(RRPCI_CONF_PLAIN), *scd = print(RRPCI_CONF_SCDOC);
     for (size_t i = 0; i < demo.nfields; i++)
         assert_non_null(strstr(plain, demo_fields[i].name));
-    assert_non_null(strstr(plain, "how many; a number from 1 to 64"));
-    assert_non_null(strstr(plain, "words; repeatable; set from code only"));
+    assert_non_null(strstr(plain, " default: 7; 1..64\n    how many\n"));
+    assert_non_null(strstr(plain, " default: first; repeatable\n    words (set from code only"));
     /* scdoc: names bold, formatting characters of the text escaped. */
-    assert_non_null(strstr(scd, "*DEMO\\_COUNT* (default 7)\n\thow many; a number from 1 to 64\n"));
-    assert_non_null(strstr(scd, "*DEMO\\_LEVEL* (default info)\n"));
+    assert_non_null(strstr(scd, "*DEMO\\_COUNT* (default: 7; 1..64)\n\thow many\n"));
+    assert_non_null(strstr(scd, "*DEMO\\_LEVEL* (default: info; err, info or debug)\n"));
+    assert_non_null(strstr(scd, "*DEMO\\_ON* (default: yes; yes or no)\n"));
     assert_non_null(strstr(scd, "a path\\_with \\*stars\\*"));
     free(plain);
     free(scd);

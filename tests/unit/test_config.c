@@ -194,8 +194,8 @@ static void test_every_table_has_defaults_within_its_ranges(void **state)
     FILE *fp = open_memstream(&buf, &len);
     rrpci_config_print_as(fp, RRPCI_CONF_SCDOC, true);
     fclose(fp);
-    assert_non_null(strstr(buf, "*RRPC\\_VERBS\\_EAGER* (default 8192)"));
-    assert_non_null(strstr(buf, "*RRPC\\_KEEPALIVE\\_TIMEOUT\\_MS* (default 0)"));
+    assert_non_null(strstr(buf, "*RRPC\\_VERBS\\_EAGER* (default: 8192; 256..1048576)"));
+    assert_non_null(strstr(buf, "*RRPC\\_KEEPALIVE\\_TIMEOUT\\_MS* (default: 0; 0..86400000)"));
     free(buf);
 }
 
