@@ -10,9 +10,22 @@
  * struct.  The core's values a transport applies come through functions of
  * their own (rrpci_ctx_accept_limits; rrpci_ctx_max_msg in transport.h).
  *
+ * A transport's tunables, step by step (verbs is the example):
+ *  1. its struct below (struct rrpci_verbs_tunables), at most
+ *     RRPCI_CONF_SLOT_BYTES, and a slot in enum rrpci_conf_slot;
+ *  2. its table in transport/NAME/tunables.c (verbs/tunables.c), built
+ *     into every build (libroce_rpc/meson.build), RRPCI_CONF_UINT and the
+ *     other makers of util/conf.h checking each member's C type;
+ *  3. the table at its slot in core/config.c's all_tables, and whether the
+ *     transport is built in in built_in;
+ *  4. reads: const struct rrpci_verbs_tunables *t =
+ *     rrpci_ctx_conf(ctx, RRPCI_CONF_SLOT_VERBS); t->eager.
+ * man/roce_rpc.7.scd's list follows (ninja -C build man-lists).
+ *
  * transport.h still declares the string-keyed struct rrpci_tunable, the ops'
  * .tunables and rrpci_ctx_tunable of the earlier table: nothing uses them
- * any more, and they go with transport.h's next edit.
+ * any more (rrpci_ctx_tunable is no longer defined), and they go with
+ * transport.h's next edit.
  */
 #ifndef RRPCI_TRANSPORT_TUNABLES_H
 #define RRPCI_TRANSPORT_TUNABLES_H
