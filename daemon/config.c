@@ -357,8 +357,14 @@ void config_print_table(FILE *fp, enum rrpci_conf_style style)
 
 void config_init(struct config *c)
 {
+    char why[300];
     memset(c, 0, sizeof(*c));
-    (void)rrpci_conf_defaults(&rrpcd_settings, c); /* tests/broker/rrpcd-config.sh runs them */
+    if (rrpci_conf_check_table(&rrpcd_settings, why, sizeof(why)) ||
+        rrpci_conf_defaults(&rrpcd_settings, c)) {
+        /* A mistake in the table above, which every run of rrpcd meets. */
+        fprintf(stderr, "rrpcd: internal error: the settings table: %s\n", why);
+        abort();
+    }
 }
 
 int config_set(struct config *c, const char *k, const char *v, const char *where)

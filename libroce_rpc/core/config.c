@@ -105,7 +105,7 @@ static const struct rrpci_conf_field core_fields[] = {
 };
 #undef C
 
-static const struct rrpci_conf_table core_table = {
+const struct rrpci_conf_table rrpci_core_conf = {
     .name = "core",
     .prefix = "RRPC_",
     .fields = core_fields,
@@ -116,7 +116,7 @@ static const struct rrpci_conf_table core_table = {
 /* Every table, the core's first, then the transports' by slot; [i + 1] is
  * slot i's.  Those of transports not built in are printed, not accepted. */
 static const struct rrpci_conf_table *const all_tables[1 + RRPCI_CONF_NSLOTS] = {
-    &core_table,
+    &rrpci_core_conf,
     [1 + RRPCI_CONF_SLOT_VERBS] = &rrpci_verbs_conf,
 };
 static const bool built_in[1 + RRPCI_CONF_NSLOTS] = {

@@ -418,6 +418,8 @@ bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t le
 /* config.c: the configuration of a new context: @from's values, or the
  * environment's when NULL.  0, or -EINVAL with the detail set. */
 int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg);
+/* The core's table of tunables (core/config.c), over struct rrpci_config. */
+extern const struct rrpci_conf_table rrpci_core_conf;
 /* Prints the tables of tunables (@all: also those of transports not built
  * in, as the man page lists them) in @style (util/conf.h). */
 void rrpci_config_print_as(FILE *fp, enum rrpci_conf_style style, bool all);

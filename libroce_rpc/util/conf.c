@@ -253,6 +253,38 @@ int rrpci_conf_set(const struct rrpci_conf_table *t, void *obj, const char *name
     return why_set(why, whylen, -ENOENT, "no such name");
 }
 
+static const char *unprefixed(const struct rrpci_conf_table *t, const char *name)
+{
+    size_t pl = t->prefix ? strlen(t->prefix) : 0;
+    return pl && strncasecmp(name, t->prefix, pl) == 0 ? name + pl : name;
+}
+
+int rrpci_conf_check_table(const struct rrpci_conf_table *t, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < t->nfields; i++) {
+        const struct rrpci_conf_field *f = &t->fields[i];
+        if (f->offset + f->size > t->size)
+            return why_set(why, whylen, -EINVAL, "%s: outside the struct", f->name);
+        if (rrpci_conf_find(t, f->name) != f ||
+            rrpci_conf_find(t, unprefixed(t, f->name)) != f)
+            return why_set(why, whylen, -EINVAL, "%s: another field has its name", f->name);
+        bool in = true;
+        if (f->type == RRPCI_CONF_T_INT || f->type == RRPCI_CONF_T_UINT)
+            in = f->min <= f->def && f->def <= f->max;
+        if (f->type == RRPCI_CONF_T_ENUM) {
+            in = false;
+            for (size_t k = 0; f->names[k]; k++)
+                in = in || enum_value(f, k) == f->def;
+        }
+        if (f->type == RRPCI_CONF_T_TEXT)
+            in = !f->def_text || strlen(f->def_text) < f->size;
+        if (!in)
+            return why_set(why, whylen, -EINVAL, "%s: its default is not a value it takes",
+                           f->name);
+    }
+    return 0;
+}
+
 int rrpci_conf_defaults(const struct rrpci_conf_table *t, void *obj)
 {
     for (size_t i = 0; i < t->nfields; i++) {
@@ -361,12 +393,6 @@ size_t rrpci_conf_distance(const char *a, const char *b)
         }
     }
     return d[la][lb];
-}
-
-static const char *unprefixed(const struct rrpci_conf_table *t, const char *name)
-{
-    size_t pl = t->prefix ? strlen(t->prefix) : 0;
-    return pl && strncasecmp(name, t->prefix, pl) == 0 ? name + pl : name;
 }
 
 const char *rrpci_conf_suggest(const struct rrpci_conf_table *const *tables, size_t n,

@@ -107,6 +107,15 @@ struct rrpci_conf_table {
 int rrpci_conf_defaults(const struct rrpci_conf_table *t, void *obj);
 
 /*
+ * Checks @t itself: names unique (in any case, with or without the
+ * prefix), numeric defaults within their ranges, ENUM defaults among their
+ * values, members inside the struct, TEXT defaults that fit.  0, or
+ * -EINVAL with the first problem in @why (a bug in the table; unit tests
+ * and rrpcd's start call this).
+ */
+int rrpci_conf_check_table(const struct rrpci_conf_table *t, char *why, size_t whylen);
+
+/*
  * The field called @name: its full name or, when the table has a prefix,
  * the name without it ("max_conns" for "RRPC_MAX_CONNS"), in any case.
  * NULL when none.

@@ -258,6 +258,32 @@ static void test_the_printed_table_has_every_field_default_and_range(void **stat
     free(scd);
 }
 
+static void test_a_table_with_a_default_it_refuses_or_a_name_twice_fails_its_check(void **s)
+{
+    (void)s;
+    char why[200];
+    assert_int_equal(rrpci_conf_check_table(&demo, why, sizeof(why)), 0);
+    struct rrpci_conf_field bad[3] = {demo_fields[0], demo_fields[5], demo_fields[7]};
+    struct rrpci_conf_table t = demo;
+    t.fields = bad;
+    t.nfields = 3;
+    assert_int_equal(rrpci_conf_check_table(&t, why, sizeof(why)), 0);
+    bad[0].def = 3600001; /* above its max */
+    assert_int_equal(rrpci_conf_check_table(&t, why, sizeof(why)), -EINVAL);
+    assert_string_equal(why, "DEMO_MS: its default is not a value it takes");
+    bad[0] = demo_fields[0];
+    bad[1].def = 4; /* no word stores 4 */
+    assert_int_equal(rrpci_conf_check_table(&t, why, sizeof(why)), -EINVAL);
+    assert_string_equal(why, "DEMO_LEVEL: its default is not a value it takes");
+    bad[1] = demo_fields[5];
+    bad[2].def_text = "/a/default/too/long";
+    assert_int_equal(rrpci_conf_check_table(&t, why, sizeof(why)), -EINVAL);
+    bad[2] = demo_fields[7];
+    bad[2].name = "ms"; /* DEMO_MS's short form */
+    assert_int_equal(rrpci_conf_check_table(&t, why, sizeof(why)), -EINVAL);
+    assert_string_equal(why, "ms: another field has its name");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_an_unknown_name_says_did_you_mean_the_closest),
         cmocka_unit_test(test_the_environment_sets_values_and_a_bad_one_is_named),
         cmocka_unit_test(test_the_printed_table_has_every_field_default_and_range),
+        cmocka_unit_test(test_a_table_with_a_default_it_refuses_or_a_name_twice_fails_its_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
