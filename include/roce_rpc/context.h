@@ -311,9 +311,10 @@ RRPC_API int rrpc_ctx_metrics_port(rrpc_ctx *ctx);
 RRPC_API const char *rrpc_ctx_last_error(rrpc_ctx *ctx);
 
 /*
- * Prints every tunable rrpc_config_set accepts to @fp (NULL: stdout), one
- * per line: its name (the environment variable's), its default, what it
- * means and the values it takes.  Writes only to @fp; no error.
+ * Prints every tunable rrpc_config_set accepts to @fp (NULL: stdout): a
+ * line with its name (the environment variable's), its default and the
+ * values it takes, then what it means, indented.  Writes only to @fp; no
+ * error.
  */
 RRPC_API void rrpc_config_print(FILE *fp);
 
