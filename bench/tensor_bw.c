@@ -89,8 +89,8 @@ int main(int argc, char **argv)
         return fail("register the destination", r, srv);
     rrpc_tensor_server *ts;
     rrpc_tensor_server_opts o = {.max_bytes = bytes};
-    if ((r = rrpc_tensor_serve_ex(srv, on_alloc, on_done, NULL, &o, &ts)))
-        return fail("rrpc_tensor_serve_ex", r, srv);
+    if ((r = rrpc_tensor_serve_with(srv, on_alloc, on_done, NULL, &o, &ts)))
+        return fail("rrpc_tensor_serve_with", r, srv);
     rrpc_listener *l;
     if ((r = rrpc_listen(srv, argv[1], NULL, NULL, &l)))
         return fail("listen", r, srv);
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
         return fail("rrpc_tensor_init", r, cli);
     for (long k = 0; k < count; k++) {
         double t0 = now_s();
-        if ((r = rrpc_tensor_send_sync(conn, "t", &t, RRPC_CLASS_DEFAULT)))
+        if ((r = rrpc_tensor_send_with_sync(conn, "t", &t, NULL)))
             return fail("send", r, cli);
         double dt = now_s() - t0;
         printf("send %ld: %llu bytes in %.6f s = %.1f MiB/s\n", k, bytes, dt,

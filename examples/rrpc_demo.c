@@ -219,8 +219,9 @@ static int client(const char *broker, const char *certs)
     if ((r = rrpc_mem_reg(ctx, w, bytes, 0, &src)) ||
         (r = rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, shape, src, 0)))
         return fail("demo-client: tensor", r, ctx, b);
+    rrpc_tensor_send_opts so = {.qos_class = RRPC_CLASS_BULK};
     t0 = now_ms();
-    r = rrpc_tensor_send_sync(c, "weights", &t, RRPC_CLASS_BULK);
+    r = rrpc_tensor_send_with_sync(c, "weights", &t, &so);
     t1 = now_ms();
     if (r)
         return fail("demo-client: send tensor", r, ctx, b);

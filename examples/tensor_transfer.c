@@ -103,8 +103,9 @@ int main(int argc, char **argv)
             m[r * COLS + c] = value(r, c);
     rrpc_tensor t;
     int64_t shape[2] = {ROWS, COLS};
+    rrpc_tensor_send_opts so = {.qos_class = RRPC_CLASS_BULK}; /* zeroed: every default */
     if (check(cli, "tensor_init", rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, shape, send_r, head)) ||
-        check(cli, "send", rrpc_tensor_send_sync(conn, "activations", &t, RRPC_CLASS_BULK)))
+        check(cli, "send", rrpc_tensor_send_with_sync(conn, "activations", &t, &so)))
         goto out;
     if (atomic_load(&bad) != 0) { /* the done callback ran before the send completed */
         fprintf(stderr, "tensor_transfer: %ld elements differ\n", atomic_load(&bad));
@@ -112,12 +113,12 @@ int main(int argc, char **argv)
     }
 
     /* A transposed view of the top-left 64 x 32 block: strides swapped, so it
-     * goes one element per WRITE (correct but slow; see rrpc_tensor_send). */
+     * goes one element per WRITE (correct but slow; see rrpc_tensor_send_with). */
     atomic_store(&bad, -1);
     t.shape[0] = 32, t.shape[1] = 64;
     t.strides[0] = sizeof(float), t.strides[1] = COLS * sizeof(float);
     if (check(cli, "validate", rrpc_tensor_validate(&t)) ||
-        check(cli, "send transposed", rrpc_tensor_send_sync(conn, "transposed", &t, RRPC_CLASS_DEFAULT)))
+        check(cli, "send transposed", rrpc_tensor_send_with_sync(conn, "transposed", &t, NULL)))
         goto out;
     if (atomic_load(&bad) != 0) {
         fprintf(stderr, "tensor_transfer: transposed: %ld elements differ\n", atomic_load(&bad));

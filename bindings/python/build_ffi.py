@@ -40,7 +40,7 @@ def lib_exports_tensor(libdir):
         so = ctypes.CDLL(os.path.join(libdir, "libroce_rpc.so"))
     except OSError:
         return False
-    return hasattr(so, "rrpc_tensor_send") and hasattr(so, "rrpc_kv_transfer")
+    return hasattr(so, "rrpc_tensor_send_with") and hasattr(so, "rrpc_kv_transfer")
 
 
 def cdef_text(tensor, broker=False):

@@ -52,6 +52,7 @@ const char *rrpc_version(void);
 #define RRPC_STATS_RTT_BUCKETS 24
 #define RRPC_STATS_ERRORS 9
 #define RRPC_STATS_PEERS 64
+#define RRPC_STATS_CLASS_SLOTS 5
 typedef struct rrpc_class_stats {
     uint64_t calls;
     uint64_t calls_ok;
@@ -73,7 +74,7 @@ typedef struct rrpc_class_stats {
     uint64_t reserved[4];
 } rrpc_class_stats;
 typedef struct rrpc_stats {
-    rrpc_class_stats cls[5];
+    rrpc_class_stats cls[RRPC_STATS_CLASS_SLOTS];
     uint64_t conns_up;
     uint64_t conns_down;
     uint64_t keepalive_losses;

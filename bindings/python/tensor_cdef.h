@@ -38,14 +38,19 @@ typedef struct rrpc_tensor_server_opts {
 #define RRPC_TENSOR_SERVE_SENDER_ORDER ...
 uint64_t rrpc_tensor_write_count(const rrpc_tensor *src, const rrpc_tensor *dst);
 int rrpc_tensor_is_contiguous(const rrpc_tensor *t);
-int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
-                         void *user, const rrpc_tensor_server_opts *opts,
-                         rrpc_tensor_server **ret_server);
+int rrpc_tensor_serve_with(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
+                           void *user, const rrpc_tensor_server_opts *opts,
+                           rrpc_tensor_server **ret_server);
 uint64_t rrpc_tensor_server_bytes_held(rrpc_tensor_server *srv);
 void rrpc_tensor_server_drop_conn(rrpc_tensor_server *srv, rrpc_conn *conn);
 void rrpc_tensor_server_close(rrpc_tensor_server *srv);
-int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
-                     int qos_class, rrpc_op_cb cb, void *user);
+typedef struct rrpc_tensor_send_opts {
+    int qos_class;
+    uint64_t flags;
+    uint64_t reserved[4];
+} rrpc_tensor_send_opts;
+int rrpc_tensor_send_with(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
+                          const rrpc_tensor_send_opts *opts, rrpc_op_cb cb, void *user);
 
 typedef struct rrpc_kv_pool rrpc_kv_pool;
 int rrpc_kv_pool_reg(rrpc_ctx *ctx, void *base, size_t page_size, size_t page_count,

@@ -266,8 +266,17 @@ typedef struct rrpc_class_stats {
     uint64_t reserved[4];
 } rrpc_class_stats;
 
+/*
+ * The slots of rrpc_stats.cls: indexed by the public class number, so
+ * cls[RRPC_CLASS_CONTROL] .. cls[RRPC_CLASS_BACKGROUND] (1..4) are the
+ * RRPC_CLASS_COUNT classes and cls[0], the place of RRPC_CLASS_DEFAULT
+ * (which names no class of its own), stays zero: RRPC_CLASS_COUNT + 1 = 5.
+ * Part of the ABI: it changes only with the soname.
+ */
+#define RRPC_STATS_CLASS_SLOTS (RRPC_CLASS_LAST + 1)
+
 typedef struct rrpc_stats {
-    rrpc_class_stats cls[5]; /* by class: [RRPC_CLASS_CONTROL .. RRPC_CLASS_BACKGROUND]; [0] zero */
+    rrpc_class_stats cls[RRPC_STATS_CLASS_SLOTS]; /* by class number; [0] zero, see above */
     uint64_t conns_up;         /* connections that came up */
     uint64_t conns_down;       /* connections that went down after coming up */
     uint64_t keepalive_losses; /* peers declared lost by the keepalive timeout */

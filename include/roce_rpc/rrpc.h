@@ -3,7 +3,8 @@
  * The umbrella header; include this one.
  *
  * Options structs (rrpc_call_opts, rrpc_op_opts, rrpc_connect_opts,
- * rrpc_tensor_server_opts, rrpc_broker_opts, rrpc_service_opts) share one
+ * rrpc_tensor_server_opts, rrpc_tensor_send_opts, rrpc_broker_opts,
+ * rrpc_service_opts) share one
  * convention: a zeroed struct means every default, each field's zero means
  * its default (qos_class 0 is RRPC_CLASS_DEFAULT, never control), and the
  * struct ends with `reserved` words that must be zero.  New fields come out

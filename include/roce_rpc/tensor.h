@@ -181,7 +181,7 @@ typedef void (*rrpc_tensor_done_fn)(rrpc_conn *conn, const char *name, const rrp
  * Makes @ctx accept tensors from every connection, past and future, by
  * registering the reserved methods "rrpc.tensor.offer" and
  * "rrpc.tensor.done".  @alloc and @done run on the loop thread with @user.
- * Offers are held to the default budget (rrpc_tensor_serve_ex sets another).
+ * Offers are held to the default budget (rrpc_tensor_serve_with sets another).
  * On success *ret_server is the caller's, to be released with
  * rrpc_tensor_server_close.  Errors: -EINVAL, -EEXIST (@ctx already
  * serves tensors), -ENOMEM.
@@ -193,7 +193,7 @@ RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_t
 #define RRPC_TENSOR_MAX_BYTES_DEFAULT ((uint64_t)1 << 30)
 
 /*
- * Options of rrpc_tensor_serve_ex; NULL or 0 fields take the default.
+ * Options of rrpc_tensor_serve_with; NULL or 0 fields take the default.
  *   max_bytes  the budget for offered tensors: the bytes (elements times
  *              dtype size) of every tensor that was offered, accepted, and
  *              has not arrived yet, over all connections of the server.
@@ -229,12 +229,24 @@ typedef struct rrpc_tensor_server_opts {
 
 /*
  * rrpc_tensor_serve with options (@opts may be NULL: every default;
- * rrpc_tensor_serve is this with NULL).  @opts is read during the call only.
+ * rrpc_tensor_serve is this with NULL).  @opts is read during the call
+ * only.  Errors: those of rrpc_tensor_serve, and -EINVAL for unknown
+ * @opts->flags bits or non-zero @opts->reserved.
+ */
+RRPC_API int rrpc_tensor_serve_with(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
+                                    rrpc_tensor_done_fn done, void *user,
+                                    const rrpc_tensor_server_opts *opts,
+                                    rrpc_tensor_server **ret_server);
+
+/*
+ * Deprecated (0.2; removed in the next release): the old name of
+ * rrpc_tensor_serve_with, which it calls with the same arguments.
  */
 RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
                                   rrpc_tensor_done_fn done, void *user,
                                   const rrpc_tensor_server_opts *opts,
-                                  rrpc_tensor_server **ret_server);
+                                  rrpc_tensor_server **ret_server)
+    RRPC_DEPRECATED("use rrpc_tensor_serve_with");
 
 /*
  * The bytes of @srv's budget held now: by the tensors accepted and still
@@ -265,9 +277,23 @@ RRPC_API void rrpc_tensor_server_close(rrpc_tensor_server *srv);
 /* ---- sending tensors ----------------------------------------------------- */
 
 /*
+ * Options of rrpc_tensor_send_with; NULL, or a zeroed struct, means every
+ * default.
+ *   qos_class  the class of the offer and done RPCs and of every WRITE;
+ *              0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_BULK.
+ *   flags      no bits are defined yet: must be 0 (else -EINVAL).
+ */
+typedef struct rrpc_tensor_send_opts {
+    int qos_class;
+    uint64_t flags;
+    uint64_t reserved[4]; /* must be zero (new fields come out of it) */
+} rrpc_tensor_send_opts;
+
+/*
  * Sends the tensor @src under @name (1..255 bytes, copied) to the peer of
- * @conn, which must serve tensors.  Its two RPCs and its WRITEs all go on
- * @qos_class (RRPC_CLASS_DEFAULT, 0: RRPC_CLASS_BULK).  @src is copied; its memory must stay
+ * @conn, which must serve tensors, with @opts (NULL: every default; read
+ * during the call only).  Its two RPCs and its WRITEs all go on
+ * @opts->qos_class.  @src is copied; its memory must stay
  * registered and unchanged until @cb runs.  @cb runs once on the loop
  * thread: 0 when the receiver's done callback has run after every byte
  * landed; the receiver's refusal (its alloc callback's code, or -ENOBUFS when
@@ -276,22 +302,36 @@ RRPC_API void rrpc_tensor_server_close(rrpc_tensor_server *srv);
  * does not fit (nothing is written then); RRPC_E_NO_METHOD (the peer does
  * not serve tensors), RRPC_E_PROTO (a malformed answer), or any error of
  * rrpc_call / rrpc_write.  Errors returned at once (then @cb never runs and
- * nothing is sent): -EINVAL, RRPC_E_REGION (see rrpc_tensor_validate; also
- * a region of another context than @conn's), RRPC_E_BAD_CLASS,
- * RRPC_E_CLOSED, -ENOMEM.
+ * nothing is sent): -EINVAL (also unknown @opts->flags bits or non-zero
+ * @opts->reserved), RRPC_E_REGION (see rrpc_tensor_validate; also a region
+ * of another context than @conn's), RRPC_E_BAD_CLASS, RRPC_E_CLOSED,
+ * -ENOMEM.
  *
  * The data goes as one WRITE per run of bytes that is contiguous in both
  * the source and the destination layout: one WRITE for two contiguous
  * layouts, one per row when only rows are contiguous, one per element for
  * a transpose (correct, but slow: transpose on one side first).
  */
-RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
-                              int qos_class, rrpc_op_cb cb, void *user);
+RRPC_API int rrpc_tensor_send_with(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
+                                   const rrpc_tensor_send_opts *opts, rrpc_op_cb cb, void *user);
 
 /* Blocking form, with the rules of rrpc_call_sync; returns the status @cb
  * would have received (RRPC_E_DEADLOCK from a callback). */
+RRPC_API int rrpc_tensor_send_with_sync(rrpc_conn *conn, const char *name,
+                                        const rrpc_tensor *src,
+                                        const rrpc_tensor_send_opts *opts);
+
+/*
+ * Deprecated (0.2; removed in the next release): rrpc_tensor_send_with and
+ * rrpc_tensor_send_with_sync with an options struct holding only
+ * @qos_class, which they call.
+ */
+RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
+                              int qos_class, rrpc_op_cb cb, void *user)
+    RRPC_DEPRECATED("use rrpc_tensor_send_with");
 RRPC_API int rrpc_tensor_send_sync(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
-                                   int qos_class);
+                                   int qos_class)
+    RRPC_DEPRECATED("use rrpc_tensor_send_with_sync");
 
 /* ---- KV-cache page pools ------------------------------------------------- */
 

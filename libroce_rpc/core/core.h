@@ -135,7 +135,7 @@ struct rrpc_ctx {
     rrpc_log_fn log_fn;
     void *log_user;
     int log_max;
-    struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/serve.c), or NULL */
+    struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/metrics_serve.c), or NULL */
     struct rrpci_workers *workers;    /* handler workers (core/workers.c), or NULL */
 };
 
@@ -375,7 +375,7 @@ void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p);
 /* Completes @pd with a local error and frees it (already removed from the
  * table); a one-sided operation's detail says what failed and @msg. */
 void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg);
-/* Sets a failed one-sided operation's detail as the last error (mem.c);
+/* Sets a failed one-sided operation's detail as the last error (onesided.c);
  * @words: the target's (@peer) or a local reason, @n bytes. */
 void rrpci_os_fail_detail(const struct rrpci_pending *pd, int status, bool peer,
                           const uint8_t *words, size_t n);
@@ -392,6 +392,10 @@ int rrpci_class_arg(rrpc_ctx *ctx, int cls, int dflt, int *ret_idx);
 int rrpci_reserved_check(rrpc_ctx *ctx, const uint64_t *r, size_t n, const char *what);
 void rrpci_methods_fini(rrpc_ctx *ctx);
 void rrpci_regions_fini(rrpc_ctx *ctx);
+
+/* region.c: the generation of a new region, unique in the process (any
+ * thread, no lock needed). */
+uint64_t rrpci_region_next_generation(void);
 
 struct rrpc_region {
     struct rrpci_idnode node; /* in ctx->regions, by key */
@@ -423,7 +427,7 @@ extern const struct rrpci_conf_table rrpci_core_conf;
 /* Prints the tables of tunables (@all: also those of transports not built
  * in, as the man page lists them) in @style (util/conf.h). */
 void rrpci_config_print_as(FILE *fp, enum rrpci_conf_style style, bool all);
-/* serve.c: with metrics_listen set, serves GET /metrics on a thread of its own
+/* metrics_serve.c: with metrics_listen set, serves GET /metrics on a thread of its own
  * (0, or the error set with the address and what to do); stops and joins it
  * (the lock not held: a scrape takes it). */
 int rrpci_serve_start(rrpc_ctx *ctx);

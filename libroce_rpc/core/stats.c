@@ -19,6 +19,11 @@ double rrpci_stats_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* rrpc_stats.cls is indexed by public class number: one slot per class
+ * and slot 0 (RRPC_CLASS_DEFAULT) unused. */
+_Static_assert(RRPC_STATS_CLASS_SLOTS == RRPCI_MAX_CLASSES + 1,
+               "rrpc_stats.cls must have a slot per class plus the unused slot 0");
+
 static rrpc_class_stats *cls_stats(rrpc_ctx *ctx, int cls)
 {
     return &ctx->stats.cls[rrpci_cls_public(cls)];

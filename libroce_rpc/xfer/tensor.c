@@ -1,12 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Tensors: descriptors, and the offer / WRITE / done exchange
- * (docs/tensors.md).  Built on the public RPC and one-sided API, so the same
- * code runs on every transport; on verbs the WRITEs are RDMA WRITEs from the
+ * (docs/tensors.md).  The exchange goes through the public RPC API and the
+ * transfer engine (engine.c, over the public rrpc_write), so the same code
+ * runs on every transport; on verbs the WRITEs are RDMA WRITEs from the
  * sender's registered source straight into the receiver's destination.
+ *
+ * An internal module of the library, not a user of it: it includes
+ * core/core.h for what the public API does not offer, namely the context
+ * lock (held from the checks through the start of a batch, and guarding the
+ * server's tables, as the engine requires), the owning context of a
+ * connection and of a region, the per-thread error detail
+ * (rrpci_set_error), the class and reserved-word checks of options, the
+ * RRPC_TENSOR_MAX_BYTES tunable, the blocking mechanism (struct
+ * rrpci_sync) and the little-endian helpers of frame.h.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -624,10 +633,10 @@ static void h_done(rrpc_request *req, const void *p, size_t len, void *user)
     reply(req, 0, "", 0, NULL, 0, NULL);
 }
 
-RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
-                                  rrpc_tensor_done_fn done, void *user,
-                                  const rrpc_tensor_server_opts *opts,
-                                  rrpc_tensor_server **ret_server)
+RRPC_API int rrpc_tensor_serve_with(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
+                                    rrpc_tensor_done_fn done, void *user,
+                                    const rrpc_tensor_server_opts *opts,
+                                    rrpc_tensor_server **ret_server)
 {
     if (!ctx || !alloc || !done || !ret_server)
         return rrpci_set_error(ctx, -EINVAL, "rrpc_tensor_serve needs alloc and done callbacks");
@@ -670,7 +679,7 @@ RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
 RRPC_API int rrpc_tensor_serve(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc, rrpc_tensor_done_fn done,
                                void *user, rrpc_tensor_server **ret_server)
 {
-    return rrpc_tensor_serve_ex(ctx, alloc, done, user, NULL, ret_server);
+    return rrpc_tensor_serve_with(ctx, alloc, done, user, NULL, ret_server);
 }
 
 RRPC_API uint64_t rrpc_tensor_server_bytes_held(rrpc_tensor_server *srv)
@@ -854,16 +863,23 @@ static void tx_on_offer(const rrpc_result *res, void *user)
         tx_send_done(t, r);
 }
 
-RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
-                              int qos_class, rrpc_op_cb cb, void *user)
+RRPC_API int rrpc_tensor_send_with(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
+                                   const rrpc_tensor_send_opts *opts, rrpc_op_cb cb, void *user)
 {
     if (!conn)
         return -EINVAL;
     rrpc_ctx *ctx = conn->ctx;
+    int bad = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_tensor_send_opts");
+    if (bad < 0)
+        return bad;
+    if (opts && opts->flags)
+        return rrpci_set_error(ctx, -EINVAL, "rrpc_tensor_send_opts.flags: unknown bits %#llx",
+                               (unsigned long long)opts->flags);
+    int qos_class = opts ? opts->qos_class : RRPC_CLASS_DEFAULT;
     size_t nlen = name ? strlen(name) : 0;
     if (nlen == 0 || nlen > NAME_MAX_LEN || !src || !cb)
         return rrpci_set_error(ctx, -EINVAL,
-                               "rrpc_tensor_send needs a name of 1..255 bytes, a tensor and a "
+                               "rrpc_tensor_send_with needs a name of 1..255 bytes, a tensor and a "
                                "callback");
     int r = check_tensor(ctx, src, "source");
     if (r < 0)
@@ -905,15 +921,38 @@ RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tens
     return r;
 }
 
-RRPC_API int rrpc_tensor_send_sync(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
-                                   int qos_class)
+RRPC_API int rrpc_tensor_send_with_sync(rrpc_conn *conn, const char *name,
+                                        const rrpc_tensor *src, const rrpc_tensor_send_opts *opts)
 {
     struct rrpci_sync s;
     int r = rrpci_sync_begin(&s, conn ? conn->ctx : NULL,
                              "a blocking tensor send from a callback; use "
-                             "rrpc_tensor_send");
+                             "rrpc_tensor_send_with");
     if (r)
         return r;
-    return rrpci_sync_end(&s, rrpc_tensor_send(conn, name, src, qos_class,
-                                         rrpci_sync_op_cb, &s));
+    return rrpci_sync_end(&s, rrpc_tensor_send_with(conn, name, src, opts, rrpci_sync_op_cb, &s));
+}
+
+/* ---- the names deprecated in 0.2 (tensor.h) ---------------------------------------- */
+
+RRPC_API int rrpc_tensor_serve_ex(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
+                                  rrpc_tensor_done_fn done, void *user,
+                                  const rrpc_tensor_server_opts *opts,
+                                  rrpc_tensor_server **ret_server)
+{
+    return rrpc_tensor_serve_with(ctx, alloc, done, user, opts, ret_server);
+}
+
+RRPC_API int rrpc_tensor_send(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
+                              int qos_class, rrpc_op_cb cb, void *user)
+{
+    rrpc_tensor_send_opts o = {.qos_class = qos_class};
+    return rrpc_tensor_send_with(conn, name, src, &o, cb, user);
+}
+
+RRPC_API int rrpc_tensor_send_sync(rrpc_conn *conn, const char *name, const rrpc_tensor *src,
+                                   int qos_class)
+{
+    rrpc_tensor_send_opts o = {.qos_class = qos_class};
+    return rrpc_tensor_send_with_sync(conn, name, src, &o);
 }

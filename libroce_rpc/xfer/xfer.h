@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The transfer engine shared by tensors and KV pages: a batch of WRITEs from
- * one local region to one remote token, issued through the public rrpc_write
- * (so it runs unchanged on every transport), with one completion.
+ * The transfer engine (engine.c) shared by tensors (tensor.c) and KV pages
+ * (kv.c): a batch of WRITEs from one local region to one remote token,
+ * issued through the public rrpc_write (so it runs unchanged on every
+ * transport), with one completion.  This header needs only the public API.
  */
 #ifndef RRPC_XFER_XFER_H
 #define RRPC_XFER_XFER_H

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_core_rx: the core's receive dispatch (libroce_rpc/core/recv.c
- * rrpci_conn_rx_admit / rrpci_conn_recv, and behind it rpc.c and mem.c:
- * requests, responses, credits, tickets, keepalives, one-sided frames and
- * their answers) on a connection of an in-memory transport (fuzz_core.c),
+ * rrpci_conn_rx_admit / rrpci_conn_recv, and behind it rpc.c, onesided.c and
+ * os_target.c: requests, responses, credits, tickets, keepalives, one-sided
+ * frames and their answers) on a connection of an in-memory transport (fuzz_core.c),
  * so that it runs fast and every frame the core sends back is checked.
  *
  * The bytes of each class are parsed as the tcp transport does: 32-byte

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_onesided: the one-sided target (libroce_rpc/core/mem.c
+ * fuzz_onesided: the one-sided target (libroce_rpc/core/os_target.c
  * rrpci_os_on_frame, rrpci_region_check): the READ, WRITE and WRITE+notify
  * requests a tcp peer sends, against the regions registered in the
  * context, checked against a model of what a NIC would allow.

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of registered regions (libroce_rpc/core/mem.c): the pure bounds
- * check rrpci_range_inside, the token wire form, rrpc_mem_reg's argument
- * checks, and the initiator's checks of rrpc_write / rrpc_read over a
+ * Unit tests of registered regions (libroce_rpc/core/region.c, onesided.c):
+ * the pure bounds check rrpci_range_inside, the token wire form,
+ * rrpc_mem_reg's argument checks, generations unique across threads and
+ * contexts, and the initiator's checks of rrpc_write / rrpc_read over a
  * loopback tcp connection (refused at once, nothing sent).
  */
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include <pthread.h>
 
 #include <roce_rpc/rrpc.h>
 
@@ -182,6 +184,88 @@ static void test_regions_left_registered_are_freed_by_ctx_destroy(void **state)
                          0);
     }
     rrpc_ctx_destroy(ctx);
+}
+
+/* ---- generations ------------------------------------------------------------ */
+
+/* Two threads take generations at once; every one must be unique.  The
+ * counter is process-wide and taken outside any context lock, so a plain
+ * increment loses or repeats values here within a few thousand rounds. */
+#define GEN_PER_THREAD (1u << 21)
+
+struct gen_job {
+    pthread_barrier_t *start;
+    uint64_t *out;
+    size_t n;
+    rrpc_ctx *ctx; /* NULL: take generations directly; else register regions */
+};
+
+static void *gen_take(void *arg)
+{
+    struct gen_job *j = arg;
+    static char mem[64];
+    pthread_barrier_wait(j->start);
+    for (size_t i = 0; i < j->n; i++) {
+        if (!j->ctx) {
+            j->out[i] = rrpci_region_next_generation();
+            continue;
+        }
+        rrpc_region *r = NULL;
+        if (rrpc_mem_reg(j->ctx, mem, sizeof(mem), RRPC_ACCESS_REMOTE_READ, &r) < 0)
+            return (void *)1;
+        j->out[i] = rrpci_region_generation(r);
+        rrpc_mem_dereg(r);
+    }
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Runs two gen_take jobs of @n each (with @c0/@c1 as their contexts) and
+ * checks the 2n generations are non-zero and distinct. */
+static void two_threads_take_distinct_generations(rrpc_ctx *c0, rrpc_ctx *c1, size_t n)
+{
+    uint64_t *all = calloc(2 * n, sizeof(*all));
+    assert_non_null(all);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 2);
+    struct gen_job j[2] = {{&start, all, n, c0}, {&start, all + n, n, c1}};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, gen_take, &j[1]), 0);
+    void *r0 = gen_take(&j[0]), *r1 = NULL;
+    pthread_join(t, &r1);
+    pthread_barrier_destroy(&start);
+    assert_null(r0);
+    assert_null(r1);
+    qsort(all, 2 * n, sizeof(*all), cmp_u64);
+    size_t dups = 0;
+    for (size_t i = 1; i < 2 * n; i++)
+        dups += all[i] == all[i - 1];
+    assert_true(all[0] != 0);
+    free(all);
+    assert_int_equal(dups, 0);
+}
+
+static void test_generations_taken_on_two_threads_at_once_are_all_distinct(void **state)
+{
+    (void)state;
+    two_threads_take_distinct_generations(NULL, NULL, GEN_PER_THREAD);
+}
+
+static void test_regions_of_two_contexts_registered_on_two_threads_have_distinct_generations(
+    void **state)
+{
+    (void)state;
+    rrpc_ctx *c0 = NULL, *c1 = NULL;
+    assert_int_equal(rrpc_ctx_create(&c0), 0);
+    assert_int_equal(rrpc_ctx_create(&c1), 0);
+    two_threads_take_distinct_generations(c0, c1, 20000);
+    rrpc_ctx_destroy(c0);
+    rrpc_ctx_destroy(c1);
 }
 
 /* ---- one-sided operations over a loopback connection -------------------------- */
@@ -502,6 +586,9 @@ int main(void)
         cmocka_unit_test(test_mem_reg_refuses_bad_arguments_with_einval),
         cmocka_unit_test(test_mem_reg_keeps_address_length_and_accepts_no_remote_rights),
         cmocka_unit_test(test_regions_left_registered_are_freed_by_ctx_destroy),
+        cmocka_unit_test(test_generations_taken_on_two_threads_at_once_are_all_distinct),
+        cmocka_unit_test(
+            test_regions_of_two_contexts_registered_on_two_threads_have_distinct_generations),
     };
     const struct CMUnitTest loopback[] = {
         cmocka_unit_test(test_token_carries_the_region_address_length_and_rights),

@@ -351,7 +351,8 @@ static void test_tensor_64mib_float32_lands_byte_for_byte_in_place(void **state)
     assert_int_equal(rrpc_tensor_nbytes(&t), 64u << 20);
     reset_rx(ALLOC_EXACT, GUARD);
     T.expect = &t;
-    int r = rrpc_tensor_send_sync(T.conn, "weights.0", &t, RRPC_CLASS_BULK);
+    rrpc_tensor_send_opts so = {.qos_class = RRPC_CLASS_BULK};
+    int r = rrpc_tensor_send_with_sync(T.conn, "weights.0", &t, &so);
     if (r)
         fprintf(stderr, "send: %s: %s\n", rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
     assert_int_equal(r, 0);
@@ -415,7 +416,8 @@ static void test_tensor_transfer_uses_no_staging_buffer(void **state)
     rrpc_tensor small = t;
     small.shape[0] = 1024;
     T.expect = &small;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "warm", &small, RRPC_CLASS_BULK), 0);
+    rrpc_tensor_send_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "warm", &small, &bulk), 0);
     reset_rx(ALLOC_EXACT, 0);
     cr = fopen("/proc/self/clear_refs", "w");
     assert_non_null(cr);
@@ -423,7 +425,7 @@ static void test_tensor_transfer_uses_no_staging_buffer(void **state)
     fclose(cr);
     long base = status_kib("VmRSS");
     T.expect = &t;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "no-staging", &t, RRPC_CLASS_BULK), 0);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "no-staging", &t, &bulk), 0);
     long peak = status_kib("VmHWM");
     assert_true(T.verified);
     assert_ptr_equal(T.done_addr, T.dst_mem);
@@ -445,7 +447,7 @@ static void send_and_check(const rrpc_tensor *src, size_t dst_off, const int64_t
         memcpy(T.dst_strides, dst_strides, sizeof(T.dst_strides));
     }
     T.expect = src;
-    int r = rrpc_tensor_send_sync(T.conn, "t", src, RRPC_CLASS_DEFAULT);
+    int r = rrpc_tensor_send_with_sync(T.conn, "t", src, NULL);
     if (r)
         fprintf(stderr, "send: %s: %s\n", rrpc_err_name(r), rrpc_ctx_last_error(T.cctx));
     assert_int_equal(r, 0);
@@ -570,7 +572,7 @@ static void test_tensor_offers_keep_the_c_layout_unless_the_server_asks_for_the_
     /* unknown flag bits are refused */
     rrpc_tensor_server_opts o = {.flags = 2};
     rrpc_tensor_server *srv;
-    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), -EINVAL);
+    assert_int_equal(rrpc_tensor_serve_with(T.sctx, on_alloc, on_done, NULL, &o, &srv), -EINVAL);
     rrpc_mem_dereg(sr);
     free(buf);
 }
@@ -586,43 +588,145 @@ static void test_tensor_bad_descriptors_fail_at_once_and_send_nothing(void **sta
     assert_int_equal(rrpc_tensor_init(&t, 99, 1, (int64_t[]){4}, sr, 0), -EINVAL);
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){4}, sr, 0), 0);
     t.dtype = 0;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), -EINVAL);
     /* negative dimension, too many dimensions */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){4}, sr, 0), 0);
     t.shape[0] = -4;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), -EINVAL);
     t.shape[0] = 4;
     t.ndim = 9;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), -EINVAL);
     /* strides that make elements overlap, or a zero stride */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 2, (int64_t[]){4, 4}, sr, 0), 0);
     t.strides[0] = 8;
     assert_int_equal(rrpc_tensor_validate(&t), -EINVAL);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), -EINVAL);
     t.strides[0] = 0;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), -EINVAL);
     /* a buffer outside its region: past the end, before the start */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){1024}, sr, 4), 0);
     assert_int_equal(rrpc_tensor_validate(&t), RRPC_E_REGION);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), RRPC_E_REGION);
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, sr, 0), 0);
     t.strides[0] = -4;
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), RRPC_E_REGION);
     /* unregistered memory */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, NULL, 0), 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), RRPC_E_REGION);
     /* memory of the other context */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, T.dst_region, 0), 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_REGION);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), RRPC_E_REGION);
     /* bad name, bad class */
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_F32, 1, (int64_t[]){4}, sr, 0), 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "", &t, RRPC_CLASS_DEFAULT), -EINVAL);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, 9), RRPC_E_BAD_CLASS);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "", &t, NULL), -EINVAL);
+    rrpc_tensor_send_opts bad_class = {.qos_class = 9};
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, &bad_class), RRPC_E_BAD_CLASS);
+    /* options a newer header would have: unknown flag bits, a reserved word */
+    rrpc_tensor_send_opts bad_flags = {.flags = 1};
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, &bad_flags), -EINVAL);
+    rrpc_tensor_send_opts bad_reserved = {.reserved = {0, 0, 0, 1}};
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, &bad_reserved), -EINVAL);
     /* none of it reached the receiver */
     assert_int_equal(T.allocs, 0);
     assert_true(all_bytes(T.dst_mem, T.dst_len, 0xee));
     rrpc_mem_dereg(sr);
 }
+
+/* The offer, the done RPC and the WRITEs go on the class of the options;
+ * a zeroed struct (or NULL) means bulk. */
+static void test_tensor_send_goes_on_the_class_of_its_options_and_bulk_by_default(void **state)
+{
+    uint8_t buf[1024];
+    fill(buf, sizeof(buf), 11);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, sizeof(buf), 0, &sr), 0);
+    rrpc_tensor t;
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){1024}, sr, 0), 0);
+    static const struct {
+        int asked, used;
+    } cases[] = {
+        {RRPC_CLASS_LOW_LATENCY, RRPC_CLASS_LOW_LATENCY},
+        {RRPC_CLASS_BACKGROUND, RRPC_CLASS_BACKGROUND},
+        {RRPC_CLASS_DEFAULT, RRPC_CLASS_BULK},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rrpc_stats before, after;
+        assert_int_equal(rrpc_ctx_stats(T.cctx, &before), 0);
+        reset_rx(ALLOC_EXACT, 0);
+        T.expect = &t;
+        rrpc_tensor_send_opts so = {.qos_class = cases[i].asked};
+        assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, &so), 0);
+        assert_true(T.verified);
+        assert_int_equal(rrpc_ctx_stats(T.cctx, &after), 0);
+        for (int c = RRPC_CLASS_FIRST; c <= RRPC_CLASS_LAST; c++) {
+            uint64_t calls = after.cls[c].calls - before.cls[c].calls;
+            uint64_t ops = after.cls[c].onesided_ops - before.cls[c].onesided_ops;
+            assert_int_equal(calls, c == cases[i].used ? 2 : 0); /* offer and done */
+            assert_int_equal(ops, c == cases[i].used ? 1 : 0);
+        }
+    }
+    T.expect = NULL;
+    rrpc_mem_dereg(sr);
+}
+
+/* The names deprecated in 0.2 stay exported for one release and do what
+ * the new ones do. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static int old_send_done_count, old_send_status;
+
+static void on_old_send(int status, void *user)
+{
+    (void)user;
+    lock();
+    old_send_status = status;
+    old_send_done_count++;
+    unlock();
+}
+
+static void test_tensor_deprecated_names_still_send_and_serve(void **state)
+{
+    uint8_t buf[512];
+    fill(buf, sizeof(buf), 13);
+    rrpc_region *sr;
+    assert_int_equal(rrpc_mem_reg(T.cctx, buf, sizeof(buf), 0, &sr), 0);
+    rrpc_tensor t;
+    assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){512}, sr, 0), 0);
+    /* rrpc_tensor_serve_ex: the server of rrpc_tensor_serve_with */
+    close_server();
+    rrpc_tensor_server *srv;
+    rrpc_tensor_server_opts o = {.flags = 2};
+    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, &o, &srv), -EINVAL);
+    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, NULL, &srv), 0);
+    lock();
+    T.srv = srv;
+    unlock();
+    /* rrpc_tensor_send_sync, on the class given as an int */
+    rrpc_stats before, after;
+    assert_int_equal(rrpc_ctx_stats(T.cctx, &before), 0);
+    reset_rx(ALLOC_EXACT, 0);
+    T.expect = &t;
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "old-sync", &t, RRPC_CLASS_BACKGROUND), 0);
+    assert_true(T.verified);
+    assert_int_equal(rrpc_ctx_stats(T.cctx, &after), 0);
+    assert_int_equal(after.cls[RRPC_CLASS_BACKGROUND].calls - before.cls[RRPC_CLASS_BACKGROUND].calls,
+                     2);
+    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, 9), RRPC_E_BAD_CLASS);
+    /* rrpc_tensor_send, with its callback */
+    reset_rx(ALLOC_EXACT, 0);
+    T.expect = &t;
+    lock();
+    old_send_done_count = 0;
+    old_send_status = -1;
+    unlock();
+    assert_int_equal(rrpc_tensor_send(T.conn, "old", &t, RRPC_CLASS_DEFAULT, on_old_send, NULL), 0);
+    assert_int_equal(wait_for(&old_send_done_count, 1, 10000), 1);
+    assert_int_equal(old_send_status, 0);
+    assert_true(T.verified);
+    T.expect = NULL;
+    rrpc_mem_dereg(sr);
+}
+#pragma GCC diagnostic pop
 
 /* The receiver chose a destination that does not fit: an error, and nothing
  * written; the receiver gets its destination back through the done callback. */
@@ -645,7 +749,8 @@ static void test_tensor_unusable_destinations_are_refused_and_left_untouched(voi
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         reset_rx(cases[i].mode, GUARD);
-        int r = rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_LOW_LATENCY);
+        rrpc_tensor_send_opts so = {.qos_class = RRPC_CLASS_LOW_LATENCY};
+        int r = rrpc_tensor_send_with_sync(T.conn, "t", &t, &so);
         assert_int_equal(r, cases[i].code);
         assert_true(strlen(rrpc_ctx_last_error(T.cctx)) > 0);
         assert_int_equal(T.allocs, 1);
@@ -658,7 +763,7 @@ static void test_tensor_unusable_destinations_are_refused_and_left_untouched(voi
     reset_rx(ALLOC_EXACT, GUARD);
     T.dst_strided = true;
     memcpy(T.dst_strides, (int64_t[8]){4, 4}, sizeof(T.dst_strides));
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), -EINVAL);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), -EINVAL);
     assert_int_equal(T.dones, 1);
     assert_true(all_bytes(T.dst_mem, T.dst_len, 0xee));
     rrpc_mem_dereg(sr);
@@ -673,7 +778,7 @@ static void test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method(void 
     assert_int_equal(rrpc_tensor_init(&t, RRPC_DTYPE_U8, 1, (int64_t[]){64}, sr, 0), 0);
     close_server();
     reset_rx(ALLOC_EXACT, GUARD);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "t", &t, RRPC_CLASS_DEFAULT), RRPC_E_NO_METHOD);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "t", &t, NULL), RRPC_E_NO_METHOD);
     assert_int_equal(T.allocs, 0);
     rrpc_tensor_server *srv, *dup;
     assert_int_equal(rrpc_tensor_serve(T.sctx, on_alloc, on_done, NULL, &srv), 0);
@@ -755,7 +860,7 @@ static void serve_with(const rrpc_tensor_server_opts *o)
 {
     close_server();
     rrpc_tensor_server *srv;
-    assert_int_equal(rrpc_tensor_serve_ex(T.sctx, on_alloc, on_done, NULL, o, &srv), 0);
+    assert_int_equal(rrpc_tensor_serve_with(T.sctx, on_alloc, on_done, NULL, o, &srv), 0);
     lock();
     T.srv = srv;
     unlock();
@@ -853,7 +958,7 @@ static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_d
     for (int i = 0; i < 3; i++) {
         reset_rx(ALLOC_FRESH, 0);
         T.expect = &t;
-        assert_int_equal(rrpc_tensor_send_sync(T.conn, "fits", &t, RRPC_CLASS_DEFAULT), 0);
+        assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "fits", &t, NULL), 0);
         assert_true(T.verified);
         assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
     }
@@ -867,7 +972,7 @@ static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_d
     assert_int_equal(rrpc_mem_reg(T.cctx, src2, 2 * part, 0, &sr2), 0);
     big.region = sr2;
     reset_rx(ALLOC_FRESH, 0);
-    assert_int_equal(rrpc_tensor_send_sync(T.conn, "too-big", &big, RRPC_CLASS_DEFAULT), -ENOBUFS);
+    assert_int_equal(rrpc_tensor_send_with_sync(T.conn, "too-big", &big, NULL), -ENOBUFS);
     assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "tensor \"too-big\""));
     assert_non_null(strstr(rrpc_ctx_last_error(T.cctx),
                            "the offer of 1572864 bytes exceeds the receiver's tensor budget "
@@ -1173,6 +1278,8 @@ int main(void)
         cmocka_unit_test(
             test_tensor_offers_keep_the_c_layout_unless_the_server_asks_for_the_senders),
         cmocka_unit_test(test_tensor_bad_descriptors_fail_at_once_and_send_nothing),
+        cmocka_unit_test(test_tensor_send_goes_on_the_class_of_its_options_and_bulk_by_default),
+        cmocka_unit_test(test_tensor_deprecated_names_still_send_and_serve),
         cmocka_unit_test(test_tensor_unusable_destinations_are_refused_and_left_untouched),
         cmocka_unit_test(test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method),
         cmocka_unit_test(test_tensor_offers_beyond_the_budget_are_refused_before_any_allocation),

@@ -25,7 +25,7 @@ __version__ = "0.2.0"
 __all__ = list(_core.__all__) + ["HAVE_TENSOR", "__version__"]
 globals().update({n: getattr(_core, n) for n in _core.__all__ if n.startswith("E_")})
 
-HAVE_TENSOR: bool = hasattr(lib, "rrpc_tensor_send")
+HAVE_TENSOR: bool = hasattr(lib, "rrpc_tensor_send_with")
 if HAVE_TENSOR:
     from .tensor import (KvPool, KvToken, TensorServer, ReceivePool,  # noqa: F401
                          dtype_to_rrpc, dtype_from_rrpc)

@@ -227,8 +227,10 @@ def send_tensor_async(conn, name, array, *, qos=None):
     enders = (region, _Temp(region)) if temp else (region,)
 
     def start(user):
-        r = lib.rrpc_tensor_send(conn._ptr, name.encode(), t, _qos(qos, lib.RRPC_CLASS_BULK),
-                                 lib._rrpc_py_op_done, user)
+        opts = ffi.new("rrpc_tensor_send_opts *")
+        opts.qos_class = _qos(qos, lib.RRPC_CLASS_BULK)
+        r = lib.rrpc_tensor_send_with(conn._ptr, name.encode(), t, opts, lib._rrpc_py_op_done,
+                                      user)
         return _error(r, core.ptr, "send tensor %r" % name) if r else None
     return core.submit(conn, (fut, core, None, enders, conn, a, 'tensor "%s"' % name), start,
                        busy=region, enders=enders)
@@ -627,8 +629,8 @@ class TensorServer(_core._Closable):
         opts.max_bytes = max_bytes
         opts.flags = lib.RRPC_TENSOR_SERVE_SENDER_ORDER
         with core.use():
-            r = lib.rrpc_tensor_serve_ex(ctx._ptr, lib._rrpc_py_tensor_alloc,
-                                         lib._rrpc_py_tensor_done, user, opts, pp)
+            r = lib.rrpc_tensor_serve_with(ctx._ptr, lib._rrpc_py_tensor_alloc,
+                                           lib._rrpc_py_tensor_done, user, opts, pp)
             err = _error(r, ctx._ptr, "serve tensors") if r else None
         if r:
             core.forget(st.key)
