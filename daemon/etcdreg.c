@@ -80,6 +80,8 @@ struct job {
 
 static const struct config *cfg;
 static struct ev_loop *loop;
+static struct registry *registry; /* the cache kept in step with etcd */
+static struct store etcd_store;   /* the one etcd store of this process */
 static struct etcd *ops, *watcher;
 static pthread_t thread, writer;
 static bool thread_running, writer_running;
@@ -101,14 +103,18 @@ static int64_t logged_ms;    /* when being degraded was last logged */
 #define LOG_EVERY_MS 30000   /* while degraded, the reason is logged again this often */
 static char degraded_why[300] = "not synchronized with etcd yet";
 
-bool etcdreg_on(void)
+static const char *etcd_store_degraded(struct store *st)
 {
-    return ops != NULL;
+    (void)st;
+    return degraded ? degraded_why : NULL;
 }
 
-const char *etcdreg_degraded(void)
+/* Tells the server (store.done) how the register @serial/@req_id ended. */
+static bool register_done(uint64_t serial, uint64_t req_id, struct registration *r, int err,
+                          const char *why)
 {
-    return degraded ? degraded_why : NULL;
+    return etcd_store.done &&
+           etcd_store.done(etcd_store.done_arg, serial, req_id, r, err, why);
 }
 
 /* ---- the watch thread ------------------------------------------------------------ */
@@ -186,7 +192,7 @@ static void *watch_main(void *arg)
         /* A member going away (or a leader election) costs the watch a few
          * seconds: rrpcd is degraded only when it stays down longer, or has
          * never been synchronized. */
-        metrics_etcd_error("watch");
+        metrics_etcd_error(ETCD_ERROR_WATCH);
         if (!down_since)
             down_since = mono_ms();
         char why[300];
@@ -290,7 +296,7 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
         LOG(LOG_WARNING, "etcd: ignoring the key %s: not PREFIXreg/ID", key);
         return;
     }
-    struct registration *old = registry_find(id);
+    struct registration *old = registry_find(registry, id);
     if (old) {
         old->etcd_stale = false;
         json_object *o = len <= VALUE_MAX ? json_tokener_parse((const char *)val) : NULL;
@@ -323,14 +329,14 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
               (!inst || unhex(inst, tmpl.instance, sizeof(tmpl.instance))) &&
               json_object_object_get_ex(o, "endpoints", &eps) &&
               json_object_is_type(eps, json_type_array) &&
-              (n = json_object_array_length(eps)) >= 1 && n <= 64 &&
+              (n = json_object_array_length(eps)) >= 1 && n <= CTL_MAX_ENDPOINTS &&
               (ep = calloc(n, sizeof(*ep)));
     for (size_t i = 0; ok && i < n; i++) {
         json_object *e = json_object_array_get_idx(eps, i);
         const char *t = str_of(e, "transport", sizeof(ep->transport));
         const char *h = str_of(e, "host", sizeof(ep->host));
         int64_t port;
-        ok = t && h && h[0] && (!strcmp(t, "tcp") || !strcmp(t, "rdma")) &&
+        ok = t && h && h[0] && (!strcmp(t, CTL_TRANSPORT_TCP) || !strcmp(t, CTL_TRANSPORT_RDMA)) &&
              int_of(e, "port", 1, 65535, &port);
         if (ok) {
             strcpy(ep[i].transport, t);
@@ -353,9 +359,9 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
     tmpl.eps = ep;
     tmpl.n_eps = n;
     tmpl.expires_ms = INT64_MAX; /* etcd's lease decides */
-    tmpl.answer_bytes = server_answer_bytes(&tmpl);
+    tmpl.answer_bytes = answer_bytes(&tmpl);
     struct registration *r;
-    int e = registry_add(service, principal, ep, n, &tmpl, &r);
+    int e = registry_add(registry, service, principal, ep, n, &tmpl, &r);
     if (e) {
         LOG(LOG_ERR, "etcd: cannot hold the registration %s: %s", key, strerror(-e));
         free(ep);
@@ -372,11 +378,11 @@ static void apply_delete(const char *key)
     size_t pl = strlen(cfg->etcd_prefix);
     if (strncmp(key + pl, "reg/", 4) || sscanf(key + pl + 4, "%16" SCNx64, &id) != 1)
         return;
-    struct registration *r = registry_find(id);
+    struct registration *r = registry_find(registry, id);
     if (r) {
         LOG(LOG_INFO, "etcd: the registration of '%s' %016" PRIx64 " is gone (unregistered or "
             "its lease expired)", r->svc->name, id);
-        registry_remove(r);
+        registry_remove(registry, r);
     }
 }
 
@@ -388,10 +394,10 @@ static void drop_stale(void)
     bool again = true;
     while (again) {
         again = false;
-        for (s = registry_services(); s && !again; s = s->next)
+        for (s = registry_services(registry); s && !again; s = s->next)
             for (struct registration *r = s->regs; r; r = r->next)
                 if (r->etcd_stale && r->expires_ms == INT64_MAX && !r->etcd_pending) {
-                    registry_remove(r); /* may free s: start over */
+                    registry_remove(registry, r); /* may free s: start over */
                     again = true;
                     break;
                 }
@@ -399,6 +405,7 @@ static void drop_stale(void)
 }
 
 static void put_done(const struct event *e);
+static void etcd_store_remove(struct store *st, struct registration *r);
 static void lease_done(const struct event *e);
 static void lease_new(const struct event *e);
 static void reput_owned(bool stale_only);
@@ -422,7 +429,7 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             apply_delete(e->key);
             break;
         case EV_RESYNC:
-            for (struct service *s = registry_services(); s; s = s->next)
+            for (struct service *s = registry_services(registry); s; s = s->next)
                 for (struct registration *r = s->regs; r; r = r->next)
                     r->etcd_stale = true;
             break;
@@ -431,7 +438,7 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             drop_stale();
             if (degraded)
                 LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations); not degraded",
-                    registry_count());
+                    registry_count(registry));
             degraded = false;
             metrics_etcd_degraded(false);
             write_down = false;
@@ -644,7 +651,7 @@ static void went_down(const char *why)
             "registrations are refused", why);
     }
     snprintf(degraded_why, sizeof(degraded_why), "%s", why);
-    metrics_etcd_error("write");
+    metrics_etcd_error(ETCD_ERROR_WRITE);
     metrics_etcd_degraded(true);
     degraded = true;
     write_down = true;
@@ -684,7 +691,7 @@ static int queue_put(struct registration *r, uint64_t serial, uint64_t req_id)
 static void reput_owned(bool stale_only)
 {
     size_t n = 0;
-    for (struct service *s = registry_services(); s; s = s->next)
+    for (struct service *s = registry_services(registry); s; s = s->next)
         for (struct registration *r = s->regs; r; r = r->next)
             if (r->expires_ms != INT64_MAX && !r->etcd_pending &&
                 (!stale_only || r->etcd_stale) && queue_put(r, 0, 0) == 0)
@@ -712,7 +719,7 @@ static void lease_done(const struct event *e)
 
 static void put_done(const struct event *e)
 {
-    struct registration *r = registry_find(e->reg_id);
+    struct registration *r = registry_find(registry, e->reg_id);
     if (!e->err) {
         write_ok();
         if (r)
@@ -720,18 +727,16 @@ static void put_done(const struct event *e)
         if (!e->serial) /* written again, or taken over: nobody waits */
             return;
         if (r && r->etcd_pending) {
-            r->etcd_pending = false;
-            r->svc->n_pending--;
-            watch_changed(r->svc->name); /* live now */
+            registry_set_live(registry, r);
             r->expires_ms = mono_ms() + r->lease_ms;
-            if (server_register_done(e->serial, e->req_id, r, 0, NULL))
+            if (register_done(e->serial, e->req_id, r, 0, NULL))
                 return;
             LOG(LOG_NOTICE, "'%s' %016" PRIx64 ": its server left before etcd took the "
                 "registration; withdrawn", r->svc->name, r->id);
-            etcdreg_remove(r);
-            registry_remove(r);
+            etcd_store_remove(&etcd_store, r);
+            registry_remove(registry, r);
         } else {
-            server_register_done(e->serial, e->req_id, NULL, -ENOENT,
+            register_done(e->serial, e->req_id, NULL, -ENOENT,
                                  "the registration went away while etcd took it; register "
                                  "again");
         }
@@ -741,15 +746,17 @@ static void put_done(const struct event *e)
     if (!e->serial)
         return; /* ours stays; the next resync or lease writes it again */
     if (r && r->etcd_pending)
-        registry_remove(r);
+        registry_remove(registry, r);
     char msg[600];
     snprintf(msg, sizeof(msg), "the registry on etcd did not take it (%s); this rrpcd is "
              "degraded: try again later", e->why);
-    server_register_done(e->serial, e->req_id, NULL, e->err, msg);
+    register_done(e->serial, e->req_id, NULL, e->err, msg);
 }
 
-int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
+static int etcd_store_put(struct store *st, struct registration *r, uint64_t serial,
+                          uint64_t req_id)
 {
+    (void)st;
     if (degraded)
         return -EAGAIN;
     int e = queue_put(r, serial, req_id);
@@ -761,8 +768,9 @@ int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
     return e;
 }
 
-int etcdreg_renew(struct registration *r)
+static int etcd_store_renew(struct store *st, struct registration *r)
 {
+    (void)st;
     if (r->expires_ms != INT64_MAX)
         return 0; /* ours: its lease is kept here, etcd's is this rrpcd's */
     if (degraded)
@@ -774,8 +782,9 @@ int etcdreg_renew(struct registration *r)
     return queue_put(r, 0, 0);
 }
 
-void etcdreg_remove(struct registration *r)
+static void etcd_store_remove(struct store *st, struct registration *r)
 {
+    (void)st;
     struct job *j = calloc(1, sizeof(*j));
     if (j) {
         j->type = JOB_DELETE;
@@ -787,17 +796,34 @@ void etcdreg_remove(struct registration *r)
             j ? "too many writes waiting" : "out of memory");
 }
 
-const char *etcdreg_error(void)
+static const char *etcd_store_error(struct store *st)
 {
+    (void)st;
     return degraded_why;
 }
 
-int etcdreg_start(struct ev_loop *l, const struct config *c)
+static void etcd_store_stop(struct store *st);
+
+static const struct store_ops etcd_ops = {
+    .name = CTL_REGISTRY_ETCD,
+    .degraded = etcd_store_degraded,
+    .error = etcd_store_error,
+    .put = etcd_store_put,
+    .renew = etcd_store_renew,
+    .remove = etcd_store_remove,
+    .stop = etcd_store_stop,
+};
+
+int etcdreg_start(struct ev_loop *l, const struct config *c, struct registry *reg,
+                  struct store **ret)
 {
-    if (!c->n_etcd)
-        return 0;
+    if (ops)
+        return -EBUSY; /* one etcd store per process */
     cfg = c;
     loop = l;
+    registry = reg;
+    etcd_store = (struct store){ .ops = &etcd_ops };
+    *ret = &etcd_store;
     const char *hosts[ETCD_MAX_ENDPOINTS];
     for (size_t i = 0; i < c->n_etcd; i++)
         hosts[i] = c->etcd_hosts[i];
@@ -839,8 +865,9 @@ int etcdreg_start(struct ev_loop *l, const struct config *c)
     return 0;
 }
 
-void etcdreg_stop(void)
+static void etcd_store_stop(struct store *st)
 {
+    (void)st;
     if (thread_running) {
         pthread_mutex_lock(&mu);
         stop_flag = 1;

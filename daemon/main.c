@@ -105,8 +105,8 @@ int main(int argc, char **argv)
             rc = 0;
             goto out;
         case 'V':
-            printf("rrpcd %s (control protocol 1), libroce_rpc %s\n", RRPC_VERSION_STRING,
-                   rrpc_version());
+            printf("rrpcd %s (control protocol %d), libroce_rpc %s\n", RRPC_VERSION_STRING,
+                   CTL_VERSION, rrpc_version());
             rc = 0;
             goto out;
         default: usage(stderr); rc = 2; goto out;
@@ -164,16 +164,24 @@ int main(int argc, char **argv)
     ev_signal_init(&sint, on_stop, SIGINT);
     ev_signal_start(loop, &sterm);
     ev_signal_start(loop, &sint);
-    /* The metrics address first: a start that fails there writes no port_file. */
-    if (metrics_start(&cfg) == 0 && server_start(loop, &cfg) == 0 &&
-        etcdreg_start(loop, &cfg) == 0) {
+    /* The modules, each handed what it uses (rrpcd.h).  The metrics address first:
+     * a start that fails there (or at etcd) writes no port_file. */
+    struct registry *reg = registry_new();
+    struct store *st = NULL;
+    struct server *srv = NULL;
+    if (!reg)
+        LOG(LOG_ERR, "out of memory");
+    else if (metrics_start(&cfg) == 0 &&
+             (cfg.n_etcd ? etcdreg_start(loop, &cfg, reg, &st) : (st = store_memory(), 0)) == 0 &&
+             server_start(loop, &cfg, reg, st, &srv) == 0) {
         ev_run(loop, 0);
         rc = 0;
     }
     metrics_stop();
-    etcdreg_stop();
-    server_stop();
-    registry_free();
+    if (st && st->ops->stop)
+        st->ops->stop(st);
+    server_stop(srv);
+    registry_free(reg);
     ev_signal_stop(loop, &sterm);
     ev_signal_stop(loop, &sint);
     ev_loop_destroy(loop);

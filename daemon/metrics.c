@@ -18,20 +18,21 @@
 #include "util/metrics_http.h"
 #endif
 
-static const char *const op_names[] = { "hello", "register", "renew", "unregister", "lookup",
-                                        "other" };
-#define NOPS (sizeof(op_names) / sizeof(op_names[0]))
+/* The operations with series of their own (the first five of the schema's,
+ * docs/metrics.md), then "other": watch, unwatch, status and unknown ops. */
+#define NOPS (CTL_OP_LOOKUP + 2)
 #define OP_OTHER (NOPS - 1)
-/* "ok", then the error codes of the control protocol (docs/broker.md). */
-static const char *const result_names[] = { "ok",        "bad_request", "version",
-                                            "unauthenticated", "auth_failed", "denied",
-                                            "not_found", "limit",       "busy",
-                                            "internal",  "other" };
-#define NRESULTS (sizeof(result_names) / sizeof(result_names[0]))
-static const char *const refusal_names[] = { "max_connections", "max_connections_per_source",
-                                             "out_of_memory" };
+/* "ok", then the error codes of the control protocol (proto.h), then "other". */
+#define NRESULTS (CTL_ERR_COUNT + 1)
+#define RESULT_OTHER (NRESULTS - 1)
+static const char *const refusal_names[] = {
+    [REFUSED_MAX_CONNECTIONS] = "max_connections",
+    [REFUSED_PER_SOURCE] = "max_connections_per_source",
+    [REFUSED_NO_MEMORY] = "out_of_memory",
+};
 #define NREFUSALS (sizeof(refusal_names) / sizeof(refusal_names[0]))
-static const char *const etcd_error_names[] = { "watch", "write" };
+static const char *const etcd_error_names[] = { [ETCD_ERROR_WATCH] = "watch",
+                                                [ETCD_ERROR_WRITE] = "write" };
 #define NETCD (sizeof(etcd_error_names) / sizeof(etcd_error_names[0]))
 
 static _Atomic uint64_t requests[NOPS][NRESULTS];
@@ -46,22 +47,14 @@ static size_t cur_op = OP_OTHER; /* the loop thread's request being answered */
 #define ADD(v, n) atomic_fetch_add_explicit(&(v), (n), memory_order_relaxed)
 #define GET(v) atomic_load_explicit(&(v), memory_order_relaxed)
 
-static size_t find(const char *const *names, size_t n, const char *s)
+void metrics_op(int op)
 {
-    for (size_t i = 0; s && i < n; i++)
-        if (!strcmp(names[i], s))
-            return i;
-    return n - 1; /* the last name of each set is its catch-all */
+    cur_op = op >= 0 && op < OP_OTHER ? (size_t)op : OP_OTHER;
 }
 
-void metrics_op(const char *op)
+void metrics_answer(int err)
 {
-    cur_op = op ? find(op_names, NOPS, op) : OP_OTHER;
-}
-
-void metrics_answer(const char *err)
-{
-    ADD(requests[cur_op][err ? find(result_names, NRESULTS, err) : 0], 1);
+    ADD(requests[cur_op][err >= 0 && err < CTL_ERR_COUNT ? (size_t)err : RESULT_OTHER], 1);
 }
 
 void metrics_tickets(size_t n)
@@ -79,9 +72,9 @@ void metrics_sessions(int n)
     atomic_store_explicit(&sessions, n, memory_order_relaxed);
 }
 
-void metrics_refused(const char *reason)
+void metrics_refused(enum metrics_refusal why)
 {
-    ADD(refusals[find(refusal_names, NREFUSALS, reason)], 1);
+    ADD(refusals[why], 1);
 }
 
 void metrics_registry(int d_services, int d_instances)
@@ -95,9 +88,9 @@ void metrics_etcd_degraded(bool d)
     atomic_store_explicit(&etcd_degraded, d, memory_order_relaxed);
 }
 
-void metrics_etcd_error(const char *what)
+void metrics_etcd_error(enum metrics_etcd_error what)
 {
-    ADD(etcd_errors[find(etcd_error_names, NETCD, what)], 1);
+    ADD(etcd_errors[what], 1);
 }
 
 /* ---- the text, and the server ------------------------------------------------- */
@@ -139,8 +132,10 @@ static int text(void *user, char **ret_text, size_t *ret_len)
            "Requests answered, by operation and result (ok or the error code).");
     for (size_t o = 0; o < NOPS; o++)
         for (size_t r = 0; r < NRESULTS; r++)
-            fprintf(f, "rrpcd_requests_total{op=\"%s\",result=\"%s\"} %llu\n", op_names[o],
-                    result_names[r], (unsigned long long)GET(requests[o][r]));
+            fprintf(f, "rrpcd_requests_total{op=\"%s\",result=\"%s\"} %llu\n",
+                    o < OP_OTHER ? rrpci_ctl_op_name((int)o) : "other",
+                    r < RESULT_OTHER ? rrpci_ctl_err_name((int)r) : "other",
+                    (unsigned long long)GET(requests[o][r]));
     family(f, "rrpcd_tickets_issued_total", "counter",
            "Connection tickets issued in lookup answers (one per instance listed).");
     fprintf(f, "rrpcd_tickets_issued_total %llu\n", (unsigned long long)GET(tickets));

@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The service registry: services, their registrations and leases. */
+/*
+ * The service registry: services, their registrations and leases, in memory
+ * (rrpcd.h).  It tells one listener (the server's watches) when a service's
+ * live set may have changed, and whoever sweeps it of each expired lease.
+ * Also the memory store: registry = memory keeps registrations here alone.
+ */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +16,12 @@
 
 #include "rrpcd.h"
 
-static struct service *services;
-static struct rrpci_idmap by_id; /* every registration; renewals find theirs here */
+struct registry {
+    struct service *services;
+    struct rrpci_idmap by_id; /* every registration; renewals find theirs here */
+    registry_changed_fn *changed;
+    void *changed_arg;
+};
 
 int64_t mono_ms(void)
 {
@@ -28,15 +37,32 @@ int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void reg_free(struct registration *r)
+struct registry *registry_new(void)
+{
+    return calloc(1, sizeof(struct registry));
+}
+
+void registry_listen(struct registry *reg, registry_changed_fn *fn, void *arg)
+{
+    reg->changed = fn;
+    reg->changed_arg = arg;
+}
+
+static void changed(struct registry *reg, const char *service)
+{
+    if (reg->changed)
+        reg->changed(reg->changed_arg, service);
+}
+
+static void reg_free(struct registry *reg, struct registration *r)
 {
     metrics_registry(0, -1);
-    watch_changed(r->svc->name);
+    changed(reg, r->svc->name);
     r->svc->n_regs--;
     if (r->etcd_pending)
         r->svc->n_pending--;
     r->svc->answer_bytes -= r->answer_bytes;
-    rrpci_idmap_del(&by_id, r->id);
+    rrpci_idmap_del(&reg->by_id, r->id);
     free(r->eps);
     free(r);
 }
@@ -48,9 +74,9 @@ static void service_free(struct service *s)
 }
 
 /* Unlinks and frees services without registrations. */
-static void drop_empty(void)
+static void drop_empty(struct registry *reg)
 {
-    for (struct service **pp = &services; *pp;) {
+    for (struct service **pp = &reg->services; *pp;) {
         struct service *s = *pp;
         if (!s->regs) {
             LOG(LOG_INFO, "service '%s' has no live registration left; forgotten", s->name);
@@ -62,19 +88,19 @@ static void drop_empty(void)
     }
 }
 
-void registry_sweep(int64_t now)
+void registry_sweep(struct registry *reg, int64_t now, registry_expired_fn *fn, void *arg)
 {
     bool dropped = false;
-    for (struct service *s = services; s; s = s->next) {
+    for (struct service *s = reg->services; s; s = s->next) {
         for (struct registration **pp = &s->regs; *pp;) {
             struct registration *r = *pp;
             if (r->expires_ms <= now) {
                 LOG(LOG_NOTICE, "lease of '%s' registration %016llx (%s) expired", s->name,
                     (unsigned long long)r->id, r->principal);
-                if (etcdreg_on())
-                    etcdreg_remove(r); /* ours (only ours expire here): its key goes */
+                if (fn)
+                    fn(arg, r);
                 *pp = r->next;
-                reg_free(r);
+                reg_free(reg, r);
                 dropped = true;
             } else {
                 pp = &r->next;
@@ -82,37 +108,38 @@ void registry_sweep(int64_t now)
         }
     }
     if (dropped)
-        drop_empty();
+        drop_empty(reg);
 }
 
-size_t registry_count(void)
+size_t registry_count(const struct registry *reg)
 {
-    return by_id.count;
+    return reg->by_id.count;
 }
 
-struct service *registry_services(void)
+struct service *registry_services(struct registry *reg)
 {
-    return services;
+    return reg->services;
 }
 
-struct service *registry_service(const char *name)
+struct service *registry_service(struct registry *reg, const char *name)
 {
-    for (struct service *s = services; s; s = s->next)
+    for (struct service *s = reg->services; s; s = s->next)
         if (!strcmp(s->name, name))
             return s;
     return NULL;
 }
 
-int registry_add(const char *name, const char *principal, struct rrpci_endpoint *eps, size_t n_eps,
-                 const struct registration *tmpl, struct registration **ret)
+int registry_add(struct registry *reg, const char *name, const char *principal,
+                 struct rrpci_endpoint *eps, size_t n_eps, const struct registration *tmpl,
+                 struct registration **ret)
 {
     uint64_t id = tmpl->id;
-    if (id && registry_find(id))
+    if (id && registry_find(reg, id))
         return -EEXIST;
-    while (id == 0 || registry_find(id))
+    while (id == 0 || registry_find(reg, id))
         if (RAND_bytes((unsigned char *)&id, sizeof(id)) != 1)
             return -EIO;
-    struct service *s = registry_service(name);
+    struct service *s = registry_service(reg, name);
     bool new_service = !s;
     if (!s) {
         s = calloc(1, sizeof(*s));
@@ -122,7 +149,7 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
         metrics_registry(1, 0); /* service_free takes it back */
     }
     struct registration *r = calloc(1, sizeof(*r));
-    if (!r || rrpci_idmap_put(&by_id, id, &r->node)) {
+    if (!r || rrpci_idmap_put(&reg->by_id, id, &r->node)) {
         free(r);
         if (new_service)
             service_free(s);
@@ -146,21 +173,21 @@ int registry_add(const char *name, const char *principal, struct rrpci_endpoint 
     metrics_registry(0, 1);
     s->answer_bytes += r->answer_bytes;
     if (new_service) {
-        s->next = services;
-        services = s;
+        s->next = reg->services;
+        reg->services = s;
     }
-    watch_changed(name);
+    changed(reg, name);
     *ret = r;
     return 0;
 }
 
-struct registration *registry_find(uint64_t id)
+struct registration *registry_find(struct registry *reg, uint64_t id)
 {
-    struct rrpci_idnode *n = rrpci_idmap_get(&by_id, id);
+    struct rrpci_idnode *n = rrpci_idmap_get(&reg->by_id, id);
     return n ? rrpci_container_of(n, struct registration, node) : NULL;
 }
 
-void registry_remove(struct registration *r)
+void registry_remove(struct registry *reg, struct registration *r)
 {
     struct service *s = r->svc;
     for (struct registration **pp = &s->regs; *pp; pp = &(*pp)->next)
@@ -168,21 +195,43 @@ void registry_remove(struct registration *r)
             *pp = r->next;
             break;
         }
-    reg_free(r);
-    drop_empty();
+    reg_free(reg, r);
+    drop_empty(reg);
 }
 
-void registry_free(void)
+void registry_set_live(struct registry *reg, struct registration *r)
 {
-    while (services) {
-        struct service *s = services;
-        services = s->next;
+    if (!r->etcd_pending)
+        return;
+    r->etcd_pending = false;
+    r->svc->n_pending--;
+    changed(reg, r->svc->name);
+}
+
+void registry_free(struct registry *reg)
+{
+    if (!reg)
+        return;
+    while (reg->services) {
+        struct service *s = reg->services;
+        reg->services = s->next;
         while (s->regs) {
             struct registration *r = s->regs;
             s->regs = r->next;
-            reg_free(r);
+            reg_free(reg, r);
         }
         service_free(s);
     }
-    rrpci_idmap_fini(&by_id);
+    rrpci_idmap_fini(&reg->by_id);
+    free(reg);
+}
+
+/* ---- the memory store: nothing besides the registry -------------------------- */
+
+static const struct store_ops memory_ops = { .name = CTL_REGISTRY_MEMORY };
+static struct store memory_store = { .ops = &memory_ops };
+
+struct store *store_memory(void)
+{
+    return &memory_store;
 }

@@ -10,6 +10,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
+#include "broker/proto.h" /* the control schema, rrpci_mp_* */
 #include "util/conf.h"
 #include "util/idmap.h"
 
@@ -97,9 +98,24 @@ extern int log_level;
             log_msg(level, __VA_ARGS__);                                                      \
     } while (0)
 
-/* ---- the registry (registry.c) ------------------------------------------ */
+/*
+ * The modules, each an object handed to those that use it; every arrow goes
+ * one way (main.c makes them, in this order):
+ *
+ *   main ──> server ──> watch ──> registry ──> metrics
+ *              │          ^          ^
+ *              ├──────────┘          │
+ *              └──> store ───────────┘      (store: memory, or etcd: etcdreg.c)
+ *
+ * Where a lower module must tell a higher one something (the registry: a
+ * service's live set changed; the etcd store: a register was written; watch:
+ * a push is ready for a session), it calls a function the higher one handed
+ * it.  The schema of the control protocol is broker/proto.h.
+ */
 
-/* struct rrpci_endpoint: the control schema's endpoint (broker/mpcheck.h). */
+/* ---- the registry (registry.c): services and registrations in memory ---------- */
+
+/* struct rrpci_endpoint: the control schema's endpoint (broker/proto.h). */
 
 struct registration {
     struct registration *next;
@@ -131,104 +147,160 @@ struct service {
 
 int64_t mono_ms(void);
 int64_t wall_ms(void);
-/* Drops expired registrations (and services left without any). */
-void registry_sweep(int64_t now);
-size_t registry_count(void);
+
+struct registry;
+/* The live set of @service may have changed (a registration came, went, or became live). */
+typedef void registry_changed_fn(void *arg, const char *service);
+/* @r's lease ran out; it is freed when this returns. */
+typedef void registry_expired_fn(void *arg, struct registration *r);
+
+/* An empty registry, or NULL without memory.  registry_free frees it and all it holds
+ * (NULL: nothing). */
+struct registry *registry_new(void);
+void registry_free(struct registry *reg);
+/* Who hears of changes (one listener; NULL: nobody). */
+void registry_listen(struct registry *reg, registry_changed_fn *fn, void *arg);
+/* Drops registrations expired at @now (and services left without any), telling @fn of each. */
+void registry_sweep(struct registry *reg, int64_t now, registry_expired_fn *fn, void *arg);
+size_t registry_count(const struct registry *reg);
 /* Takes ownership of @eps on success; copies the rest of @tmpl (classes,
  * lease_ms, has_instance, instance, answer_bytes, etcd_lease; id when not 0
  * (-EEXIST when taken), else a random one; expires_ms when not 0, else now +
  * lease_ms).  -ENOMEM, -EIO (no randomness). */
-int registry_add(const char *service, const char *principal, struct rrpci_endpoint *eps,
-                 size_t n_eps, const struct registration *tmpl, struct registration **ret);
-struct registration *registry_find(uint64_t id);
-void registry_remove(struct registration *r);
-struct service *registry_service(const char *name);
+int registry_add(struct registry *reg, const char *service, const char *principal,
+                 struct rrpci_endpoint *eps, size_t n_eps, const struct registration *tmpl,
+                 struct registration **ret);
+struct registration *registry_find(struct registry *reg, uint64_t id);
+void registry_remove(struct registry *reg, struct registration *r);
+/* @r, pending while its etcd write was under way, is live now (lookups, watches). */
+void registry_set_live(struct registry *reg, struct registration *r);
+struct service *registry_service(struct registry *reg, const char *name);
 /* The first service (then ->next), for walks that do not remove. */
-struct service *registry_services(void);
-void registry_free(void);
+struct service *registry_services(struct registry *reg);
 
-/* ---- the server (server.c) ----------------------------------------------- */
+/* ---- how registrations appear in answers (answer.c) --------------------------- */
 
+/* The endpoints of @r as a lookup answer and a watch push list them. */
+void answer_pack_endpoints(msgpack_packer *pk, const struct registration *r);
+/* One entry of a lookup answer's "instances": {instance, endpoints, ticket}. */
+void answer_pack_instance(msgpack_packer *pk, const struct registration *r, const uint8_t *t,
+                          size_t tlen);
+/* The most @r adds to a lookup answer: its entry with the longest ticket. */
+size_t answer_bytes(const struct registration *r);
+/* Whether one more registration @r of @s (NULL: a new service) keeps every lookup
+ * answer of @s within the frame limit; the largest answer in *@ret_total. */
+bool answer_lookup_fits(const struct service *s, const struct registration *r,
+                        size_t *ret_total);
+
+/* ---- where registrations are kept: the store ----------------------------------- */
+
+/*
+ * registry = memory: in the registry alone (store_memory, registry.c).
+ * registry = etcd://...: on etcd too, the registry a cache kept in step with it
+ * (etcdreg_start, etcdreg.c).  Ops a store does not need are NULL.
+ */
+struct store;
+struct store_ops {
+    const char *name; /* status's "registry": CTL_REGISTRY_MEMORY or CTL_REGISTRY_ETCD */
+    /* Why the store is degraded (etcd unreachable, or not synchronized yet), or NULL. */
+    const char *(*degraded)(struct store *st);
+    /* Why rrpcd is degraded, or the last write failed. */
+    const char *(*error)(struct store *st);
+    /* Starts the write of @r (a lease of its lease_ms, then its key) and marks it
+     * pending (not in lookups, no local expiry); store->done hears of the result
+     * with @serial and @req_id.  -EAGAIN at once while degraded or when too many
+     * writes wait, -ENOMEM. */
+    int (*put)(struct store *st, struct registration *r, uint64_t serial, uint64_t req_id);
+    /* A renewal of @r through this rrpcd (-EAGAIN at once while degraded). */
+    int (*renew)(struct store *st, struct registration *r);
+    /* @r is unregistered or expired here: its key goes (a failure is logged). */
+    void (*remove)(struct store *st, struct registration *r);
+    /* Stops its threads and frees it. */
+    void (*stop)(struct store *st);
+};
+/* The answer to the register @req_id of the session @serial that put @r (@err 0),
+ * or did not (@r NULL, @why).  false when that session is gone. */
+typedef bool store_done_fn(void *arg, uint64_t serial, uint64_t req_id, struct registration *r,
+                           int err, const char *why);
+struct store {
+    const struct store_ops *ops;
+    store_done_fn *done; /* set by whoever puts (the server) */
+    void *done_arg;
+};
+/* The memory store (a static object: nothing to free). */
+struct store *store_memory(void);
+/* With registry = etcd://...: the clients, and the threads that keep @reg in step
+ * with etcd (range, then watch) and write to it.  0 and *@ret, or a negative code. */
 struct ev_loop;
-int server_start(struct ev_loop *loop, struct config *cfg);
-/* The most @r adds to a lookup answer (its answer_bytes). */
-size_t server_answer_bytes(const struct registration *r);
-/* The registry on etcd took @r (@err 0) or did not (@r NULL, @why): answers the
- * register @req_id of the session @serial.  false when that session is gone. */
-bool server_register_done(uint64_t serial, uint64_t req_id, struct registration *r, int err,
-                          const char *why);
+int etcdreg_start(struct ev_loop *loop, const struct config *cfg, struct registry *reg,
+                  struct store **ret);
 
-/* ---- the registry on etcd (etcdreg.c) ----------------------------------------- */
-
-/* With registry = etcd://...: the clients, and the thread that keeps the local registry in
- * step with etcd (range, then watch).  0 or a negative code; nothing without etcd. */
-int etcdreg_start(struct ev_loop *loop, const struct config *cfg);
-void etcdreg_stop(void);
-bool etcdreg_on(void);
-/* Why rrpcd is degraded (etcd unreachable, or not synchronized yet), or NULL. */
-const char *etcdreg_degraded(void);
-/* Queues the write of @r (a lease of its lease_ms, then its key) for the writer
- * thread and marks it pending (not in lookups, no local expiry); the loop hears
- * of the result through server_register_done(@serial, @req_id, ...).  -EAGAIN at
- * once while degraded or when too many writes wait, -ENOMEM. */
-int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id);
-/* A renewal of @r through this rrpcd: nothing to write when it owns @r (its key is
- * bound to this rrpcd's lease, kept alive on its own); one registered through
- * another rrpcd moves to this one's (queued; -EAGAIN at once while degraded). */
-int etcdreg_renew(struct registration *r);
-/* Queues the delete of @r's key (unregistered, or expired here); a failure is
- * logged, and the key goes with this rrpcd's lease. */
-void etcdreg_remove(struct registration *r);
-/* Why rrpcd is degraded, or the last write failed. */
-const char *etcdreg_error(void);
-void server_stop(void);
-struct conn;
-/* Queues the frame @buf (@len bytes, without its length) to the session @c:
- * 0, -EAGAIN when more than WATCH_BACKLOG bytes wait to go out to it (try
- * later), -E2BIG above the frame limit, -ENOMEM (the session is then closed). */
-int server_push(struct conn *c, const void *buf, size_t len);
+static inline const char *store_degraded(struct store *st)
+{
+    return st->ops->degraded ? st->ops->degraded(st) : NULL;
+}
 
 /* ---- watches of a service (watch.c) -------------------------------------------- */
 
 #define WATCH_MAX_PER_SESSION 64 /* subscriptions of one session */
 #define WATCH_MAX_TOTAL 65536    /* of all sessions together */
 #define WATCH_BACKLOG (256u << 10) /* bytes waiting to a session above which pushes wait */
-void watch_start(struct ev_loop *loop);
-void watch_stop(void);
+struct watch;
+struct conn; /* a session of the server; a watch only names it */
+/* Queues the frame @buf (@len bytes, without its length) to the session @c:
+ * 0, -EAGAIN when more than WATCH_BACKLOG bytes wait to go out to it (try
+ * later), -E2BIG above the frame limit, -ENOMEM (the session is then closed). */
+typedef int watch_push_fn(struct conn *c, const void *buf, size_t len);
+/* Watches of the services of @reg, pushed through @push from timers on @loop (NULL:
+ * none, nothing is pushed); NULL without memory.  watch_free: NULL is nothing. */
+struct watch *watch_new(struct ev_loop *loop, struct registry *reg, watch_push_fn *push);
+void watch_free(struct watch *w);
 /* Subscribes @c to @service; the first push (soon) is its live set as it is.
  * -ENOSPC beyond WATCH_MAX_PER_SESSION or WATCH_MAX_TOTAL, -ENOMEM. */
-int watch_add(struct conn *c, const char *service, uint64_t *ret_id);
+int watch_add(struct watch *w, struct conn *c, const char *service, uint64_t *ret_id);
 /* -ENOENT when @c has no subscription @id. */
-int watch_del(struct conn *c, uint64_t id);
+int watch_del(struct watch *w, struct conn *c, uint64_t id);
 /* Whether @c has a subscription (such a session is not closed for idleness). */
-bool watch_any(const struct conn *c);
+bool watch_any(const struct watch *w, const struct conn *c);
 /* Forgets the subscriptions of @c (closed). */
-void watch_conn_gone(struct conn *c);
-/* The live set of @service may have changed: its subscribers get it soon. */
-void watch_changed(const char *service);
+void watch_conn_gone(struct watch *w, struct conn *c);
+/* The live set of @service may have changed: its subscribers get it soon (a
+ * registry_changed_fn). */
+void watch_changed(void *w, const char *service);
+
+/* ---- the server (server.c; its files: server_int.h) ----------------------------- */
+
+struct server;
+/* Listens on cfg->listen with TLS and serves the control protocol from @reg and @st
+ * (which it answers registers for: st->done); writes cfg->port_file.  0 and *@ret,
+ * or a negative code (logged). */
+int server_start(struct ev_loop *loop, struct config *cfg, struct registry *reg, struct store *st,
+                 struct server **ret);
+/* Closes every session and the listener; NULL is nothing. */
+void server_stop(struct server *srv);
 
 /* ---- rrpcd's own metrics (metrics.c) ------------------------------------------- */
 
+enum metrics_refusal { REFUSED_MAX_CONNECTIONS, REFUSED_PER_SOURCE, REFUSED_NO_MEMORY };
+enum metrics_etcd_error { ETCD_ERROR_WATCH, ETCD_ERROR_WRITE };
 /* With metrics_listen set, serves GET /metrics on a thread of its own (and writes
  * metrics_port_file); 0 or a negative code, logged with the address. */
 int metrics_start(const struct config *c);
 void metrics_stop(void);
 /* One call where each thing happens; any thread (the counters are atomics).
- * metrics_op names the request being handled ("hello", "lookup"...; NULL: none),
- * metrics_answer counts its answer: NULL ok, else the error code sent. */
-void metrics_op(const char *op);
-void metrics_answer(const char *err);
+ * metrics_op names the request being handled (enum rrpci_ctl_op; -1: none or
+ * unknown), metrics_answer counts its answer: CTL_OK, else the error code sent
+ * (enum rrpci_ctl_err). */
+void metrics_op(int op);
+void metrics_answer(int err);
 void metrics_tickets(size_t n);
 void metrics_tls_failure(void);
 void metrics_sessions(int n);
-/* A connection closed at accept: "max_connections", "max_connections_per_source",
- * "out_of_memory". */
-void metrics_refused(const char *reason);
+/* A connection closed at accept. */
+void metrics_refused(enum metrics_refusal why);
 void metrics_registry(int d_services, int d_instances);
 void metrics_etcd_degraded(bool degraded);
-/* "watch" (the watch broke) or "write" (a write failed). */
-void metrics_etcd_error(const char *what);
+void metrics_etcd_error(enum metrics_etcd_error what);
 
-#include "broker/mpcheck.h" /* rrpci_mp_check, rrpci_mp_get, rrpci_mp_uint */
 
 #endif

@@ -3,7 +3,8 @@
  * The reconnecting service handle (include/roce_rpc/broker.h, rrpc_service):
  * one connection to a service found by name, made again by a fresh lookup
  * when it went down, with an exponential backoff with jitter between failed
- * attempts.  Only the public API of libroce_rpc and the broker client.
+ * attempts.  The public API of libroce_rpc and the broker client, and the
+ * client's wait (client_int.h).
  *
  * Every connection is a "link".  A link has two owners: the handle (until it
  * closes the connection) and the connection's DOWN event, which the core
@@ -31,6 +32,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
+#include "broker/client_int.h"
 #include "util/reserved.h"
 
 #define SVC_ERR_MAX 512
@@ -64,13 +66,6 @@ struct rrpc_service {
 };
 
 static _Thread_local char err_copy[SVC_ERR_MAX];
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint64_t next_rand(struct rrpc_service *s)
 {
@@ -189,11 +184,7 @@ RRPC_API int rrpc_service_open(rrpc_ctx *ctx, rrpc_broker *b, const char *servic
     if (!s)
         return -ENOMEM;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    rrpci_cond_init(&s->cond);
     s->ctx = ctx;
     s->b = b;
     snprintf(s->name, sizeof(s->name), "%s", service);
@@ -219,8 +210,7 @@ RRPC_API void rrpc_service_close(rrpc_service *svc)
     pthread_mutex_lock(&s->mu);
     s->closing = true;
     pthread_cond_broadcast(&s->cond);
-    while (s->connecting)
-        pthread_cond_wait(&s->cond, &s->mu);
+    RRPCI_WAIT_FOR(&s->cond, &s->mu, INT64_MAX, !s->connecting);
     struct link *list = s->retired;
     s->retired = NULL;
     if (s->cur) {
@@ -237,19 +227,13 @@ RRPC_API void rrpc_service_close(rrpc_service *svc)
 
 /* ---- borrowing ------------------------------------------------------------- */
 
-static void wait_until(struct rrpc_service *s, int64_t at_ms)
-{
-    struct timespec ts = { .tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000 };
-    pthread_cond_timedwait(&s->cond, &s->mu, &ts);
-}
-
 RRPC_API int rrpc_service_conn(rrpc_service *svc, int wait_ms, rrpc_conn **ret_conn)
 {
     if (!svc || !ret_conn || wait_ms < 0)
         return -EINVAL;
     struct rrpc_service *s = svc;
     struct link *dead = NULL;
-    int64_t deadline = mono_ms() + wait_ms;
+    int64_t deadline = rrpci_mono_ms() + wait_ms;
     int r;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -265,16 +249,18 @@ RRPC_API int rrpc_service_conn(rrpc_service *svc, int wait_ms, rrpc_conn **ret_c
             break;
         }
         if (s->connecting) { /* join that attempt; it is bounded */
-            pthread_cond_wait(&s->cond, &s->mu);
+            RRPCI_WAIT_FOR(&s->cond, &s->mu, INT64_MAX, !s->connecting || s->closing);
             continue;
         }
-        int64_t now = mono_ms();
+        int64_t now = rrpci_mono_ms();
         if (now < s->next_attempt_ms) {
             if (s->next_attempt_ms > deadline) {
                 r = s->st.last_error ? s->st.last_error : -EAGAIN;
                 break;
             }
-            wait_until(s, s->next_attempt_ms);
+            /* Until then, or until another thread makes an attempt or it closes. */
+            RRPCI_WAIT_FOR(&s->cond, &s->mu, s->next_attempt_ms,
+                           s->closing || s->connecting || s->cur);
             continue;
         }
 
@@ -317,7 +303,7 @@ RRPC_API int rrpc_service_conn(rrpc_service *svc, int wait_ms, rrpc_conn **ret_c
         s->st.failures++;
         s->st.last_error = r;
         int d = next_backoff(s);
-        s->next_attempt_ms = mono_ms() + d;
+        s->next_attempt_ms = rrpci_mono_ms() + d;
         set_err(s, "connecting to service '%s' failed: %s (%s); next attempt in %d ms",
                 s->name, rrpc_strerror(r), why[0] ? why : rrpc_err_name(r), d);
     }
@@ -399,7 +385,7 @@ RRPC_API int rrpc_service_stats(rrpc_service *svc, rrpc_service_stat *ret)
     pthread_mutex_lock(&s->mu);
     *ret = s->st; /* up and backoff_ms are derived here, not kept */
     ret->up = s->cur && !atomic_load(&s->cur->down);
-    int64_t left = s->next_attempt_ms - mono_ms();
+    int64_t left = s->next_attempt_ms - rrpci_mono_ms();
     ret->backoff_ms = s->cur || left <= 0 ? 0 : (int)left;
     pthread_mutex_unlock(&s->mu);
     return 0;

@@ -117,6 +117,24 @@ unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls)
     return ctx->cls[cls].weight;
 }
 
+void rrpci_ctx_qos(rrpc_ctx *ctx, const struct rrpci_qos_knobs *knobs, struct rrpci_qos *ret)
+{
+    uint32_t w[RRPCI_MAX_CLASSES];
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        w[i] = ctx->cls[i].weight;
+    rrpci_qos_init(ret, RRPCI_MAX_CLASSES, w, knobs);
+}
+
+int rrpci_rx_prio(rrpc_ctx *ctx, int cls)
+{
+    static const struct rrpci_qos_knobs none;
+    struct rrpci_qos q;
+    rrpci_ctx_qos(ctx, &none, &q);
+    /* Rank 0 gets EV_MAXPRI, rank 1 EV_MAXPRI - 1, ... */
+    int pri = EV_MAXPRI - (int)rrpci_qos_rank(&q, cls);
+    return pri < EV_MINPRI ? EV_MINPRI : pri;
+}
+
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx)
 {
     return ctx->cfg.max_msg;

@@ -118,12 +118,14 @@ const struct rrpci_conf_table rrpci_core_conf = {
 static const struct rrpci_conf_table *const all_tables[1 + RRPCI_CONF_NSLOTS] = {
     &rrpci_core_conf,
     [1 + RRPCI_CONF_SLOT_VERBS] = &rrpci_verbs_conf,
+    [1 + RRPCI_CONF_SLOT_TCP] = &rrpci_tcp_conf,
 };
 static const bool built_in[1 + RRPCI_CONF_NSLOTS] = {
     true,
 #ifdef RRPC_HAVE_VERBS
     [1 + RRPCI_CONF_SLOT_VERBS] = true,
 #endif
+    [1 + RRPCI_CONF_SLOT_TCP] = true,
 };
 #define NTABLES (1 + RRPCI_CONF_NSLOTS)
 

@@ -19,6 +19,7 @@
 #include <sys/timerfd.h>
 
 #include "core/core.h"
+#include "util/log.h"
 #include "util/reserved.h"
 
 /* ---- errors and logs --------------------------------------------------- */
@@ -61,10 +62,7 @@ void rrpci_log(rrpc_ctx *ctx, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    if (ctx->log_fn)
-        ctx->log_fn(level, buf, ctx->log_user);
-    else
-        fprintf(stderr, "roce-rpc[%d]: %s\n", level, buf);
+    rrpci_log_emit(ctx->log_fn, ctx->log_user, level, buf);
 }
 
 RRPC_API void rrpc_ctx_set_log(rrpc_ctx *ctx, int max_level, rrpc_log_fn fn, void *user)

@@ -34,6 +34,17 @@ static void refuse(rrpc_conn *c, const char *why)
     rrpci_conn_enter(c, RRPCI_EV_TICKET_REFUSED);
 }
 
+void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t len)
+{
+    char msg[256];
+    snprintf(msg, sizeof(msg), "the server refused the connection: %.*s",
+             (int)(len < 200 ? len : 200), (const char *)reason);
+    if (code >= 0) /* not a code: what was being refused is */
+        code = rrpci_conn_wire_open(c) ? RRPC_E_TICKET : RRPC_E_PROTO;
+    rrpci_set_error(c->ctx, code, "%s", msg);
+    rrpci_conn_down(c, code, msg);
+}
+
 /* Frames while the ticket is being checked: nothing but the ticket exchange. */
 static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
@@ -57,12 +68,7 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
         return;
     }
     if (!c->passive && h->type == RRPCI_T_ERROR) {
-        char msg[256];
-        int code = (int32_t)(uint32_t)h->arg;
-        snprintf(msg, sizeof(msg), "the server refused the connection: %.*s",
-                 (int)(h->len < 200 ? h->len : 200), (const char *)p);
-        rrpci_set_error(c->ctx, code < 0 ? code : RRPC_E_TICKET, "%s", msg);
-        rrpci_conn_down(c, code < 0 ? code : RRPC_E_TICKET, msg);
+        rrpci_conn_refused(c, (int32_t)(uint32_t)h->arg, p, h->len);
         return;
     }
     if (c->passive) {

@@ -24,6 +24,7 @@
 #include <ev.h>
 
 #include "core/frame.h"
+#include "core/qos.h"
 #include "util/uri.h"
 
 typedef struct rrpc_ctx rrpc_ctx;
@@ -215,6 +216,14 @@ long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env);
 /* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
 unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);
+/* The receive-side QoS policy (core/qos.h) of @ctx's classes, their
+ * weights, with a transport's @knobs, in *@ret.  Call it from ops->ctx_init
+ * or later: the classes are fixed once the context's first endpoint exists. */
+void rrpci_ctx_qos(rrpc_ctx *ctx, const struct rrpci_qos_knobs *knobs, struct rrpci_qos *ret);
+/* The loop priority for the watchers of class @cls: the class the policy
+ * serves first (rrpci_qos_rank 0) gets the highest.  Transports set no
+ * priority of their own choosing. */
+int rrpci_rx_prio(rrpc_ctx *ctx, int cls);
 /* The name of class index @idx ("?" when none). */
 const char *rrpci_class_name(int idx);
 /* Whether @c was accepted from a listener (else it was connected). */
@@ -262,6 +271,18 @@ void rrpci_conn_established(rrpc_conn *c);
  * ops->conn_close.  Safe to call more than once.
  */
 void rrpci_conn_down(rrpc_conn *c, int reason, const char *why);
+
+/*
+ * The active side: the peer refused the connection before it was up (an
+ * ERROR frame during the transport's handshake, or the transport's own
+ * word for it; the core calls it too for a refused ticket), with @code (an
+ * RRPC_E_* code or a negated errno; one >= 0 reads as RRPC_E_PROTO before
+ * rrpci_conn_established, as RRPC_E_TICKET after) and its reason, @len
+ * bytes at @reason (not NUL-terminated; read during the call only).  The
+ * core records it as the context's last error and takes the connection
+ * down.
+ */
+void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t len);
 
 /* A frame arrived on class @cls, its header decoded and validated with
  * rrpci_hdr_decode.  @payload is valid only during the call. */

@@ -41,6 +41,7 @@
  * the transports built in are accepted by rrpc_config_set. */
 enum rrpci_conf_slot {
     RRPCI_CONF_SLOT_VERBS, /* rrpci_verbs_conf, struct rrpci_verbs_tunables */
+    RRPCI_CONF_SLOT_TCP,   /* rrpci_tcp_conf, struct rrpci_tcp_tunables */
     RRPCI_CONF_NSLOTS,
 };
 /* Room for one slot's struct in every context's configuration. */
@@ -54,6 +55,15 @@ struct rrpci_verbs_tunables {
     unsigned data_depth;    /* RRPC_VERBS_DATA_DEPTH */
 };
 extern const struct rrpci_conf_table rrpci_verbs_conf; /* transport/verbs/tunables.c */
+
+/* tcp's class isolation: the knobs of the core's QoS policy (core/qos.h). */
+struct rrpci_tcp_tunables {
+    unsigned slice_us;   /* RRPC_TCP_SLICE_US */
+    size_t piece_shared; /* RRPC_TCP_PIECE_SHARED */
+    size_t piece_alone;  /* RRPC_TCP_PIECE_ALONE */
+    unsigned busy_ms;    /* RRPC_TCP_BUSY_MS */
+};
+extern const struct rrpci_conf_table rrpci_tcp_conf; /* transport/tcp/tunables.c */
 
 /* @slot's values in @ctx (the struct its table describes), checked when
  * the context was made and constant for its life.  Any thread. */

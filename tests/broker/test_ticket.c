@@ -19,7 +19,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker/mpcheck.h"
+#include "broker/proto.h"
 
 static const uint8_t seed_a[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 };
 static const uint8_t seed_b[32] = { 42 };

@@ -3,28 +3,34 @@
  * fuzz_broker_msg: rrpcd's control protocol (docs/broker.md), from the bytes
  * a client sends after the TLS handshake to the answers queued for it.
  *
- * daemon/server.c is compiled into this file, so its static frame reader
- * feed() -- u32 length + msgpack map, which calls handle_frame():
- * rrpci_mp_check, msgpack-c, the version/id/op checks and every op -- runs
- * on a real connection object, with the registry (daemon/registry.c) and the
- * configuration code (daemon/config.c) linked in; only TLS and the event loop
- * are left out.  The connection has a verified client certificate with CN
- * "fuzz", so "hello" without a token authenticates; a token ("fuzz-token-1",
- * principal "tok") and an ACL letting everyone do everything are configured.
+ * rrpcd's session and request code (daemon/session.c, dispatch.c, lookup.c)
+ * is linked in, so its frame reader session_feed() -- u32 length + msgpack
+ * map, which calls dispatch_frame(): rrpci_mp_check, msgpack-c, the
+ * version/id/op checks and every op -- runs on a real session object of a
+ * server made by hand, with the registry (daemon/registry.c) and its memory
+ * store, the watches and the configuration code (daemon/config.c); only TLS
+ * and the event loop are left out.  The session has a verified client
+ * certificate with CN "fuzz", so "hello" without a token authenticates; a
+ * token ("fuzz-token-1", principal "tok") and an ACL letting everyone do
+ * everything are configured.
  *
  * Input: byte 0: bits 0..6 the chunk size the stream is fed in, 1..128 (as
  * TLS records would split it), bit 7 set: the connection starts out
  * authenticated as "fuzz" (so no hello is needed); the rest is the stream.
  * Checks: never crash, and every queued answer is a length-prefixed,
- * well-formed msgpack map with v == 1, id and ok (and err when not ok).
+ * well-formed msgpack map with v == CTL_VERSION, id and ok (and err when not
+ * ok).
  */
-#include "../../daemon/server.c"
-
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
 
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include "../../daemon/server_int.h"
 #include "fuzz.h"
 
 /* daemon/main.c's logging, without main(): format everything, print nothing. */
@@ -39,31 +45,6 @@ void log_msg(int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-}
-
-/* daemon/etcdreg.c is not linked: the embedded registry only (registry = memory). */
-bool etcdreg_on(void)
-{
-    return false;
-}
-const char *etcdreg_degraded(void)
-{
-    return NULL;
-}
-int etcdreg_put(struct registration *r, uint64_t serial, uint64_t req_id)
-{
-    return -ENOTSUP;
-}
-int etcdreg_renew(struct registration *r)
-{
-    return -ENOTSUP;
-}
-void etcdreg_remove(struct registration *r)
-{
-}
-const char *etcdreg_error(void)
-{
-    return "";
 }
 
 /*
@@ -101,7 +82,6 @@ static void setup(void)
     snprintf(fuzz_cfg.tokens[0].principal, sizeof(fuzz_cfg.tokens[0].principal), "tok");
     SHA256((const unsigned char *)"fuzz-token-1", 12, fuzz_cfg.tokens[0].digest);
     fuzz_cfg.n_tokens = 1;
-    cfg = &fuzz_cfg;
 }
 
 /* Every answer in the write buffer: u32 length, then a map with v, id, ok. */
@@ -114,7 +94,7 @@ static void check_answers(const struct conn *c)
         size_t len = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
         off += 4;
         FUZZ_CHECK(len > 0 && len <= c->wlen - off);
-        FUZZ_CHECK(rrpci_mp_check(c->wbuf + off, len, 8) == 0);
+        FUZZ_CHECK(rrpci_mp_check(c->wbuf + off, len, CTL_MAX_DEPTH) == 0);
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
         size_t o = 0;
@@ -123,12 +103,12 @@ static void check_answers(const struct conn *c)
                    o == len);
         uint64_t v = 0, id;
         FUZZ_CHECK(u.data.type == MSGPACK_OBJECT_MAP);
-        FUZZ_CHECK(rrpci_mp_uint(rrpci_mp_get(&u.data, "v"), &v) && v == CTL_VERSION);
-        FUZZ_CHECK(rrpci_mp_uint(rrpci_mp_get(&u.data, "id"), &id));
-        const msgpack_object *ok = rrpci_mp_get(&u.data, "ok");
+        FUZZ_CHECK(rrpci_mp_uint(rrpci_mp_get(&u.data, CTL_K_V), &v) && v == CTL_VERSION);
+        FUZZ_CHECK(rrpci_mp_uint(rrpci_mp_get(&u.data, CTL_K_ID), &id));
+        const msgpack_object *ok = rrpci_mp_get(&u.data, CTL_K_OK);
         FUZZ_CHECK(ok && ok->type == MSGPACK_OBJECT_BOOLEAN);
         if (!ok->via.boolean) {
-            const msgpack_object *err = rrpci_mp_get(&u.data, "err");
+            const msgpack_object *err = rrpci_mp_get(&u.data, CTL_K_ERR);
             FUZZ_CHECK(err && err->type == MSGPACK_OBJECT_STR);
         }
         msgpack_unpacked_destroy(&u);
@@ -143,8 +123,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     setup();
     fuzz_rand_ctr = 0;
     size_t chunk = (size_t)(d[0] & 0x7f) + 1;
+    /* A server as server_start makes one, without its TLS, socket and loop. */
+    struct server *srv = calloc(1, sizeof(*srv));
+    if (!srv)
+        abort();
+    srv->cfg = &fuzz_cfg;
+    srv->lfd = -1;
+    srv->st = store_memory();
+    srv->handle_frame = dispatch_frame;
+    if (!(srv->reg = registry_new()) || !(srv->watch = watch_new(NULL, srv->reg, session_push)))
+        abort();
+    registry_listen(srv->reg, watch_changed, srv->watch);
     struct conn c;
     memset(&c, 0, sizeof(c));
+    c.srv = srv;
     c.fd = -1;
     c.handshaken = true;
     snprintf(c.peer, sizeof(c.peer), "fuzz:1");
@@ -162,7 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         if (!piece)
             abort();
         memcpy(piece, d, k);
-        feed(&c, piece, k);
+        session_feed(&c, piece, k);
         free(piece);
         d += k;
         n -= k;
@@ -170,9 +162,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         FUZZ_CHECK(!c.frame || c.frame_got < c.frame_len);
     }
     check_answers(&c);
-    watch_conn_gone(&c); /* its subscriptions (op "watch") */
+    watch_conn_gone(srv->watch, &c); /* its subscriptions (op "watch") */
     free(c.frame);
     free(c.wbuf);
-    registry_free();
+    registry_listen(srv->reg, NULL, NULL);
+    watch_free(srv->watch);
+    registry_free(srv->reg);
+    free(srv);
     return 0;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_tcp_rx: the tcp transport's receive path (libroce_rpc/transport/tcp/
- * tcp.c: the accept and handshake reader, parse_buffer, partial reads, the
- * large-message path) and behind it the core's receive dispatch, through
+ * fuzz_tcp_rx: the tcp transport's receive path (libroce_rpc/transport/tcp/:
+ * the accept and handshake reader of accept.c, the receive state machine of
+ * rx.c fed by chan.c's partial reads, the large-message and region paths)
+ * and behind it the core's receive dispatch, through
  * real sockets: a context listens on 127.0.0.1 in this process, the harness
  * connects the four class sockets of one connection and writes the fuzzed
  * bytes to them in fuzzer-chosen pieces, running the context's loop after

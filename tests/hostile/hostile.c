@@ -343,6 +343,30 @@ static void test_connections_from_one_address_are_capped_and_others_still_served
     server_stop(&s);
 }
 
+/* A library client the server refuses during the tcp handshake (here: its
+ * address is at its cap) goes down with the server's code and hears why. */
+static void test_a_client_refused_at_the_handshake_hears_the_code_and_the_reason(void **state)
+{
+    struct server s;
+    /* 4: a connection's four class sockets may be pending at once. */
+    const char *env[] = { "RRPC_MAX_CONNS_PER_SOURCE=4", NULL };
+    server_start(&s, false, env);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *held[4];
+    for (int i = 0; i < 4; i++)
+        held[i] = client_ok(cc, &s, false);
+    rrpc_conn *c = NULL;
+    assert_int_equal(rrpc_connect_sync(cc, s.uri, 10000, NULL, NULL, &c), RRPC_E_LIMIT);
+    const char *why = rrpc_ctx_last_error(cc);
+    if (!strstr(why, "the server refused the connection") ||
+        !strstr(why, "RRPC_MAX_CONNS_PER_SOURCE"))
+        fail_msg("the refusal's reason did not reach the client: \"%s\"", why);
+    for (int i = 0; i < 4; i++)
+        rrpc_conn_close(held[i]);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
 /*
  * A ticket-gated server that holds at most 12 connections: 6 clients with
  * tickets, then 30 anonymous peers that shake hands and never show one.
@@ -629,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_a_second_ticket_is_refused_by_a_server_that_requires_tickets),
         cmocka_unit_test(test_a_second_ticket_is_refused_by_a_server_that_needs_none),
         cmocka_unit_test(test_connections_from_one_address_are_capped_and_others_still_served),
+        cmocka_unit_test(test_a_client_refused_at_the_handshake_hears_the_code_and_the_reason),
         cmocka_unit_test(test_unauthenticated_connections_are_evicted_before_authenticated_ones),
         cmocka_unit_test(test_silent_sockets_cannot_lock_out_a_client),
         cmocka_unit_test(test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline),

@@ -27,41 +27,51 @@ static char *printed(void)
     return buf;
 }
 
-static void test_each_verbs_tunable_is_listed_set_and_read_typed_by_the_transport(void **state)
+/* Each transport's table built in, by slot. */
+static const struct {
+    enum rrpci_conf_slot slot;
+    const struct rrpci_conf_table *t;
+} transports[] = {
+#ifdef RRPC_HAVE_VERBS
+    {RRPCI_CONF_SLOT_VERBS, &rrpci_verbs_conf},
+#endif
+    {RRPCI_CONF_SLOT_TCP, &rrpci_tcp_conf},
+};
+
+static void test_each_transports_tunables_are_listed_set_and_read_typed_by_it(void **state)
 {
     (void)state;
-#ifndef RRPC_HAVE_VERBS
-    skip();
-#else
     char *out = printed();
-    const struct rrpci_conf_table *t = &rrpci_verbs_conf;
-    assert_true(t->nfields >= 5);
-    for (size_t i = 0; i < t->nfields; i++) {
-        const struct rrpci_conf_field *f = &t->fields[i];
-        if (!strstr(out, f->name))
-            fail_msg("%s (of the verbs transport) is not in rrpc_config_print", f->name);
-        rrpc_config *cfg;
-        assert_int_equal(rrpc_config_create(&cfg), 0);
-        long v = -1;
-        assert_int_equal(rrpc_config_get(cfg, f->name, &v), 0);
-        assert_int_equal(v, f->def);
-        char s[32];
-        snprintf(s, sizeof(s), "%lld", f->min + 1);
-        assert_int_equal(rrpc_config_set(cfg, f->name + 5, s), 0); /* the short form */
-        assert_int_equal(rrpc_config_get(cfg, f->name, &v), 0);
-        assert_int_equal(v, f->min + 1);
-        snprintf(s, sizeof(s), "%lld", f->max + 1);
-        assert_int_equal(rrpc_config_set(cfg, f->name, s), -EINVAL); /* out of range */
-        rrpc_ctx *ctx;
-        assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), 0);
-        /* What the transport reads: its own struct, through its slot. */
-        const void *vt = rrpci_ctx_conf(ctx, RRPCI_CONF_SLOT_VERBS);
-        assert_int_equal(rrpci_conf_number(f, vt), f->min + 1);
-        rrpc_ctx_destroy(ctx);
-        rrpc_config_destroy(cfg);
+    for (size_t k = 0; k < sizeof(transports) / sizeof(transports[0]); k++) {
+        const struct rrpci_conf_table *t = transports[k].t;
+        assert_true(t->nfields >= 4);
+        for (size_t i = 0; i < t->nfields; i++) {
+            const struct rrpci_conf_field *f = &t->fields[i];
+            if (!strstr(out, f->name))
+                fail_msg("%s (of the %s transport) is not in rrpc_config_print", f->name,
+                         t->name);
+            rrpc_config *cfg;
+            assert_int_equal(rrpc_config_create(&cfg), 0);
+            long v = -1;
+            assert_int_equal(rrpc_config_get(cfg, f->name, &v), 0);
+            assert_int_equal(v, f->def);
+            char s[32];
+            snprintf(s, sizeof(s), "%lld", f->min + 1);
+            assert_int_equal(rrpc_config_set(cfg, f->name + 5, s), 0); /* the short form */
+            assert_int_equal(rrpc_config_get(cfg, f->name, &v), 0);
+            assert_int_equal(v, f->min + 1);
+            snprintf(s, sizeof(s), "%lld", f->max + 1);
+            assert_int_equal(rrpc_config_set(cfg, f->name, s), -EINVAL); /* out of range */
+            rrpc_ctx *ctx;
+            assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), 0);
+            /* What the transport reads: its own struct, through its slot. */
+            const void *vt = rrpci_ctx_conf(ctx, transports[k].slot);
+            assert_int_equal(rrpci_conf_number(f, vt), f->min + 1);
+            rrpc_ctx_destroy(ctx);
+            rrpc_config_destroy(cfg);
+        }
     }
     free(out);
-#endif
 }
 
 static void test_core_tunables_land_in_their_typed_members(void **state)
@@ -182,7 +192,8 @@ static void test_every_table_has_defaults_within_its_ranges(void **state)
     (void)state;
     /* The printed list with every table, as the man page has it: each
      * field's default is in its range (a table typo fails here). */
-    const struct rrpci_conf_table *tables[] = {&rrpci_core_conf, &rrpci_verbs_conf};
+    const struct rrpci_conf_table *tables[] = {&rrpci_core_conf, &rrpci_verbs_conf,
+                                               &rrpci_tcp_conf};
     char why[300];
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++)
         if (rrpci_conf_check_table(tables[k], why, sizeof(why)))
@@ -201,7 +212,7 @@ int main(void)
 {
     unsetenv("RRPC_LOG_LEVEL");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_each_verbs_tunable_is_listed_set_and_read_typed_by_the_transport),
+        cmocka_unit_test(test_each_transports_tunables_are_listed_set_and_read_typed_by_it),
         cmocka_unit_test(test_core_tunables_land_in_their_typed_members),
         cmocka_unit_test(test_code_overrides_the_environment_which_overrides_the_default),
         cmocka_unit_test(test_a_value_out_of_range_names_the_range_and_changes_nothing),

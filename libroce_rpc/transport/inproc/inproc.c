@@ -16,9 +16,10 @@
  *
  * One-sided operations are the core's emulation over frames, with its key
  * and bounds checks (rrpci_region_check), as on tcp.  Credits and QoS are
- * the core's: each class has its own queue, and one wake-up delivers each
- * class at most (class weight x SLICE_UNIT) bytes, heaviest class first,
- * before the loop runs its other watchers.
+ * the core's: each class has its own queue, and one wake-up serves the
+ * classes in the order of the core's receive-side QoS policy (core/qos.h),
+ * each for a turn of at most (class weight x TURN_BYTES) bytes, before the
+ * loop runs its other watchers.
  *
  * Locks: the registry mutex, then a pipe's mutex; neither is held across an
  * upcall, and no context lock is taken under them (the caller's context lock
@@ -45,8 +46,10 @@
  * go on. */
 #define Q_HIGH (512 * 1024)
 #define Q_LOW (Q_HIGH / 2)
-/* Bytes one wake-up delivers on a class, per unit of its weight. */
-#define SLICE_UNIT (64 * 1024)
+/* Bytes one wake-up delivers on a class, per unit of its weight: the
+ * policy's turns are counted in bytes here, not timed, so that the core's
+ * unit tests over inproc run the same way every time. */
+#define TURN_BYTES (64 * 1024)
 
 enum { ACTIVE = 0, PASSIVE = 1 };
 
@@ -82,6 +85,10 @@ struct ip_conn {
     char name[RRPCI_URI_HOST_MAX];
 };
 
+struct ip_ctx {
+    struct rrpci_qos qos;
+};
+
 struct ip_listener {
     rrpc_listener *l;
     char name[RRPCI_URI_HOST_MAX];
@@ -90,6 +97,11 @@ struct ip_listener {
     ev_async wake;
     bool registered;
 };
+
+static struct ip_ctx *ipctx(rrpc_ctx *ctx)
+{
+    return rrpci_ctx_tpriv(ctx, &rrpci_inproc_ops);
+}
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct rrpci_list registry = {&registry, &registry};
@@ -198,20 +210,6 @@ static bool deliver(rrpc_conn *c, int cls, struct rrpci_msg *m)
     return !rrpci_conn_is_down(c);
 }
 
-/* libev priority order: the heaviest class first. */
-static void class_order(rrpc_ctx *ctx, int order[NCLS])
-{
-    for (int i = 0; i < NCLS; i++)
-        order[i] = i;
-    for (int i = 1; i < NCLS; i++)
-        for (int j = i; j > 0 && rrpci_ctx_class_weight(ctx, order[j]) >
-                                     rrpci_ctx_class_weight(ctx, order[j - 1]); j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-}
-
 /* The active side checks the passive side's hello.  False when down. */
 static bool active_hello(rrpc_conn *c, struct ip_conn *ic, const struct rrpci_hello *peer)
 {
@@ -247,8 +245,7 @@ static void conn_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
     pthread_mutex_unlock(&p->mu);
 
     if (refused && !ic->hello_done) {
-        rrpci_set_error(ctx, refused, "%s", why);
-        rrpci_conn_down(c, refused, why);
+        rrpci_conn_refused(c, refused, (const uint8_t *)why, strlen(why));
         goto out;
     }
     if (hello && !active_hello(c, ic, &ph))
@@ -262,13 +259,15 @@ static void conn_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
     if (ic->side == ACTIVE && !ic->hello_done)
         goto out; /* nothing is sent before the hello */
 
+    const struct rrpci_qos *qos = &ipctx(ctx)->qos;
     int order[NCLS];
-    class_order(ctx, order);
+    rrpci_qos_order(qos, order);
     bool more = false;
     for (int k = 0; k < NCLS; k++) {
         int cls = order[k];
-        size_t budget = (size_t)rrpci_ctx_class_weight(ctx, cls) * SLICE_UNIT, used = 0;
-        while (used < budget || used == 0) {
+        struct rrpci_qos_turn turn;
+        rrpci_qos_turn_begin(qos, cls, 0, &turn);
+        for (bool open = true; open;) {
             pthread_mutex_lock(&p->mu);
             struct ip_queue *q = &me->in[cls];
             struct rrpci_msg *m = q->head;
@@ -278,7 +277,7 @@ static void conn_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
                 if (!q->head)
                     q->tail = NULL;
                 q->bytes -= n;
-                used += n;
+                open = rrpci_qos_turn_charge(&turn, n, 0);
                 if (q->sender_waits && q->bytes <= Q_LOW) {
                     q->sender_waits = false;
                     peer->writable |= 1u << cls;
@@ -347,7 +346,7 @@ static void pipe_refuse(struct ip_pipe *p, int code, const char *why)
 {
     pthread_mutex_lock(&p->mu);
     p->refused = code;
-    snprintf(p->why, sizeof(p->why), "the inproc server refused the connection: %s", why);
+    snprintf(p->why, sizeof(p->why), "%s", why);
     wake_end(&p->end[ACTIVE]);
     pipe_put_locked(p);
 }
@@ -503,6 +502,13 @@ static int inproc_connect(rrpc_conn *c, const struct rrpci_uri *u)
     return 0;
 }
 
+static int inproc_ctx_init(rrpc_ctx *ctx)
+{
+    static const struct rrpci_qos_knobs knobs = {.turn_bytes = TURN_BYTES};
+    rrpci_ctx_qos(ctx, &knobs, &ipctx(ctx)->qos);
+    return 0;
+}
+
 static int inproc_peer_name(rrpc_conn *c, char *buf, size_t len)
 {
     struct ip_conn *ic = rrpci_conn_priv(c);
@@ -514,6 +520,7 @@ const struct rrpci_transport_ops rrpci_inproc_ops = {
     .version = RRPCI_TRANSPORT_OPS_VERSION,
     .name = "inproc",
     .scheme = "inproc",
+    .ctx_priv_size = sizeof(struct ip_ctx),
     .conn_priv_size = sizeof(struct ip_conn),
     .listener_priv_size = sizeof(struct ip_listener),
     .listen = inproc_listen,
@@ -521,5 +528,6 @@ const struct rrpci_transport_ops rrpci_inproc_ops = {
     .connect = inproc_connect,
     .send = inproc_send,
     .conn_close = inproc_conn_close,
+    .ctx_init = inproc_ctx_init,
     .peer_name = inproc_peer_name,
 };

@@ -1,10 +1,61 @@
 /* SPDX-License-Identifier: MIT */
+/* The control schema (proto.h): the names of operations and error codes, and
+ * the structural checks and packers of its msgpack. */
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <roce_rpc/rrpc.h>
 
-#include "broker/mpcheck.h"
+#include "broker/proto.h"
+
+static const char *const op_names[CTL_OP_COUNT] = {
+#define OP_NAME(e, name) [CTL_OP_##e] = name,
+    RRPCI_CTL_OPS(OP_NAME)
+#undef OP_NAME
+};
+
+const char *rrpci_ctl_op_name(int op)
+{
+    return op >= 0 && op < CTL_OP_COUNT ? op_names[op] : "?";
+}
+
+int rrpci_ctl_op_parse(const char *name, size_t len)
+{
+    for (int op = 0; name && op < CTL_OP_COUNT; op++)
+        if (strlen(op_names[op]) == len && !memcmp(op_names[op], name, len))
+            return op;
+    return -1;
+}
+
+static const struct {
+    const char *name;
+    int code;
+} errs[CTL_ERR_COUNT] = {
+    [CTL_OK] = { "ok", 0 },
+#define ERR_ROW(e, name, code) [CTL_ERR_##e] = { name, code },
+    RRPCI_CTL_ERRS(ERR_ROW)
+#undef ERR_ROW
+};
+
+const char *rrpci_ctl_err_name(int err)
+{
+    return err >= 0 && err < CTL_ERR_COUNT ? errs[err].name : "?";
+}
+
+int rrpci_ctl_err_parse(const char *name)
+{
+    for (int e = CTL_OK + 1; name && e < CTL_ERR_COUNT; e++)
+        if (!strcmp(errs[e].name, name))
+            return e;
+    return -1;
+}
+
+int rrpci_ctl_err_code(const char *name)
+{
+    int e = rrpci_ctl_err_parse(name);
+    return e > 0 ? errs[e].code : -EPROTO;
+}
 
 static uint64_t be(const uint8_t *p, int n)
 {
@@ -171,14 +222,14 @@ void rrpci_pk_endpoint(msgpack_packer *pk, const struct rrpci_endpoint *e, bool 
                        unsigned class_mask)
 {
     msgpack_pack_map(pk, with_classes ? 4 : 3);
-    pk_str(pk, "transport");
+    pk_str(pk, CTL_K_TRANSPORT);
     pk_str(pk, e->transport);
-    pk_str(pk, "host");
+    pk_str(pk, CTL_K_HOST);
     pk_str(pk, e->host);
-    pk_str(pk, "port");
+    pk_str(pk, CTL_K_PORT);
     msgpack_pack_uint32(pk, e->port);
     if (with_classes) {
-        pk_str(pk, "classes");
+        pk_str(pk, CTL_K_CLASSES);
         rrpci_pk_classes(pk, class_mask);
     }
 }
@@ -186,10 +237,11 @@ void rrpci_pk_endpoint(msgpack_packer *pk, const struct rrpci_endpoint *e, bool 
 bool rrpci_mp_endpoint(const msgpack_object *o, struct rrpci_endpoint *e)
 {
     uint64_t port;
-    if (!rrpci_mp_str(rrpci_mp_get(o, "transport"), e->transport, sizeof(e->transport)) ||
-        (strcmp(e->transport, "tcp") != 0 && strcmp(e->transport, "rdma") != 0) ||
-        !rrpci_mp_str(rrpci_mp_get(o, "host"), e->host, sizeof(e->host)) ||
-        !rrpci_mp_uint(rrpci_mp_get(o, "port"), &port) || port == 0 || port > 65535)
+    if (!rrpci_mp_str(rrpci_mp_get(o, CTL_K_TRANSPORT), e->transport, sizeof(e->transport)) ||
+        (strcmp(e->transport, CTL_TRANSPORT_TCP) != 0 &&
+         strcmp(e->transport, CTL_TRANSPORT_RDMA) != 0) ||
+        !rrpci_mp_str(rrpci_mp_get(o, CTL_K_HOST), e->host, sizeof(e->host)) ||
+        !rrpci_mp_uint(rrpci_mp_get(o, CTL_K_PORT), &port) || port == 0 || port > 65535)
         return false;
     e->port = (uint16_t)port;
     return true;

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The server's files and what crosses between them (rrpcd.h has what the
+ * rest of rrpcd sees: server_start, server_stop):
+ *
+ *   server.c    the listener: TLS context, listen, accept (max_connections,
+ *               evicting anonymous sessions first), the sweep timer
+ *   admit.c     per-source session counts, rate-limited refusal logs
+ *   session.c   one session: non-blocking TLS, the frame reader (each frame
+ *               goes to srv->handle_frame), the answers queued, timeouts
+ *   dispatch.c  the requests: hello, register, renew, unregister, status,
+ *               watch and unwatch, each checked as wire input
+ *   lookup.c    lookup: instances in rotation and the tickets issued
+ *
+ * The calls go one way: server -> dispatch -> lookup -> session -> admit
+ * (server also to session and admit, dispatch to session).
+ *   (answer.c, rrpcd.h: how a registration appears in answers; the etcd
+ *   store sizes registrations with it too)
+ *
+ * Everything runs on the loop thread.  No file reaches for another's
+ * statics: a session knows its server (c->srv), the server holds the
+ * registry, the store and the watches it was handed or made.
+ */
+#ifndef RRPCD_SERVER_INT_H
+#define RRPCD_SERVER_INT_H
+
+#include <ev.h>
+#include <msgpack.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+
+#include "rrpcd.h"
+
+#define SOURCE_BUCKETS 1024
+
+/* The sessions of one source address (for max_connections_per_source). */
+struct source {
+    struct source *next;
+    int family;
+    uint8_t addr[16];
+    int n;
+};
+
+struct server {
+    struct ev_loop *loop;
+    struct config *cfg;
+    struct registry *reg;
+    struct store *st;
+    struct watch *watch;
+    SSL_CTX *sslctx;
+    int lfd;
+    ev_io accept_w;
+    ev_timer sweep_w, accept_pause_w;
+    struct conn *conns, *conns_tail; /* the sessions, oldest first */
+    int n_conns;
+    uint64_t serials;  /* the last session's serial */
+    unsigned rotation; /* lookup: the instance that comes first next time */
+    struct source *sources[SOURCE_BUCKETS];
+    /* What a session's frame reader hands each frame to (dispatch_frame). */
+    void (*handle_frame)(struct conn *c, const uint8_t *buf, size_t len);
+    int64_t refusal_logged_ms; /* admit.c: the last refusal logged, and those since */
+    unsigned refusals_quiet;
+};
+
+/*
+ * A session.  Until hello succeeds it is "anonymous": one deadline from its
+ * accept (auth_timeout_ms) that nothing it sends extends, frames of at most
+ * auth_max_frame bytes, and it is the first to go when max_connections is
+ * reached.  Once authenticated, the timer is the idle timeout.
+ */
+struct conn {
+    struct server *srv;
+    struct conn *prev, *next; /* the server's list of sessions, oldest first */
+    ev_io io;
+    ev_timer timer;
+    int fd;
+    SSL *ssl;
+    struct source *src;
+    bool handshaken, closing, draining;
+    bool authed;
+    bool idle_timer; /* the timer has been switched to the idle timeout */
+    char peer[64];
+    char cert_cn[256]; /* "" without a verified client certificate */
+    char principal[256];
+    uint8_t hdr[4];
+    size_t hdr_got;
+    uint8_t *frame;    /* the body being read: frame_got of frame_len bytes, room for frame_cap */
+    size_t frame_len, frame_got, frame_cap;
+    uint8_t *wbuf;
+    size_t wlen, woff, wcap;
+    uint64_t serial; /* names the session to answers that come later (etcd writes) */
+};
+
+/* ---- admit.c ----------------------------------------------------------------- */
+
+/* The entry of @ss's address with one more session, or NULL when that address has
+ * max_connections_per_source (*@ret_full) or there is no memory. */
+struct source *admit_source_get(struct server *srv, const struct sockaddr_storage *ss,
+                                bool *ret_full);
+void admit_source_put(struct server *srv, struct source *s);
+/* A refusal at accept, logged at most once a second with the number left unlogged. */
+void admit_log_refusal(struct server *srv, const char *peer, const char *why);
+
+/* ---- session.c --------------------------------------------------------------- */
+
+/* A new session on the accepted, non-blocking @fd (TLS not begun), in @srv's list,
+ * its timers started; NULL without memory (@fd is then the caller's). */
+struct conn *session_new(struct server *srv, int fd, struct source *src, const char *peer);
+/* Closes and frees @c; @why is logged (NULL: nothing). */
+void session_close(struct conn *c, const char *why);
+/* Feeds bytes read from @c to its frame reader, which hands each frame to
+ * c->srv->handle_frame. */
+void session_feed(struct conn *c, const uint8_t *p, size_t n);
+/* The session @c should wait for @events (EV_READ, EV_WRITE). */
+void session_set_events(struct conn *c, int events);
+/* A watch_push_fn: queues the frame @buf to @c. */
+int session_push(struct conn *c, const void *buf, size_t len);
+/* The OpenSSL error queue's first reason, or "connection closed". */
+const char *session_ssl_reason(void);
+
+/* An answer: begin with @n extra map entries, pack them, then answer_end. */
+struct answer {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    uint64_t id;
+};
+void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n);
+/* Queues it to @c (or, above the frame limit, an error instead). */
+void answer_end(struct conn *c, struct answer *a);
+void answer_error(struct conn *c, uint64_t id, enum rrpci_ctl_err code, const char *msg);
+/* Answers with an error and closes the session once it has gone out. */
+void answer_fatal(struct conn *c, uint64_t id, enum rrpci_ctl_err code, const char *msg);
+
+/* ---- dispatch.c, lookup.c ------------------------------------------------------ */
+
+/* One frame of @len bytes from @c: checked, then handled by its op. */
+void dispatch_frame(struct conn *c, const uint8_t *buf, size_t len);
+/* A store_done_fn (@arg: the server). */
+bool dispatch_register_done(void *arg, uint64_t serial, uint64_t req_id, struct registration *r,
+                            int err, const char *why);
+void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m);
+
+#endif
