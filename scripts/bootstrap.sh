@@ -95,6 +95,8 @@ vm_step() {
   fi
 }
 vm_step "conformance over verbs" tests/softroce/run-suite.sh build
+vm_step "conformance over verbs, both contexts driven through their fds" \
+  env RRPC_TEST_MODE=driven tests/softroce/run-suite.sh build
 vm_step "tensors and KV pages over verbs" tests/softroce/run-suite.sh build tests/xfer/test_tensor
 vm_step "keepalives and kill -9 fault tests over verbs" \
   tests/softroce/run-suite.sh build tests/reliability/reliability

@@ -2,18 +2,21 @@
 /*
  * Contexts, QoS classes, endpoints and connections.
  *
- * A context (rrpc_ctx) owns one event loop (libev).  Every callback the
- * library makes for a context runs on that loop's thread, one at a time.
- * The loop runs in one of two modes, chosen once per context:
+ * A context (rrpc_ctx) owns one event loop (the library's own, on epoll).
+ * Every callback the library makes for a context runs on the thread that
+ * runs that loop, one at a time.  The loop runs in one of two modes:
  *
  *  - thread mode: rrpc_ctx_start_thread() starts a library thread that runs
- *    the loop until rrpc_ctx_destroy();
+ *    the loop until rrpc_ctx_destroy(); while it sleeps, a thread making a
+ *    blocking call (rrpc_call_sync, ...) runs the loop itself until its
+ *    answer came, so callbacks may also run on that thread, inside that
+ *    call;
  *  - driven mode: the application polls rrpc_ctx_fd() for readability (in
  *    its own poll/epoll/libev/asyncio loop) and calls rrpc_ctx_progress().
  *
  * Every public function may be called from any thread, in either mode: the
  * context serialises access with its own lock, which the loop releases while
- * it waits for events, and wakes the loop (ev_async) when another thread
+ * it waits for events, and wakes the loop (an eventfd) when another thread
  * changed something.  The exceptions are stated on the function (the blocking
  * calls cannot be made from inside a callback).
  */

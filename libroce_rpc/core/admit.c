@@ -40,12 +40,12 @@ static void count_passive(rrpc_ctx *ctx, const uint8_t *key, int *total, int *sa
     *oldest_unauth = NULL;
     for (struct rrpci_list *n = ctx->conns.next; n != &ctx->conns; n = n->next) {
         rrpc_conn *c = rrpci_container_of(n, rrpc_conn, link);
-        if (!c->passive || c->state == RRPCI_DOWN)
+        if (!c->passive || rrpci_conn_is_down(c))
             continue;
         (*total)++;
         if (key && c->has_src && memcmp(c->src, key, 16) == 0)
             (*same)++;
-        if (!c->announced && !*oldest_unauth)
+        if (!rrpci_conn_reached_up(c) && !*oldest_unauth)
             *oldest_unauth = c; /* the list is in order of arrival */
     }
 }

@@ -130,9 +130,9 @@ int rrpci_rx_prio(rrpc_ctx *ctx, int cls)
     static const struct rrpci_qos_knobs none;
     struct rrpci_qos q;
     rrpci_ctx_qos(ctx, &none, &q);
-    /* Rank 0 gets EV_MAXPRI, rank 1 EV_MAXPRI - 1, ... */
-    int pri = EV_MAXPRI - (int)rrpci_qos_rank(&q, cls);
-    return pri < EV_MINPRI ? EV_MINPRI : pri;
+    /* Rank 0 gets RRPCI_PRIO_MAX, rank 1 RRPCI_PRIO_MAX - 1, ... */
+    int pri = RRPCI_PRIO_MAX - (int)rrpci_qos_rank(&q, cls);
+    return pri < RRPCI_PRIO_MIN ? RRPCI_PRIO_MIN : pri;
 }
 
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx)

@@ -83,9 +83,9 @@ uint64_t rrpci_conn_new_id(rrpc_conn *c)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-static void setup_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void setup_timer_cb(struct rrpci_timer *t)
 {
-    rrpc_conn *c = w->data;
+    rrpc_conn *c = t->data;
     if (c->state == RRPCI_AUTHENTICATING)
         rrpci_conn_down(c, RRPC_E_TICKET,
                         c->passive ? "no connection ticket within RRPC_AUTH_TIMEOUT_MS"
@@ -96,9 +96,9 @@ static void setup_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         rrpci_conn_down(c, -ETIMEDOUT, "the connection did not come up in time");
 }
 
-static void close_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void close_timer_cb(struct rrpci_timer *t)
 {
-    rrpc_conn *c = w->data;
+    rrpc_conn *c = t->data;
     if (c->state == RRPCI_REFUSING)
         rrpci_conn_down(c, RRPC_E_TICKET, "the connection's ticket was refused");
     else
@@ -168,19 +168,19 @@ rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops
         w[i] = ctx->cls[i].weight;
     rrpci_sched_init(&c->sched, RRPCI_MAX_CLASSES, w);
     rrpci_timer_init(ctx, &c->setup_timer, setup_timer_cb, timeout_ms / 1000.0, 0);
-    c->setup_timer.w.data = c;
+    c->setup_timer.data = c;
     rrpci_timer_start(&c->setup_timer);
     rrpci_timer_init(ctx, &c->close_timer, close_timer_cb, 0, 0);
-    c->close_timer.w.data = c;
+    c->close_timer.data = c;
     rrpci_timer_init(ctx, &c->ka_timer, rrpci_ka_timer_cb, 0, 0);
-    c->ka_timer.w.data = c;
+    c->ka_timer.data = c;
     rrpci_list_add(&ctx->conns, &c->link);
     rrpci_list_init(&c->dirty_link);
     rrpci_list_init(&c->owned_link);
     return c;
 }
 
-/* The peer's address as 16 bytes (IPv4 mapped into IPv6); false if none. */
+/* The HELLO this side sends: protocol version, classes, its grants. */
 void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h)
 {
     memset(h, 0, sizeof(*h));

@@ -3,7 +3,6 @@
 #ifndef RRPCI_CORE_H
 #define RRPCI_CORE_H
 
-#include <ev.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,6 +12,8 @@
 
 #include "core/connsm.h"
 #include "core/credit.h"
+#include "core/evloop.h"
+#include "core/governor.h"
 #include "core/frame.h"
 #include "core/sched.h"
 #include "transport/transport.h"
@@ -60,32 +61,31 @@ struct rrpci_config {
 };
 
 struct rrpc_ctx {
-    struct ev_loop *loop;
-    pthread_mutex_t lock; /* recursive; the loop releases it while it polls */
-    _Atomic int lock_waiters; /* threads waiting for the lock: the loop yields to them */
-    ev_async wake;
+    /* The loop (core/loop.c says who runs it). */
+    struct rrpci_evloop *ev;
+    pthread_mutex_t lock; /* recursive; the runner releases it while it waits */
+    _Atomic int lock_waiters; /* threads waiting for the lock: the runner yields to them */
+    struct rrpci_async wake;  /* other threads wake the runner through it */
     pthread_t thread;
     bool thread_mode;
     bool stopping;
-    pthread_t owner; /* the thread inside ev_run, valid when in_run */
-    int in_run;
-    int backend_fd; /* libev's epoll fd (found at creation), or -errno */
-    int drive_fd;   /* driven mode: our epoll, holding backend_fd and timer_fd; -1 until asked */
-    int timer_fd;   /* armed to the loop's next timer after every run */
-    /* Driven: an eventfd in drive_fd that rrpci_ctx_wake writes from other
-     * threads (libev writes its own wake-up pipe only while a thread waits
-     * inside ev_run, never for an application waiting on drive_fd);
-     * kick_to is kick_fd while the context is driven with its fd handed
-     * out, else -1; kicked: written since rrpc_ctx_progress last read it. */
-    int kick_fd;
-    _Atomic int kick_to;
-    _Atomic bool kicked;
-    bool timer_armed; /* timer_fd is set to fire at timer_due (CLOCK_MONOTONIC seconds) */
+    pthread_t owner; /* the runner, valid when in_run */
+    int in_run;      /* the runner's passes, nested */
+    /* Thread mode: the loop thread sleeps on thread_fd (the loop's fd and
+     * thread_ctl_fd); loop_sleeping while it does, until sleep_until (-1:
+     * no limit).  taken: a blocking call runs the loop (rrpci_loop_take),
+     * and the loop's fd is out of thread_fd meanwhile. */
+    int thread_fd, thread_ctl_fd;
+    _Atomic bool loop_sleeping;
+    double sleep_until;
+    bool taken;
+    /* Driven mode: a timer fd in the loop's fd, armed to the next timer
+     * (rrpci_driven_rearm) once the application asked for the fd. */
+    int timer_fd;
+    struct rrpci_io timer_w;
+    bool timer_armed;
     double timer_due;
-    bool defer_invoke;  /* driven_reify's pass: pending watchers are not invoked */
-    bool ran_callbacks; /* driven: the last run invoked callbacks, so watchers they started
-                         * reach the kernel only at the next run: progress is due at once */
-    struct rrpci_timer *timers; /* the active ones */
+    struct rrpci_governor gov; /* polling (core/governor.h) */
     rrpc_stats stats; /* the metrics (core/stats.c), under the lock */
     /* Per peer: the counters of its connections gone down (the ones up are
      * summed when read); slot RRPC_STATS_PEERS is "other". */
@@ -106,25 +106,6 @@ struct rrpc_ctx {
     struct rrpci_list listeners;
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
     struct rrpci_list owned;        /* handles from rrpc_connect not yet closed */
-    ev_prepare credit_prep;         /* returns it before the loop sleeps */
-    ev_idle busy_idle;              /* active: the loop polls instead of sleeping */
-    ev_check busy_check;            /* ... and the transports' busy_poll run each iteration */
-    ev_tstamp busy_until;           /* ... until then (RRPC_BUSY_POLL_US after traffic) */
-    /* The polling CPU budget (RRPC_BUSY_POLL_BUDGET_PCT, rrpci_busy_charge):
-     * thread CPU seconds spent while polling in the current and the previous
-     * RRPCI_BUSY_WINDOW, where the current one began, the thread CPU clock
-     * at the last charge (busy_mark_ok: taken on busy_mark_thread), and
-     * until when polling is refused because the budget was spent. */
-    double busy_cpu_cur, busy_cpu_prev;
-    ev_tstamp busy_win_start, busy_held_until;
-    double busy_mark;
-    pthread_t busy_mark_thread;
-    bool busy_mark_ok;
-    /* Contention (busy_charge): the wall time spent polling, as the CPU
-     * time above; the current hold after contention (0: none recently). */
-    double busy_wall_cur, busy_wall_prev;
-    ev_tstamp busy_wall_mark;
-    double busy_contend_hold;
     void *tpriv[RRPCI_NTRANSPORTS];
     const struct rrpci_transport_ops *tops[RRPCI_NTRANSPORTS];
 
@@ -192,7 +173,7 @@ struct rrpc_conn {
      * the keepalive interval sends one probe, and goes down when nothing at
      * all arrived within the keepalive timeout. */
     struct rrpci_timer ka_timer;
-    ev_tstamp last_rx, ka_sent;
+    double last_rx, ka_sent; /* rrpci_ctx_now() */
     bool ka_probe_out;
     rrpc_conn_stat stats; /* its counters (core/stats.c), under the lock */
     int peer_slot;        /* its peer's slot in ctx->peers + 1; 0: it never came up */
@@ -227,6 +208,10 @@ struct rrpci_sync {
     int status;
     char detail[RRPCI_ERRMSG_MAX]; /* this operation's, when @status is a failure */
 };
+/* The context whose blocking operation the calling thread is starting,
+ * between rrpci_sync_begin and rrpci_sync_end (rrpci_unlock then wakes
+ * nobody), or NULL. */
+extern _Thread_local rrpc_ctx *rrpci_sync_starting;
 /* Refuses from a callback of @ctx (RRPC_E_DEADLOCK, detail @why_not_here:
  * the operation would wait for itself); otherwise readies @s and returns 0
  * with the context lock held. */
@@ -277,6 +262,26 @@ static inline bool rrpci_conn_authenticated(const rrpc_conn *c)
 {
     return c->announced && c->state != RRPCI_DOWN;
 }
+/* It is UP now. */
+static inline bool rrpci_conn_is_up(const rrpc_conn *c)
+{
+    return c->state == RRPCI_UP;
+}
+/* It waits for the peer's ticket (or, passive, its first frame). */
+static inline bool rrpci_conn_authenticating(const rrpc_conn *c)
+{
+    return c->state == RRPCI_AUTHENTICATING;
+}
+/* Facts that stay once true: it reached UP (DOWN is owed to the
+ * application); the transport said it was established. */
+static inline bool rrpci_conn_reached_up(const rrpc_conn *c)
+{
+    return c->announced;
+}
+static inline bool rrpci_conn_wire_was_up(const rrpc_conn *c)
+{
+    return c->wire_up;
+}
 
 /*
  * Queues @m on class @cls (taking a credit unless the type is exempt, in
@@ -285,7 +290,7 @@ static inline bool rrpci_conn_authenticated(const rrpc_conn *c)
  */
 int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m);
 /* Before the loop sleeps: explicit CREDIT frames for what is owed. */
-void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents);
+void rrpci_credit_return(rrpc_ctx *ctx);
 /* Traffic arrived: with RRPC_BUSY_POLL_US, the loop polls for that long
  * before it sleeps again. */
 void rrpci_ctx_activity(rrpc_ctx *ctx);
@@ -437,18 +442,27 @@ void rrpci_serve_stop(rrpc_ctx *ctx);
 void rrpci_error_forget(rrpc_ctx *ctx);
 /* class.c: every class's DSCP, weight and credits before rrpc_class_set. */
 extern const struct rrpci_class_cfg rrpci_class_defaults[RRPCI_MAX_CLASSES];
-/* loop.c: the loop's watchers and its thread (installed by rrpc_ctx_create_with). */
-void rrpci_loop_release(struct ev_loop *loop);
-void rrpci_loop_acquire(struct ev_loop *loop);
-void rrpci_busy_idle_cb(struct ev_loop *loop, ev_idle *w, int revents);
-void rrpci_busy_check_cb(struct ev_loop *loop, ev_check *w, int revents);
-void rrpci_wake_cb(struct ev_loop *loop, ev_async *w, int revents);
-/* One run of the loop by the calling thread, the lock held. */
-void rrpci_run_locked(rrpc_ctx *ctx, int flags);
-void rrpci_invoke_pending(struct ev_loop *loop);
+/* loop.c: the context's loop (rrpci_loop_init at creation). */
+int rrpci_loop_init(rrpc_ctx *ctx);
+/* One pass by the calling thread, the lock held once: waits at most
+ * @max_ms (-1: no limit) for events, then invokes what is ready. */
+void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms);
+/* Milliseconds the runner may wait (rounded up): 0 when work is pending,
+ * -1 when no timer runs.  The lock held. */
+int rrpci_loop_timeout(rrpc_ctx *ctx);
+/* Thread mode: the loop thread, its sleeping set, and its stop. */
+int rrpci_loop_thread_init(rrpc_ctx *ctx);
+void rrpci_loop_thread_fini(rrpc_ctx *ctx);
 void *rrpci_loop_thread(void *arg);
-/* ctx.c: driven mode: arms the context's timer fd to the loop's next timer. */
+void rrpci_loop_thread_stop(rrpc_ctx *ctx);
+/* A blocking call, the lock held, outside callbacks: takes the loop over
+ * from a thread-mode loop thread asleep in its wait (true), so the caller
+ * runs it with rrpci_loop_pass until rrpci_loop_give_back. */
+bool rrpci_loop_take(rrpc_ctx *ctx);
+void rrpci_loop_give_back(rrpc_ctx *ctx);
+/* driven.c: arms the context's timer fd to the loop's next timer; closes it. */
 void rrpci_driven_rearm(rrpc_ctx *ctx);
+void rrpci_driven_fini(rrpc_ctx *ctx);
 
 /* conn.c: the one transition function of the state machine (connsm.h):
  * applies @ev, starting and stopping the timers of the new state; false
@@ -461,7 +475,7 @@ int rrpci_send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, s
 /* UP: the application hears of the connection, and what waited is sent. */
 void rrpci_conn_announce(rrpc_conn *c, enum rrpci_conn_event ev);
 /* keepalive.c */
-void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+void rrpci_ka_timer_cb(struct rrpci_timer *t);
 void rrpci_ka_start(rrpc_conn *c);
 /* send.c: hands what credits and the scheduler allow to the transport. */
 void rrpci_conn_flush(rrpc_conn *c);

@@ -328,7 +328,7 @@ RRPC_API int rrpc_conn_class_dscp(rrpc_conn *c, int api_cls, int *ret_dscp)
     if (!c->ops->class_dscp)
         return -EOPNOTSUPP;
     rrpci_lock(c->ctx);
-    int r = c->state == RRPCI_DOWN ? RRPC_E_CLOSED : c->ops->class_dscp(c, cls, ret_dscp);
+    int r = rrpci_conn_is_down(c) ? RRPC_E_CLOSED : c->ops->class_dscp(c, cls, ret_dscp);
     rrpci_unlock(c->ctx);
     return r;
 }

@@ -17,19 +17,19 @@
 /* Re-arms the keepalive timer to fire at loop time @at.  The timer is never
  * touched on the receive path (that only stores @last_rx): it wakes at most
  * once per interval and works out what happened since. */
-static void ka_arm(rrpc_conn *c, ev_tstamp at)
+static void ka_arm(rrpc_conn *c, double at)
 {
-    ev_tstamp d = at - ev_now(c->ctx->loop);
-    c->ka_timer.w.repeat = d > 0.001 ? d : 0.001;
+    double d = at - rrpci_ctx_now(c->ctx);
+    c->ka_timer.repeat = d > 0.001 ? d : 0.001;
     rrpci_timer_again(&c->ka_timer);
 }
 
-void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+void rrpci_ka_timer_cb(struct rrpci_timer *t)
 {
-    rrpc_conn *c = w->data;
+    rrpc_conn *c = t->data;
     const struct rrpci_config *cfg = &c->ctx->cfg;
-    ev_tstamp now = ev_now(loop);
-    ev_tstamp ival = cfg->keepalive_ms / 1000.0, tmo = cfg->keepalive_timeout_ms / 1000.0;
+    double now = rrpci_ctx_now(c->ctx);
+    double ival = cfg->keepalive_ms / 1000.0, tmo = cfg->keepalive_timeout_ms / 1000.0;
     if (c->ka_probe_out && c->last_rx >= c->ka_sent)
         c->ka_probe_out = false; /* anything after the probe answers it */
     if (now - c->last_rx >= tmo) {
@@ -48,7 +48,7 @@ void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
          * the exempt frames a peer must have receive buffers for. */
         int r = rrpci_send_exempt(c, RRPCI_T_KEEPALIVE, 0, NULL, 0);
         if (r < 0 || !rrpci_conn_wire_open(c)) {
-            if (c->state != RRPCI_DOWN)
+            if (!rrpci_conn_is_down(c))
                 rrpci_conn_down(c, r, "cannot send a keepalive");
             return;
         }
@@ -60,9 +60,9 @@ void rrpci_ka_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 void rrpci_ka_start(rrpc_conn *c)
 {
-    if (c->ctx->cfg.keepalive_ms <= 0 || c->state != RRPCI_UP)
+    if (c->ctx->cfg.keepalive_ms <= 0 || !rrpci_conn_is_up(c))
         return;
-    c->last_rx = ev_now(c->ctx->loop);
+    c->last_rx = rrpci_ctx_now(c->ctx);
     c->ka_probe_out = false;
     ka_arm(c, c->last_rx + c->ctx->cfg.keepalive_ms / 1000.0);
 }

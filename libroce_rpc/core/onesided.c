@@ -85,7 +85,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
         /* A WRITE frame must fit the target's limit; a READ's answer ours. */
         uint32_t chunk = RRPCI_OS_CHUNK;
         uint32_t limit = is_read ? ctx->cfg.max_msg : c->peer_max_msg;
-        if ((is_read || c->wire_up) && limit - RRPCI_OS_HDR_SIZE < chunk)
+        if ((is_read || rrpci_conn_wire_was_up(c)) && limit - RRPCI_OS_HDR_SIZE < chunk)
             chunk = limit - RRPCI_OS_HDR_SIZE;
         pd->parts_left = (uint32_t)((len + chunk - 1) / chunk);
         for (size_t off = 0; off < len && r == 0; off += chunk) {

@@ -48,7 +48,7 @@ void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t le
 /* Frames while the ticket is being checked: nothing but the ticket exchange. */
 static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
-    if (c->state != RRPCI_AUTHENTICATING)
+    if (!rrpci_conn_authenticating(c))
         return; /* refusing or closing: on its way out */
     if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPCI_CLS_CONTROL) {
         char why[256] = "";
@@ -83,7 +83,7 @@ int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
 {
     if (rrpci_type_is_exempt(h->type))
         return 0; /* bounded by rrpci_hdr_decode; checked in full by rrpci_conn_recv */
-    if (c->state == RRPCI_DOWN)
+    if (rrpci_conn_is_down(c))
         return RRPC_E_CLOSED;
     if (!rrpci_conn_authenticated(c)) {
         /* Before the handshake and the ticket only their own (small,
@@ -91,7 +91,7 @@ int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h)
          * credit it has not earned yet. */
         static const char need[] = "this server requires a connection ticket as the first "
                                    "message";
-        if (c->passive && c->state == RRPCI_AUTHENTICATING)
+        if (c->passive && rrpci_conn_authenticating(c))
             rrpci_send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, need, sizeof(need) - 1);
         protocol_error(c, RRPC_E_PROTO, "a data frame before the connection was authenticated");
         return RRPC_E_PROTO;
@@ -111,12 +111,12 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
 {
     if (!rrpci_conn_wire_open(c))
         return;
-    c->last_rx = ev_now(c->ctx->loop);
+    c->last_rx = rrpci_ctx_now(c->ctx);
     rrpci_stats_frame_in(c, h->len);
     rrpci_ctx_activity(c->ctx);
-    if (h->type == RRPCI_T_KEEPALIVE && !c->announced)
+    if (h->type == RRPCI_T_KEEPALIVE && !rrpci_conn_reached_up(c))
         return; /* the peer is already up; this side starts probing once it is */
-    if (!c->announced) {
+    if (!rrpci_conn_reached_up(c)) {
         auth_frame(c, cls, h, p);
         return;
     }

@@ -140,7 +140,7 @@ RRPC_API int rrpc_region_token(rrpc_region *r, rrpc_conn *c, rrpc_token *t)
     t->addr = (uintptr_t)r->addr;
     t->len = r->len;
     t->access = r->access;
-    if (c->state == RRPCI_DOWN)
+    if (rrpci_conn_is_down(c))
         rc = RRPC_E_CLOSED;
     else if (c->ops->region_key)
         rc = c->ops->region_key(c, r, &t->key);

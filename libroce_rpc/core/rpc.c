@@ -275,9 +275,9 @@ static void unqueue(rrpc_conn *c, int cls, uint64_t id)
     }
 }
 
-static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void deadline_cb(struct rrpci_timer *t)
 {
-    struct rrpci_pending *pd = w->data;
+    struct rrpci_pending *pd = t->data;
     rrpc_conn *c = pd->conn;
     rrpci_idmap_del(&c->pending, pd->node.key);
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
@@ -300,7 +300,7 @@ struct rrpci_pending *rrpci_pending_new(rrpc_conn *c, enum rrpci_pending_kind ki
     if (deadline_ms == 0)
         deadline_ms = c->ctx->cfg.deadline_ms;
     rrpci_timer_init(c->ctx, &pd->deadline, deadline_cb, 0, 0);
-    pd->deadline.w.data = pd;
+    pd->deadline.data = pd;
     pd->deadline_ms = deadline_ms;
     if (deadline_ms > 0) {
         rrpci_timer_set(&pd->deadline, deadline_ms / 1000.0, 0);
@@ -340,7 +340,7 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     if (r < 0)
         return r;
     rrpci_lock(ctx);
-    uint32_t limit = c->wire_up ? c->peer_max_msg : ctx->cfg.max_msg;
+    uint32_t limit = rrpci_conn_wire_was_up(c) ? c->peer_max_msg : ctx->cfg.max_msg;
     struct rrpci_pending *pd = NULL;
     struct rrpci_msg *m = NULL;
     if (!rrpci_conn_accepts_calls(c)) {

@@ -20,7 +20,7 @@ static size_t head_size(rrpc_conn *c, int cls)
     struct rrpci_msg *m = s->head;
     if (!m || s->blocked)
         return 0;
-    if (!rrpci_type_is_exempt(m->h.type) && (s->credit.tx_avail == 0 || !c->announced))
+    if (!rrpci_type_is_exempt(m->h.type) && (s->credit.tx_avail == 0 || !rrpci_conn_reached_up(c)))
         return 0;
     return RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
 }
@@ -115,7 +115,7 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
         if (!s->tail)
             s->tail = m;
     } else {
-        if (s->credit.tx_avail == 0 && c->announced)
+        if (s->credit.tx_avail == 0 && rrpci_conn_reached_up(c))
             rrpci_stats_credit_stall(c->ctx, cls, s);
         if (s->tail) {
             s->tail->next = m;
@@ -146,9 +146,8 @@ void rrpci_conn_consumed(rrpc_conn *c, int cls)
         rrpci_list_add(&c->ctx->credit_dirty, &c->dirty_link);
 }
 
-void rrpci_credit_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+void rrpci_credit_return(rrpc_ctx *ctx)
 {
-    rrpc_ctx *ctx = w->data;
     while (!rrpci_list_empty(&ctx->credit_dirty)) {
         rrpc_conn *c = rrpci_container_of(ctx->credit_dirty.next, rrpc_conn, dirty_link);
         rrpci_list_del(&c->dirty_link);

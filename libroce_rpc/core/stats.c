@@ -231,7 +231,7 @@ static size_t peer_snapshot(rrpc_ctx *ctx, rrpc_peer_stats *ret)
             continue;
         size_t i = c->peer_slot - 1 == RRPC_STATS_PEERS ? n - 1 : (size_t)c->peer_slot - 1;
         conn_stat_add(&ret[i].s, &c->stats);
-        if (c->state == RRPCI_UP)
+        if (rrpci_conn_is_up(c))
             ret[i].conns++;
     }
     return n;
@@ -242,6 +242,9 @@ static size_t peer_snapshot(rrpc_ctx *ctx, rrpc_peer_stats *ret)
 static void ctx_snapshot(rrpc_ctx *ctx, rrpc_stats *ret)
 {
     *ret = ctx->stats;
+    /* the governor keeps its own counts (core/governor.h) */
+    ret->busy_poll_budget_stops = ctx->gov.budget_stops;
+    ret->busy_poll_contended_stops = ctx->gov.contended_stops;
     for (struct rrpci_list *l = ctx->conns.next; l != &ctx->conns; l = l->next) {
         const rrpc_conn *c = rrpci_container_of(l, rrpc_conn, link);
         for (int i = 0; i < RRPCI_MAX_CLASSES; i++)

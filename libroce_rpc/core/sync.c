@@ -35,6 +35,7 @@ int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_he
     s->status = 0;
     s->detail[0] = 0;
     rrpci_lock(ctx);
+    rrpci_sync_starting = ctx;
     return 0;
 }
 
@@ -86,25 +87,42 @@ static void sync_settled(struct rrpci_sync *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Runs the loop on the calling thread until @s is done (the lock held,
+ * this thread the runner or allowed to become it). */
+static void sync_run(rrpc_ctx *ctx, struct rrpci_sync *s)
+{
+    while (!sync_done(s))
+        rrpci_loop_pass(ctx, -1);
+}
+
 /* Waits for @s.  Returns whether the context lock is still held: a thread
  * whose answer came while it let go of the context returns without taking
  * it again, since the loop thread, which just ran the completion, still
  * holds it for the rest of its pass (waiting for it cost the caller a
  * second sleep and wake-up per call).  *@woke: whether the loop was woken
- * after the operation began. */
+ * after the operation began.
+ *
+ * Where nobody runs the loop (driven mode between two progress calls), or
+ * the loop thread sleeps in its wait, the caller runs it itself: its
+ * answer then wakes it directly, with no second thread to go through. */
 static bool sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
 {
     while (!sync_done(s)) {
         if (!ctx->thread_mode && !ctx->in_run) {
-            rrpci_run_locked(ctx, EVRUN_ONCE);
+            sync_run(ctx, s);
             rrpci_driven_rearm(ctx);
             continue;
         }
-        /* The loop runs on another thread.  Let go of the context (waking
+        if (rrpci_loop_take(ctx)) {
+            sync_run(ctx, s);
+            rrpci_loop_give_back(ctx);
+            *woke = true; /* the loop thread has seen it all: nothing to wake it for */
+            continue;
+        }
+        /* Another thread runs the loop.  Let go of the context (waking
          * the loop, the first time: it must see what this thread started)
          * and sleep on the sync.  A later pass changed nothing, so it lets
-         * go quietly.  The timeout re-checks who drives the loop in driven
-         * mode. */
+         * go quietly.  The timeout re-checks who runs the loop. */
         if (*woke && ctx->thread_mode) {
             pthread_mutex_unlock(&ctx->lock);
         } else {
@@ -140,6 +158,7 @@ int rrpci_sync_end(struct rrpci_sync *s, int started)
     rrpc_ctx *ctx = s->ctx;
     int r = started;
     bool woke = false, locked = true;
+    rrpci_sync_starting = NULL;
     if (r == 0) {
         locked = sync_wait(ctx, s, &woke);
         r = s->status;

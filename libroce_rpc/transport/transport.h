@@ -21,8 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <ev.h>
-
+#include "core/evloop.h"
 #include "core/frame.h"
 #include "core/qos.h"
 #include "util/uri.h"
@@ -33,7 +32,8 @@ typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 4 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables */
+#define RRPCI_TRANSPORT_OPS_VERSION 6 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
+                                        * 5: the library's own loop (core/evloop.h). 6: busy_poll under the governor */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -120,12 +120,12 @@ struct rrpci_transport_ops {
     /* The connection has received nothing for a keepalive interval: release
      * memory that can be made again when traffic resumes. */
     void (*trim)(rrpc_conn *c);
-    /* While the context busy-polls (after rrpci_ctx_busy, see there), once
-     * per loop iteration: look for completions without waiting.  Returns
-     * whether the transport still wants to be polled (something it watches
-     * is not armed to wake the loop); the context keeps polling while any
-     * transport says so. */
-    bool (*busy_poll)(rrpc_ctx *ctx);
+    /* While the context polls (core/governor.h decides; rrpci_ctx_busy
+     * asks it to), between two loop passes: look for completions that wake
+     * no fd, without waiting, and return how many were handled, or -1 when
+     * the transport has nothing left unarmed.  With @arm polling has ended:
+     * arm everything left unarmed (rrpci_ctx_polling already says false). */
+    int (*busy_poll)(rrpc_ctx *ctx, bool arm);
 
     /* Its tunables, ended by an entry whose env is NULL; NULL: none. */
     const struct rrpci_tunable *tunables;
@@ -145,42 +145,26 @@ extern const struct rrpci_transport_ops rrpci_inproc_ops;
 extern const struct rrpci_transport_ops rrpci_verbs_ops;
 #endif
 
-/* ---- timers ------------------------------------------------------------ */
+/* ---- the loop ------------------------------------------------------------ */
 
 /*
- * A libev timer that the context keeps account of, so that driven mode can
- * say when the next one is due (rrpc_ctx_timeout, the timer in rrpc_ctx_fd;
- * libev does not tell).  Every timer of the core and the transports is one.
- * Same semantics as ev_timer_*; the callback receives the embedded ev_timer,
- * whose data field stays the caller's.  Free the owner only with the timer
- * stopped (as with any libev watcher).
+ * Transports watch fds with struct rrpci_io, time with struct rrpci_timer
+ * and take wake-ups from other threads with struct rrpci_async, all on the
+ * context's loop (core/evloop.h has their semantics).  Every fd and timer
+ * the library watches is one of these: driven mode's fd and timeout are
+ * made of them.  Callbacks run on the loop with the context lock held.
  */
-struct rrpci_timer {
-    ev_timer w;
-    rrpc_ctx *ctx;
-    void (*cb)(struct ev_loop *loop, ev_timer *w, int revents);
-    struct rrpci_timer *next, **pprev; /* in the context's list while active */
-};
-void rrpci_timer_init(rrpc_ctx *ctx, struct rrpci_timer *t,
-                      void (*cb)(struct ev_loop *loop, ev_timer *w, int revents), double after,
-                      double repeat);
-void rrpci_timer_set(struct rrpci_timer *t, double after, double repeat);
-/* Starts @t; outside the loop's callbacks the loop's cached time is
- * refreshed first (a deadline counts from now, not from the last wake-up). */
-void rrpci_timer_start(struct rrpci_timer *t);
-void rrpci_timer_stop(struct rrpci_timer *t);
-void rrpci_timer_again(struct rrpci_timer *t);
-bool rrpci_timer_active(const struct rrpci_timer *t);
+void rrpci_timer_init(rrpc_ctx *ctx, struct rrpci_timer *t, void (*cb)(struct rrpci_timer *t),
+                      double after, double repeat);
 
 /* ---- core services for transports ------------------------------------- */
 
-struct ev_loop;
-struct ev_loop *rrpci_ctx_loop(rrpc_ctx *ctx);
-/* Wakes @ctx's loop through its started watcher @w from any thread, with
- * no lock held (ev_async_send): also a driven context whose application
- * waits on rrpc_ctx_fd, which ev_async_send alone leaves asleep while no
- * thread is inside ev_run. */
-void rrpci_ctx_wake(rrpc_ctx *ctx, ev_async *w);
+struct rrpci_evloop *rrpci_ctx_loop(rrpc_ctx *ctx);
+/* The loop's time, CLOCK_MONOTONIC seconds as of its last wake-up. */
+double rrpci_ctx_now(rrpc_ctx *ctx);
+/* Runs @a's callback on @ctx's loop soon, from any thread, with no lock
+ * held (rrpci_async_send; a driven application's fd becomes readable). */
+void rrpci_ctx_wake(rrpc_ctx *ctx, struct rrpci_async *a);
 void *rrpci_ctx_tpriv(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 void *rrpci_conn_priv(rrpc_conn *c);
 void *rrpci_listener_priv(rrpc_listener *l);
@@ -193,20 +177,15 @@ bool rrpci_conn_is_down(rrpc_conn *c);
 /* True from the transport's rrpci_conn_established until the connection
  * goes down: frames may be posted (the core's state, not a copy of it). */
 bool rrpci_conn_is_wired(rrpc_conn *c);
-/* Traffic arrived: the loop polls instead of sleeping for at least @us
- * from now, calling ops->busy_poll once per iteration (the core's own
- * RRPC_BUSY_POLL_US window extends it on every frame).  Returns false,
- * and does nothing, while the context's polling CPU budget
- * (RRPC_BUSY_POLL_BUDGET_PCT) is spent: the transport must then arm what
- * it would have polled.  Polling also stops early when the budget runs out
- * in the middle of a window: busy_poll is called once more, and from then
- * on rrpci_ctx_may_busy says false until the share has fallen again. */
+/* Traffic arrived: the governor polls instead of sleeping for at least
+ * @us from now, calling ops->busy_poll between loop passes (the core's own
+ * RRPC_BUSY_POLL_US window extends it on every frame).  Returns false, and
+ * does nothing, while a stop holds polling back (its CPU budget is spent,
+ * or its thread does not get its CPU): the transport must then arm what it
+ * would have polled.  When polling ends, busy_poll is called with arm. */
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
-/* False while the polling CPU budget is spent (see rrpci_ctx_busy). */
-bool rrpci_ctx_may_busy(rrpc_ctx *ctx);
-/* Between two looks that found nothing, a transport's busy_poll gives
- * the CPU to whatever else is runnable there (core/loop.c says why). */
-void rrpci_busy_yield(void);
+/* Whether the governor polls now (a transport may leave things unarmed). */
+bool rrpci_ctx_polling(rrpc_ctx *ctx);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A tunable of the context's configuration table by its environment

@@ -7,8 +7,12 @@
  *   RRPC_TEST_SERVER      the server's address (default 127.0.0.1)
  *   RRPC_TEST_CLIENT_SRC  the client's source address (optional; in the
  *                         Soft-RoCE VM 10.77.0.1 so traffic crosses the veth)
- * Server and client are two contexts in this process, each on its own loop
- * thread, so the server's memory can be checked directly.
+ *   RRPC_TEST_MODE        thread (default) | driven
+ * Server and client are two contexts in this process, so the server's
+ * memory can be checked directly.  Each runs on its own loop thread, or,
+ * driven, on a thread of the suite's that sleeps in poll() on the context's
+ * fd for no longer than rrpc_ctx_timeout says and calls rrpc_ctx_progress,
+ * as an application's own event loop would.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -195,6 +199,72 @@ static void server_notify(rrpc_conn *c, uint32_t imm, void *user)
     unlock();
 }
 
+/* ---- driven mode: the suite's own loop per context ---------------------- */
+
+static struct driver {
+    rrpc_ctx *ctx;
+    pthread_t th;
+    volatile bool stop;
+    int busy; /* progress said -EBUSY: a blocking call ran the loop itself */
+} drivers[2];
+
+static void *drive(void *arg)
+{
+    struct driver *d = arg;
+    int fd = rrpc_ctx_fd(d->ctx);
+    if (fd < 0) {
+        fprintf(stderr, "rrpc_ctx_fd: %s\n", rrpc_ctx_last_error(d->ctx));
+        abort();
+    }
+    while (!d->stop) {
+        int ms = -1;
+        if (rrpc_ctx_timeout(d->ctx, &ms) != 0)
+            abort();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        (void)poll(&p, 1, ms < 0 || ms > 50 ? 50 : ms); /* 50: to see d->stop */
+        int r = rrpc_ctx_progress(d->ctx, 0);
+        if (r == -EBUSY) {
+            d->busy++;
+            sched_yield();
+        } else if (r != 0) {
+            fprintf(stderr, "rrpc_ctx_progress: %s\n", rrpc_ctx_last_error(d->ctx));
+            abort();
+        }
+    }
+    return NULL;
+}
+
+static bool driven_mode(void)
+{
+    const char *m = getenv("RRPC_TEST_MODE");
+    return m && !strcmp(m, "driven");
+}
+
+/* Runs @a and @b: on their loop threads, or driven by threads of ours. */
+static int run_contexts(rrpc_ctx *a, rrpc_ctx *b)
+{
+    if (!driven_mode())
+        return rrpc_ctx_start_thread(a) || rrpc_ctx_start_thread(b) ? -1 : 0;
+    drivers[0] = (struct driver){.ctx = a};
+    drivers[1] = (struct driver){.ctx = b};
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&drivers[i].th, NULL, drive, &drivers[i]))
+            return -1;
+    return 0;
+}
+
+static void stop_drivers(void)
+{
+    if (!driven_mode())
+        return;
+    for (int i = 0; i < 2; i++) {
+        drivers[i].stop = true;
+        pthread_join(drivers[i].th, NULL);
+    }
+    printf("# driven: progress found another thread in the loop %d and %d times\n",
+           drivers[0].busy, drivers[1].busy);
+}
+
 static int group_setup(void **state)
 {
     T.transport = test_transport();
@@ -228,9 +298,10 @@ static int group_setup(void **state)
     }
     T.port = rrpc_listener_port(T.lis);
     test_connect_uri(T.uri, sizeof(T.uri), T.port);
-    if (rrpc_ctx_start_thread(T.sctx) || rrpc_ctx_start_thread(T.cctx))
+    if (run_contexts(T.sctx, T.cctx))
         return -1;
-    printf("# conformance: transport %s, server %s\n", T.transport, T.uri);
+    printf("# conformance: transport %s, server %s, %s mode\n", T.transport, T.uri,
+           driven_mode() ? "driven" : "thread");
     return 0;
 }
 
@@ -240,6 +311,7 @@ static int group_teardown(void **state)
     int late = T.late_started;
     unlock();
     wait_for(&T.late_done, late, 20000); /* a late answer's thread may still be in rrpc_respond */
+    stop_drivers();
     rrpc_ctx_destroy(T.cctx);
     rrpc_ctx_destroy(T.sctx);
     free(T.smem);

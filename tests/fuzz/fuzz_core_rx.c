@@ -154,16 +154,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             fuzz_memconn_block(&mc, cls, false);
             break;
         case 4:
-            rrpci_credit_prepare_cb(ctx->loop, &ctx->credit_prep, 0);
+            rrpci_credit_return(ctx);
             break;
         case 5:
             /* the state's timer fires now: setup deadline, or close due */
             if (rrpci_timer_active(&mc.c->setup_timer)) {
                 rrpci_timer_stop(&mc.c->setup_timer);
-                ev_invoke(ctx->loop, &mc.c->setup_timer.w, EV_TIMER);
+                mc.c->setup_timer.cb(&mc.c->setup_timer);
             } else if (rrpci_timer_active(&mc.c->close_timer)) {
                 rrpci_timer_stop(&mc.c->close_timer);
-                ev_invoke(ctx->loop, &mc.c->close_timer.w, EV_TIMER);
+                mc.c->close_timer.cb(&mc.c->close_timer);
             }
             break;
         case 6:

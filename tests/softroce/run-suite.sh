@@ -1,5 +1,5 @@
 #!/bin/bash
-# run-suite.sh BUILD_DIR [TEST_BINARY]
+# [RRPC_TEST_MODE=driven] run-suite.sh BUILD_DIR [TEST_BINARY]
 # Runs a test binary of BUILD_DIR (default: the conformance suite) over the
 # verbs transport inside the Soft-RoCE VM: the server listens on rxe1
 # (10.77.0.2), the client binds 10.77.0.1 (rxe0), so every message crosses
@@ -16,5 +16,6 @@ if ! grep -q "RRPC_HAVE_VERBS" "$BUILD/build.ninja" 2>/dev/null; then
   exit 77
 fi
 # Registration pins memory: lift the memlock limit for the test (root in the VM).
-SOFTROCE_ENV="export RRPC_TEST_TRANSPORT=verbs RRPC_TEST_SERVER=10.77.0.2 RRPC_TEST_CLIENT_SRC=10.77.0.1" \
+# RRPC_TEST_MODE=driven (the conformance suite drives both contexts itself) goes along.
+SOFTROCE_ENV="export RRPC_TEST_TRANSPORT=verbs RRPC_TEST_SERVER=10.77.0.2 RRPC_TEST_CLIENT_SRC=10.77.0.1${RRPC_TEST_MODE:+ RRPC_TEST_MODE=$RRPC_TEST_MODE}" \
   exec "$HERE/run-in-vm.sh" "$BUILD" bash -c 'ulimit -l unlimited && exec "$0"' "$BUILD/$TEST"

@@ -7,7 +7,7 @@
  * A connection is a pipe shared by its two ends: per direction and class, a
  * queue of frames under the pipe's mutex.  ops->send hands the core's frame
  * buffer (struct rrpci_msg) itself to the peer's queue and wakes the peer's
- * loop with the end's ev_async; the peer delivers the payload from that
+ * loop with the end's rrpci_async; the peer delivers the payload from that
  * buffer and frees it.  Zero copy, except for a frame whose payload is in two
  * pieces (data plus an external part, as an emulated one-sided WRITE's
  * header and region bytes): those are joined by one memcpy, because
@@ -61,7 +61,7 @@ struct ip_queue {
 
 struct ip_end {
     rrpc_conn *conn; /* NULL once this end let go (or, passive, before accept) */
-    ev_async *wake;
+    struct rrpci_async *wake;
     struct ip_queue in[NCLS]; /* frames towards this end */
     unsigned writable;        /* classes on which this end may send again */
     bool hello_set;
@@ -80,7 +80,7 @@ struct ip_pipe {
 struct ip_conn {
     struct ip_pipe *p;
     int side;
-    ev_async wake;
+    struct rrpci_async wake;
     bool hello_done; /* active: the passive side's hello was checked */
     char name[RRPCI_URI_HOST_MAX];
 };
@@ -94,7 +94,7 @@ struct ip_listener {
     char name[RRPCI_URI_HOST_MAX];
     struct rrpci_list link;    /* in the registry */
     struct rrpci_list backlog; /* pipes waiting for accept (under registry_mu) */
-    ev_async wake;
+    struct rrpci_async wake;
     bool registered;
 };
 
@@ -223,10 +223,8 @@ static bool active_hello(rrpc_conn *c, struct ip_conn *ic, const struct rrpci_he
     return !rrpci_conn_is_down(c);
 }
 
-static void conn_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+static void conn_wake_cb(struct rrpci_async *w)
 {
-    (void)loop;
-    (void)revents;
     rrpc_conn *c = w->data;
     struct ip_conn *ic = rrpci_conn_priv(c);
     struct ip_pipe *p = ic->p;
@@ -295,7 +293,7 @@ static void conn_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
         pthread_mutex_unlock(&p->mu);
     }
     if (more) {
-        ev_async_send(rrpci_ctx_loop(ctx), w); /* the rest on the next iteration */
+        rrpci_async_send(rrpci_ctx_loop(ctx), w); /* the rest on the next iteration */
         goto out;
     }
     /* Everything the peer sent before it let go is delivered: now its close. */
@@ -314,9 +312,9 @@ static void end_attach(rrpc_conn *c, struct ip_pipe *p, int side)
     struct ip_conn *ic = rrpci_conn_priv(c);
     ic->p = p;
     ic->side = side;
-    ev_async_init(&ic->wake, conn_wake_cb);
+    rrpci_async_init(&ic->wake, conn_wake_cb);
     ic->wake.data = c;
-    ev_async_start(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ic->wake);
+    rrpci_async_start(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ic->wake);
     p->end[side].conn = c;
     p->end[side].wake = &ic->wake;
 }
@@ -336,7 +334,7 @@ static void inproc_conn_close(rrpc_conn *c)
         msgs_free(&me->in[i]); /* what the peer sent and this end never read */
     wake_end(&p->end[!ic->side]);
     pipe_put_locked(p);
-    ev_async_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ic->wake);
+    rrpci_async_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ic->wake);
 }
 
 /* ---- passive side --------------------------------------------------------- */
@@ -391,10 +389,8 @@ static void accept_one(rrpc_listener *l, struct ip_listener *il, struct ip_pipe 
     rrpci_conn_established(c);
 }
 
-static void listener_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+static void listener_wake_cb(struct rrpci_async *w)
 {
-    (void)loop;
-    (void)revents;
     rrpc_listener *l = w->data;
     struct ip_listener *il = rrpci_listener_priv(l);
     for (;;) {
@@ -440,9 +436,9 @@ static int inproc_listen(rrpc_listener *l, const struct rrpci_uri *u)
                                "an inproc listener named \"%s\" already exists in this "
                                "process: pick another name",
                                il->name);
-    ev_async_init(&il->wake, listener_wake_cb);
+    rrpci_async_init(&il->wake, listener_wake_cb);
     il->wake.data = l;
-    ev_async_start(rrpci_ctx_loop(ctx), &il->wake);
+    rrpci_async_start(rrpci_ctx_loop(ctx), &il->wake);
     return 0;
 }
 
@@ -467,7 +463,7 @@ static void inproc_listener_close(rrpc_listener *l)
         rrpci_list_del(&p->link);
         pipe_refuse(p, -ECONNREFUSED, "the listener closed before accepting it");
     }
-    ev_async_stop(rrpci_ctx_loop(rrpci_listener_ctx(l)), &il->wake);
+    rrpci_async_stop(rrpci_ctx_loop(rrpci_listener_ctx(l)), &il->wake);
 }
 
 /* ---- active side ----------------------------------------------------------- */

@@ -22,7 +22,7 @@ struct tcp_pend {
     struct rrpci_list link;
     rrpc_listener *l;
     int fd;
-    ev_io io;
+    struct rrpci_io io;
     struct rrpci_timer timer;
     struct sockaddr_storage peer;
     uint8_t buf[RRPCI_HDR_SIZE + RRPCI_HELLO_SIZE];
@@ -33,7 +33,7 @@ struct tcp_pend {
 
 static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
 {
-    ev_io_stop(rrpci_ctx_loop(ctx), &p->io);
+    rrpci_io_stop(rrpci_ctx_loop(ctx), &p->io);
     rrpci_timer_stop(&p->timer);
     if (close_fd)
         close(p->fd);
@@ -73,7 +73,7 @@ static void adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
     if (r < 0)
         RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpci_class_name(cls),
                   rrpci_ctx_class_dscp(ctx, cls), strerror(-r));
-    ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
+    rrpci_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
 }
 
 static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
@@ -156,7 +156,7 @@ static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr
     pend_refuse(p, ctx, RRPC_E_PROTO, "the first frame must be HELLO (control) or JOIN");
 }
 
-static void pend_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void pend_read_cb(struct rrpci_io *w, unsigned revents)
 {
     struct tcp_pend *p = w->data;
     rrpc_ctx *ctx = rrpci_listener_ctx(p->l);
@@ -200,16 +200,16 @@ static void pend_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     pend_frame(p, ctx, &h, p->buf + RRPCI_HDR_SIZE);
 }
 
-static void pend_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void pend_timeout_cb(struct rrpci_timer *w)
 {
     struct tcp_pend *p = w->data;
     pend_refuse(p, rrpci_listener_ctx(p->l), -ETIMEDOUT, "no handshake in time");
 }
 
-static void resume_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void resume_cb(struct rrpci_timer *w)
 {
     struct tcp_listener *tl = w->data;
-    ev_io_start(loop, &tl->io);
+    rrpci_io_start(w->loop, &tl->io);
 }
 
 /* accept failed for want of a resource (EMFILE, ENFILE, ENOBUFS, ENOMEM):
@@ -218,8 +218,8 @@ static void resume_cb(struct ev_loop *loop, ev_timer *w, int revents)
  * and say so once per episode. */
 static void accept_pause(struct tcp_listener *tl, rrpc_ctx *ctx, int err)
 {
-    struct ev_loop *loop = rrpci_ctx_loop(ctx);
-    ev_io_stop(loop, &tl->io);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
+    rrpci_io_stop(loop, &tl->io);
     if (!rrpci_timer_active(&tl->resume)) {
         if (tl->emfile_episodes++ == 0 || (tl->emfile_episodes & (tl->emfile_episodes - 1)) == 0)
             RRPCI_LOG(ctx, LOG_WARNING,
@@ -248,11 +248,12 @@ static int pend_same_source(struct tcp_listener *tl, const struct sockaddr_stora
     return n;
 }
 
-static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void accept_cb(struct rrpci_io *w, unsigned revents)
 {
     rrpc_listener *l = w->data;
     struct tcp_listener *tl = rrpci_listener_priv(l);
     rrpc_ctx *ctx = rrpci_listener_ctx(l);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     /* Sockets that have not said which connection they are hold an fd each:
      * at most RRPC_MAX_CONNS of them (the oldest goes first), at most
      * RRPC_MAX_CONNS_PER_SOURCE from one address, each for at most
@@ -293,11 +294,11 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         p->l = l;
         p->fd = fd;
         p->peer = peer;
-        ev_io_init(&p->io, pend_read_cb, fd, EV_READ);
+        rrpci_io_init(&p->io, pend_read_cb, fd, RRPCI_IO_READ);
         p->io.data = p;
         rrpci_timer_init(ctx, &p->timer, pend_timeout_cb, tmo, 0);
-        p->timer.w.data = p;
-        ev_io_start(loop, &p->io);
+        p->timer.data = p;
+        rrpci_io_start(loop, &p->io);
         rrpci_timer_start(&p->timer);
         rrpci_list_add(&tl->pend, &p->link);
         tl->npend++;
@@ -314,7 +315,7 @@ int rrpc_tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
     rrpci_list_init(&tl->pend);
     tl->fd = -1;
     rrpci_timer_init(ctx, &tl->resume, resume_cb, 0, 0);
-    tl->resume.w.data = tl;
+    tl->resume.data = tl;
     int rr = rrpc_tcp_resolve(u->host, u->port, true, &ss, &sl, &why);
     if (rr < 0)
         return rrpci_set_error(ctx, rr, "cannot resolve \"%s\": %s", u->host, why);
@@ -335,9 +336,9 @@ int rrpc_tcp_listen(rrpc_listener *l, const struct rrpci_uri *u)
                                                : "");
     }
     tl->fd = fd;
-    ev_io_init(&tl->io, accept_cb, fd, EV_READ);
+    rrpci_io_init(&tl->io, accept_cb, fd, RRPCI_IO_READ);
     tl->io.data = l;
-    ev_io_start(rrpci_ctx_loop(ctx), &tl->io);
+    rrpci_io_start(rrpci_ctx_loop(ctx), &tl->io);
     return 0;
 }
 
@@ -349,7 +350,7 @@ void rrpc_tcp_listener_close(rrpc_listener *l)
         pend_free(rrpci_container_of(tl->pend.next, struct tcp_pend, link), ctx, true);
     rrpci_timer_stop(&tl->resume);
     if (tl->fd >= 0) {
-        ev_io_stop(rrpci_ctx_loop(ctx), &tl->io);
+        rrpci_io_stop(rrpci_ctx_loop(ctx), &tl->io);
         close(tl->fd);
         tl->fd = -1;
     }

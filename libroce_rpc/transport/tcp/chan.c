@@ -102,7 +102,7 @@ static const struct rrpc_tcp_rx_up chan_rx_up = {
 
 /* Reads the socket for the class's turn (core/qos.h), where the receive
  * machine says, and runs the machine on what came. */
-static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void chan_read_cb(struct rrpci_io *w, unsigned revents)
 {
     struct tcp_chan *ch = w->data;
     rrpc_conn *c = ch->conn;
@@ -149,7 +149,7 @@ static void chan_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             break;
     }
     if (next == RRPC_TCP_RX_HOLD)
-        ev_io_stop(loop, &ch->rio);
+        rrpci_io_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ch->rio);
     rrpci_conn_unref(c);
 }
 
@@ -163,22 +163,22 @@ void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool
     ch->connected = connected;
     /* The read buffer comes on the first read: an idle connection holds none. */
     rrpc_tcp_rx_init(&ch->rx, &chan_rx_up, ch, rrpci_ctx_max_msg(rrpci_conn_ctx(c)));
-    ev_io_init(&ch->rio, chan_read_cb, fd, EV_READ);
-    ev_io_init(&ch->wio, rrpc_tcp_writable_cb, fd, EV_WRITE);
+    rrpci_io_init(&ch->rio, chan_read_cb, fd, RRPCI_IO_READ);
+    rrpci_io_init(&ch->wio, rrpc_tcp_writable_cb, fd, RRPCI_IO_WRITE);
     ch->rio.data = ch->wio.data = ch;
     /* Within one loop iteration, the ready watchers of the class the
      * policy serves first run first (libev invokes them by priority). */
     int pri = rrpci_rx_prio(rrpci_conn_ctx(c), cls);
-    ev_set_priority(&ch->rio, pri);
-    ev_set_priority(&ch->wio, pri);
+    rrpci_io_set_prio(&ch->rio, pri);
+    rrpci_io_set_prio(&ch->wio, pri);
 }
 
 static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 {
     if (ch->fd < 0 && !ch->rx.rbuf)
         return;
-    ev_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
-    ev_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
+    rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
+    rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
     if (ch->fd >= 0)
         close(ch->fd);
     ch->fd = -1;

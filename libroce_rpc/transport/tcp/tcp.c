@@ -80,8 +80,8 @@ void rrpc_tcp_join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
     for (int i = 0; i < NCLS; i++) {
         struct tcp_chan *ch = &tc->ch[i];
         if (rrpc_tcp_rx_resume(&ch->rx)) { /* hand up what was held, then read on */
-            ev_io_start(rrpci_ctx_loop(ctx), &ch->rio);
-            ev_feed_event(rrpci_ctx_loop(ctx), &ch->rio, EV_READ);
+            rrpci_io_start(rrpci_ctx_loop(ctx), &ch->rio);
+            rrpci_io_feed(rrpci_ctx_loop(ctx), &ch->rio, RRPCI_IO_READ);
         }
     }
     rrpci_conn_established(c);
@@ -187,7 +187,7 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
         if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
             return rrpci_set_error(ctx, -errno, "cannot connect to %s:%d: %s", u->host, u->port,
                                    strerror(errno));
-        ev_io_start(rrpci_ctx_loop(ctx), &tc->ch[i].wio);
+        rrpci_io_start(rrpci_ctx_loop(ctx), &tc->ch[i].wio);
     }
     struct rrpci_hello hello;
     rrpci_conn_hello_local(c, &hello);

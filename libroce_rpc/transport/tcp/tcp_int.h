@@ -35,7 +35,7 @@ struct tcp_chan {
     int fd;
     int cls;
     bool connected;
-    ev_io rio, wio;
+    struct rrpci_io rio, wio;
     struct rrpc_tcp_rx rx; /* receive: rx.h */
     /* transmit */
     struct rrpci_msg *txh, *txt;
@@ -55,7 +55,7 @@ struct tcp_conn {
 
 struct tcp_listener {
     int fd;
-    ev_io io;
+    struct rrpci_io io;
     struct rrpci_list pend; /* oldest first */
     int npend;
     struct rrpci_timer resume; /* accepts paused: out of file descriptors */
@@ -116,6 +116,6 @@ void rrpc_tcp_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m);
 /* A handshake frame built by the transport itself. */
 struct rrpci_msg *rrpc_tcp_hs_msg(uint8_t type, int cls, const void *payload, size_t len);
 int rrpc_tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m);
-void rrpc_tcp_writable_cb(struct ev_loop *loop, ev_io *w, int revents);
+void rrpc_tcp_writable_cb(struct rrpci_io *w, unsigned revents);
 
 #endif

@@ -81,7 +81,7 @@ void rrpc_tcp_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
         return; /* the armed write watcher writes it in the class's next slice */
     int r = chan_write(ch);
     if (r == -EAGAIN) {
-        ev_io_start(rrpci_ctx_loop(ctx), &ch->wio);
+        rrpci_io_start(rrpci_ctx_loop(ctx), &ch->wio);
     } else if (r < 0 && ch->conn) {
         rrpci_conn_down(ch->conn, RRPC_E_CONN_LOST, "write to the peer failed");
     }
@@ -115,11 +115,12 @@ int rrpc_tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
     return 0;
 }
 
-void rrpc_tcp_writable_cb(struct ev_loop *loop, ev_io *w, int revents)
+void rrpc_tcp_writable_cb(struct rrpci_io *w, unsigned revents)
 {
     struct tcp_chan *ch = w->data;
     rrpc_conn *c = ch->conn;
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     if (!ch->connected) {
         int err = 0;
         socklen_t el = sizeof(err);
@@ -132,12 +133,12 @@ void rrpc_tcp_writable_cb(struct ev_loop *loop, ev_io *w, int revents)
             return;
         }
         ch->connected = true;
-        ev_io_start(loop, &ch->rio);
+        rrpci_io_start(loop, &ch->rio);
     }
     int r = chan_write(ch);
     if (r == -EAGAIN)
         return;
-    ev_io_stop(loop, &ch->wio);
+    rrpci_io_stop(loop, &ch->wio);
     if (r < 0) {
         rrpci_conn_down(c, RRPC_E_CONN_LOST, "write to the peer failed");
         return;

@@ -280,7 +280,7 @@ static void vb_cm_event(struct vb_ctx *vx, struct rdma_cm_event *e, const uint8_
         RRPCI_LOG(vx->ctx, LOG_DEBUG, "verbs: listener: %s", rdma_event_str(e->event));
 }
 
-void vb_cm_cb(struct ev_loop *loop, ev_io *w, int revents)
+void vb_cm_cb(struct rrpci_io *w, unsigned revents)
 {
     struct vb_ctx *vx = w->data;
     struct rdma_cm_event *ev;

@@ -158,13 +158,13 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
  * driven mode, to return from rrpc_ctx_progress.  The rest is then handled
  * from a zero-delay timer, on the loop's next iteration.
  *
- * With RRPC_VERBS_BUSY_POLL_US, a CQ that had completions is left unarmed
- * and the context is told to busy-poll (rrpci_ctx_busy): the loop does not
- * sleep, and polls it on every iteration (vb_busy_poll) until the window
- * passed without completions; only then is it armed again.  The loop keeps
- * its turns meanwhile: one busy-poll visit watches for at most
- * VB_BUSY_SLICE_US.  While the context's polling CPU budget is spent
- * (rrpci_ctx_busy refuses) the CQ is armed as without busy polling.
+ * With RRPC_VERBS_BUSY_POLL_US, a CQ that had completions asks the
+ * context's polling governor to poll for that long (rrpci_ctx_busy) and is
+ * left unarmed: the loop does not sleep, and looks at it between its passes
+ * (vb_busy_poll) for as long as the governor polls; when it stops (the
+ * window passed without traffic, or its CPU budget or contention stop) the
+ * CQ is armed again.  While a stop holds polling back, rrpci_ctx_busy
+ * refuses and the CQ is armed as without polling.
  * Returns how many completions were handled. */
 unsigned vb_poll(struct vb_conn *vc, unsigned budget)
 {
@@ -190,14 +190,12 @@ unsigned vb_poll(struct vb_conn *vc, unsigned budget)
             continue;
         }
         if (busy_us && vc->conn) {
-            uint64_t now = vb_now_us();
             if (handled && rrpci_ctx_busy(vc->ctx, busy_us)) {
                 vc->cq_busy = true;
-                vc->cq_busy_until = now + busy_us;
                 break;
             }
-            if (vc->cq_busy && now < vc->cq_busy_until && rrpci_ctx_may_busy(vc->ctx))
-                break; /* polled again on the loop's next iteration */
+            if (vc->cq_busy && rrpci_ctx_polling(vc->ctx))
+                break; /* looked at again between the loop's passes */
         }
         if (armed)
             break;
@@ -229,38 +227,26 @@ static unsigned vb_busy_pass(struct vb_ctx *vx)
     }
 }
 
-static bool vb_any_busy(const struct vb_ctx *vx)
+/* ops->busy_poll: each busy-polled CQ once (with the governor stopped,
+ * that visit arms it); -1 when none is. */
+int vb_busy_poll(rrpc_ctx *ctx, bool arm)
 {
-    for (const struct vb_conn *vc = vx->vcs; vc; vc = vc->next)
-        if (vc->cq_busy)
-            return true;
-    return false;
-}
-
-/* ops->busy_poll: passes over the busy-polled CQs until one had
- * completions or VB_BUSY_SLICE_US passed, then gives the loop its turn.
- * One pass per iteration alone would pay the loop's own system calls
- * between two looks at the CQ (measured in the TCG-emulated VM: 64 B RPC
- * round trip p50 306 us against 122 us when the callback spun). */
-bool vb_busy_poll(rrpc_ctx *ctx)
-{
+    (void)arm; /* vb_poll arms once rrpci_ctx_polling says false */
     struct vb_ctx *vx = vb_vx(ctx);
     if (!vx->open)
-        return false;
-    uint64_t until = vb_now_us() + VB_BUSY_SLICE_US;
-    /* Budget spent: one pass, in which each busy CQ is armed (vb_poll). */
-    while (vb_busy_pass(vx) == 0 && vb_any_busy(vx) && rrpci_ctx_may_busy(ctx) &&
-           vb_now_us() < until)
-        rrpci_busy_yield(); /* Soft-RoCE's kernel workers may need this CPU */
-    return vb_any_busy(vx);
+        return -1;
+    bool any = false;
+    for (const struct vb_conn *vc = vx->vcs; vc && !any; vc = vc->next)
+        any = vc->cq_busy;
+    return any ? (int)vb_busy_pass(vx) : -1;
 }
 
-void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+void vb_repoll_cb(struct rrpci_timer *w)
 {
     vb_poll(w->data, VB_POLL_BUDGET);
 }
 
-void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
+void vb_cq_cb(struct rrpci_io *w, unsigned revents)
 {
     struct vb_dev *d = w->data;
     struct ibv_cq *cq;

@@ -81,9 +81,9 @@ int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret)
     vx->chunk = t->chunk;
     vx->rndv_pool_max = t->rndv_pool_bytes;
     vx->data_depth = t->data_depth;
-    ev_io_init(&vx->ech_w, vb_cm_cb, vx->ech->fd, EV_READ);
+    rrpci_io_init(&vx->ech_w, vb_cm_cb, vx->ech->fd, RRPCI_IO_READ);
     vx->ech_w.data = vx;
-    ev_io_start(rrpci_ctx_loop(ctx), &vx->ech_w);
+    rrpci_io_start(rrpci_ctx_loop(ctx), &vx->ech_w);
     vx->open = true;
     *ret = vx;
     return 0;
@@ -129,9 +129,9 @@ struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret
         rc = vb_errno();
         goto fail;
     }
-    ev_io_init(&d->w, vb_cq_cb, d->ch->fd, EV_READ);
+    rrpci_io_init(&d->w, vb_cq_cb, d->ch->fd, RRPCI_IO_READ);
     d->w.data = d;
-    ev_io_start(rrpci_ctx_loop(vx->ctx), &d->w);
+    rrpci_io_start(rrpci_ctx_loop(vx->ctx), &d->w);
     d->next = vx->devs;
     vx->devs = d;
     RRPCI_LOG(vx->ctx, LOG_DEBUG, "verbs: using device %s (chunk %u, rd_atom %d/%d)",

@@ -40,7 +40,7 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
     struct vb_ctx *vx = vb_vx(ctx);
     if (!vx || !vx->open)
         return;
-    struct ev_loop *loop = rrpci_ctx_loop(ctx);
+    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     while (vx->vcs)
         vb_teardown(vx->vcs);
     while (vx->devs) {
@@ -55,12 +55,12 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
                 free(m);
             }
         vb_rndv_pool_clear(d);
-        ev_io_stop(loop, &d->w);
+        rrpci_io_stop(loop, &d->w);
         ibv_destroy_comp_channel(d->ch);
         ibv_dealloc_pd(d->pd);
         free(d);
     }
-    ev_io_stop(loop, &vx->ech_w);
+    rrpci_io_stop(loop, &vx->ech_w);
     vb_reaper_stop(vx);
     vx->ech = NULL;
     vx->open = false;

@@ -152,7 +152,7 @@ struct vb_conn *vb_vc(rrpc_conn *c)
     return p ? p->vc : NULL;
 }
 
-static void vb_linger_cb(struct ev_loop *loop, ev_timer *w, int revents);
+static void vb_linger_cb(struct rrpci_timer *w);
 
 struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
 {
@@ -178,9 +178,9 @@ struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
         q->ctl.cls = (uint8_t)i;
     }
     rrpci_timer_init(vc->ctx, &vc->linger, vb_linger_cb, VB_LINGER_S, 0);
-    vc->linger.w.data = vc;
+    vc->linger.data = vc;
     rrpci_timer_init(vc->ctx, &vc->repoll, vb_repoll_cb, 0, 0);
-    vc->repoll.w.data = vc;
+    vc->repoll.data = vc;
     vc->next = vx->vcs;
     if (vx->vcs)
         vx->vcs->prev = vc;
@@ -358,7 +358,7 @@ void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
     rrpci_conn_unref(c);
 }
 
-static void vb_linger_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void vb_linger_cb(struct rrpci_timer *w)
 {
     struct vb_conn *vc = w->data;
     vb_enter(vc);

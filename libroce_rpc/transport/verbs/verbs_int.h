@@ -9,7 +9,7 @@
  * (later has no effect on rxe; the passive side inherits it from the REQ).
  * All four QPs of a connection share one CQ; the CQs of a context share one
  * completion channel per device, and the rdma_cm ids one event channel per
- * context: both fds are ev_io watchers on the context's loop.
+ * context: both fds are struct rrpci_io watchers on the context's loop.
  *
  * Wire, on top of the frame format of core/frame.h (docs/protocol.md):
  *
@@ -76,12 +76,15 @@
  *    sent).  The loop never calls it: a reaper thread of the
  *    context does, and a cm_id handed to it has its context set to a marker
  *    so that its late events are only acknowledged.
- *  - Tunables (environment, read when a context first uses rdma://):
+ *  - Tunables (the context's configuration: rrpc_config_set or the RRPC_*
+ *    environment, validated when the context is made; read here when it
+ *    first uses rdma://):
  *    RRPC_VERBS_EAGER (8192: larger payloads use the rendezvous),
- *    RRPC_VERBS_BUSY_POLL_US (1000: after completions, the loop keeps polling
- *    the CQ, up to VB_BUSY_SLICE_US per iteration, without sleeping, until
- *    this long passed without one or the context's polling CPU budget is
- *    spent, then re-arms it: cq.c), RRPC_VERBS_RNDV_POOL_BYTES (rndvpool.c),
+ *    RRPC_VERBS_BUSY_POLL_US (1000: after completions, the context's polling
+ *    governor keeps the loop polling the CQ without sleeping until this long
+ *    passed without one, or its CPU budget or contention stop holds it
+ *    back, then the CQ is re-armed: cq.c, core/governor.h),
+ *    RRPC_VERBS_RNDV_POOL_BYTES (rndvpool.c),
  *    RRPC_VERBS_CHUNK, RRPC_VERBS_DATA_DEPTH.
  */
 #include <arpa/inet.h>
@@ -100,7 +103,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ev.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -136,7 +138,6 @@
 #define VB_BACKLOG 128
 #define VB_POLL_BUDGET 64 /* completions handled per CQ visit before the loop gets a turn */
 #define VB_DRAIN_BUDGET (1u << 20) /* the same, for the last visit before a teardown */
-#define VB_BUSY_SLICE_US 50 /* one busy-poll visit of the CQs watches at most this long */
 
 #define VB_ENV_RNDV 1u
 #define VB_ENV_DONE 2u
@@ -279,7 +280,7 @@ struct vb_dev {
     struct ibv_context *verbs;
     struct ibv_pd *pd;
     struct ibv_comp_channel *ch;
-    ev_io w;
+    struct rrpci_io w;
     int max_rd_atom, max_init_rd_atom, max_qp_wr, max_cqe;
     uint32_t max_msg_sz;
     struct vb_mr *cache[VB_CACHE_BUCKETS];
@@ -348,11 +349,10 @@ struct vb_conn {
     struct vb_op *ops;
     struct rrpci_timer linger;
     struct rrpci_timer repoll; /* a CQ visit that used its budget comes back through this */
-    /* The CQ is busy-polled, not armed: the context polls it once per loop
-     * iteration (vb_busy_poll) until @cq_busy_until (vb_now_us) passed
-     * without completions, then arms it again. */
+    /* The CQ is busy-polled, not armed: the context looks at it between
+     * its loop passes (vb_busy_poll) while its governor polls, then it is
+     * armed again (cq.c). */
     bool cq_busy;
-    uint64_t cq_busy_until;
     unsigned poll_gen;
     char peer[INET6_ADDRSTRLEN + 8];
     char why[256]; /* the text of the last rrpci_conn_down */
@@ -394,11 +394,11 @@ struct vb_ctx {
     bool open;
     struct rdma_event_channel *ech;
     struct vb_reaper *reaper; /* started with the first cm_id to destroy */
-    ev_io ech_w;
+    struct rrpci_io ech_w;
     struct vb_dev *devs;
     struct vb_conn *vcs;
     uint32_t eager;
-    unsigned busy_poll_us; /* RRPC_VERBS_BUSY_POLL_US */
+    unsigned busy_poll_us; /* RRPC_VERBS_BUSY_POLL_US: the window asked of the governor */
     unsigned poll_gen;     /* vb_busy_poll's pass, to visit each connection once */
     uint32_t chunk;       /* bytes per READ/WRITE work request */
     unsigned data_depth;  /* such chunks in flight per QP */
@@ -526,11 +526,11 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 
 /* ---- cq.c ---- */
 unsigned vb_poll(struct vb_conn *vc, unsigned budget);
-bool vb_busy_poll(rrpc_ctx *ctx);
-void vb_repoll_cb(struct ev_loop *loop, ev_timer *w, int revents);
-void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
+int vb_busy_poll(rrpc_ctx *ctx, bool arm);
+void vb_repoll_cb(struct rrpci_timer *w);
+void vb_cq_cb(struct rrpci_io *w, unsigned revents);
 
 /* ---- cm.c ---- */
-void vb_cm_cb(struct ev_loop *loop, ev_io *w, int revents);
+void vb_cm_cb(struct rrpci_io *w, unsigned revents);
 
 #endif

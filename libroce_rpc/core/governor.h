@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The polling governor: one object per context that decides, for every
+ * transport, whether the loop polls instead of sleeping, for how long after
+ * traffic, and within which CPU budget.
+ *
+ * After traffic (rrpci_gov_request) the loop polls: it waits with a zero
+ * timeout and asks each transport's busy_poll op to look for completions
+ * that wake no fd (a verbs CQ left unarmed while the governor polls).  It
+ * stops once the window (RRPC_BUSY_POLL_US, or the longer one a transport
+ * asked for, RRPC_VERBS_BUSY_POLL_US) has passed without traffic, and then
+ * tells the transports to arm what they polled: an idle context sleeps.
+ *
+ * Two stops hold polling back for a while (rrpci_gov_charge says so):
+ *  - the budget: the CPU the polling thread spent while polling, over a
+ *    sliding RRPCI_GOV_WINDOW, above RRPC_BUSY_POLL_BUDGET_PCT of it;
+ *  - contention: over at least RRPCI_GOV_CONTEND_MIN_WALL of polling, the
+ *    thread ran less than RRPC_BUSY_POLL_MIN_SHARE_PCT of the time.  A
+ *    poller that others preempt burns what CPU it gets while an answer
+ *    waits for the scheduler to give it back, where a sleeping thread
+ *    would be woken at once.  Then polling stops for 0.1 s, doubled on
+ *    each repeat up to 1.6 s.
+ *
+ * Pure: times are handed in (CLOCK_MONOTONIC seconds for @now, the polling
+ * thread's CPU clock for @cpu), so the unit tests drive it with made-up
+ * clocks.  Not locked: the context's lock covers it.
+ */
+#ifndef RRPCI_GOVERNOR_H
+#define RRPCI_GOVERNOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RRPCI_GOV_WINDOW 0.1             /* s: the budget's sliding window */
+#define RRPCI_GOV_HOLD_MIN 0.001         /* s: a budget stop lasts at least this */
+#define RRPCI_GOV_CONTEND_MIN_WALL 0.02  /* s of polling before contention is judged */
+#define RRPCI_GOV_CONTEND_HOLD_MAX 1.6   /* s */
+/* Between two loop passes, the transports' completion queues are looked at
+ * for up to this long until one has something: one look per pass alone
+ * pays the loop's own system calls between two looks (measured in the
+ * TCG-emulated VM over verbs: 64 B RPC round trip p50 306 us against
+ * 122 us with the looks repeated). */
+#define RRPCI_GOV_SLICE 50e-6 /* s */
+
+struct rrpci_governor {
+    /* The tunables (RRPC_BUSY_POLL_US, _BUDGET_PCT, _MIN_SHARE_PCT). */
+    int window_us, budget_pct, min_share_pct;
+
+    bool polling;        /* the loop polls instead of sleeping */
+    double until;        /* ... at least until then */
+    double held_until;   /* polling is refused until then (a stop) */
+    double contend_hold; /* the current hold after contention (0: none recently) */
+    /* The sliding window: CPU and wall seconds spent polling in the current
+     * window (since win_start) and in the previous one. */
+    double cpu_cur, cpu_prev, wall_cur, wall_prev, win_start;
+    /* The clocks at the last charge; mark_ok: they belong to this stretch
+     * of polling, on thread @mark_thread (an opaque id). */
+    double mark_cpu, mark_wall;
+    uint64_t mark_thread;
+    bool mark_ok;
+
+    uint64_t budget_stops, contended_stops; /* for the metrics */
+};
+
+void rrpci_gov_init(struct rrpci_governor *g, int window_us, int budget_pct, int min_share_pct);
+/* Whether a stop holds polling back at @now. */
+static inline bool rrpci_gov_held(const struct rrpci_governor *g, double now)
+{
+    return now < g->held_until;
+}
+/*
+ * Traffic: poll until at least @now + @us.  Returns false, and changes
+ * nothing, while a stop holds polling back (the caller then arms what it
+ * would have polled).  @cpu and @thread start the charge of a new stretch.
+ */
+bool rrpci_gov_request(struct rrpci_governor *g, double now, unsigned us, double cpu,
+                       uint64_t thread);
+/* Traffic seen by the core: rrpci_gov_request with the configured window
+ * (nothing when it is 0). */
+void rrpci_gov_activity(struct rrpci_governor *g, double now, double cpu, uint64_t thread);
+/*
+ * One polling iteration ended at @now with the polling thread's CPU clock
+ * at @cpu: charges it.  Returns true when polling must stop now (a budget
+ * or contention stop, counted, holds it back from now on).
+ */
+bool rrpci_gov_charge(struct rrpci_governor *g, double now, double cpu, uint64_t thread);
+/* Whether polling goes on after this iteration: not @held (by the charge
+ * just made) and the window has not passed. */
+bool rrpci_gov_continue(const struct rrpci_governor *g, double now, bool held);
+/* Polling ends (the loop sleeps from now on). */
+void rrpci_gov_stop(struct rrpci_governor *g);
+
+#endif

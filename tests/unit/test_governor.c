@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of libroce_rpc/core/governor.c: the polling governor, driven
+ * with made-up clocks. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/governor.h"
+
+/* Polls from @t for @secs in 10 us steps, the thread getting @share of
+ * the time; returns when a stop came (its time) or -1. */
+static double poll_for(struct rrpci_governor *g, double t, double secs, double share, double *cpu)
+{
+    for (double end = t + secs; t < end; t += 10e-6) {
+        *cpu += 10e-6 * share;
+        if (rrpci_gov_charge(g, t, *cpu, 1))
+            return t;
+    }
+    return -1;
+}
+
+static void test_polling_ends_when_the_window_passes_without_traffic(void **state)
+{
+    (void)state;
+    struct rrpci_governor g;
+    rrpci_gov_init(&g, 1000, 100, 0);
+    double cpu = 0;
+    rrpci_gov_activity(&g, 10.0, cpu, 1);
+    assert_true(g.polling);
+    assert_true(rrpci_gov_continue(&g, 10.0009, false));
+    assert_false(rrpci_gov_continue(&g, 10.0011, false));
+    /* a transport's longer window extends it */
+    assert_true(rrpci_gov_request(&g, 10.0005, 5000, cpu, 1));
+    assert_true(rrpci_gov_continue(&g, 10.005, false));
+    rrpci_gov_stop(&g);
+    assert_false(g.polling);
+    /* a zero window asks for nothing */
+    struct rrpci_governor off;
+    rrpci_gov_init(&off, 0, 50, 50);
+    rrpci_gov_activity(&off, 1.0, 0, 1);
+    assert_false(off.polling);
+}
+
+static void test_a_spent_budget_stops_polling_and_refuses_it_for_a_while(void **state)
+{
+    (void)state;
+    struct rrpci_governor g;
+    rrpci_gov_init(&g, 100000, 50, 0);
+    double cpu = 0;
+    assert_true(rrpci_gov_request(&g, 5.0, 100000, cpu, 1));
+    /* running all the time it polls: past 50 % of 100 ms it must stop */
+    double t = poll_for(&g, 5.0, 0.2, 1.0, &cpu);
+    assert_true(t > 5.0 + 0.045 && t < 5.0 + 0.06);
+    assert_int_equal(g.budget_stops, 1);
+    assert_true(rrpci_gov_held(&g, t));
+    assert_false(rrpci_gov_continue(&g, t, true));
+    assert_false(rrpci_gov_request(&g, t + 0.0001, 1000, cpu, 1));
+    assert_false(rrpci_gov_held(&g, t + 0.2));
+}
+
+static void test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold(void **state)
+{
+    (void)state;
+    struct rrpci_governor g;
+    rrpci_gov_init(&g, 1000000, 100, 50);
+    double cpu = 0;
+    assert_true(rrpci_gov_request(&g, 1.0, 1000000, cpu, 1));
+    /* a third of the time: after 20 ms of polling it is contention */
+    double t = poll_for(&g, 1.0, 0.1, 1.0 / 3, &cpu);
+    assert_true(t >= 1.0 + 0.02 && t < 1.0 + 0.021);
+    assert_int_equal(g.contended_stops, 1);
+    assert_true(rrpci_gov_held(&g, t + 0.099));
+    assert_false(rrpci_gov_held(&g, t + 0.101));
+    /* again at once: the hold doubles */
+    assert_true(rrpci_gov_request(&g, t + 0.101, 1000000, cpu, 1));
+    double t2 = poll_for(&g, t + 0.101, 0.1, 1.0 / 3, &cpu);
+    assert_true(t2 > 0);
+    assert_true(rrpci_gov_held(&g, t2 + 0.199));
+    assert_false(rrpci_gov_held(&g, t2 + 0.201));
+    /* the thread that gets all its CPU polls on with no stop */
+    struct rrpci_governor h;
+    rrpci_gov_init(&h, 1000000, 100, 50);
+    double c2 = 0;
+    assert_true(rrpci_gov_request(&h, 1.0, 1000000, c2, 1));
+    assert_true(poll_for(&h, 1.0, 0.3, 1.0, &c2) < 0);
+}
+
+static void test_a_charge_from_another_thread_starts_afresh(void **state)
+{
+    (void)state;
+    struct rrpci_governor g;
+    rrpci_gov_init(&g, 1000000, 100, 50);
+    assert_true(rrpci_gov_request(&g, 1.0, 1000000, 100.0, 1));
+    /* another thread's CPU clock says nothing about this stretch */
+    assert_false(rrpci_gov_charge(&g, 1.05, 0.0, 2));
+    assert_true(g.wall_cur == 0 && g.cpu_cur == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_polling_ends_when_the_window_passes_without_traffic),
+        cmocka_unit_test(test_a_spent_budget_stops_polling_and_refuses_it_for_a_while),
+        cmocka_unit_test(test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold),
+        cmocka_unit_test(test_a_charge_from_another_thread_starts_afresh),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
