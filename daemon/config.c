@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rrpcd's settings: one table (name, default, meaning), a "key = value" file. */
+/* rrpcd's settings: one typed table (util/conf.h), a "name = value" file read by libinih. */
 #include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -18,128 +18,14 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <ini.h>
+
 #include "rrpcd.h"
 #ifdef RRPC_HAVE_MHD
 #include "util/metrics_http.h"
 #endif
 
-struct setting {
-    const char *name;
-    const char *def;
-    const char *doc;
-};
-
-/* The one table of settings; docs/broker.md repeats it. */
-static const struct setting settings[] = {
-    { "listen", "127.0.0.1:7700",
-      "HOST:PORT (or [IPv6]:PORT) of the TLS control port; port 0 picks a free one" },
-    { "cert", "", "PEM certificate (chain) of rrpcd; required" },
-    { "key", "", "PEM private key of that certificate; default: the cert file" },
-    { "ca", "", "PEM CA bundle client certificates must chain to (mutual TLS); "
-                "empty: no client certificates, tokens only" },
-    { "require_client_cert", "no",
-      "yes: refuse a TLS client without a certificate at the handshake (no tokens)" },
-    { "token_file", "", "file of \"PRINCIPAL TOKEN\" lines (pre-shared tokens); "
-                        "empty: no tokens; must not be readable by others" },
-    { "allow", "", "an ACL rule, repeatable: \"ACTION SERVICE PRINCIPAL\", ACTION register, "
-                   "lookup or *, SERVICE and PRINCIPAL fnmatch patterns; no rule: deny" },
-    { "ticket_lifetime_ms", "30000", "how long a connection ticket from a lookup is valid" },
-    { "ticket_key", "", "PEM Ed25519 private key tickets are signed with (openssl genpkey "
-                        "-algorithm ed25519); every rrpcd on one etcd prefix needs the same; "
-                        "empty: a key made at start (registry = memory only); must not be "
-                        "readable by others" },
-    { "ticket_key_previous", "", "PEM Ed25519 public keys (or comma lists of them; repeatable, "
-                                 "at most 7) whose tickets servers accept too: the key being "
-                                 "rotated out, or the one about to be rotated in; an empty "
-                                 "value clears the list" },
-    { "lease_ms", "10000", "longest lease of a registration; servers renew at a third of it" },
-    { "idle_timeout_ms", "120000", "an authenticated session silent this long is closed" },
-    { "auth_timeout_ms", "5000",
-      "a session must finish the TLS handshake and hello within this long of its accept; "
-      "bytes arriving do not extend it" },
-    { "auth_max_frame", "4096",
-      "largest control frame a session may announce before hello succeeds (512..1048576); "
-      "a larger one is refused and the session closed" },
-    { "max_connections", "4096",
-      "sessions at once; at the cap a new one evicts the oldest session that has not "
-      "authenticated yet, or is closed at accept when every session has" },
-    { "max_connections_per_source", "1024", "sessions at once from one source address; "
-      "more from that address are closed at accept" },
-    { "max_registrations", "65536", "registrations at once, all services together" },
-    { "max_instances_per_service", "64",
-      "registrations (server instances) of one service at once; more are refused" },
-    { "max_endpoints_per_registration", "64", "endpoints one registration may have (1..64)" },
-    { "log", "stderr", "where logs go: stderr or syslog (facility daemon)" },
-    { "log_level", "info", "err, warning, notice, info or debug" },
-    { "registry", "memory",
-      "memory: the registry in this rrpcd's memory; etcd://HOST:PORT[,HOST:PORT...] "
-      "(at most 16): the registry on etcd, shared by every rrpcd on the same prefix" },
-    { "etcd_prefix", "/rrpc/", "key prefix of the registry on etcd (begins with /, at most "
-                               "199 printable characters)" },
-    { "etcd_cert", "", "PEM client certificate rrpcd presents to etcd (then https)" },
-    { "etcd_key", "", "PEM private key of etcd_cert; default: the etcd_cert file" },
-    { "etcd_ca", "", "PEM CA bundle etcd's server certificate must chain to (then https)" },
-    { "etcd_user", "", "etcd user (etcd's own authentication: a token asked for with this "
-                       "user and password); needs etcd_password_file" },
-    { "etcd_password_file", "", "file whose first line is etcd_user's password; must not be "
-                                "readable by others" },
-    { "port_file", "", "once listening, write the port to this file (for scripts and tests)" },
-    { "metrics_listen", "", "HOST:PORT (or [IPv6]:PORT) to serve GET /metrics on over HTTP "
-      "(Prometheus text; port 0 picks a free one); empty: off" },
-    { "metrics_port_file", "", "once serving metrics, write their port to this file" },
-    { "metrics_max_connections", "8",
-      "HTTP connections to metrics_listen held at once (1..1024); more wait in the backlog" },
-    { "metrics_timeout_s", "10",
-      "an HTTP connection to metrics_listen without progress this long is closed (1..3600)" },
-};
-
-void config_print_table(void *fpv)
-{
-    FILE *fp = fpv;
-    fprintf(fp, "Settings (config file lines \"name = value\", or -s name=value):\n");
-    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
-        fprintf(fp, "  %-26s default \"%s\"\n      %s\n", settings[i].name, settings[i].def,
-                settings[i].doc);
-}
-
-static int parse_ms(const char *v, int64_t min, int64_t max, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < min || x > max)
-        return -EINVAL;
-    *out = x;
-    return 0;
-}
-
-static int parse_int(const char *v, int min, int max, int *out)
-{
-    int64_t x;
-    int r = parse_ms(v, min, max, &x);
-    if (!r)
-        *out = (int)x;
-    return r;
-}
-
-static int parse_bool(const char *v, bool *out)
-{
-    if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1"))
-        *out = true;
-    else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0"))
-        *out = false;
-    else
-        return -EINVAL;
-    return 0;
-}
-
-static int set_path(char *dst, size_t len, const char *v)
-{
-    if (strlen(v) >= len)
-        return -ENAMETOOLONG;
-    strcpy(dst, v);
-    return 0;
-}
+/* ---- values that need more than a type ------------------------------- */
 
 /* Splits "HOST:PORT" or "[IPv6]:PORT" (HOST may be empty: every address).  The port must be
  * decimal 0..65535: getaddrinfo() would take 99999 and listen on 99999 - 65536. */
@@ -175,10 +61,14 @@ static int split_listen(const char *v, char *host, size_t hs, char *port, size_t
     return 0;
 }
 
-static int check_listen(const char *v, const char **why)
+static int check_listen(const char *v, char *why, size_t whylen)
 {
     char host[256], port[8];
-    return split_listen(v, host, sizeof(host), port, sizeof(port), why);
+    const char *w = NULL;
+    int r = split_listen(v, host, sizeof(host), port, sizeof(port), &w);
+    if (r)
+        snprintf(why, whylen, "%s", w);
+    return r;
 }
 
 /* registry = memory | etcd://HOST:PORT[,HOST:PORT...]; each HOST:PORT is checked as listen
@@ -194,6 +84,7 @@ static int set_registry(struct config *c, const char *v, const char **why)
         *why = "expected memory or etcd://HOST:PORT[,HOST:PORT...]";
         return -EINVAL;
     }
+    char hosts[ETCD_MAX_ENDPOINTS][300];
     size_t n = 0;
     for (const char *p = v + sizeof(scheme) - 1;; n++) {
         size_t len = strcspn(p, ",");
@@ -217,198 +108,279 @@ static int set_registry(struct config *c, const char *v, const char **why)
             *why = "an etcd endpoint needs a host and a port 1..65535";
             return -EINVAL;
         }
-        snprintf(c->etcd_hosts[n], sizeof(c->etcd_hosts[n]), "%s", one);
+        snprintf(hosts[n], sizeof(hosts[n]), "%s", one);
         if (!p[len])
             break;
         p += len + 1;
     }
+    memcpy(c->etcd_hosts, hosts, sizeof(hosts));
     c->n_etcd = n + 1;
     return 0;
 }
 
-static int set_prefix(struct config *c, const char *v, const char **why)
+static int parse_registry(void *obj, const char *v, char *why, size_t whylen)
 {
-    if (v[0] != '/' || strlen(v) >= sizeof(c->etcd_prefix)) {
-        *why = "the prefix begins with / and has at most 199 characters";
+    const char *w = NULL;
+    int r = set_registry(obj, v, &w);
+    if (r && why)
+        snprintf(why, whylen, "%s", w);
+    return r;
+}
+
+static int check_prefix(const char *v, char *why, size_t whylen)
+{
+    if (v[0] != '/' || strlen(v) >= sizeof(((struct config *)0)->etcd_prefix)) {
+        snprintf(why, whylen, "the prefix begins with / and has at most 199 characters");
         return -EINVAL;
     }
     for (const char *p = v; *p; p++)
         if (!isgraph((unsigned char)*p)) {
-            *why = "the prefix is printable ASCII without spaces";
+            snprintf(why, whylen, "the prefix is printable ASCII without spaces");
             return -EINVAL;
         }
-    strcpy(c->etcd_prefix, v);
     return 0;
 }
 
 /* metrics_listen: "" (off) or HOST:PORT with a host: never every address by default. */
-static int set_metrics_listen(struct config *c, const char *v, const char **why)
+static int check_metrics_listen(const char *v, char *why, size_t whylen)
 {
-    static char buf[400];
-    if (!*v) {
-        c->metrics_listen[0] = 0;
+    if (!*v)
         return 0;
-    }
 #ifdef RRPC_HAVE_MHD
-    if (rrpci_mhttp_check_listen(v, buf, sizeof(buf))) {
-        *why = buf;
-        return -EINVAL;
-    }
-    return set_path(c->metrics_listen, sizeof(c->metrics_listen), v);
+    return rrpci_mhttp_check_listen(v, why, whylen) ? -EINVAL : 0;
 #else
-    (void)c, (void)buf;
-    *why = "this rrpcd was built without libmicrohttpd (install libmicrohttpd-dev and build "
-           "with meson -Dmetrics_http=enabled)";
+    snprintf(why, whylen, "this rrpcd was built without libmicrohttpd (install libmicrohttpd-dev "
+             "and build with meson -Dmetrics_http=enabled)");
     return -EOPNOTSUPP;
 #endif
 }
 
-static int add_rule(struct config *c, const char *v)
+/* allow = ACTION SERVICE PRINCIPAL: appended to the ACL. */
+static int add_rule(void *obj, const char *v, char *why, size_t whylen)
 {
+    struct config *c = obj;
     struct acl_rule r;
     char extra[2];
     memset(&r, 0, sizeof(r));
-    if (sscanf(v, "%15s %255s %255s %1s", r.action, r.service, r.principal, extra) != 3)
+    if (sscanf(v, "%15s %255s %255s %1s", r.action, r.service, r.principal, extra) != 3 ||
+        (strcmp(r.action, "register") && strcmp(r.action, "lookup") && strcmp(r.action, "*"))) {
+        snprintf(why, whylen, "expected ACTION SERVICE PRINCIPAL, ACTION register, lookup or *");
         return -EINVAL;
-    if (strcmp(r.action, "register") && strcmp(r.action, "lookup") && strcmp(r.action, "*"))
-        return -EINVAL;
+    }
     struct acl_rule *n = realloc(c->acl, (c->n_acl + 1) * sizeof(*n));
-    if (!n)
+    if (!n) {
+        snprintf(why, whylen, "out of memory");
         return -ENOMEM;
+    }
     c->acl = n;
     c->acl[c->n_acl++] = r;
     return 0;
 }
 
-void config_init(struct config *c)
-{
-    memset(c, 0, sizeof(*c));
-    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
-        if (settings[i].def[0])
-            config_set(c, settings[i].name, settings[i].def, "default");
-}
-
 /* ticket_key_previous = PATH[,PATH...]: appended; empty: cleared. */
-static int add_previous(struct config *c, const char *v, const char **why)
+static int add_previous(void *obj, const char *v, char *why, size_t whylen)
 {
+    struct config *c = obj;
     if (!*v) {
         c->n_ticket_prev = 0;
         return 0;
     }
-    char buf[4096];
-    if (strlen(v) >= sizeof(buf))
-        return -ENAMETOOLONG;
+    char buf[4096], paths[RRPC_TICKET_MAX_KEYS - 1][sizeof(c->ticket_prev[0])];
+    size_t n = c->n_ticket_prev;
+    if (strlen(v) >= sizeof(buf)) {
+        snprintf(why, whylen, "longer than %zu bytes", sizeof(buf) - 1);
+        return -EINVAL;
+    }
     strcpy(buf, v);
+    memcpy(paths, c->ticket_prev, sizeof(paths));
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         while (isspace((unsigned char)*t))
             t++;
-        size_t n = strlen(t);
-        while (n && isspace((unsigned char)t[n - 1]))
-            t[--n] = 0;
-        if (!n) {
-            *why = "an empty path in the list";
+        size_t len = strlen(t);
+        while (len && isspace((unsigned char)t[len - 1]))
+            t[--len] = 0;
+        if (!len) {
+            snprintf(why, whylen, "an empty path in the list");
             return -EINVAL;
         }
-        if (c->n_ticket_prev >= RRPC_TICKET_MAX_KEYS - 1) {
-            *why = "at most 7 previous ticket keys (remove those whose overlap is over)";
+        if (n >= RRPC_TICKET_MAX_KEYS - 1) {
+            snprintf(why, whylen, "at most 7 previous ticket keys (remove those whose overlap "
+                     "is over)");
             return -E2BIG;
         }
-        if (set_path(c->ticket_prev[c->n_ticket_prev], sizeof(c->ticket_prev[0]), t))
-            return -ENAMETOOLONG;
-        c->n_ticket_prev++;
+        if (len >= sizeof(paths[0])) {
+            snprintf(why, whylen, "a path longer than %zu bytes", sizeof(paths[0]) - 1);
+            return -EINVAL;
+        }
+        memcpy(paths[n++], t, len + 1);
     }
+    memcpy(c->ticket_prev, paths, sizeof(paths));
+    c->n_ticket_prev = n;
     return 0;
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static const char *const log_names[] = {"stderr", "syslog", NULL};
+static const char *const level_names[] = {"err", "warning", "notice", "info", "debug", NULL};
+static const int level_values[] = {LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_INFO, LOG_DEBUG};
+
+/* The one table of settings: type, default, range, meaning, member of struct config.  The
+ * list in man/rrpcd.8.scd is made from it (man/gen-lists.py; a test compares them). */
+#define S struct config
+static const struct rrpci_conf_field fields[] = {
+    {.name = "listen", RRPCI_CONF_TEXT(S, listen), .def_text = "127.0.0.1:7700",
+     .check = check_listen,
+     .doc = "HOST:PORT or [IPv6]:PORT of the TLS control port (HOST empty: every address); port "
+            "0 picks a free one"},
+    {.name = "cert", RRPCI_CONF_TEXT(S, cert), .def_doc = "none, required",
+     .doc = "PEM certificate (chain) of rrpcd"},
+    {.name = "key", RRPCI_CONF_TEXT(S, key), .def_doc = "the cert file",
+     .doc = "PEM private key of that certificate"},
+    {.name = "ca", RRPCI_CONF_TEXT(S, ca),
+     .doc = "PEM CA bundle client certificates must chain to (mutual TLS); empty: no client "
+            "certificates, tokens only"},
+    {.name = "require_client_cert", RRPCI_CONF_BOOL(S, require_client_cert), .def = 0,
+     .doc = "yes: refuse a TLS client without a certificate at the handshake (tokens are then "
+            "not accepted); needs ca"},
+    {.name = "token_file", RRPCI_CONF_TEXT(S, token_file),
+     .doc = "file of \"PRINCIPAL TOKEN\" lines (pre-shared tokens of at least 8 characters); "
+            "empty: no tokens; must not be readable by others (rrpcd warns)"},
+    {.name = "allow", RRPCI_CONF_CUSTOM, .parse = add_rule, .flags = RRPCI_CONF_REPEAT,
+     .def_doc = "none, deny everything",
+     .doc = "an ACL rule \"ACTION SERVICE PRINCIPAL\": ACTION register, lookup or *, SERVICE "
+            "and PRINCIPAL fnmatch(3) patterns; what no rule allows is denied"},
+    {.name = "ticket_lifetime_ms", RRPCI_CONF_INT(S, ticket_lifetime_ms), .def = 30000,
+     .min = 1000, .max = 3600000, .doc = "how long a connection ticket from a lookup is valid"},
+    {.name = "ticket_key", RRPCI_CONF_TEXT(S, ticket_key), .def_doc = "a key made at start",
+     .doc = "PEM Ed25519 private key tickets are signed with (openssl genpkey -algorithm "
+            "ed25519); must not be readable by others; only brokers hold it, servers verify "
+            "tickets with its public half, which they receive when they register and at every "
+            "renewal; every rrpcd on one etcd prefix needs the same file, and registry = "
+            "etcd://... requires it; without it (registry in memory only) rrpcd makes a key at "
+            "each start"},
+    {.name = "ticket_key_previous", RRPCI_CONF_CUSTOM, .parse = add_previous,
+     .flags = RRPCI_CONF_REPEAT, .def_doc = "none",
+     .doc = "PEM Ed25519 public keys (or a comma list of them; at most 7 in all) whose tickets "
+            "servers still accept besides those of ticket_key (openssl pkey -in KEY -pubout; a "
+            "private key file works too): the key being rotated out, or the one about to be "
+            "rotated in; each key once, and not the current one; an empty value clears the "
+            "list; servers drop a key at their next renewal after it left this list"},
+    {.name = "lease_ms", RRPCI_CONF_INT(S, lease_ms), .def = 10000, .min = 300, .max = 3600000,
+     .doc = "longest lease of a registration; servers renew at a third of it"},
+    {.name = "idle_timeout_ms", RRPCI_CONF_INT(S, idle_timeout_ms), .def = 120000, .min = 1000,
+     .max = 86400000, .doc = "an authenticated session silent this long is closed"},
+    {.name = "auth_timeout_ms", RRPCI_CONF_INT(S, auth_timeout_ms), .def = 5000, .min = 100,
+     .max = 600000,
+     .doc = "a session must finish the TLS handshake and its hello within this long of its "
+            "accept; bytes arriving do not extend it"},
+    {.name = "auth_max_frame", RRPCI_CONF_INT(S, auth_max_frame), .def = 4096, .min = 512,
+     .max = CTL_MAX_FRAME,
+     .doc = "largest control frame a session may announce before its hello succeeds; a larger "
+            "one closes the session"},
+    {.name = "max_connections", RRPCI_CONF_INT(S, max_connections), .def = 4096, .min = 1,
+     .max = 1000000,
+     .doc = "sessions at once; at the cap a new one evicts the oldest session that has not "
+            "authenticated yet, or is closed at accept when every session has"},
+    {.name = "max_connections_per_source", RRPCI_CONF_INT(S, max_connections_per_source),
+     .def = 1024, .min = 1, .max = 1000000,
+     .doc = "sessions at once from one source address; more from that address are closed at "
+            "accept"},
+    {.name = "max_registrations", RRPCI_CONF_INT(S, max_registrations), .def = 65536, .min = 1,
+     .max = 1000000, .doc = "registrations at once, all services together"},
+    {.name = "max_instances_per_service", RRPCI_CONF_INT(S, max_instances_per_service),
+     .def = 64, .min = 1, .max = 65536,
+     .doc = "registrations (server instances) of one service at once; more are refused "
+            "(limit)"},
+    {.name = "max_endpoints_per_registration",
+     RRPCI_CONF_INT(S, max_endpoints_per_registration), .def = 64, .min = 1, .max = 64,
+     .doc = "endpoints one registration may have; more are refused (limit)"},
+    {.name = "log", RRPCI_CONF_ENUM(S, syslog), .def = 0, .names = log_names,
+     .doc = "where logs go (syslog: facility daemon)"},
+    {.name = "log_level", RRPCI_CONF_ENUM(S, log_level), .def = LOG_INFO, .names = level_names,
+     .values = level_values, .doc = "the least important messages logged"},
+    {.name = "registry", RRPCI_CONF_CUSTOM, .parse = parse_registry, .def_text = "memory",
+     .doc = "memory: the registry in this rrpcd's memory; etcd://HOST:PORT[,HOST:PORT...] (at "
+            "most 16): the registry on etcd, shared by every rrpcd with the same etcd and "
+            "prefix"},
+    {.name = "etcd_prefix", RRPCI_CONF_TEXT(S, etcd_prefix), .def_text = "/rrpc/",
+     .check = check_prefix,
+     .doc = "key prefix of the registry on etcd (begins with /, at most 199 printable "
+            "characters)"},
+    {.name = "etcd_cert", RRPCI_CONF_TEXT(S, etcd_cert),
+     .doc = "PEM client certificate rrpcd presents to etcd (then https)"},
+    {.name = "etcd_key", RRPCI_CONF_TEXT(S, etcd_key), .def_doc = "the etcd_cert file",
+     .doc = "PEM private key of etcd_cert"},
+    {.name = "etcd_ca", RRPCI_CONF_TEXT(S, etcd_ca),
+     .doc = "PEM CA bundle etcd's server certificate must chain to (then https)"},
+    {.name = "etcd_user", RRPCI_CONF_TEXT(S, etcd_user),
+     .doc = "etcd user: rrpcd asks etcd for a token with it and etcd_password_file at its first "
+            "request, and again when etcd says the token is no longer valid; the user's role "
+            "needs read and write on etcd_prefix; set both or neither"},
+    {.name = "etcd_password_file", RRPCI_CONF_TEXT(S, etcd_password_file),
+     .doc = "file whose first line is etcd_user's password; must not be readable by others"},
+    {.name = "port_file", RRPCI_CONF_TEXT(S, port_file),
+     .doc = "once listening, write the port to this file (for scripts and tests)"},
+    {.name = "metrics_listen", RRPCI_CONF_TEXT(S, metrics_listen), .def_doc = "none, off",
+     .check = check_metrics_listen,
+     .doc = "HOST:PORT (or [IPv6]:PORT) to serve GET /metrics on over HTTP: rrpcd's registry, "
+            "sessions, requests by operation and result, tickets issued, TLS handshake failures "
+            "and etcd state as Prometheus text (docs/metrics.md lists them); the host is "
+            "required, port 0 picks a free one; other paths get 404, other methods 405; an "
+            "address in use stops the start, naming it"},
+    {.name = "metrics_port_file", RRPCI_CONF_TEXT(S, metrics_port_file),
+     .doc = "once serving metrics, write their port to this file; needs metrics_listen"},
+    {.name = "metrics_max_connections", RRPCI_CONF_INT(S, metrics_max_connections), .def = 8,
+     .min = 1, .max = 1024,
+     .doc = "HTTP connections to metrics_listen held at once; more wait in the listen backlog"},
+    {.name = "metrics_timeout_s", RRPCI_CONF_INT(S, metrics_timeout_s), .def = 10, .min = 1,
+     .max = 3600, .doc = "an HTTP connection to metrics_listen without progress this long is "
+                         "closed"},
+};
+#undef S
+
+const struct rrpci_conf_table rrpcd_settings = {
+    .name = "rrpcd",
+    .prefix = NULL,
+    .fields = fields,
+    .nfields = RRPCI_CONF_NFIELDS(fields),
+    .size = sizeof(struct config),
+};
+
+void config_print_table(FILE *fp, enum rrpci_conf_style style)
+{
+    if (style == RRPCI_CONF_HELP)
+        fprintf(fp, "Settings (config file lines \"name = value\", or -s name=value):\n");
+    rrpci_conf_print(&rrpcd_settings, fp, style);
+}
+
+void config_init(struct config *c)
+{
+    char why[300];
+    memset(c, 0, sizeof(*c));
+    if (rrpci_conf_check_table(&rrpcd_settings, why, sizeof(why)) ||
+        rrpci_conf_defaults(&rrpcd_settings, c)) {
+        /* A mistake in the table above, which every run of rrpcd meets. */
+        fprintf(stderr, "rrpcd: internal error: the settings table: %s\n", why);
+        abort();
+    }
 }
 
 int config_set(struct config *c, const char *k, const char *v, const char *where)
 {
-    int r = -ENOENT;
-    const char *why = NULL;
-    if (!strcmp(k, "listen")) {
-        r = check_listen(v, &why);
-        if (!r)
-            r = set_path(c->listen, sizeof(c->listen), v);
+    char why[600];
+    const struct rrpci_conf_field *f = rrpci_conf_find(&rrpcd_settings, k);
+    if (!f) {
+        const struct rrpci_conf_table *t = &rrpcd_settings;
+        const char *near = rrpci_conf_suggest(&t, 1, k);
+        fprintf(stderr, "rrpcd: %s: unknown setting '%s' (%s%s%srrpcd --help lists them)\n",
+                where, k, near ? "did you mean '" : "", near ? near : "", near ? "'? " : "");
+        return -ENOENT;
     }
-    else if (!strcmp(k, "cert"))
-        r = set_path(c->cert, sizeof(c->cert), v);
-    else if (!strcmp(k, "key"))
-        r = set_path(c->key, sizeof(c->key), v);
-    else if (!strcmp(k, "ca"))
-        r = set_path(c->ca, sizeof(c->ca), v);
-    else if (!strcmp(k, "token_file"))
-        r = set_path(c->token_file, sizeof(c->token_file), v);
-    else if (!strcmp(k, "registry"))
-        r = set_registry(c, v, &why);
-    else if (!strcmp(k, "etcd_prefix"))
-        r = set_prefix(c, v, &why);
-    else if (!strcmp(k, "etcd_cert"))
-        r = set_path(c->etcd_cert, sizeof(c->etcd_cert), v);
-    else if (!strcmp(k, "etcd_key"))
-        r = set_path(c->etcd_key, sizeof(c->etcd_key), v);
-    else if (!strcmp(k, "etcd_ca"))
-        r = set_path(c->etcd_ca, sizeof(c->etcd_ca), v);
-    else if (!strcmp(k, "etcd_user"))
-        r = set_path(c->etcd_user, sizeof(c->etcd_user), v);
-    else if (!strcmp(k, "etcd_password_file"))
-        r = set_path(c->etcd_password_file, sizeof(c->etcd_password_file), v);
-    else if (!strcmp(k, "ticket_key"))
-        r = set_path(c->ticket_key, sizeof(c->ticket_key), v);
-    else if (!strcmp(k, "ticket_key_previous"))
-        r = add_previous(c, v, &why);
-    else if (!strcmp(k, "port_file"))
-        r = set_path(c->port_file, sizeof(c->port_file), v);
-    else if (!strcmp(k, "metrics_listen"))
-        r = set_metrics_listen(c, v, &why);
-    else if (!strcmp(k, "metrics_port_file"))
-        r = set_path(c->metrics_port_file, sizeof(c->metrics_port_file), v);
-    else if (!strcmp(k, "metrics_max_connections"))
-        r = parse_int(v, 1, 1024, &c->metrics_max_connections);
-    else if (!strcmp(k, "metrics_timeout_s"))
-        r = parse_int(v, 1, 3600, &c->metrics_timeout_s);
-    else if (!strcmp(k, "require_client_cert"))
-        r = parse_bool(v, &c->require_client_cert);
-    else if (!strcmp(k, "allow"))
-        r = add_rule(c, v);
-    else if (!strcmp(k, "ticket_lifetime_ms"))
-        r = parse_ms(v, 1000, 3600000, &c->ticket_lifetime_ms);
-    else if (!strcmp(k, "lease_ms"))
-        r = parse_ms(v, 300, 3600000, &c->lease_ms);
-    else if (!strcmp(k, "idle_timeout_ms"))
-        r = parse_ms(v, 1000, 86400000, &c->idle_timeout_ms);
-    else if (!strcmp(k, "auth_timeout_ms"))
-        r = parse_ms(v, 100, 600000, &c->auth_timeout_ms);
-    else if (!strcmp(k, "auth_max_frame"))
-        r = parse_int(v, 512, CTL_MAX_FRAME, &c->auth_max_frame);
-    else if (!strcmp(k, "max_connections"))
-        r = parse_int(v, 1, 1000000, &c->max_connections);
-    else if (!strcmp(k, "max_connections_per_source"))
-        r = parse_int(v, 1, 1000000, &c->max_connections_per_source);
-    else if (!strcmp(k, "max_registrations"))
-        r = parse_int(v, 1, 1000000, &c->max_registrations);
-    else if (!strcmp(k, "max_instances_per_service"))
-        r = parse_int(v, 1, 65536, &c->max_instances_per_service);
-    else if (!strcmp(k, "max_endpoints_per_registration"))
-        r = parse_int(v, 1, 64, &c->max_endpoints_per_registration);
-    else if (!strcmp(k, "log")) {
-        r = !strcmp(v, "syslog") ? (c->syslog = true, 0)
-            : !strcmp(v, "stderr") ? (c->syslog = false, 0)
-                                   : -EINVAL;
-    } else if (!strcmp(k, "log_level")) {
-        static const char *const lv[] = { "err", "warning", "notice", "info", "debug" };
-        static const int val[] = { LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_INFO, LOG_DEBUG };
-        r = -EINVAL;
-        for (int i = 0; i < 5; i++)
-            if (!strcmp(v, lv[i])) {
-                c->log_level = val[i];
-                r = 0;
-            }
-    }
-    if (r == -ENOENT)
-        fprintf(stderr, "rrpcd: %s: unknown setting '%s' (rrpcd --help lists them)\n", where, k);
-    else if (r)
-        fprintf(stderr, "rrpcd: %s: bad value '%s' for %s%s%s\n", where, v, k, why ? ": " : "",
-                why ? why : "");
+    int r = rrpci_conf_set_field(f, c, v, why, sizeof(why));
+    if (r)
+        fprintf(stderr, "rrpcd: %s: bad value '%s' for %s: %s\n", where, v, f->name, why);
     return r;
 }
 
@@ -422,34 +394,107 @@ static char *trim(char *s)
     return s;
 }
 
+/* ---- the file, through libinih ----------------------------------------- */
+
+struct ini_state {
+    struct config *c;
+    FILE *f;
+    const char *path;
+    int lineno;     /* of the line inih works on */
+    int err;        /* the first error (reported), then nothing more is read */
+    bool too_long;  /* ... a line longer than inih's buffer */
+    int max_line;   /* inih's buffer, as it says when it reads */
+};
+
+/*
+ * inih's line reader, where this file's format differs from inih's defaults:
+ * leading blanks are dropped (inih would join an indented line to the value
+ * above it); '#' or ';' at the start of a line or after a blank begins a
+ * comment (Debian's libinih strips only ';' after a value: its
+ * INI_INLINE_COMMENT_PREFIXES is fixed when it is built); a line longer than
+ * inih's buffer is an error rather than cut, unless the cut falls in a
+ * comment.
+ */
+static char *ini_read_line(char *str, int num, void *stream)
+{
+    struct ini_state *st = stream;
+    if (st->err || !fgets(str, num, st->f))
+        return NULL;
+    st->lineno++;
+    st->max_line = num - 1;
+    size_t n = strlen(str);
+    bool cut = false;
+    if (n && str[n - 1] != '\n') {
+        int ch = fgetc(st->f);
+        cut = ch != EOF && ch != '\n';
+        if (cut)
+            ungetc(ch, st->f);
+    }
+    size_t lead = strspn(str, " \t");
+    memmove(str, str + lead, n - lead + 1);
+    bool comment = false;
+    for (char *p = str; *p && !comment; p++) {
+        if ((*p == '#' || *p == ';') && (p == str || p[-1] == ' ' || p[-1] == '\t')) {
+            p[0] = '\n';
+            p[1] = 0;
+            comment = true;
+        }
+    }
+    if (cut && !comment) {
+        st->too_long = true;
+        st->err = -EINVAL;
+        return NULL;
+    }
+    for (int ch = 0; cut && ch != EOF && ch != '\n';)
+        ch = fgetc(st->f); /* the rest of the comment */
+    return str;
+}
+
+static int ini_setting(void *user, const char *section, const char *name, const char *value)
+{
+    struct ini_state *st = user;
+    char where[1100];
+    if (st->err)
+        return 1;
+    snprintf(where, sizeof(where), "%s:%d", st->path, st->lineno);
+    if (section[0]) {
+        fprintf(stderr, "rrpcd: %s: [%s]: rrpcd's file has no sections (remove the line "
+                "\"[%s]\")\n", where, section, section);
+        st->err = -EINVAL;
+        return 0;
+    }
+    st->err = config_set(st->c, name, value, where);
+    return st->err == 0;
+}
+
 int config_load_file(struct config *c, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    struct ini_state st = {.c = c, .path = path};
+    st.f = fopen(path, "r");
+    if (!st.f) {
         int r = -errno;
         fprintf(stderr, "rrpcd: cannot open the config file %s: %s\n", path, strerror(-r));
         return r;
     }
-    char line[4096];
-    int lineno = 0, r = 0;
-    while (!r && fgets(line, sizeof(line), f)) {
-        lineno++;
-        char *s = trim(line);
-        if (!*s || *s == '#')
-            continue;
-        char *eq = strchr(s, '=');
-        char where[1100];
-        snprintf(where, sizeof(where), "%s:%d", path, lineno);
-        if (!eq) {
-            fprintf(stderr, "rrpcd: %s: expected \"name = value\"\n", where);
-            r = -EINVAL;
-            break;
-        }
-        *eq = 0;
-        r = config_set(c, trim(s), trim(eq + 1), where);
+    int line = ini_parse_stream(ini_read_line, &st, ini_setting, &st);
+    fclose(st.f);
+    if (st.too_long) {
+        fprintf(stderr, "rrpcd: %s:%d: the line is longer than %d characters (libinih's limit; "
+                "allow and ticket_key_previous can be split over several lines, -s NAME=VALUE "
+                "has no such limit)\n", path, st.lineno, st.max_line);
+        return -EINVAL;
     }
-    fclose(f);
-    return r;
+    if (st.err)
+        return st.err;
+    if (line == -2) {
+        fprintf(stderr, "rrpcd: %s: out of memory\n", path);
+        return -ENOMEM;
+    }
+    if (line) {
+        fprintf(stderr, "rrpcd: %s:%d: expected \"name = value\"\n", path, line);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static int load_tokens(struct config *c)

@@ -64,10 +64,11 @@ static void usage(FILE *fp)
             "      --check           load and check what a start loads (address, certificate,\n"
             "                        key, CA, token file) without listening, and exit\n"
             "  -h, --help            this text\n"
+            "      --help-settings[=scdoc]  the table of settings alone (scdoc: as the man page)\n"
             "  -V, --version         the version\n\n"
             "Signals: SIGTERM/SIGINT shut down cleanly.  Registrations live in memory:\n"
             "after a restart, servers register again by themselves.\n\n");
-    config_print_table(fp);
+    config_print_table(fp, RRPCI_CONF_HELP);
 }
 
 static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
@@ -81,7 +82,8 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         { "config", required_argument, NULL, 'c' }, { "set", required_argument, NULL, 's' },
         { "check", no_argument, NULL, 'k' },        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },      { NULL, 0, NULL, 0 },
+        { "version", no_argument, NULL, 'V' },      { "help-settings", optional_argument, NULL, 'S' },
+        { NULL, 0, NULL, 0 },
     };
     struct config cfg;
     config_init(&cfg);
@@ -97,6 +99,11 @@ int main(int argc, char **argv)
         case 's': sets[nsets++] = optarg; break;
         case 'k': check = true; break;
         case 'h': usage(stdout); rc = 0; goto out;
+        case 'S':
+            config_print_table(stdout, optarg && !strcmp(optarg, "scdoc") ? RRPCI_CONF_SCDOC
+                                                                           : RRPCI_CONF_HELP);
+            rc = 0;
+            goto out;
         case 'V':
             printf("rrpcd %s (control protocol %d), libroce_rpc %s\n", RRPC_VERSION_STRING,
                    CTL_VERSION, rrpc_version());

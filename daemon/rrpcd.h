@@ -11,6 +11,7 @@
 #include <roce_rpc/rrpc.h>
 
 #include "broker/proto.h" /* the control schema, rrpci_mp_* */
+#include "util/conf.h"
 #include "util/idmap.h"
 
 /* ---- configuration (config.c) ----------------------------------------- */
@@ -63,8 +64,10 @@ struct config {
     size_t n_keys;
 };
 
-/* Prints the settings table (name, default, meaning). */
-void config_print_table(void *fp);
+/* rrpcd's settings: one typed table (util/conf.h) over struct config. */
+extern const struct rrpci_conf_table rrpcd_settings;
+/* Prints the settings table (name, default, range, meaning) in @style. */
+void config_print_table(FILE *fp, enum rrpci_conf_style style);
 /* Sets defaults; then each call applies a file or one "key = value". */
 void config_init(struct config *c);
 int config_load_file(struct config *c, const char *path);

@@ -24,6 +24,7 @@
 #define ROCE_RPC_CONTEXT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <roce_rpc/export.h>
 
@@ -322,10 +323,12 @@ RRPC_API int rrpc_ctx_metrics_port(rrpc_ctx *ctx);
 RRPC_API const char *rrpc_ctx_last_error(rrpc_ctx *ctx);
 
 /*
- * Prints the tunables (name, environment variable, default, meaning) to
- * @fp (a FILE *), one per line.
+ * Prints every tunable rrpc_config_set accepts to @fp (NULL: stdout): a
+ * line with its name (the environment variable's), its default and the
+ * values it takes, then what it means, indented.  Writes only to @fp; no
+ * error.
  */
-RRPC_API void rrpc_config_print(void *fp);
+RRPC_API void rrpc_config_print(FILE *fp);
 
 /* ---- endpoints and connections ----------------------------------------- */
 

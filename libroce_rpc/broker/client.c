@@ -54,8 +54,13 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
     if (opts->log) {
         b->log_level = opts->log_level > 0 ? opts->log_level : LOG_INFO;
     } else {
-        const char *e = getenv("RRPC_LOG_LEVEL");
-        b->log_level = e && *e ? atoi(e) : -1;
+        /* RRPC_LOG_LEVEL, read and checked by libroce_rpc's table of tunables. */
+        rrpc_config *env = NULL;
+        long level = -1;
+        if (rrpc_config_create(&env) == 0)
+            (void)rrpc_config_get(env, "RRPC_LOG_LEVEL", &level);
+        rrpc_config_destroy(env);
+        b->log_level = (int)level;
     }
     int r;
     if ((r = rrpci_parse_addrs(b, addr)))

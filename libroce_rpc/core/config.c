@@ -1,155 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* The configuration table: every tunable, its default, range, doc string
- * and environment variable; rrpc_config objects; printing the table. */
-#include <dirent.h>
-#include <sched.h>
-#include <stdatomic.h>
+/* The core's table of tunables (util/conf.h: name, type, default, range,
+ * doc, member of struct rrpci_config), the transports' tables by slot
+ * (transport/tunables.h), rrpc_config objects and printing the tables. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <syslog.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/timerfd.h>
-
-#include <pthread.h>
 
 #include "core/core.h"
-#include "util/reserved.h"
 #ifdef RRPC_HAVE_MHD
 #include "util/metrics_http.h"
 #endif
-
-/* ---- configuration table ---------------------------------------------- */
-
-struct cfg_entry {
-    const char *env;
-    long def, min, max;
-    size_t off;
-    const char *doc;
-};
-
-#define CFG_OFF(f) offsetof(struct rrpci_config, f)
-#define CFG_TRANSPORT SIZE_MAX /* read by a transport through rrpci_ctx_tunable */
-/* The core's tunables; the transports compiled in add theirs (cfg_init). */
-static const struct cfg_entry core_table[] = {
-    {"RRPC_MAX_MSG", 64L << 20, 4096, 0x7fffffffL, CFG_OFF(max_msg),
-     "largest message payload accepted from a peer, bytes"},
-    {"RRPC_DEADLINE_MS", 30000, -1, 86400000L, CFG_OFF(deadline_ms),
-     "default deadline of a call, ms (-1: none)"},
-    {"RRPC_CONNECT_TIMEOUT_MS", 10000, 1, 3600000L, CFG_OFF(connect_timeout_ms),
-     "time allowed for a connection to come up, ms"},
-    {"RRPC_LOG_LEVEL", -1, -1, 7, CFG_OFF(log_level),
-     "log to stderr up to this syslog level (3 err .. 7 debug; -1: off)"},
-    {"RRPC_KEEPALIVE_MS", 5000, 0, 3600000L, CFG_OFF(keepalive_ms),
-     "probe a connection after this long without a frame from the peer, ms (0: off)"},
-    {"RRPC_KEEPALIVE_TIMEOUT_MS", 0, 0, 86400000L, CFG_OFF(keepalive_timeout_ms),
-     "declare the peer dead after this long without any frame, ms (0: 3 x RRPC_KEEPALIVE_MS)"},
-    {"RRPC_AUTH_TIMEOUT_MS", 5000, 1, 3600000L, CFG_OFF(auth_timeout_ms),
-     "server side: time from accept until the peer has shaken hands and shown its ticket, ms"},
-    {"RRPC_MAX_CONNS", 0, 0, 1000000L, CFG_OFF(max_conns),
-     "server side: connections held at once; at the cap the oldest unauthenticated one is "
-     "closed (0: what RLIMIT_NOFILE allows, at most 4096)"},
-    {"RRPC_MAX_CONNS_PER_SOURCE", 64, 1, 1000000L, CFG_OFF(max_conns_per_source),
-     "server side: connections held at once from one peer address"},
-    {"RRPC_MAX_ANSWER_BACKLOG", 16L << 20, 65536, 1L << 40, CFG_OFF(max_answer_backlog),
-     "answer bytes queued for a peer that does not take them; above it its requests' credit "
-     "is held back and its one-sided reads are refused"},
-    {"RRPC_SYNC_SPIN_US", 50, 0, 100000, CFG_OFF(sync_spin_us),
-     "thread mode: a blocking (_sync) call watches for its answer this long before it sleeps, "
-     "us (0: sleep at once); saves a wake-up per call when answers come fast"},
-    {"RRPC_BUSY_POLL_US", 0, 0, 100000, CFG_OFF(busy_poll_us),
-     "after traffic the loop keeps polling its fds without sleeping this long, us (0: off); "
-     "trades CPU for latency, an idle context sleeps again once it passes"},
-    {"RRPC_BUSY_POLL_BUDGET_PCT", 50, 1, 100, CFG_OFF(busy_poll_budget_pct),
-     "share of one core, percent, the loop's thread may spend while polling (this and the "
-     "transports' own polling, e.g. RRPC_VERBS_BUSY_POLL_US) over the last 100 ms; past it the "
-     "loop arms its fds and sleeps until the share falls below (100: no limit); see also "
-     "RRPC_BUSY_POLL_MIN_SHARE_PCT"},
-    {"RRPC_BUSY_POLL_MIN_SHARE_PCT", 50, 0, 100, CFG_OFF(busy_poll_min_share_pct),
-     "a polling loop thread that ran less than this share of the time it polled (over 20 ms "
-     "or more) is not getting its CPU and stops polling for 0.1 s, doubled on each repeat up "
-     "to 1.6 s, percent (0: never)"},
-    {"RRPC_HANDLER_THREADS", 2, 1, 256, CFG_OFF(handler_threads),
-     "threads that run the handlers registered with RRPC_HANDLER_ON_WORKER (started with "
-     "the first such method)"},
-    {"RRPC_HANDLER_QUEUE_BYTES", 64L << 20, 0, 1L << 40, CFG_OFF(handler_queue_bytes),
-     "request bytes the handler workers may hold, queued or being served; above it a "
-     "request is answered RRPC_E_LIMIT (one request is always taken)"},
-    {"RRPC_METRICS_MAX_CONNS", 8, 1, 1024, CFG_OFF(metrics_max_conns),
-     "metrics_listen: HTTP connections held at once; more wait in the kernel's backlog"},
-    {"RRPC_METRICS_TIMEOUT_S", 10, 1, 3600, CFG_OFF(metrics_timeout_s),
-     "metrics_listen: an HTTP connection without progress this long is closed, s"},
-    {"RRPC_TENSOR_MAX_BYTES", 1L << 30, 1, 0x7fffffffffffffffL, CFG_TRANSPORT,
-     "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
-     "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
-};
-#define NCORE (sizeof(core_table) / sizeof(core_table[0]))
-_Static_assert(NCORE <= RRPCI_MAX_TUNABLES, "raise RRPCI_MAX_TUNABLES");
-
-/* The whole table: the core's entries, then each transport's (made once). */
-static struct cfg_entry cfg_table[RRPCI_MAX_TUNABLES];
-static size_t ncfg;
-static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
-
-static void cfg_init(void)
-{
-    memcpy(cfg_table, core_table, sizeof(core_table));
-    ncfg = NCORE;
-    for (int i = 0; i < RRPCI_NTRANSPORTS; i++) {
-        const struct rrpci_transport_ops *ops = rrpci_transport_nth(i);
-        for (const struct rrpci_tunable *t = ops ? ops->tunables : NULL; t && t->env; t++) {
-            if (ncfg == RRPCI_MAX_TUNABLES) {
-                fprintf(stderr, "roce-rpc: internal error: raise RRPCI_MAX_TUNABLES\n");
-                abort();
-            }
-            cfg_table[ncfg++] =
-                (struct cfg_entry){t->env, t->def, t->min, t->max, CFG_TRANSPORT, t->doc};
-        }
-    }
-}
-
-/* The number of entries of cfg_table, which this makes on first use. */
-static size_t cfg_count(void)
-{
-    pthread_once(&cfg_once, cfg_init);
-    return ncfg;
-}
-
-static void cfg_store(struct rrpci_config *cfg, const struct cfg_entry *e, long v)
-{
-    cfg->all[e - cfg_table] = v;
-    if (e->off == CFG_TRANSPORT)
-        return;
-    char *p = (char *)cfg + e->off;
-    if (e->off == CFG_OFF(max_msg))
-        *(uint32_t *)(void *)p = (uint32_t)v;
-    else if (e->off == CFG_OFF(max_answer_backlog) || e->off == CFG_OFF(handler_queue_bytes))
-        *(long *)(void *)p = v;
-    else
-        *(int *)(void *)p = (int)v;
-}
-
-#define NCFG cfg_count()
-
-/*
- * Text tunables: set from code only (rrpc_config_set), never from the
- * environment: an RRPC_* variable reaches every context of a process, and
- * every one would try to listen on the same address.
- */
-struct cfg_text {
-    const char *name;
-    size_t off;
-    int (*check)(const char *value, char *why, size_t whylen);
-    const char *doc;
-};
 
 /* metrics_listen: "" (off) or HOST:PORT; binding is tried by rrpc_ctx_create_with. */
 static int check_listen(const char *v, char *why, size_t whylen)
@@ -165,46 +27,131 @@ static int check_listen(const char *v, char *why, size_t whylen)
 #endif
 }
 
-static const struct cfg_text text_table[] = {
-    {"metrics_listen", offsetof(struct rrpci_config, metrics_listen), check_listen,
-     "serve GET /metrics (Prometheus text) over HTTP on HOST:PORT, [IPv6]:PORT (port 0: a "
-     "free one, rrpc_ctx_metrics_port says which); \"\": off"},
+#define C struct rrpci_config
+static const struct rrpci_conf_field core_fields[] = {
+    {.name = "RRPC_MAX_MSG", RRPCI_CONF_UINT(C, max_msg), .def = 64L << 20, .min = 4096,
+     .max = 0x7fffffff, .doc = "largest message payload accepted from a peer, bytes"},
+    {.name = "RRPC_DEADLINE_MS", RRPCI_CONF_INT(C, deadline_ms), .def = 30000, .min = -1,
+     .max = 86400000, .doc = "default deadline of a call, ms (-1: none)"},
+    {.name = "RRPC_CONNECT_TIMEOUT_MS", RRPCI_CONF_INT(C, connect_timeout_ms), .def = 10000,
+     .min = 1, .max = 3600000, .doc = "time allowed for a connection to come up, ms"},
+    {.name = "RRPC_LOG_LEVEL", RRPCI_CONF_INT(C, log_level), .def = -1, .min = -1, .max = 7,
+     .doc = "log to stderr up to this syslog level (3 err .. 7 debug; -1: off); the broker "
+            "client's default too"},
+    {.name = "RRPC_KEEPALIVE_MS", RRPCI_CONF_INT(C, keepalive_ms), .def = 5000, .min = 0,
+     .max = 3600000,
+     .doc = "probe a connection after this long without a frame from the peer, ms (0: off)"},
+    {.name = "RRPC_KEEPALIVE_TIMEOUT_MS", RRPCI_CONF_INT(C, keepalive_timeout_ms), .def = 0,
+     .min = 0, .max = 86400000,
+     .doc = "declare the peer dead after this long without any frame, ms (0: 3 x "
+            "RRPC_KEEPALIVE_MS); must exceed RRPC_KEEPALIVE_MS"},
+    {.name = "RRPC_AUTH_TIMEOUT_MS", RRPCI_CONF_INT(C, auth_timeout_ms), .def = 5000, .min = 1,
+     .max = 3600000,
+     .doc = "server side: time from accept until the peer has shaken hands and shown its "
+            "ticket, ms"},
+    {.name = "RRPC_MAX_CONNS", RRPCI_CONF_INT(C, max_conns), .def = 0, .min = 0, .max = 1000000,
+     .doc = "server side: connections held at once; at the cap the oldest unauthenticated one "
+            "is closed (0: what RLIMIT_NOFILE allows, at most 4096)"},
+    {.name = "RRPC_MAX_CONNS_PER_SOURCE", RRPCI_CONF_INT(C, max_conns_per_source), .def = 64,
+     .min = 1, .max = 1000000,
+     .doc = "server side: connections held at once from one peer address"},
+    {.name = "RRPC_MAX_ANSWER_BACKLOG", RRPCI_CONF_INT(C, max_answer_backlog), .def = 16L << 20,
+     .min = 65536, .max = 1LL << 40,
+     .doc = "answer bytes queued for a peer that does not take them; above it its requests' "
+            "credit is held back and its one-sided reads are refused"},
+    {.name = "RRPC_SYNC_SPIN_US", RRPCI_CONF_INT(C, sync_spin_us), .def = 50, .min = 0,
+     .max = 100000,
+     .doc = "thread mode: a blocking (_sync) call watches for its answer this long before it "
+            "sleeps, us (0: sleep at once); saves a wake-up per call when answers come fast"},
+    {.name = "RRPC_BUSY_POLL_US", RRPCI_CONF_INT(C, busy_poll_us), .def = 0, .min = 0,
+     .max = 100000,
+     .doc = "after traffic the loop keeps polling its fds without sleeping this long, us (0: "
+            "off); trades CPU for latency, an idle context sleeps again once it passes"},
+    {.name = "RRPC_BUSY_POLL_BUDGET_PCT", RRPCI_CONF_INT(C, busy_poll_budget_pct), .def = 50,
+     .min = 1, .max = 100,
+     .doc = "share of one core, percent, the loop's thread may spend while polling (this and "
+            "the transports' own polling, e.g. RRPC_VERBS_BUSY_POLL_US) over the last 100 ms; "
+            "past it the loop arms its fds and sleeps until the share falls below (100: no "
+            "limit); see also RRPC_BUSY_POLL_MIN_SHARE_PCT"},
+    {.name = "RRPC_BUSY_POLL_MIN_SHARE_PCT", RRPCI_CONF_INT(C, busy_poll_min_share_pct),
+     .def = 50, .min = 0, .max = 100,
+     .doc = "a polling loop thread that ran less than this share of the time it polled (over "
+            "20 ms or more) is not getting its CPU and stops polling for 0.1 s, doubled on each "
+            "repeat up to 1.6 s, percent (0: never)"},
+    {.name = "RRPC_HANDLER_THREADS", RRPCI_CONF_INT(C, handler_threads), .def = 2, .min = 1,
+     .max = 256,
+     .doc = "threads that run the handlers registered with RRPC_HANDLER_ON_WORKER (started "
+            "with the first such method)"},
+    {.name = "RRPC_HANDLER_QUEUE_BYTES", RRPCI_CONF_INT(C, handler_queue_bytes),
+     .def = 64L << 20, .min = 0, .max = 1LL << 40,
+     .doc = "request bytes the handler workers may hold, queued or being served; above it a "
+            "request is answered RRPC_E_LIMIT (one request is always taken)"},
+    {.name = "RRPC_METRICS_MAX_CONNS", RRPCI_CONF_INT(C, metrics_max_conns), .def = 8, .min = 1,
+     .max = 1024,
+     .doc = "metrics_listen: HTTP connections held at once; more wait in the kernel's backlog"},
+    {.name = "RRPC_METRICS_TIMEOUT_S", RRPCI_CONF_INT(C, metrics_timeout_s), .def = 10,
+     .min = 1, .max = 3600,
+     .doc = "metrics_listen: an HTTP connection without progress this long is closed, s"},
+    {.name = "RRPC_TENSOR_MAX_BYTES", RRPCI_CONF_UINT(C, tensor_max_bytes), .def = 1L << 30,
+     .min = 1, .max = 0x7fffffffffffffffLL,
+     .doc = "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
+            "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
+    /* Text, from code only: an RRPC_* variable reaches every context of a
+     * process, and every one would try to listen on the same address. */
+    {.name = "metrics_listen", RRPCI_CONF_TEXT(C, metrics_listen), .def_text = "",
+     .def_doc = "\"\" (off)", .check = check_listen, .flags = RRPCI_CONF_NO_ENV,
+     .doc = "serve GET /metrics (Prometheus text) over HTTP on HOST:PORT, [IPv6]:PORT (port 0: "
+            "a free one, rrpc_ctx_metrics_port says which); \"\": off"},
 };
-#define NTEXT (sizeof(text_table) / sizeof(text_table[0]))
+#undef C
+
+const struct rrpci_conf_table rrpci_core_conf = {
+    .name = "core",
+    .prefix = "RRPC_",
+    .fields = core_fields,
+    .nfields = RRPCI_CONF_NFIELDS(core_fields),
+    .size = sizeof(struct rrpci_config),
+};
+
+/* Every table, the core's first, then the transports' by slot; [i + 1] is
+ * slot i's.  Those of transports not built in are printed, not accepted. */
+static const struct rrpci_conf_table *const all_tables[1 + RRPCI_CONF_NSLOTS] = {
+    &rrpci_core_conf,
+    [1 + RRPCI_CONF_SLOT_VERBS] = &rrpci_verbs_conf,
+    [1 + RRPCI_CONF_SLOT_TCP] = &rrpci_tcp_conf,
+};
+static const bool built_in[1 + RRPCI_CONF_NSLOTS] = {
+    true,
+#ifdef RRPC_HAVE_VERBS
+    [1 + RRPCI_CONF_SLOT_VERBS] = true,
+#endif
+    [1 + RRPCI_CONF_SLOT_TCP] = true,
+};
+#define NTABLES (1 + RRPCI_CONF_NSLOTS)
+
+/* Where table @i's struct is in @cfg. */
+static void *table_obj(struct rrpci_config *cfg, size_t i)
+{
+    return i == 0 ? (void *)cfg : (void *)cfg->tp[i - 1];
+}
 
 struct rrpc_config {
-    long v[RRPCI_MAX_TUNABLES];
-    char text[NTEXT][RRPCI_TEXT_MAX];
+    struct rrpci_config v;
 };
 
-static const struct cfg_text *text_find(const char *name)
+/* The defaults, then the environment's values. */
+static int cfg_from_env(struct rrpci_config *cfg)
 {
-    for (size_t i = 0; name && i < NTEXT; i++)
-        if (strcasecmp(name, text_table[i].name) == 0)
-            return &text_table[i];
-    return NULL;
-}
-
-/* Parses @s for entry @e; -EINVAL with the detail in the thread's error. */
-static int cfg_parse(const struct cfg_entry *e, const char *s, long *ret)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 0);
-    if (!*s || errno || *end || v < e->min || v > e->max)
-        return rrpci_set_error(NULL, -EINVAL, "%s=\"%s\" is not a number from %ld to %ld (%s)",
-                               e->env, s, e->min, e->max, e->doc);
-    *ret = v;
-    return 0;
-}
-
-/* The environment's values, else the defaults. */
-static int cfg_from_env(long v[RRPCI_MAX_TUNABLES])
-{
-    for (size_t i = 0; i < NCFG; i++) {
-        v[i] = cfg_table[i].def;
-        const char *s = getenv(cfg_table[i].env);
-        if (s && *s && cfg_parse(&cfg_table[i], s, &v[i]) < 0) {
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < NTABLES; i++) {
+        char why[600];
+        if (!built_in[i])
+            continue;
+        int r = rrpci_conf_defaults(all_tables[i], table_obj(cfg, i));
+        if (r == 0)
+            r = rrpci_conf_from_env(all_tables[i], table_obj(cfg, i), why, sizeof(why));
+        if (r < 0) {
+            rrpci_set_error(NULL, -EINVAL, "%s", why);
             fprintf(stderr, "roce-rpc: %s\n", rrpc_ctx_last_error(NULL));
             return -EINVAL;
         }
@@ -212,10 +159,9 @@ static int cfg_from_env(long v[RRPCI_MAX_TUNABLES])
     return 0;
 }
 
-static int cfg_load(struct rrpci_config *cfg, const long v[RRPCI_MAX_TUNABLES])
+/* What follows from the values: derived defaults, and checks of pairs. */
+static int cfg_finish(struct rrpci_config *cfg)
 {
-    for (size_t i = 0; i < NCFG; i++)
-        cfg_store(cfg, &cfg_table[i], v[i]);
     if (cfg->max_conns == 0) {
         /* Room for every connection's sockets (tcp: one per class) plus the
          * pending handshakes and the application's own files. */
@@ -225,9 +171,6 @@ static int cfg_load(struct rrpci_config *cfg, const long v[RRPCI_MAX_TUNABLES])
                        : 65536;
         long n = (fds - 64) / (RRPCI_MAX_CLASSES + 1);
         cfg->max_conns = (int)(n < 4 ? 4 : n > 4096 ? 4096 : n);
-        for (size_t i = 0; i < NCFG; i++)
-            if (cfg_table[i].off == CFG_OFF(max_conns))
-                cfg->all[i] = cfg->max_conns; /* what rrpci_ctx_tunable reports */
     }
     if (cfg->keepalive_ms > 0 && cfg->keepalive_timeout_ms == 0)
         cfg->keepalive_timeout_ms = 3 * cfg->keepalive_ms; /* keepalive_ms <= 3600000 */
@@ -241,23 +184,51 @@ static int cfg_load(struct rrpci_config *cfg, const long v[RRPCI_MAX_TUNABLES])
 
 int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg)
 {
-    long env[RRPCI_MAX_TUNABLES];
-    if (!from && cfg_from_env(env) < 0)
+    if (from)
+        *ret_cfg = from->v;
+    else if (cfg_from_env(ret_cfg) < 0)
         return -EINVAL;
-    for (size_t i = 0; from && i < NTEXT; i++)
-        memcpy((char *)ret_cfg + text_table[i].off, from->text[i], RRPCI_TEXT_MAX);
-    return cfg_load(ret_cfg, from ? from->v : env);
+    return cfg_finish(ret_cfg);
 }
 
-/* The entry called @name: "RRPC_MAX_CONNS" or "max_conns", any case. */
-static const struct cfg_entry *cfg_find(const char *name)
+const void *rrpci_ctx_conf(rrpc_ctx *ctx, enum rrpci_conf_slot slot)
 {
-    for (size_t i = 0; name && i < NCFG; i++) {
-        const char *env = cfg_table[i].env;
-        if (strcasecmp(name, env) == 0 || strcasecmp(name, env + 5) == 0)
-            return &cfg_table[i];
+    return ctx->cfg.tp[slot];
+}
+
+void rrpci_ctx_accept_limits(rrpc_ctx *ctx, struct rrpci_accept_limits *ret)
+{
+    *ret = (struct rrpci_accept_limits){.max_pending = ctx->cfg.max_conns,
+                                        .per_source = ctx->cfg.max_conns_per_source,
+                                        .auth_timeout_ms = ctx->cfg.auth_timeout_ms};
+}
+
+/* The field called @name in the tables built in, and the index of its table. */
+static const struct rrpci_conf_field *cfg_find(const char *name, size_t *ret_table)
+{
+    for (size_t i = 0; name && i < NTABLES; i++) {
+        const struct rrpci_conf_field *f = built_in[i] ? rrpci_conf_find(all_tables[i], name)
+                                                       : NULL;
+        if (f) {
+            *ret_table = i;
+            return f;
+        }
     }
     return NULL;
+}
+
+/* -ENOENT with the closest name of the tables built in, if one is close. */
+static int no_such(const char *name)
+{
+    const struct rrpci_conf_table *in[NTABLES];
+    size_t n = 0;
+    for (size_t i = 0; i < NTABLES; i++)
+        if (built_in[i])
+            in[n++] = all_tables[i];
+    const char *near = rrpci_conf_suggest(in, n, name);
+    return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\" (%s%s%srrpc_config_print "
+                           "lists them)", name ? name : "", near ? "did you mean " : "",
+                           near ? near : "", near ? "? " : "");
 }
 
 RRPC_API int rrpc_config_create(rrpc_config **ret_cfg)
@@ -267,7 +238,7 @@ RRPC_API int rrpc_config_create(rrpc_config **ret_cfg)
     rrpc_config *cfg = calloc(1, sizeof(*cfg));
     if (!cfg)
         return -ENOMEM;
-    int r = cfg_from_env(cfg->v);
+    int r = cfg_from_env(&cfg->v);
     if (r < 0) {
         free(cfg);
         return r;
@@ -280,34 +251,31 @@ RRPC_API int rrpc_config_set(rrpc_config *cfg, const char *name, const char *val
 {
     if (!cfg || !name || !value)
         return rrpci_set_error(NULL, -EINVAL, "rrpc_config_set needs a config, a name, a value");
-    const struct cfg_text *t = text_find(name);
-    if (t) {
-        char why[400];
-        int r = strlen(value) < RRPCI_TEXT_MAX ? t->check(value, why, sizeof(why))
-                                               : (snprintf(why, sizeof(why), "too long"), -EINVAL);
-        if (r < 0)
-            return rrpci_set_error(NULL, r, "%s=\"%s\": %s", t->name, value, why);
-        snprintf(cfg->text[t - text_table], RRPCI_TEXT_MAX, "%s", value);
-        return 0;
-    }
-    const struct cfg_entry *e = cfg_find(name);
-    if (!e)
-        return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\" "
-                               "(rrpc_config_print lists them)", name);
-    return cfg_parse(e, value, &cfg->v[e - cfg_table]);
+    size_t t;
+    const struct rrpci_conf_field *f = cfg_find(name, &t);
+    if (!f)
+        return no_such(name);
+    char why[400];
+    int r = rrpci_conf_set_field(f, table_obj(&cfg->v, t), value, why, sizeof(why));
+    if (r < 0)
+        return rrpci_set_error(NULL, r == -EOPNOTSUPP ? r : -EINVAL, "%s=\"%s\": %s (%s)",
+                               f->name, value, why, f->doc);
+    return 0;
 }
 
 RRPC_API int rrpc_config_get(const rrpc_config *cfg, const char *name, long *ret_value)
 {
-    const struct cfg_entry *e = cfg_find(name);
     if (!cfg || !ret_value)
         return -EINVAL;
-    if (!e && text_find(name))
+    size_t t;
+    const struct rrpci_conf_field *f = cfg_find(name, &t);
+    if (!f)
+        return no_such(name);
+    if (f->type == RRPCI_CONF_T_TEXT)
         return rrpci_set_error(NULL, -EINVAL, "%s is text, not a number: rrpc_config_get "
-                               "reads numbers only", name);
-    if (!e)
-        return rrpci_set_error(NULL, -ENOENT, "no tunable is called \"%s\"", name ? name : "");
-    *ret_value = cfg->v[e - cfg_table];
+                               "reads numbers only", f->name);
+    const void *obj = t == 0 ? (const void *)&cfg->v : (const void *)cfg->v.tp[t - 1];
+    *ret_value = (long)rrpci_conf_number(f, obj);
     return 0;
 }
 
@@ -316,22 +284,18 @@ RRPC_API void rrpc_config_destroy(rrpc_config *cfg)
     free(cfg);
 }
 
-long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env)
+void rrpci_config_print_as(FILE *fp, enum rrpci_conf_style style, bool all)
 {
-    for (size_t i = 0; i < NCFG; i++)
-        if (strcmp(cfg_table[i].env, env) == 0)
-            return ctx->cfg.all[i];
-    fprintf(stderr, "roce-rpc: internal error: tunable %s is not in the table\n", env);
-    abort();
+    for (size_t i = 0; i < NTABLES; i++) {
+        if (!all && !built_in[i])
+            continue;
+        if (style == RRPCI_CONF_SCDOC && i > 0)
+            fputc('\n', fp);
+        rrpci_conf_print(all_tables[i], fp, style);
+    }
 }
 
-RRPC_API void rrpc_config_print(void *fp)
+RRPC_API void rrpc_config_print(FILE *fp)
 {
-    FILE *f = fp ? fp : stdout;
-    for (size_t i = 0; i < NCFG; i++)
-        fprintf(f, "%-26s default %-10ld %s\n", cfg_table[i].env, cfg_table[i].def,
-                cfg_table[i].doc);
-    for (size_t i = 0; i < NTEXT; i++)
-        fprintf(f, "%-26s default %-10s %s (rrpc_config_set only, not the environment)\n",
-                text_table[i].name, "\"\"", text_table[i].doc);
+    rrpci_config_print_as(fp ? fp : stdout, RRPCI_CONF_PLAIN, false);
 }

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <roce_rpc/rrpc.h>
@@ -16,6 +17,7 @@
 #include "core/frame.h"
 #include "core/sched.h"
 #include "transport/transport.h"
+#include "transport/tunables.h"
 #include "util/idmap.h"
 #include "util/list.h"
 
@@ -30,9 +32,9 @@ struct rrpci_class_cfg {
     uint32_t credits;
 };
 
-#define RRPCI_MAX_TUNABLES 32
 /* Text tunables (rrpc_config_set only): room for a value, NUL included. */
 #define RRPCI_TEXT_MAX 300
+/* The context's tunables, typed; core/config.c's table describes each. */
 struct rrpci_config {
     uint32_t max_msg;
     int deadline_ms;
@@ -52,8 +54,10 @@ struct rrpci_config {
     int metrics_timeout_s;    /* ... each closed after this long without progress */
     int handler_threads;      /* threads of the RRPC_HANDLER_ON_WORKER handlers */
     long handler_queue_bytes; /* request bytes they may hold; above it requests are refused */
-    long all[RRPCI_MAX_TUNABLES]; /* every entry of the table, by index */
+    uint64_t tensor_max_bytes; /* tensor servers: offered bytes not yet arrived */
     char metrics_listen[RRPCI_TEXT_MAX]; /* serve GET /metrics here; "": off */
+    /* Each transport's own values, by slot (transport/tunables.h). */
+    _Alignas(max_align_t) unsigned char tp[RRPCI_CONF_NSLOTS][RRPCI_CONF_SLOT_BYTES];
 };
 
 struct rrpc_ctx {
@@ -423,6 +427,11 @@ bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t le
 /* config.c: the configuration of a new context: @from's values, or the
  * environment's when NULL.  0, or -EINVAL with the detail set. */
 int rrpci_config_resolve(const rrpc_config *from, struct rrpci_config *ret_cfg);
+/* The core's table of tunables (core/config.c), over struct rrpci_config. */
+extern const struct rrpci_conf_table rrpci_core_conf;
+/* Prints the tables of tunables (@all: also those of transports not built
+ * in, as the man page lists them) in @style (util/conf.h). */
+void rrpci_config_print_as(FILE *fp, enum rrpci_conf_style style, bool all);
 /* metrics_serve.c: with metrics_listen set, serves GET /metrics on a thread of its own
  * (0, or the error set with the address and what to do); stops and joins it
  * (the lock not held: a scrape takes it). */

@@ -648,7 +648,7 @@ RRPC_API int rrpc_tensor_serve_with(rrpc_ctx *ctx, rrpc_tensor_alloc_fn alloc,
         return -ENOMEM;
     uint64_t max = opts && opts->max_bytes
                        ? opts->max_bytes
-                       : (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TENSOR_MAX_BYTES");
+                       : ctx->cfg.tensor_max_bytes;
     if (opts && opts->flags & ~(uint64_t)RRPC_TENSOR_SERVE_SENDER_ORDER) {
         free(srv);
         return rrpci_set_error(ctx, -EINVAL, "rrpc_tensor_server_opts.flags: unknown bits %#llx",

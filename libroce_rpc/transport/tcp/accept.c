@@ -258,9 +258,10 @@ static void accept_cb(struct rrpci_io *w, unsigned revents)
      * at most RRPC_MAX_CONNS of them (the oldest goes first), at most
      * RRPC_MAX_CONNS_PER_SOURCE from one address, each for at most
      * RRPC_AUTH_TIMEOUT_MS. */
-    int max_pend = (int)rrpci_ctx_tunable(ctx, "RRPC_MAX_CONNS");
-    int per_source = (int)rrpci_ctx_tunable(ctx, "RRPC_MAX_CONNS_PER_SOURCE");
-    double tmo = (double)rrpci_ctx_tunable(ctx, "RRPC_AUTH_TIMEOUT_MS") / 1000.0;
+    struct rrpci_accept_limits lim;
+    rrpci_ctx_accept_limits(ctx, &lim);
+    int max_pend = lim.max_pending, per_source = lim.per_source;
+    double tmo = lim.auth_timeout_ms / 1000.0;
     for (int i = 0; i < 64; i++) {
         struct sockaddr_storage peer;
         socklen_t pl = sizeof(peer);

@@ -10,7 +10,8 @@
  * timeout is closed.
  *
  * This file: the active side (connect), the handshake, the per-context
- * state, the tunables and the ops table; tcp_int.h lists the others.
+ * state (the tunables, whose table is tunables.c) and the ops table; tcp_int.h
+ * lists the others.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -44,21 +45,8 @@
  * answer arriving meanwhile would wait out (docs/performance.md, "Adaptive
  * pieces on tcp").  The busy window is longer than a round trip takes on a
  * loaded machine, or a late answer would make bulk switch to large pieces
- * just when that answer waits for the loop. */
-static const struct rrpci_tunable tcp_tunables[] = {
-    {"RRPC_TCP_SLICE_US", 20, 1, 1000000,
-     "tcp: time one loop wake-up gives a class, per unit of its weight, to read (and to "
-     "write) before the loop serves the other ready classes, us"},
-    {"RRPC_TCP_PIECE_SHARED", 64L << 10, 4096, 64L << 20,
-     "tcp: largest read or write of one system call while another class of the connection is "
-     "busy, bytes; what a low-latency frame may wait behind"},
-    {"RRPC_TCP_PIECE_ALONE", 1L << 20, 4096, 64L << 20,
-     "tcp: largest read or write of one system call while no other class of the connection "
-     "is busy, bytes; larger pieces cost less CPU per byte"},
-    {"RRPC_TCP_BUSY_MS", 100, 0, 60000,
-     "tcp: a class counts as busy this long after it last moved a piece either way, ms"},
-    {NULL, 0, 0, 0, NULL},
-};
+ * just when that answer waits for the loop.  The RRPC_TCP_* tunables'
+ * table: tunables.c. */
 int rrpc_tcp_set_tos(int fd, int dscp)
 {
     int tos = dscp << 2;
@@ -248,11 +236,12 @@ static int tcp_peer_name(rrpc_conn *c, char *buf, size_t len)
 
 static int tcp_ctx_init(rrpc_ctx *ctx)
 {
+    const struct rrpci_tcp_tunables *t = rrpci_ctx_conf(ctx, RRPCI_CONF_SLOT_TCP);
     const struct rrpci_qos_knobs knobs = {
-        .turn_ns = (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_SLICE_US") * 1000u,
-        .piece_alone = (size_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_PIECE_ALONE"),
-        .piece_shared = (size_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_PIECE_SHARED"),
-        .busy_ns = (uint64_t)rrpci_ctx_tunable(ctx, "RRPC_TCP_BUSY_MS") * 1000000u,
+        .turn_ns = (uint64_t)t->slice_us * 1000u,
+        .piece_alone = t->piece_alone,
+        .piece_shared = t->piece_shared,
+        .busy_ns = (uint64_t)t->busy_ms * 1000000u,
     };
     rrpci_ctx_qos(ctx, &knobs, &tctx(ctx)->qos);
     return 0;
@@ -281,6 +270,5 @@ const struct rrpci_transport_ops rrpci_tcp_ops = {
     .peer_name = tcp_peer_name,
     .listener_port = rrpc_tcp_listener_port,
     .trim = rrpc_tcp_trim,
-    .tunables = tcp_tunables,
     .ext_repointable = true, /* chan_write reads m->ext afresh for every piece */
 };

@@ -2,13 +2,14 @@
 /*
  * The tcp transport's objects and the functions its files share:
  *   tcp.c     the active side (connect), the handshake, the per-context
- *             state, the tunables and the ops table
+ *             state (the tunables read) and the ops table
  *   accept.c  the passive side: listening, accepted sockets until their
  *             first frame says which connection and class they are
  *   chan.c    a class socket: set up, torn down, read for its turn into
  *             the receive machine, whose frames it hands to the core
  *   rx.c      the receive state machine (rx.h): bytes in, frames out
  *   tx.c      a class socket's queue of frames, written for its turn
+ *   tunables.c the RRPC_TCP_* tunables' table (transport/tunables.h)
  */
 #ifndef RRPC_TCP_INT_H
 #define RRPC_TCP_INT_H
@@ -22,6 +23,7 @@
 
 #include "transport/tcp/rx.h"
 #include "transport/transport.h"
+#include "transport/tunables.h"
 #include "util/idmap.h"
 #include "util/list.h"
 

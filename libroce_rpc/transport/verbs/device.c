@@ -74,12 +74,13 @@ int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret)
         vx->ech = NULL;
         return err;
     }
-    /* Validated, with their defaults, in the context's configuration table. */
-    vx->eager = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_EAGER");
-    vx->busy_poll_us = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_BUSY_POLL_US");
-    vx->chunk = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_CHUNK");
-    vx->rndv_pool_max = (size_t)rrpci_ctx_tunable(ctx, "RRPC_VERBS_RNDV_POOL_BYTES");
-    vx->data_depth = (unsigned)rrpci_ctx_tunable(ctx, "RRPC_VERBS_DATA_DEPTH");
+    /* Checked, with their defaults, by the context's configuration (tunables.c). */
+    const struct rrpci_verbs_tunables *t = rrpci_ctx_conf(ctx, RRPCI_CONF_SLOT_VERBS);
+    vx->eager = t->eager;
+    vx->busy_poll_us = t->busy_poll_us;
+    vx->chunk = t->chunk;
+    vx->rndv_pool_max = t->rndv_pool_bytes;
+    vx->data_depth = t->data_depth;
     rrpci_io_init(&vx->ech_w, vb_cm_cb, vx->ech->fd, RRPCI_IO_READ);
     vx->ech_w.data = vx;
     rrpci_io_start(rrpci_ctx_loop(ctx), &vx->ech_w);

@@ -227,24 +227,6 @@ static int vb_peer_name(rrpc_conn *c, char *buf, size_t len)
     return 0;
 }
 
-static const struct rrpci_tunable vb_tunables[] = {
-    {"RRPC_VERBS_EAGER", 8192, 256, 1L << 20,
-     "verbs: payloads above this many bytes use the rendezvous (RDMA READ)"},
-    {"RRPC_VERBS_BUSY_POLL_US", 1000, 0, 100000,
-     "verbs: after completions, the loop keeps polling the CQ (up to 50 us per loop "
-     "iteration) instead of sleeping on its channel until this long passed without one, "
-     "us (0: off); within the context's RRPC_BUSY_POLL_BUDGET_PCT"},
-    {"RRPC_VERBS_RNDV_POOL_BYTES", 32L << 20, 0, 1L << 40,
-     "verbs: registered buffers kept per device for rendezvous payloads received, reused "
-     "from one message to the next; a payload that does not fit is registered for itself "
-     "(0: every payload is)"},
-    {"RRPC_VERBS_CHUNK", 256L << 10, 4096, 1L << 30,
-     "verbs: bytes per RDMA READ/WRITE work request"},
-    {"RRPC_VERBS_DATA_DEPTH", 2, 1, 64,
-     "verbs: RDMA READ/WRITE work requests in flight per queue pair"},
-    {NULL, 0, 0, 0, NULL},
-};
-
 const struct rrpci_transport_ops rrpci_verbs_ops = {
     .version = RRPCI_TRANSPORT_OPS_VERSION,
     .name = "verbs",
@@ -266,5 +248,4 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .region_release = vb_region_release,
     .rdma = vb_rdma,
     .busy_poll = vb_busy_poll,
-    .tunables = vb_tunables,
 };

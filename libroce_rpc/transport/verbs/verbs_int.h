@@ -110,6 +110,7 @@
 #include <roce_rpc/memory.h>
 
 #include "transport/transport.h"
+#include "transport/tunables.h"
 #include "util/idmap.h" /* rrpci_container_of */
 #include "util/resolve.h"
 
