@@ -33,7 +33,8 @@ typedef struct rrpc_region rrpc_region;
 struct sockaddr;
 
 #define RRPCI_TRANSPORT_OPS_VERSION 6 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
-                                        * 5: the library's own loop (core/evloop.h). 6: busy_poll under the governor */
+                                        * 5: the library's own loop (core/evloop.h). 6: busy_poll under the governor;
+                                        * typed tunables (transport/tunables.h) */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -74,15 +75,6 @@ struct rrpci_rdma_op {
     size_t len;
     uint32_t imm;
     uint64_t id; /* completes through rrpci_rdma_done(conn, id, status) */
-};
-
-/* A tunable a transport declares: the context's configuration (rrpc_config,
- * the RRPC_* environment, rrpc_config_print) lists it beside the core's;
- * the transport reads its value with rrpci_ctx_tunable(ctx, env). */
-struct rrpci_tunable {
-    const char *env; /* "RRPC_VERBS_EAGER"; the short form drops "RRPC_" */
-    long def, min, max;
-    const char *doc;
 };
 
 struct rrpci_transport_ops {
@@ -127,8 +119,6 @@ struct rrpci_transport_ops {
      * arm everything left unarmed (rrpci_ctx_polling already says false). */
     int (*busy_poll)(rrpc_ctx *ctx, bool arm);
 
-    /* Its tunables, ended by an entry whose env is NULL; NULL: none. */
-    const struct rrpci_tunable *tunables;
     /* The transport reads a frame's @ext only through m->ext, on the loop
      * thread, each time it needs bytes of it, and never after
      * rrpci_msg_free: the core may then send a caller's buffer without a
@@ -188,10 +178,7 @@ bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us);
 bool rrpci_ctx_polling(rrpc_ctx *ctx);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
-/* A tunable of the context's configuration table by its environment
- * variable name (for example "RRPC_VERBS_EAGER"): validated when the context
- * was created.  The name must be in the table (an unknown one aborts). */
-long rrpci_ctx_tunable(rrpc_ctx *ctx, const char *env);
+/* A transport's tunables: transport/tunables.h (typed, by slot). */
 /* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
 unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);

@@ -21,11 +21,7 @@
  *  4. reads: const struct rrpci_verbs_tunables *t =
  *     rrpci_ctx_conf(ctx, RRPCI_CONF_SLOT_VERBS); t->eager.
  * man/roce_rpc.7.scd's list follows (ninja -C build man-lists).
- *
- * transport.h still declares the string-keyed struct rrpci_tunable, the ops'
- * .tunables and rrpci_ctx_tunable of the earlier table: nothing uses them
- * any more (rrpci_ctx_tunable is no longer defined), and they go with
- * transport.h's next edit.
+
  */
 #ifndef RRPCI_TRANSPORT_TUNABLES_H
 #define RRPCI_TRANSPORT_TUNABLES_H
