@@ -302,12 +302,12 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
 static void thread_wait(rrpc_ctx *ctx, int ms)
 {
     ctx->sleep_until = ms < 0 ? -1 : rrpci_evloop_now(ctx->ev) + ms / 1000.0;
-    __atomic_store_n(&ctx->loop_sleeping, true, __ATOMIC_RELAXED);
+    atomic_store_explicit(&ctx->loop_sleeping, true, memory_order_relaxed);
     runner_release(ctx);
     struct epoll_event e[2];
     (void)epoll_wait(ctx->thread_fd, e, 2, ms);
     runner_acquire(ctx);
-    __atomic_store_n(&ctx->loop_sleeping, false, __ATOMIC_RELAXED);
+    atomic_store_explicit(&ctx->loop_sleeping, false, memory_order_relaxed);
     uint64_t v;
     (void)!read(ctx->thread_ctl_fd, &v, sizeof(v));
 }
@@ -392,7 +392,7 @@ bool rrpci_loop_take(rrpc_ctx *ctx)
     /* Only from a thread-mode loop asleep in its wait, never from a
      * callback (the caller's own pass would nest). */
     if (!ctx->thread_mode || ctx->taken || ctx->stopping ||
-        !__atomic_load_n(&ctx->loop_sleeping, __ATOMIC_RELAXED) || rrpci_in_callback(ctx))
+        !atomic_load_explicit(&ctx->loop_sleeping, memory_order_relaxed) || rrpci_in_callback(ctx))
         return false;
     if (epoll_ctl(ctx->thread_fd, EPOLL_CTL_DEL, rrpci_evloop_fd(ctx->ev), NULL) < 0)
         return false;
