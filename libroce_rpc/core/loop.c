@@ -227,11 +227,11 @@ static int transports_poll(rrpc_ctx *ctx, bool arm)
     return found;
 }
 
-static double mono_s(void)
+/* The loop's time, taken afresh (polling measures its own slices). */
+static double fresh_now(rrpc_ctx *ctx)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    rrpci_evloop_now_update(ctx->ev);
+    return now_s(ctx);
 }
 
 /* Polling ends: the transports arm what they left unarmed. */
@@ -246,14 +246,14 @@ static void polling_end(rrpc_ctx *ctx)
  * a slice (RRPCI_GOV_SLICE) before the next pass. */
 static void poll_step(rrpc_ctx *ctx)
 {
-    double now = mono_s();
+    double now = fresh_now(ctx);
     bool held = rrpci_gov_charge(&ctx->gov, now, thread_cpu_s(), thread_id());
     if (!rrpci_gov_continue(&ctx->gov, now, held)) {
         polling_end(ctx);
         return;
     }
     double end = now + RRPCI_GOV_SLICE;
-    while (transports_poll(ctx, false) == 0 && rrpci_ctx_polling(ctx) && mono_s() < end)
+    while (transports_poll(ctx, false) == 0 && rrpci_ctx_polling(ctx) && fresh_now(ctx) < end)
         rrpci_busy_yield();
     rrpci_busy_yield();
 }
