@@ -93,11 +93,11 @@ RRPC_API int rrpc_token_decode(const void *buf, size_t len, rrpc_token *ret_toke
  * memory window (type 2) bound to the connection's queue pair of that
  * class, so the NIC refuses any other queue pair, range or right, and any
  * access after the revoke; on tcp and inproc the owner's loop makes the
- * same checks (docs/onesided.md).  A refused access fails the initiator's
- * operation with RRPC_E_ACCESS; the detail says which check failed where
- * the transport can tell (tcp, inproc; a NIC reports only "remote access
- * error", and on verbs, RC semantics, the error also takes the connection
- * down with RRPC_E_CONN_LOST).
+ * same checks (docs/protocol.md, section 11).  A refused access fails the
+ * initiator's operation with RRPC_E_GRANT; the detail says which check
+ * failed where the transport can tell (tcp, inproc; a NIC reports only
+ * "remote access error", and on verbs, RC semantics, the error also takes
+ * the connection down with RRPC_E_CONN_LOST).
  */
 typedef struct rrpc_grant rrpc_grant;
 
