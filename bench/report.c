@@ -945,8 +945,7 @@ static void json_side(FILE *f, const struct scale_side *sd)
 static void json_scale(FILE *f, const struct scale_point *p)
 {
     fprintf(f, ", \"scale\": {\"connections\": %ld, \"asked\": %ld, \"connects\": %ld, "
-               "\"connect_s\": ", p->conns, p->asked, p->connects);
-    json_num(f, p->connect_s);
+               "\"connect_s\": %.6f", p->conns, p->asked, p->connects, p->connect_s);
     fprintf(f, ", \"connects_per_s\": ");
     json_num(f, p->connects_per_s);
     fprintf(f, ", \"calls_per_s\": ");
