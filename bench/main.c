@@ -816,6 +816,8 @@ static int run_client(unsigned transports, struct endpoints *ep)
     snprintf(g_meta.transports, sizeof(g_meta.transports), "%s", tl);
     if (ndrivers)
         run_tests();
+    if ((g_opts.tests & T_SCALE) && (transports & TR_RAW))
+        note("raw-tcp: the scale test measures the library's transports only");
     if (g_opts.tests & T_SCALE)
         skipped += run_scale(transports, ep, others);
     for (int i = 0; i < ndrivers; i++)

@@ -1097,12 +1097,36 @@ void report_json(FILE *f)
     fprintf(f, "\n  ]\n}\n");
 }
 
+/* The scale columns (empty for other rows); the reason a step stopped quoted. */
+static void csv_scale(FILE *f, const struct scale_point *p)
+{
+    if (!p) {
+        fputs(",,,,,,,,,,\n", f);
+        return;
+    }
+    fprintf(f, ",%ld,%.6f,%.3f", p->conns, p->connect_s, p->connects_per_s);
+    for (int k = 0; k < 2; k++) {
+        const struct scale_side *sd = k ? &p->srv : &p->cli;
+        if (sd->known)
+            fprintf(f, ",%.3f,%.3f,%.3f", sd->rss_kib, sd->pin_kib, sd->fds);
+        else
+            fputs(",,,", f);
+    }
+    fputs(",\"", f);
+    for (const char *c = p->stopped; *c; c++)
+        fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, f);
+    fputs("\"\n", f);
+}
+
 void report_csv(FILE *f)
 {
     fprintf(f, "transport,test,variant,size,depth,status,ops,seconds,ops_per_s,mib_per_s,"
                "load_mib_per_s,samples,rtt_min_us,rtt_p50_us,rtt_p90_us,rtt_p99_us,rtt_p999_us,"
                "rtt_max_us,rtt_mean_us,cpu_client_us_per_op,cpu_server_us_per_op,"
-               "cpu_client_core_pct,cpu_server_core_pct\n");
+               "cpu_client_core_pct,cpu_server_core_pct,scale_connections,scale_connect_s,"
+               "scale_connects_per_s,scale_client_rss_kib_per_conn,scale_client_vmpin_kib_per_conn,"
+               "scale_client_fds_per_conn,scale_server_rss_kib_per_conn,"
+               "scale_server_vmpin_kib_per_conn,scale_server_fds_per_conn,scale_stopped\n");
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
         const char *st = r->skipped ? "skipped" : r->error[0] ? "error" : "ok";
@@ -1127,9 +1151,10 @@ void report_csv(FILE *f)
         else
             fputc(',', f);
         if (r->srv_core_pct >= 0 && (r->srv_core_pct > 0 || strcmp(r->test, "idle_cpu") == 0))
-            fprintf(f, ",%.3f\n", r->srv_core_pct);
+            fprintf(f, ",%.3f", r->srv_core_pct);
         else
-            fputs(",\n", f);
+            fputc(',', f);
+        csv_scale(f, r->scale);
     }
 }
 
