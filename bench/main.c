@@ -47,7 +47,8 @@ static const char usage_text[] =
     "\n"
     "options of local and client:\n"
     "  --transport LIST    tcp,verbs,raw-tcp,inproc | all | auto (default auto: tcp,raw-tcp, and\n"
-    "                      verbs when this host has an RDMA device; inproc: the scale test only)\n"
+    "                      verbs when this host has an RDMA device; inproc, never in all or auto:\n"
+    "                      the scale test only)\n"
     "  --tests LIST        rtt,rate,large,write,read,sweep,qos,idle,contended,scale | all (default\n"
     "                      all: every test but scale)\n"
     "  --scale-n LIST      the scale test's connection counts (default 1,10,100,1000,10000; verbs\n"
@@ -209,7 +210,7 @@ static bool parse_transports(const char *s, unsigned *ret)
         else if (strcmp(tok, "inproc") == 0)
             bits |= TR_INPROC;
         else if (strcmp(tok, "all") == 0)
-            bits |= TR_TCP | TR_VERBS | TR_RAW | TR_INPROC;
+            bits |= TR_TCP | TR_VERBS | TR_RAW; /* inproc only when named: it has the scale test only */
         else if (strcmp(tok, "auto") == 0)
             bits |= TR_TCP | TR_RAW | (have_rdma_device() ? TR_VERBS : 0);
         else
