@@ -309,7 +309,7 @@ enum peer_kind { PEER_TCP_LAT, PEER_TCP_BW, PEER_VERBS_LAT, PEER_VERBS_BW };
 struct peer_env {
     const char *host;   /* where the tcp peers' servers listen (this host) */
     char why_not[200];  /* non-empty: the tcp peers cannot run, why */
-    int port;           /* next port for a peer's server */
+    int port;           /* next port to try for a peer's server (20000..32000) */
     int cpu_srv, cpu_cli;
     char pt_srv_dev[64], pt_cli_dev[64], pt_srv_gid[16], pt_cli_gid[16];
     const char *pt_host; /* perftest's server address */

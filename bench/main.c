@@ -1203,7 +1203,9 @@ int main(int argc, char **argv)
     if (!transports)
         parse_transports("auto", &transports);
     g_peer.cpu_srv = g_peer.cpu_cli = -1;
-    g_peer.port = 20000 + (int)(getpid() % 8000) * 5;
+    /* the peers' servers: below the ephemeral ports (32768 up by default), where
+     * no client socket of this host lands; peers.c skips a port in use */
+    g_peer.port = 20000 + (int)(getpid() % 2400) * 5;
     snprintf(g_peer.why_not_pt, sizeof(g_peer.why_not_pt), "no RDMA device for perftest");
     meta_collect(argc, argv);
     snprintf(g_meta.mode, sizeof(g_meta.mode), "%s", cmd);

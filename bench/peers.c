@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -439,13 +441,41 @@ static char *itoa_dup(char *buf, size_t len, long v)
     return buf;
 }
 
+/* The next port for a peer's server that nothing holds now: a tcp bind to
+ * it on the peers' host succeeds (a port a client socket of this host holds,
+ * or a server left over, would make the peer's server fail to listen). */
+static int peer_port(void)
+{
+    for (int tries = 0; tries < 200; tries++) {
+        int port = g_peer.port++;
+        if (g_peer.port > 32000)
+            g_peer.port = 20000;
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+        struct addrinfo *ai = NULL;
+        char ps[16];
+        snprintf(ps, sizeof(ps), "%d", port);
+        if (getaddrinfo(g_peer.host ? g_peer.host : "127.0.0.1", ps, &hints, &ai) != 0)
+            return port; /* cannot tell: take it */
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        bool free_ = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+                     bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        if (free_)
+            return port;
+    }
+    return g_peer.port++;
+}
+
 /* ---- the tcp peers ---------------------------------------------------------------- */
 
 static void peer_sockperf(void)
 {
     const char *h = g_peer.host;
     char port[24], secs[24], *srv[] = {"sockperf", "sr", "--tcp", "-i", (char *)h, "-p", port, NULL};
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     long s = (long)(g_opts.duration + 0.5);
     itoa_dup(secs, sizeof(secs), s < 1 ? 1 : s);
     char *cli[] = {"sockperf", "pp", "--tcp", "-i", (char *)h, "-p", port, "-m", "64", "-t", secs,
@@ -488,7 +518,7 @@ static void peer_sockperf(void)
 static void peer_qperf(void)
 {
     char port[24], secs[24], *srv[] = {"qperf", "--listen_port", port, NULL};
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     long s = (long)(g_opts.duration + 0.5);
     itoa_dup(secs, sizeof(secs), s < 1 ? 1 : s);
     char *cli[] = {"qperf", (char *)g_peer.host, "--listen_port", port, "-m", "64", "-t", secs,
@@ -537,7 +567,7 @@ static char **ucx_env(void)
 static void peer_ucx(bool bw)
 {
     char port[24], iters[24], warm[24], *srv[] = {"ucx_perftest", "-p", port, NULL};
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     long n = bw ? (long)(g_opts.duration * 1500) : (long)(g_opts.duration * 25000);
     long w = bw ? 50 : 1000;
     itoa_dup(iters, sizeof(iters), n < 100 ? 100 : n);
@@ -605,7 +635,7 @@ static void peer_ucx(bool bw)
 static void peer_iperf3(void)
 {
     char port[24], secs[24];
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     snprintf(secs, sizeof(secs), "%.0f", g_opts.duration < 1 ? 1 : g_opts.duration);
     char *srv[] = {"iperf3", "-s", "-1", "-B", (char *)g_peer.host, "-p", port, NULL};
     char *cli[] = {"iperf3", "-c", (char *)g_peer.host, "-p", port, "-l", "1M", "-t", secs,
@@ -681,7 +711,7 @@ static void peer_perftest(bool bw)
     const char *tool = bw ? "ib_write_bw" : "ib_send_lat";
     size_t size = bw ? (1u << 20) : 64;
     char port[24], sz[24], iters[24];
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     snprintf(sz, sizeof(sz), "%zu", size);
     const char *ni = getenv(bw ? "PERFTEST_BW_ITERS" : "PERFTEST_LAT_ITERS");
     snprintf(iters, sizeof(iters), "%s", ni && *ni ? ni : bw ? "200" : "5000");
