@@ -254,30 +254,29 @@ def make_scale(doc):
         return None, "no scale rows (--tests scale)"
     fig, axs = plt.subplots(2, 2, figsize=(12, 8.5))
     (am, af), (ac, ar) = axs
-    i = 0
-    for tr in sorted({r["transport"] for r in rows}):
+    # one colour per transport in every panel; the marker and line tell the side
+    for t, tr in enumerate(sorted({r["transport"] for r in rows})):
         pts = sorted((r for r in rows if r["transport"] == tr),
                      key=lambda r: r["scale"]["connections"])
         n = [r["scale"]["connections"] for r in pts]
-        for side in ("client", "server"):
+        colour = COLOURS[t % 10]
+        for side, marker, line in (("client", "o", "-"), ("server", "s", "--")):
             if not all(r["scale"].get(side) for r in pts):
                 continue
             who = "both sides, one process" if pts[0]["scale"].get("one_process") else side
-            st = style(i)
-            i += 1
+            st = {"color": colour, "marker": marker, "linestyle": line}
             am.plot(n, [max(r["scale"][side]["rss_kib_per_conn"], 0.01) for r in pts],
                     label=f"{tr} {who} RSS", **st)
             if any(r["scale"][side]["vmpin_kib_per_conn"] > 0 for r in pts):
                 am.plot(n, [max(r["scale"][side]["vmpin_kib_per_conn"], 0.01) for r in pts],
-                        label=f"{tr} {who} VmPin", **dict(st, linestyle=":"))
+                        label=f"{tr} {who} VmPin", **dict(st, linestyle=":", marker="x"))
             fd = [(k, r["scale"][side]["fds_per_conn"]) for k, r in zip(n, pts)]
             fd = [p for p in fd if p[1] > 0]  # no fd (inproc) has no place on a log axis
             if fd:
                 af.plot([p[0] for p in fd], [p[1] for p in fd], label=f"{tr} {who}", **st)
             else:
                 af.plot([], [], label=f"{tr} {who}: no fds", **st)
-        st = style(i)
-        i += 1
+        st = {"color": colour, "marker": "^", "linestyle": "-"}
         ac.plot(n, [max(r["scale"]["connects_per_s"], 0.01) for r in pts], label=tr, **st)
         ar.plot(n, [max(r["scale"]["calls_per_s"], 0.01) for r in pts], label=tr, **st)
         if tr in SCALE_TARGETS:
