@@ -1671,8 +1671,14 @@ static void test_grant_and_revoke_cycles_hold_no_memory(void **state)
             rss0 = test_rss_kib();
     }
     long grown = test_rss_kib() - rss0;
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer keeps freed memory in quarantine: RSS says nothing
+     * here; LeakSanitizer checks what is never freed at exit. */
+    (void)grown;
+#else
     if (grown > 1024)
         fail_msg("RSS grew by %ld KiB over %ld grant/revoke cycles", grown, cycles - cycles / 10);
+#endif
     rrpc_conn_close(a);
 }
 
