@@ -17,8 +17,9 @@ PKGS="meson ninja-build pkg-config gcc scdoc man-db libev-dev libmsgpack-dev lib
       python3 python3-dev python3-cffi python3-numpy python3-pytest python3-pytest-asyncio python3-mesonpy python3-venv python3-pip patchelf
       iperf3 sockperf qperf ucx-utils python3-matplotlib"  # the last line: the bench's peers and plots
 # The test run also uses torch, where the Python suite checks DLPack with real torch tensors,
-# and Prometheus' own tools, which read the metrics text.
-[ "$WHAT" = test ] && PKGS="$PKGS python3-torch prometheus python3-prometheus-client"
+# Prometheus' own tools, which read the metrics text, and tshark, which reads captures
+# through the project's Wireshark dissector.
+[ "$WHAT" = test ] && PKGS="$PKGS python3-torch prometheus python3-prometheus-client tshark"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "bootstrap: installing:" $missing
