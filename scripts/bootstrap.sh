@@ -109,6 +109,8 @@ vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSaniti
   tests/softroce/run-suite.sh build-asan
 vm_step "Python bindings and the Python example over verbs" tests/softroce/python-in-vm.sh build
 vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
+vm_step "the Wireshark dissector decodes that RoCEv2 capture" \
+  tests/wireshark/dissector_test.py --roce build/dscp-capture/capture.pcap
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
 vm_step "an rxe link taken down and up under a live connection" tests/softroce/link-flap.sh build
 vm_step "the main job (rrpcd, server, client, tensor) over verbs" \

@@ -2,6 +2,7 @@
 """The Wireshark dissector (tools/wireshark/roce_rpc.lua) against real traffic.
 
     dissector_test.py BUILD_DIR [SCRIPT]
+    dissector_test.py --roce PCAP [SCRIPT]
 
 Captures loopback with tshark while the examples minimal_rpc and one_sided
 run over tcp on a fixed port, then reads the capture back through the
@@ -11,6 +12,12 @@ and the unnamed one by its FNV-1a id, every status they were answered, the
 hello records' credits and max_msg, the one-sided sub-headers (lengths that
 add up to the 256 KiB moved, the notify flag and value on the last WRITE).
 Exit 77 (skipped) when tshark is missing or may not capture here.
+
+With --roce it reads a RoCEv2 capture instead: the one the Soft-RoCE VM's
+DSCP step leaves in BUILD_DIR/dscp-capture/capture.pcap (dscp_traffic's
+"echo" calls and its one "token" call on low_latency), decoded from the
+SEND payloads after Wireshark's InfiniBand dissector: every REQUEST names
+one of them, every call is answered with status 0 on its class, ids match.
 """
 import os
 import shutil
@@ -49,7 +56,34 @@ def fields(script, cap, *names, flt="roce_rpc", prefs=()):
     return [line.split("|") for line in out.stdout.splitlines() if line.strip()]
 
 
+def roce(cap, script):
+    reqs = fields(script, cap, "rrpc.method", "rrpc.class", "rrpc.id", "rrpc.len",
+                  flt="rrpc.type == 5", prefs=["roce_rpc.methods:echo,token"])
+    resp = fields(script, cap, "rrpc.status", "rrpc.class", "rrpc.id", flt="rrpc.type == 6")
+    if len(reqs) < 10:
+        fail("%d REQUEST frames decoded in the RoCEv2 capture, want dscp_traffic's calls"
+             % len(reqs))
+    bad = [r for r in reqs if r[0] not in ("echo", "token") or r[1] != "1"]
+    if bad or sum(r[0] == "token" for r in reqs) != 1:
+        fail("REQUESTs %r: want echo calls and one token call, on low_latency (1)"
+             % (bad or reqs))
+    bad = [r for r in resp if r[0] != "0" or r[1] != "1"]
+    if bad:
+        fail("RESPONSEs %r: want status 0 on low_latency (1)" % bad)
+    if sorted(r[2] for r in reqs) != sorted(r[2] for r in resp):
+        fail("request ids and response ids differ")
+    print("ok: %d requests and %d responses decoded from RoCEv2 SEND payloads"
+          % (len(reqs), len(resp)))
+    return 0
+
+
 def main():
+    if sys.argv[1] == "--roce":
+        if not shutil.which("tshark"):
+            print("skipped: tshark is not installed (apt-get install tshark)")
+            return 77
+        return roce(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else
+                    os.path.join(TOP, "tools/wireshark/roce_rpc.lua"))
     build = os.path.abspath(sys.argv[1])
     script = sys.argv[2] if len(sys.argv) > 2 else os.path.join(TOP, "tools/wireshark/roce_rpc.lua")
     if not shutil.which("tshark"):
