@@ -71,6 +71,17 @@ fi
 # Out-of-tree programs, built as the docs say: pkg-config, plus an rpath to
 # the library directory (or ldconfig, when the prefix is a system one).
 CC=${CC:-cc}
+# The public headers include no dependency's header: --cflags must work with
+# the project's own .pc files alone (PKG_CONFIG_LIBDIR: no other directory is
+# searched, as on a machine without the -dev packages of the dependencies).
+if command -v pkg-config > /dev/null; then
+  pcs=roce_rpc; [ $have_broker = yes ] && pcs="roce_rpc roce_rpc_broker"
+  if out=$(PKG_CONFIG_LIBDIR=$libdir/pkgconfig pkg-config --cflags $pcs 2>&1); then
+    ok "pkg-config --cflags $pcs needs no other package's .pc file"
+  else
+    bad "pkg-config --cflags $pcs with only the project's .pc files: $out"
+  fi
+fi
 if ! command -v pkg-config > /dev/null; then
   bad "pkg-config is missing (apt-get install pkg-config)"
 elif "$CC" -o "$WORK/minimal_rpc" "$SRC/examples/minimal_rpc.c" \
