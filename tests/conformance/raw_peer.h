@@ -187,6 +187,48 @@ static inline void raw_close(struct raw_conn *rc)
             close(rc->fd[i]);
 }
 
+/* The method id of @name: 64-bit FNV-1a (docs/protocol.md §10). */
+static inline uint64_t raw_method_id(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *name; name++)
+        h = (h ^ (uint8_t)*name) * 0x100000001b3ull;
+    return h;
+}
+
+/* Reads frames on @fd (skipping CREDIT) up to the RESPONSE with @id: 0 when
+ * it has status 0 and "ping".  Another frame on the way: -1, its header in
+ * @other_hdr (may be NULL). */
+static inline int raw_echo_answer(int fd, uint64_t id, uint8_t other_hdr[32])
+{
+    uint8_t hdr[32], msg[512];
+    for (;;) {
+        if (raw_read_frame(fd, hdr, msg, sizeof(msg)) < 0)
+            return -1;
+        if (hdr[5] == 7)
+            continue;
+        if (hdr[5] != 6 || raw_get(hdr + 8, 8) != id) {
+            if (other_hdr)
+                memcpy(other_hdr, hdr, 32);
+            return -1;
+        }
+        return raw_get(hdr + 16, 4) == 0 && raw_get(hdr + 24, 4) == 4 && memcmp(msg, "ping", 4) == 0
+                   ? 0
+                   : -1;
+    }
+}
+
+/* Sends REQUEST "echo" {"ping"} of class @cls with @id on @fd, and reads
+ * frames on @fd up to its answer (raw_echo_answer). */
+static inline int raw_echo(int fd, int cls, uint64_t id, uint8_t other_hdr[32])
+{
+    uint8_t hdr[32];
+    raw_header(hdr, 5, cls, 0, id, raw_method_id("echo"), 4, 0);
+    if (write(fd, hdr, 32) != 32 || write(fd, "ping", 4) != 4)
+        return -1;
+    return raw_echo_answer(fd, id, other_hdr);
+}
+
 /* An emulated one-sided WRITE on the bulk socket; *status from its OS_ACK. */
 static inline int raw_os_write(struct raw_conn *rc, uint64_t addr, uint64_t key, const void *data,
                                uint32_t len, int *status)
