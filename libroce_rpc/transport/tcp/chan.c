@@ -152,9 +152,15 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
     uint64_t now = mono_ns();
     struct rrpci_qos_turn turn;
     rrpci_qos_turn_begin(chan_qos(ch), ch->cls, now, &turn);
-    /* Frames held back while the handshake finished come first. */
+    /* Frames held back come first. */
     enum rrpc_tcp_rx_next next = rrpc_tcp_rx_got(&ch->rx, 0);
     bool open = true;
+    /* An idle socket (its read buffer given back) that wakes for a frame
+     * without payload, a keepalive or a credit, gives the buffer back at
+     * once: else an idle connection would hold a page of it from one
+     * keepalive to the next. */
+    bool was_idle = ch->rx.rbuf == NULL;
+    size_t moved = 0;
     while (open && next == RRPC_TCP_RX_READ) {
         uint8_t *to;
         size_t want;
@@ -179,6 +185,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
             break;
         }
         ch->last_ns = now;
+        moved += (size_t)n;
         now = mono_ns();
         /* Past the turn, this piece is still handled; then the loop moves on. */
         open = rrpci_qos_turn_charge(&turn, (size_t)n, now);
@@ -192,6 +199,8 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
     }
     if (next == RRPC_TCP_RX_HOLD)
         rrpci_io_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ch->rio);
+    else if (next == RRPC_TCP_RX_READ && was_idle && moved <= RRPCI_HDR_SIZE)
+        rrpc_tcp_rx_release(&ch->rx);
     rrpci_conn_unref(c);
 }
 

@@ -326,6 +326,11 @@ void rrpc_tcp_rx_trim(struct rrpc_tcp_rx *rx)
     free(rx->spare);
     rx->spare = NULL;
     rx->spare_cap = 0;
+    rrpc_tcp_rx_release(rx);
+}
+
+void rrpc_tcp_rx_release(struct rrpc_tcp_rx *rx)
+{
     if (rx->state == RRPC_TCP_RX_HEADER && rx->roff == rx->rlen)
         rbuf_free(rx);
 }

@@ -129,5 +129,7 @@ bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx);
 
 /* Idle: frees the spare buffer, and the read buffer when it holds nothing. */
 void rrpc_tcp_rx_trim(struct rrpc_tcp_rx *rx);
+/* Frees the read buffer when it holds nothing (the spare buffer stays). */
+void rrpc_tcp_rx_release(struct rrpc_tcp_rx *rx);
 
 #endif
