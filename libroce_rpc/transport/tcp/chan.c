@@ -87,15 +87,6 @@ static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h
 
 /* ---- the receive machine's upcalls (rx.h) ---- */
 
-/* Every socket's frames are in order behind its own handshake frame, so
- * nothing needs holding back. */
-static bool chan_rx_ready(void *u, uint8_t type)
-{
-    (void)u;
-    (void)type;
-    return true;
-}
-
 static int chan_rx_admit(void *u, const struct rrpci_hdr *h)
 {
     struct tcp_chan *ch = u;
@@ -135,7 +126,6 @@ static void chan_rx_fail(void *u, int code, const char *why)
 }
 
 static const struct rrpc_tcp_rx_up chan_rx_up = {
-    .ready = chan_rx_ready,
     .admit = chan_rx_admit,
     .frame = chan_rx_frame,
     .write_target = chan_rx_write_target,
@@ -152,8 +142,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
     uint64_t now = mono_ns();
     struct rrpci_qos_turn turn;
     rrpci_qos_turn_begin(chan_qos(ch), ch->cls, now, &turn);
-    /* Frames held back come first. */
-    enum rrpc_tcp_rx_next next = rrpc_tcp_rx_got(&ch->rx, 0);
+    enum rrpc_tcp_rx_next next = RRPC_TCP_RX_READ;
     bool open = true;
     /* An idle socket (its read buffer given back) that wakes for a frame
      * without payload, a keepalive or a credit, gives the buffer back at
@@ -197,9 +186,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
         if (drained)
             break;
     }
-    if (next == RRPC_TCP_RX_HOLD)
-        rrpci_io_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ch->rio);
-    else if (next == RRPC_TCP_RX_READ && was_idle && moved <= RRPCI_HDR_SIZE)
+    if (next == RRPC_TCP_RX_READ && was_idle && moved <= RRPCI_HDR_SIZE)
         rrpc_tcp_rx_release(&ch->rx);
     rrpci_conn_unref(c);
 }
