@@ -56,6 +56,14 @@ if [ $have_broker = yes ]; then
   if [ -x "$PREFIX/bin/rrpc-make-dev-certs" ] &&
      "$PREFIX/bin/rrpc-make-dev-certs" "$WORK/certs" kv-server > "$WORK/certs.log" 2>&1; then
     ok "installed rrpc-make-dev-certs made a CA and certificates"
+    help=$("$PREFIX/bin/rrpc-make-dev-certs" --help 2>&1)
+    case $help in
+      "usage: rrpc-make-dev-certs DIR "*) case $help in
+          *"set -"*|*scripts/*) bad "rrpc-make-dev-certs --help shows its source: $help" ;;
+          *) ok "rrpc-make-dev-certs --help names it as installed and shows only its usage" ;;
+        esac ;;
+      *) bad "rrpc-make-dev-certs --help does not start with its usage: $(echo "$help" | head -2)" ;;
+    esac
     printf 'listen = 127.0.0.1:0\ncert = %s\nkey = %s\nca = %s\n' \
       "$WORK/certs/rrpcd.crt" "$WORK/certs/rrpcd.key" "$WORK/certs/ca.crt" > "$WORK/rrpcd.conf"
     if out=$("$PREFIX/sbin/rrpcd" -c "$WORK/rrpcd.conf" --check 2>&1); then
