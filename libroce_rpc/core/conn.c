@@ -163,6 +163,7 @@ rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops
     c->fn = fn;
     c->user = user;
     c->next_id = 1;
+    c->last_data = rrpci_ctx_now(ctx);
     uint32_t w[RRPCI_MAX_CLASSES];
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
         w[i] = ctx->cls[i].weight;
@@ -279,7 +280,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         }
         c->cls[i].head = c->cls[i].tail = NULL;
     }
-    c->answer_bytes = 0;
+    rrpci_conn_answers_drop(c);
     int status = reason == RRPC_E_CLOSED ? RRPC_E_CLOSED : RRPC_E_CONN_LOST;
     struct rrpci_idnode *n;
     while ((n = rrpci_idmap_pop(&c->pending)))

@@ -132,6 +132,8 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         }
     }
     bool exempt = rrpci_type_is_exempt(h->type);
+    if (!exempt)
+        c->last_data = c->last_rx; /* idleness, for admission (admit.c) */
     if (!exempt && rrpci_credit_rx(&s->credit) < 0) {
         protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
         return;
@@ -190,8 +192,10 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
                        h->type == RRPCI_T_OS_WRITE;
         if (credit_later)
             ;
-        else if (!exempt && request && rrpci_conn_backlogged(c))
+        else if (!exempt && request && rrpci_conn_backlogged(c)) {
             c->cls[cls].held++; /* it does not take its answers: no new requests */
+            c->ctx->guard.answer_holds += rrpci_conn_over_answer_share(c);
+        }
         else if (!exempt)
             rrpci_conn_consumed(c, cls);
         if (h->credits)
