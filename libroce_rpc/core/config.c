@@ -102,7 +102,8 @@ static const struct rrpci_conf_field core_fields[] = {
             "request is answered RRPC_E_LIMIT (one request is always taken)"},
     {.name = "RRPC_METRICS_MAX_CONNS", RRPCI_CONF_INT(C, metrics_max_conns), .def = 8, .min = 1,
      .max = 1024,
-     .doc = "metrics_listen: HTTP connections held at once; more wait in the kernel's backlog"},
+     .doc = "metrics_listen: HTTP connections held at once; at the limit a new one takes the "
+            "place of the oldest without a whole request head"},
     {.name = "RRPC_METRICS_TIMEOUT_S", RRPCI_CONF_INT(C, metrics_timeout_s), .def = 10,
      .min = 1, .max = 3600,
      .doc = "metrics_listen: an HTTP connection without progress this long is closed, s"},
