@@ -82,14 +82,36 @@ static bool same_src(const rrpc_conn *c, const uint8_t *key)
         for (rrpc_conn *c = rrpci_container_of(n_, rrpc_conn, link); c; c = NULL)               \
             if (c->passive && !rrpci_conn_is_down(c))
 
-/* Connections from @key held now (all when @key is NULL). */
+/* Connections from @key held now (all when @key is NULL).  For an address,
+ * those authenticated as a named principal count against that principal's
+ * cap instead (rrpci_admit_principal), so one principal cannot lock out the
+ * other clients of its address. */
 static int count_from(rrpc_ctx *ctx, const uint8_t *key)
 {
     int n = 0;
     PASSIVE_EACH(ctx, c)
-    if (!key || same_src(c, key))
+    if (!key || (same_src(c, key) && !(c->principal && rrpci_conn_reached_up(c))))
         n++;
     return n;
+}
+
+int rrpci_admit_principal(rrpc_conn *c, char *why, size_t whylen)
+{
+    rrpc_ctx *ctx = c->ctx;
+    if (!c->principal)
+        return 0;
+    int n = 0;
+    PASSIVE_EACH(ctx, o)
+    if (o != c && o->principal && rrpci_conn_reached_up(o) && strcmp(o->principal, c->principal) == 0)
+        n++;
+    if (n < ctx->cfg.max_conns_per_principal)
+        return 0;
+    snprintf(why, whylen, "principal \"%.64s\" holds its maximum of %d connections "
+             "(RRPC_MAX_CONNS_PER_PRINCIPAL); close one first", c->principal,
+             ctx->cfg.max_conns_per_principal);
+    ctx->guard.refused_principal++;
+    admit_log(ctx, false, why);
+    return RRPC_E_LIMIT;
 }
 
 /* The connection to close for a new one, or NULL: among those from @key

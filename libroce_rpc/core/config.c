@@ -55,6 +55,11 @@ static const struct rrpci_conf_field core_fields[] = {
     {.name = "RRPC_MAX_CONNS_PER_SOURCE", RRPCI_CONF_INT(C, max_conns_per_source), .def = 64,
      .min = 1, .max = 1000000,
      .doc = "server side: connections held at once from one peer address"},
+    {.name = "RRPC_MAX_CONNS_PER_PRINCIPAL", RRPCI_CONF_INT(C, max_conns_per_principal),
+     .def = 64, .min = 1, .max = 1000000,
+     .doc = "server side, with tickets: connections held at once authenticated as one principal "
+            "(as the ticket verifier names it); these no longer count against their address's "
+            "RRPC_MAX_CONNS_PER_SOURCE"},
     {.name = "RRPC_CONNS_RESERVE_PCT", RRPCI_CONF_INT(C, conns_reserve_pct), .def = 25, .min = 0,
      .max = 90,
      .doc = "server side: share of RRPC_MAX_CONNS, percent, kept for peer addresses that hold "

@@ -72,6 +72,7 @@ void rrpci_conn_unref(rrpc_conn *c)
     if (--c->refs > 0)
         return;
     free(c->ticket);
+    free(c->principal);
     free(c->priv);
     free(c);
 }

@@ -45,6 +45,7 @@ struct rrpci_config {
     int auth_timeout_ms;      /* passive: accept to authenticated (or up without tickets) */
     int max_conns;            /* passive connections held at once (0: from RLIMIT_NOFILE) */
     int max_conns_per_source; /* ... from one peer address */
+    int max_conns_per_principal; /* ... authenticated as one principal */
     int conns_reserve_pct;    /* share of max_conns kept for addresses holding none */
     int idle_evict_ms;        /* no tickets: idle this long, a connection may make room */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
@@ -118,6 +119,7 @@ struct rrpc_ctx {
     void *notify_user;
     rrpc_ticket_verify_fn ticket_fn;
     void *ticket_user;
+    rrpc_conn *verifying; /* whose ticket ticket_fn is deciding on, or NULL */
     rrpc_log_fn log_fn;
     void *log_user;
     int log_max;
@@ -129,6 +131,7 @@ struct rrpc_ctx {
     struct rrpci_guard {
         uint64_t evicted_unauth, evicted_idle; /* closed at a cap to admit another */
         uint64_t refused_source, refused_full; /* refused at accept */
+        uint64_t refused_principal; /* refused at its ticket: its principal's cap */
         size_t answer_bytes;     /* every connection's answer_bytes together */
         uint32_t answer_holders; /* connections with answer bytes queued */
         uint64_t answer_holds;   /* requests held back, READs refused: RRPC_MAX_ANSWER_BYTES */
@@ -170,6 +173,7 @@ struct rrpc_conn {
     bool has_src;        /* passive: @src holds the peer's address */
     uint8_t src[16];     /* IPv6, or IPv4 mapped: the per-source connection cap */
     bool ticket_acked;   /* passive, no ticket required: the one TICKET was acknowledged */
+    char *principal;     /* passive: as its ticket's verifier named it, or NULL */
     size_t answer_bytes; /* RESPONSE / OS_ACK bytes queued here, not yet taken by the transport */
     uint8_t *ticket;     /* active side: presented as the first message */
     size_t ticket_len;
@@ -320,6 +324,9 @@ void rrpci_conn_release_user(rrpc_conn *c);
 /* More answer bytes are queued for the peer than RRPC_MAX_ANSWER_BACKLOG:
  * it does not take what it asked for. */
 bool rrpci_conn_backlogged(const rrpc_conn *c);
+/* Its ticket was accepted: 0, or RRPC_E_LIMIT with the reason in @why when
+ * its principal holds RRPC_MAX_CONNS_PER_PRINCIPAL already (admit.c). */
+int rrpci_admit_principal(rrpc_conn *c, char *why, size_t whylen);
 /* ... because of the context's RRPC_MAX_ANSWER_BYTES (its share), not its own bound. */
 bool rrpci_conn_over_answer_share(const rrpc_conn *c);
 /* Its queued answers are gone (it went down): out of the context's count. */

@@ -26,12 +26,17 @@ static void protocol_error(rrpc_conn *c, int code, const char *why)
 
 /* The passive side refuses: the reason goes to the peer in an ERROR frame,
  * and the connection closes shortly after, once the frame has gone out. */
-static void refuse(rrpc_conn *c, const char *why)
+static void refuse_code(rrpc_conn *c, int code, const char *why)
 {
     RRPCI_LOG(c->ctx, LOG_NOTICE, "connection refused: %s", why);
-    rrpci_set_error(c->ctx, RRPC_E_TICKET, "connection refused: %s", why);
-    rrpci_send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, why, strlen(why));
+    rrpci_set_error(c->ctx, code, "connection refused: %s", why);
+    rrpci_send_exempt(c, RRPCI_T_ERROR, code, why, strlen(why));
     rrpci_conn_enter(c, RRPCI_EV_TICKET_REFUSED);
+}
+
+static void refuse(rrpc_conn *c, const char *why)
+{
+    refuse_code(c, RRPC_E_TICKET, why);
 }
 
 void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t len)
@@ -52,7 +57,13 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
         return; /* refusing or closing: on its way out */
     if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPCI_CLS_CONTROL) {
         char why[256] = "";
+        c->ctx->verifying = c; /* for rrpc_ctx_ticket_principal */
         int r = c->ctx->ticket_fn(c->ctx->ticket_user, p, h->len, why, sizeof(why));
+        c->ctx->verifying = NULL;
+        if (r == 0 && rrpci_admit_principal(c, why, sizeof(why)) < 0) {
+            refuse_code(c, RRPC_E_LIMIT, why);
+            return;
+        }
         if (r == 0) {
             if (rrpci_send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0) == 0)
                 rrpci_conn_announce(c, RRPCI_EV_TICKET_OK);

@@ -496,10 +496,11 @@ static size_t render_guard(const struct rrpci_guard *g, char *buf, size_t len, s
         ev, ev, ev, (unsigned long long)g->evicted_unauth, ev,
         (unsigned long long)g->evicted_idle);
     const char *rf = "rrpc_connections_refused_total";
-    put(&o, "# HELP %s Connections refused at accept, by cap.\n# TYPE %s counter\n"
-        "%s{reason=\"per_source\"} %llu\n%s{reason=\"full\"} %llu\n",
+    put(&o, "# HELP %s Connections refused at accept (or at their ticket), by cap.\n"
+        "# TYPE %s counter\n%s{reason=\"per_source\"} %llu\n%s{reason=\"full\"} %llu\n"
+        "%s{reason=\"per_principal\"} %llu\n",
         rf, rf, rf, (unsigned long long)g->refused_source, rf,
-        (unsigned long long)g->refused_full);
+        (unsigned long long)g->refused_full, rf, (unsigned long long)g->refused_principal);
     gauge(&o, "rrpc_answer_queued_bytes",
           "Answer bytes queued for peers that have not taken them (RRPC_MAX_ANSWER_BYTES).",
           g->answer_bytes);

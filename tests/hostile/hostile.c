@@ -656,6 +656,78 @@ static void test_one_address_cannot_lock_out_other_clients_on_it(void **state)
     server_stop(&s);
 }
 
+/* A verifier that takes tickets "user:NAME" and names NAME as their principal
+ * (as the broker's gate names the ticket's client). */
+static int verify_named(void *user, const void *t, size_t len, char *why, size_t whylen)
+{
+    rrpc_ctx *ctx = user;
+    char name[64];
+    if (len < 6 || len >= sizeof(name) + 5 || memcmp(t, "user:", 5) != 0) {
+        snprintf(why, whylen, "not a user ticket");
+        return RRPC_E_TICKET;
+    }
+    memcpy(name, (const char *)t + 5, len - 5);
+    name[len - 5] = 0;
+    return rrpc_ctx_ticket_principal(ctx, name);
+}
+
+/*
+ * With tickets: one principal (mallory) opens 20 connections from 127.0.0.1
+ * to a server allowing 8 per address and 8 per principal; before, her 8
+ * filled the address's cap and alice, on the same address, was refused
+ * ("too many connections from 127.0.0.1").  Now authenticated connections
+ * count against their principal: mallory is refused past her 8, with the
+ * reason, and alice gets in.
+ */
+static void test_one_principal_cannot_lock_out_another_on_its_address(void **state)
+{
+    struct server s = { 0 };
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_MAX_CONNS_PER_SOURCE", "8"), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_MAX_CONNS_PER_PRINCIPAL", "8"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &s.ctx), 0);
+    rrpc_config_destroy(cfg);
+    assert_int_equal(rrpc_register(s.ctx, "echo", h_echo, NULL), 0);
+    assert_int_equal(rrpc_ctx_require_ticket(s.ctx, verify_named, s.ctx), 0);
+    assert_int_equal(rrpc_ctx_ticket_principal(s.ctx, "x"), -EPERM); /* not from a verifier */
+    assert_int_equal(rrpc_listen(s.ctx, "tcp://127.0.0.1:0", on_event, &s, &s.l), 0);
+    snprintf(s.uri, sizeof(s.uri), "tcp://127.0.0.1:%d", rrpc_listener_port(s.l));
+    assert_int_equal(rrpc_ctx_start_thread(s.ctx), 0);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *m[20];
+    int held = 0;
+    char why[256] = "";
+    for (int i = 0; i < 20; i++) {
+        rrpc_conn *c = NULL;
+        int r = rrpc_connect_ticket(cc, s.uri, "user:mallory", 12, 10000, NULL, NULL, &c);
+        if (r == 0)
+            m[held++] = c;
+        else if (!why[0])
+            snprintf(why, sizeof(why), "%s: %s", rrpc_err_name(r), rrpc_ctx_last_error(cc));
+    }
+    print_message("mallory holds %d of 20; refused: %s\n", held, why);
+    assert_int_equal(held, 8);
+    assert_non_null(strstr(why, "RRPC_MAX_CONNS_PER_PRINCIPAL"));
+    assert_non_null(strstr(why, "RRPC_E_LIMIT"));
+    rrpc_conn *alice = NULL;
+    int r = rrpc_connect_ticket(cc, s.uri, "user:alice", 10, 10000, NULL, NULL, &alice);
+    if (r)
+        fail_msg("alice, on mallory's address, was refused: %s: %s", rrpc_err_name(r),
+                 rrpc_ctx_last_error(cc));
+    void *out = NULL;
+    size_t len;
+    assert_int_equal(rrpc_call_sync(alice, "echo", "a", 1, NULL, &out, &len), 0);
+    free(out);
+    assert_true(metrics_have(s.ctx, "rrpc_connections_refused_total{reason=\"per_principal\"} 12"));
+    rrpc_conn_close(alice);
+    for (int i = 0; i < held; i++)
+        rrpc_conn_close(m[i]);
+    rrpc_ctx_destroy(cc);
+    rrpc_ctx_destroy(s.ctx);
+    cur = NULL;
+}
+
 /* This process's resident set now (VmRSS), KiB. */
 static long rss_kib(void)
 {
@@ -857,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_running_out_of_fds_pauses_accepts_and_recovers),
         cmocka_unit_test(test_ten_addresses_cannot_lock_out_a_client_from_an_eleventh),
         cmocka_unit_test(test_one_address_cannot_lock_out_other_clients_on_it),
+        cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),
         cmocka_unit_test(test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
