@@ -69,6 +69,10 @@ static const struct rrpci_conf_field core_fields[] = {
      .doc = "server side, without tickets: a connection with nothing asked or answered this "
             "long may be closed, the longest idle first, to admit a new one at a cap, ms "
             "(0: never)"},
+    {.name = "RRPC_MAX_GRANTS", RRPCI_CONF_INT(C, max_grants), .def = 65536, .min = 1,
+     .max = 16777216,
+     .doc = "grants (rrpc_grant) alive at once on a context; rrpc_grant refuses more with "
+            "RRPC_E_LIMIT until some are revoked"},
     {.name = "RRPC_MAX_ANSWER_BACKLOG", RRPCI_CONF_INT(C, max_answer_backlog), .def = 16L << 20,
      .min = 65536, .max = 1LL << 40,
      .doc = "answer bytes queued for a peer that does not take them; above it its requests' "
