@@ -40,6 +40,7 @@ NOT_BOUND = {
     "rrpc_tensor_numel": "numpy's size",
     "rrpc_kv_pool_page": "KvPool.page gives numpy views",
     "rrpc_ctx_require_ticket": "servers take tickets through Broker.gate (rrpc_broker_gate)",
+    "rrpc_ctx_ticket_principal": "called by a C ticket verifier (rrpc_broker_gate's)",
     "rrpc_service_call_sync": "Service.call borrows the connection and waits on a Future",
     "rrpc_ticket_issue": "tickets are rrpcd's to issue; clients get them from lookup()",
     "rrpc_ticket_present": "as rrpc_ticket_issue; lookup() presents with the handle's principal",
