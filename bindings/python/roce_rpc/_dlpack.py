@@ -6,8 +6,8 @@ dtype.  bfloat16 (kDLBfloat, 16 bits) comes out as uint16, the same bits,
 with RRPC_DTYPE_BF16, so no ml_dtypes is needed.  The producer's deleter
 runs once the array and every view of it are gone.
 
-export(array, dtype): an object whose __dlpack__ hands @array's memory to a
-consumer (np.from_dlpack, torch.from_dlpack), with @dtype "bfloat16" to
+export(array, dtype): an object whose __dlpack__ hands array's memory to a
+consumer (np.from_dlpack, torch.from_dlpack), with dtype "bfloat16" to
 label raw uint16/int16 bits as bfloat16.
 
 Only the DLPack C ABI (dlpack.h, version 0.x: DLManagedTensor in a
@@ -20,6 +20,8 @@ import weakref
 import numpy as np
 
 from ._rrpc import lib
+
+__all__ = ["DLPackTensor", "consume", "export"]
 
 KDL_CPU = 1
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
@@ -84,7 +86,7 @@ def _call_deleter(addr):
 
 
 def consume(obj):
-    """(numpy array over @obj's memory, rrpc dtype code).  ValueError for
+    """(numpy array over obj's memory, rrpc dtype code).  ValueError for
     memory that is not the CPU's; TypeError for dtypes rrpc cannot carry."""
     dev = obj.__dlpack_device__()
     if int(dev[0]) != KDL_CPU:
@@ -200,6 +202,10 @@ class DLPackTensor:
 
 
 def export(array, dtype=None):
-    """An object with __dlpack__ over @array's memory (no copy); @dtype
+    """An object with __dlpack__ over array's memory (no copy); dtype
     'bfloat16' labels 16-bit integer raw bits as bfloat16."""
     return DLPackTensor(array, dtype)
+
+
+def __dir__() -> "list[str]":
+    return sorted(__all__)

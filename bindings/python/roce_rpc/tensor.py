@@ -85,7 +85,7 @@ def _addr(a):
 
 
 def _span(a):
-    """[lo, hi) of the bytes the elements of @a occupy."""
+    """[lo, hi) of the bytes the elements of a occupy."""
     base = _addr(a)
     if a.size == 0:
         return base, base
@@ -108,7 +108,7 @@ def _find_region(core, lo, hi, writable):
 
 
 def _root(a):
-    """The outermost ndarray owning @a's memory, as a C-contiguous array
+    """The outermost ndarray owning a's memory, as a C-contiguous array
     over that memory (a Fortran-ordered owner is taken transposed), or None."""
     b = a
     while isinstance(b.base, np.ndarray):
@@ -119,7 +119,7 @@ def _root(a):
 
 
 def _region_for(ctx_or_core, a, writable):
-    """(Region, temporary?) holding every byte of @a."""
+    """(Region, temporary?) holding every byte of a."""
     core = ctx_or_core
     lo, hi = _span(a)
     r = _find_region(core, lo, max(hi, lo + 1), writable)
@@ -161,7 +161,7 @@ def _empty_region(core, writable):
 
 
 def _dense(dtype, shape, strides):
-    """A new array of @shape whose strides are @strides (dense, in some
+    """A new array of shape whose strides are strides (dense, in some
     memory order), so it receives a tensor of that layout in one piece."""
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if n == 0 or len(shape) < 2:
@@ -181,7 +181,7 @@ def _layout(a):
 
 
 def write_count(src: Any, dst: Any) -> int:
-    """How many WRITEs sending array @src into an array laid out as @dst
+    """How many WRITEs sending array src into an array laid out as dst
     takes (rrpc_tensor_write_count): 1 when both are contiguous in the same
     memory order, one per element for a transpose into a C-contiguous array.
     0 for an empty tensor or layouts that do not match in dtype and shape."""
@@ -398,7 +398,7 @@ def _nbytes(dtype, shape):
 
 
 def _lent_array(buf, lo, n, dtype, shape, strides, give_back, arg):
-    """An array of @shape over @n bytes of @buf from @lo; give_back(arg)
+    """An array of shape over n bytes of buf from lo; give_back(arg)
     runs once it and every view of it are gone.  The owner of that memory
     for numpy is an array over a memoryview, so every view made of what
     the user receives keeps this very object alive (numpy collapses view
@@ -500,7 +500,7 @@ class _Recycler:
         self.closed = False
 
     def take(self, dtype, shape, strides):
-        """An array of @shape and @strides over kept (or new, kept later)
+        """An array of shape and strides over kept (or new, kept later)
         registered memory, or None when the tensor is too small or too large
         to keep.  Runs in the alloc callback."""
         self._reap()
@@ -641,7 +641,7 @@ class TensorServer(_core._Closable):
     def receive(self, timeout=None):
         """(name, array) of the next tensor that arrived; raises the
         RrpcError of a failed one (with .tensor_name), RrpcTimeoutError (a
-        TimeoutError) after @timeout s."""
+        TimeoutError) after timeout s."""
         try:
             item = self._st.queue.get(timeout=timeout)
         except queue.Empty:
@@ -743,7 +743,7 @@ class KvToken:
 class KvPool(_core._Closable):
     """A KV-cache page pool over a writable C-contiguous buffer (zero copy).
 
-    With page_size None, @array's first dimension counts the pages
+    With page_size None, array's first dimension counts the pages
     (array[i] is page i); otherwise the buffer is cut into pages of
     page_size bytes.  Keeps the array and the Context alive."""
 
@@ -796,7 +796,7 @@ class KvPool(_core._Closable):
         self._core.retire(self, lambda: lib.rrpc_kv_pool_dereg(ptr))
 
     def page(self, i):
-        """Page @i as a numpy view (array[i], or a uint8 slice)."""
+        """Page i as a numpy view (array[i], or a uint8 slice)."""
         if not 0 <= i < self.page_count:
             raise IndexError(i)
         a = self.array
@@ -805,7 +805,7 @@ class KvPool(_core._Closable):
         return np.frombuffer(a, np.uint8)[i * self.page_size:(i + 1) * self.page_size]
 
     def token(self, conn):
-        """The KvToken with which the peer of @conn may write into this pool."""
+        """The KvToken with which the peer of conn may write into this pool."""
         t = ffi.new("rrpc_kv_token *")
         with self._core.use(self, "KV pool"):
             if conn._closed:
@@ -853,3 +853,7 @@ def kv_transfer_async(conn, src, dst, pairs, *, qos=None, notify=None):
                                  lib._rrpc_py_op_done, user, writes.p)
         return _error(r, core.ptr, "KV transfer") if r else None
     return core.submit(conn, (fut, core, writes, (src,), conn), start, busy=src, enders=(src,))
+
+
+def __dir__() -> "list[str]":
+    return sorted(__all__)
