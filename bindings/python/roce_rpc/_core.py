@@ -25,11 +25,15 @@ import math
 import operator
 import threading
 import traceback
+import types
 import weakref
-from typing import (Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, get_args,
-                    Literal)
+from typing import (Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union,
+                    get_args, Literal, TYPE_CHECKING)
 
 from ._rrpc import ffi, lib
+
+if TYPE_CHECKING:  # the tensor module needs numpy: imported when used
+    from .tensor import KvPool, ReceivePool, TensorServer
 
 __all__ = ["Context", "Conn", "Listener", "Region", "Request", "Token",
            "RrpcError", "RpcError", "RrpcTimeoutError", "RrpcConnectionError",
@@ -51,6 +55,7 @@ _QoS = Union[int, QosName]  # a class number (CLASS_*) or name ("low_latency")
 QosClass = _QoS
 _TokenLike = Union["Token", bytes]
 _F = TypeVar("_F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound="_Closable")
 
 log = logging.getLogger("roce_rpc")
 
@@ -175,7 +180,7 @@ class RrpcError(Exception):
 
     _errno = None  # the OSError subclasses' errno when code is no errno
 
-    def __new__(cls, code=0, message="", *rest):
+    def __new__(cls, code: int = 0, message: str = "", *rest: Any) -> "RrpcError":
         if cls is RrpcError:
             cls = _ERROR_CLASSES.get(int(code), RrpcError)
         if issubclass(cls, OSError):
@@ -184,9 +189,9 @@ class RrpcError(Exception):
             return super().__new__(cls, eno, message or "")
         return super().__new__(cls, code, message)
 
-    def __init__(self, code=0, message=""):
-        self.code = int(code)
-        self.message = message or ""
+    def __init__(self, code: int = 0, message: str = "") -> None:
+        self.code: int = int(code)
+        self.message: str = message or ""
         super().__init__(self.code, self.message)
         self.args = (self.code, self.message)
 
@@ -194,7 +199,8 @@ class RrpcError(Exception):
         return (type(self), (self.code, self.message))
 
     @property
-    def name(self):
+    def name(self) -> str:
+        """rrpc_err_name(code): "RRPC_E_DEADLINE", "ENOMEM", ..."""
         return err_name(self.code)
 
     def __str__(self):
@@ -916,14 +922,18 @@ class _Closable:
     """`with obj:` closes obj at the end of the block, and so does garbage
     collection (errors are ignored there).  Subclasses define close()."""
 
-    def __enter__(self):
+    def __enter__(self: _C) -> _C:
         return self
 
-    def __exit__(self, *a):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> bool:
         self.close()
         return False
 
-    def __del__(self):
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -950,7 +960,11 @@ class Context(_Closable):
     (metrics_port says the port when it was 0).
     """
 
-    def __init__(self, *, log=None, log_level=6, classes=None, config=None, _driven=False):
+    def __init__(self, *, log: Union[None, bool, Callable[[int, str], Any]] = None,
+                 log_level: int = 6,
+                 classes: Optional[Dict[_QoS, Tuple[int, int, int]]] = None,
+                 config: Optional[Dict[str, Union[str, int]]] = None,
+                 _driven: bool = False) -> None:
         pp = ffi.new("rrpc_ctx **")
         r = _create_ctx(config, pp)
         if r:
@@ -981,7 +995,8 @@ class Context(_Closable):
 
     # -- lifetime --
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """Whether close() was called."""
         return self._core.closing or self._core.closed
 
     def close(self) -> None:
@@ -1003,7 +1018,7 @@ class Context(_Closable):
             _destroy(core)
 
     # -- metrics --
-    def stats(self) -> dict:
+    def stats(self) -> Dict[str, Any]:
         """The context's counters (rrpc_ctx_stats, rrpc_ctx_peer_stats):
         {"classes": {name: {calls, calls_ok, calls_failed, call_errors (a
         dict by code: RRPC_E_DEADLINE, ..., application, other),
@@ -1052,7 +1067,7 @@ class Context(_Closable):
                 "busy_poll_contended_stops": int(st.busy_poll_contended_stops)}
 
     @property
-    def metrics_port(self):
+    def metrics_port(self) -> Optional[int]:
         """The TCP port this context serves GET /metrics on (the config's
         metrics_listen), or None when it serves none."""
         with self._core.use():
@@ -1250,7 +1265,7 @@ class Context(_Closable):
 
     register_memory = register
 
-    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> Any:
+    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> "KvPool":
         """A KV-cache page pool over array (see KvPool)."""
         from .tensor import KvPool
         return KvPool(self, array, page_size)
@@ -1258,19 +1273,19 @@ class Context(_Closable):
     def serve_tensors(self, alloc: Optional[Callable[..., Any]] = None,
                       on_tensor: Optional[Callable[..., Any]] = None, *,
                       max_bytes: Optional[int] = None, pool: Any = None,
-                      keep_bytes: Optional[int] = None) -> Any:
+                      keep_bytes: Optional[int] = None) -> "TensorServer":
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
         return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes, pool=pool,
                             keep_bytes=keep_bytes)
 
-    def receive_pool(self, slot_bytes: int, count: int = 2) -> Any:
+    def receive_pool(self, slot_bytes: int, count: int = 2) -> "ReceivePool":
         """count registered receive destinations of slot_bytes each,
         reused across receives (see ReceivePool; serve_tensors(pool=...))."""
         from .tensor import ReceivePool
         return ReceivePool(self, slot_bytes, count)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
 
 
@@ -1330,7 +1345,7 @@ class Request:
     __slots__ = ("_ptr", "_core", "_method", "_answered", "_deferred", "_lock", "qos_class",
                  "_conn")
 
-    def __init__(self, ptr, core, method=""):
+    def __init__(self, ptr: Any, core: "_Core", method: str = "") -> None:
         self._ptr = ptr
         self._core = core
         self._method = method
@@ -1341,11 +1356,11 @@ class Request:
         self._conn = lib.rrpc_request_conn(ptr)
 
     @property
-    def conn(self):
+    def conn(self) -> "Conn":
         """The Conn the request came on (valid while the request is)."""
         return self._core.conn_for(self._conn)
 
-    def defer(self) -> None:
+    def defer(self) -> "Request":
         """The handler returns without answering; respond()/fail() later."""
         self._deferred = True
         return self
@@ -1441,7 +1456,16 @@ class Conn(_Closable):
     """A connection.  From Context.connect (owned: close() it, or let it be
     collected) or accepted by a Listener (valid until it goes down)."""
 
-    def __init__(self):
+    uri: Optional[str]  #: the URI it was connected to (None: accepted)
+    down_reason: int    #: why it went down (0 while up)
+    _core: "_Core"
+    _ptr: Any
+    _owned: bool
+    _closed: bool
+    _up: bool
+    _ctx: Optional["Context"]
+
+    def __init__(self) -> None:
         raise TypeError("use Context.connect()")
 
     @classmethod
@@ -1458,25 +1482,30 @@ class Conn(_Closable):
         return c
 
     @property
-    def context(self):
+    def context(self) -> Optional["Context"]:
+        """The Context of this connection (None once it is collected)."""
         return self._ctx if self._ctx is not None else (
             self._core.ctx_ref() if self._core.ctx_ref else None)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """Whether close() was called or the connection went down."""
         return self._closed
 
     @property
-    def up(self):
+    def up(self) -> bool:
+        """Whether the connection is up."""
         return self._up and not self._closed
 
     @property
-    def transport(self):
+    def transport(self) -> str:
+        """"tcp", "verbs" or "inproc"."""
         with self._core.use(self, "connection"):
             return _s(lib.rrpc_conn_transport(self._ptr))
 
     @property
-    def peer(self):
+    def peer(self) -> str:
+        """The peer's address."""
         buf = ffi.new("char[]", 128)
         with self._core.use(self, "connection"):
             r = lib.rrpc_conn_peer(self._ptr, buf, 128)
@@ -1669,7 +1698,7 @@ class Conn(_Closable):
         self._core.check_blocking("kv_transfer")
         return self.kv_transfer_async(src, dst, pairs, qos=qos, notify=notify).result()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._closed else ("up" if self._up else "down")
         return "<roce_rpc.Conn %s %s>" % (self.uri or ("accepted %#x" % _ptrint(self._ptr)),
                                           state)
@@ -1678,7 +1707,7 @@ class Conn(_Closable):
 class Listener(_Closable):
     """A listening endpoint (Context.listen).  .port, .uri, .connections."""
 
-    def __init__(self, ctx, uri):
+    def __init__(self, ctx: "Context", uri: str) -> None:
         core = ctx._core
         self._ctx = ctx
         self._core = core
@@ -1692,16 +1721,19 @@ class Listener(_Closable):
         self.port = lib.rrpc_listener_port(self._ptr)
         self.uri = _with_port(uri, self.port)
 
-    def handler(self, method, *, request=False, on_worker=False):
+    def handler(self, method: str, *, request: bool = False,
+                on_worker: bool = False) -> Callable[[_F], _F]:
         """Same as Context.handler (handlers belong to the context)."""
         return self._ctx.handler(method, request=request, on_worker=on_worker)
 
     @property
-    def context(self):
+    def context(self) -> "Context":
+        """The Context that listens."""
         return self._ctx
 
     @property
-    def connections(self):
+    def connections(self) -> List["Conn"]:
+        """The accepted connections that are up."""
         return list(self._core.accepted.values())
 
     def client_uri(self, src: Optional[str] = None) -> str:
@@ -1743,7 +1775,7 @@ class Token:
 
     __slots__ = ("addr", "length", "key", "access")
 
-    def __init__(self, addr, length, key, access):
+    def __init__(self, addr: int, length: int, key: int, access: int) -> None:
         self.addr, self.length, self.key, self.access = addr, length, key, access
 
     @classmethod
@@ -1771,11 +1803,11 @@ class Token:
 
     __bytes__ = to_bytes
 
-    def __eq__(self, o):
+    def __eq__(self, o: object) -> bool:
         return isinstance(o, Token) and (self.addr, self.length, self.key, self.access) == (
             o.addr, o.length, o.key, o.access)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<Token addr=%#x len=%d access=%d>" % (self.addr, self.length, self.access)
 
 
@@ -1783,7 +1815,8 @@ class Region(_Closable):
     """Registered memory (Context.register_memory).  Zero copy: the library
     reads and writes obj's own memory.  Keeps obj and the Context alive."""
 
-    def __init__(self, ctx, obj, access=REMOTE_READ | REMOTE_WRITE):
+    def __init__(self, ctx: "Context", obj: _Buffer,
+                 access: Union[int, str] = REMOTE_READ | REMOTE_WRITE) -> None:
         core = ctx._core
         self._ctx = ctx
         self._core = core
@@ -1812,11 +1845,13 @@ class Region(_Closable):
         core.regions[id(self)] = self
 
     @property
-    def context(self):
+    def context(self) -> "Context":
+        """The Context the memory is registered with."""
         return self._ctx
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """Whether the region is deregistered."""
         return self._closed
 
     def token(self, conn: "Conn") -> Token:
@@ -1832,7 +1867,8 @@ class Region(_Closable):
     def _core_conn(self, conn):
         return _ConnUse(conn)
 
-    def contains(self, addr, n):
+    def contains(self, addr: int, n: int) -> bool:
+        """Whether n bytes at address addr are inside the region."""
         return self.addr <= addr and addr + n <= self.addr + self.nbytes
 
     # in-flight operations keep the region registered
@@ -1870,7 +1906,7 @@ class Region(_Closable):
         ptr = self._ptr
         self._core.retire(self, lambda: lib.rrpc_mem_dereg(ptr))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<roce_rpc.Region %s bytes at %#x%s>" % (
             getattr(self, "nbytes", "?"), getattr(self, "addr", 0),
             " closed" if getattr(self, "_closed", True) else "")

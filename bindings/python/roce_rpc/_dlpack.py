@@ -16,6 +16,7 @@ Only the DLPack C ABI (dlpack.h, version 0.x: DLManagedTensor in a
 import ctypes
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def _call_deleter(addr):
         mt.deleter(ctypes.cast(addr, ctypes.POINTER(_DLManagedTensor)))
 
 
-def consume(obj):
+def consume(obj: Any) -> Any:
     """(numpy array over obj's memory, rrpc dtype code).  ValueError for
     memory that is not the CPU's; TypeError for dtypes rrpc cannot carry."""
     dev = obj.__dlpack_device__()
@@ -156,7 +157,7 @@ class DLPackTensor:
 
     __slots__ = ("array", "_code", "_bits", "__weakref__")
 
-    def __init__(self, array, dtype=None):
+    def __init__(self, array: Any, dtype: Any = None) -> None:
         a = np.asarray(array)
         if dtype not in (None, "bfloat16"):
             raise ValueError("dtype is None or 'bfloat16'")
@@ -201,7 +202,7 @@ class DLPackTensor:
         return _New(addr, _NAME, _capsule_gone)
 
 
-def export(array, dtype=None):
+def export(array: Any, dtype: Any = None) -> "DLPackTensor":
     """An object with __dlpack__ over array's memory (no copy); dtype
     'bfloat16' labels 16-bit integer raw bits as bfloat16."""
     return DLPackTensor(array, dtype)

@@ -55,11 +55,15 @@ import asyncio
 import collections
 import logging
 import types
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Type, TypeVar
+from typing import (Any, Callable, List, NamedTuple, Optional, Tuple, Type, TypeVar,
+                    TYPE_CHECKING)
 
 from ._rrpc import ffi, lib
 from . import _core
 from ._core import RrpcError, _closed_error, _Buffer, _QoS, _TokenLike
+
+if TYPE_CHECKING:
+    from .tensor import KvPool
 
 __all__ = ["Context", "Conn", "TensorServer", "TaskCounts", "set_task_limits", "task_counts"]
 
@@ -356,7 +360,7 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
 
     register_memory = register
 
-    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> Any:
+    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> "KvPool":
         """A KV-cache page pool over array (see roce_rpc.Context.kv_pool)."""
         return self.sync.kv_pool(array, page_size)
 

@@ -271,7 +271,8 @@ class Service(_Closable):
     call borrows the current connection, or a new one from a fresh lookup
     and ticket when it went down, spaced by an exponential backoff."""
 
-    def __init__(self, broker, ctx, name, backoff_min, backoff_max, connect_timeout, wait):
+    def __init__(self, broker: "Broker", ctx: Context, name: str, backoff_min: float,
+                 backoff_max: float, connect_timeout: float, wait: Optional[float]) -> None:
         broker._check()
         self._closed = False
         self._ptr = ffi.NULL
