@@ -17,7 +17,7 @@ cffi module stays reachable for experts as roce_rpc.ffi and roce_rpc.lib.
 """
 from typing import List
 
-from ._rrpc import ffi, lib
+from ._rrpc import ffi, lib  # noqa: F401  (roce_rpc.ffi, for experts)
 from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, RpcError,
                     RrpcTimeoutError, RrpcConnectionError, RrpcConnectionRefusedError,
                     RrpcPermissionError, RrpcValueError, ErrorCode, QosName, QosClass,
