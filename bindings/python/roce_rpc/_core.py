@@ -45,7 +45,7 @@ __all__ = ["Context", "Conn", "Listener", "Region", "Request", "Token",
            "E_PROTO", "E_VERSION", "E_NO_METHOD", "E_BAD_CLASS", "E_TOO_BIG", "E_ACCESS",
            "E_CONN_LOST", "E_DEADLINE", "E_NO_DEVICE", "E_URI", "E_CLOSED", "E_CREDIT",
            "E_DEADLOCK", "E_ARGS", "E_TRANSPORT", "E_REGION", "E_TICKET", "E_LIMIT",
-           "E_UNKNOWN_HOST", "E_CANCELLED"]
+           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT"]
 
 _Buffer = Any  # bytes, bytearray, memoryview, a numpy array: the buffer protocol
 # The QoS class names rrpc_class_from_name knows: a type checker refuses any
@@ -90,6 +90,7 @@ class ErrorCode(enum.IntEnum):
     LIMIT = -1018
     UNKNOWN_HOST = -1019
     CANCELLED = -1020
+    GRANT = -1021
 
 
 for _e in ErrorCode:
@@ -120,6 +121,7 @@ E_TICKET = ErrorCode.TICKET
 E_LIMIT = ErrorCode.LIMIT
 E_UNKNOWN_HOST = ErrorCode.UNKNOWN_HOST
 E_CANCELLED = ErrorCode.CANCELLED
+E_GRANT = ErrorCode.GRANT
 
 CLASS_CONTROL: int = lib.RRPC_CLASS_CONTROL
 CLASS_LOW_LATENCY: int = lib.RRPC_CLASS_LOW_LATENCY
