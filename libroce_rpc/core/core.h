@@ -367,7 +367,9 @@ struct rrpci_pending {
     double t0; /* rrpci_stats_now() when the call was made */
 };
 /* Serves a request; true when a handler worker took it, and with it the
- * request's credit, which its job gives back when it ends (workers.c). */
+ * request's credit, which its job gives back when it ends (workers.c), or
+ * when the method keeps the credit until the answer
+ * (RRPC_HANDLER_CREDIT_ON_ANSWER: rrpc_respond gives it back). */
 bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
 /* Answers @req now with @status (0: @msg is the result, else the message);
  * frees @req (rrpc_respond's rules). */
