@@ -354,7 +354,7 @@ typedef void (*rrpc_conn_event_fn)(rrpc_conn *conn, rrpc_conn_event ev, int reas
 
 /*
  * Endpoint URIs:
- *   tcp://HOST:PORT    the TCP transport (one socket per QoS class)
+ *   tcp://HOST:PORT    the TCP transport (one socket; bulk, background get their own on first use)
  *   rdma://HOST:PORT   the RoCEv2 verbs transport (one RC QP per QoS class)
  *   inproc://NAME      client and server in this process (no sockets)
  * HOST is an IPv4 address, a name, or [IPv6].  A query may follow:
@@ -482,7 +482,9 @@ RRPC_API const char *rrpc_conn_transport(rrpc_conn *conn);
 
 /*
  * The DSCP actually set on the local side of class @cls of @conn, read back
- * from the socket or queue pair, in *ret_dscp.  Errors: RRPC_E_BAD_CLASS,
+ * from the socket or queue pair, in *ret_dscp (tcp: from the socket the class
+ * travels on; a class whose own socket opens on its first use and was not
+ * used yet gives the DSCP that socket will get).  Errors: RRPC_E_BAD_CLASS,
  * RRPC_E_CLOSED, -EOPNOTSUPP when the transport cannot tell.
  */
 RRPC_API int rrpc_conn_class_dscp(rrpc_conn *conn, int cls, int *ret_dscp);

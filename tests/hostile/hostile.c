@@ -643,6 +643,72 @@ static void test_the_config_object_checks_every_setting_and_says_why(void **stat
     assert_non_null(strstr(rrpc_ctx_last_error(NULL), "RRPC_MAX_CONNS"));
 }
 
+/* A socket that attaches itself as a class's own socket must name a
+ * connection that is up and prove its secret (docs/protocol.md §6.3): a
+ * wrong secret, an unknown cookie, a class that has its socket already and
+ * low_latency (which travels on the first socket) are refused with ERROR,
+ * from another address too, and the connection they name goes on: its
+ * classes answer, and its own attach, which the server asks for when it
+ * first answers on control, still works. */
+static void test_a_forged_attach_is_refused_and_the_victim_goes_on(void **state)
+{
+    struct server s;
+    server_start(&s, false, NULL);
+    struct raw_conn victim;
+    assert_int_equal(handshake_from(&victim, "127.0.0.1", s.port, 64, NULL), 0);
+    uint8_t wrong[16];
+    memcpy(wrong, victim.secret, 16);
+    wrong[15] ^= 1;
+    struct raw_conn unknown = victim;
+    unknown.cookie ^= 1;
+    const struct {
+        const struct raw_conn *rc;
+        int cls;
+        const uint8_t *secret;
+    } forged[] = {
+        {&victim, 0, wrong},         /* control has no socket yet: only the secret stops it */
+        {&victim, 3, wrong},
+        {&unknown, 0, victim.secret}, /* no connection has this cookie */
+        {&victim, 2, victim.secret},  /* bulk has its socket already */
+        {&victim, 1, victim.secret},  /* low_latency travels on the first socket */
+    };
+    for (size_t i = 0; i < sizeof(forged) / sizeof(forged[0]); i++) {
+        int fd = raw_join(forged[i].rc, "127.0.0.2", "127.0.0.1", s.port, forged[i].cls,
+                          forged[i].secret);
+        assert_true(fd >= 0);
+        int code = 0;
+        assert_int_equal(raw_read_refusal(fd, &code), 0);
+        assert_int_equal(code, RRPC_E_PROTO);
+        close(fd);
+    }
+    /* The victim's classes answer, on the first socket and on their own. */
+    assert_int_equal(raw_echo(victim.fd[1], 1, 1, NULL), 0);
+    assert_int_equal(raw_echo(victim.fd[2], 2, 2, NULL), 0);
+    assert_int_equal(raw_echo(victim.fd[3], 3, 3, NULL), 0);
+    /* A control request on the first socket: the server answers on control's
+     * own socket, which it asks for (JOIN, class control, no payload), holding
+     * the answer until the victim attaches it with the right secret. */
+    uint8_t hdr[32] = {0};
+    assert_int_equal(raw_echo(victim.fd[0], 0, 4, hdr), -1);
+    assert_int_equal(hdr[5], 3 /* JOIN */);
+    assert_int_equal(hdr[6], 0);
+    assert_int_equal(raw_get(hdr + 24, 4), 0);
+    int ctl = raw_join(&victim, NULL, "127.0.0.1", s.port, 0, victim.secret);
+    assert_true(ctl >= 0);
+    uint8_t msg[64];
+    assert_int_equal(raw_read_frame(ctl, hdr, msg, sizeof(msg)), 0);
+    assert_int_equal(hdr[5], 4 /* JOIN_ACK */);
+    assert_int_equal(raw_echo_answer(ctl, 4, NULL), 0);
+    assert_int_equal(raw_echo(ctl, 0, 5, NULL), 0);
+    lock();
+    int downs = s.downs;
+    unlock();
+    assert_int_equal(downs, 0);
+    close(ctl);
+    raw_close(&victim);
+    server_stop(&s);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_DFL); /* as a host process has it */
@@ -658,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_silent_sockets_cannot_lock_out_a_client),
         cmocka_unit_test(test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline),
         cmocka_unit_test(test_running_out_of_fds_pauses_accepts_and_recovers),
+        cmocka_unit_test(test_a_forged_attach_is_refused_and_the_victim_goes_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
