@@ -18,7 +18,7 @@ cffi module stays reachable for experts as roce_rpc.ffi and roce_rpc.lib.
 from typing import List
 
 from ._rrpc import ffi, lib  # noqa: F401  (roce_rpc.ffi, for experts)
-from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, RpcError,
+from ._core import (Context, Conn, Listener, Region, Grant, Request, Token, RrpcError, RpcError,
                     RrpcTimeoutError, RrpcConnectionError, RrpcConnectionRefusedError,
                     RrpcPermissionError, RrpcValueError, ErrorCode, QosName, QosClass,
                     strerror, err_name, HANDLER_ERROR, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ,
@@ -34,7 +34,7 @@ __version__ = "0.2.0"
 HAVE_TENSOR: bool = hasattr(lib, "rrpc_tensor_send_with")
 HAVE_BROKER: bool = hasattr(lib, "rrpc_broker_open")
 
-__all__ = ["Context", "Conn", "Listener", "Region", "Request", "Token", "RrpcError", "RpcError",
+__all__ = ["Context", "Conn", "Listener", "Region", "Grant", "Request", "Token", "RrpcError", "RpcError",
            "RrpcTimeoutError", "RrpcConnectionError", "RrpcConnectionRefusedError",
            "RrpcPermissionError", "RrpcValueError", "ErrorCode", "QosName", "QosClass",
            "strerror", "err_name", "HANDLER_ERROR", "NO_DEADLINE", "TOKEN_SIZE", "REMOTE_READ",

@@ -35,7 +35,7 @@ from ._rrpc import ffi, lib
 if TYPE_CHECKING:  # the tensor module needs numpy: imported when used
     from .tensor import KvPool, ReceivePool, TensorServer
 
-__all__ = ["Context", "Conn", "Listener", "Region", "Request", "Token",
+__all__ = ["Context", "Conn", "Listener", "Region", "Grant", "Request", "Token",
            "RrpcError", "RpcError", "RrpcTimeoutError", "RrpcConnectionError",
            "RrpcConnectionRefusedError", "RrpcPermissionError", "RrpcValueError",
            "ErrorCode", "QosName", "QosClass",
@@ -1869,6 +1869,22 @@ class Region(_Closable):
     def _core_conn(self, conn):
         return _ConnUse(conn)
 
+    def grant(self, conn: "Conn", offset: int, length: int,
+              access: Union[int, str] = REMOTE_READ | REMOTE_WRITE,
+              expires: Optional[float] = None, qos: Optional[_QoS] = None) -> "Grant":
+        """Grants the peer of conn access to [offset, offset + length) of this
+        region (rrpc_region_grant): access is a subset of the region's ("r",
+        "w", "rw" or REMOTE_* bits), expires is in seconds (None: never), qos
+        the class the peer's operations must use (default "bulk").  Returns a
+        Grant whose token the peer uses like a region's; revoke it with
+        Grant.revoke() or a with block.  Blocks until the grant is in force
+        (on verbs the NIC binds a memory window): from a handler, register it
+        with on_worker=True (else RrpcError E_DEADLOCK).  Raises RrpcError:
+        E_REGION (range outside), E_ACCESS (rights the region lacks),
+        E_CLOSED, E_LIMIT (RRPC_MAX_GRANTS)."""
+        return Grant(self, conn, offset, length, access, expires, qos)
+
+
     def contains(self, addr: int, n: int) -> bool:
         """Whether n bytes at address addr are inside the region."""
         return self.addr <= addr and addr + n <= self.addr + self.nbytes
@@ -1923,6 +1939,56 @@ class _NullCM:
 
 
 _Null = _NullCM()
+
+
+class Grant(_Closable):
+    """One peer's access to part of a Region (Region.grant), revocable.
+    Its token is sent to the peer; revoke() (or the end of a with block)
+    ends it: from then on no access through it succeeds."""
+
+    def __init__(self, region: Region, conn: "Conn", offset: int, length: int,
+                 access: Union[int, str], expires: Optional[float],
+                 qos: Optional[_QoS]) -> None:
+        self._core = region._core
+        self._closed = False
+        opts = ffi.new("rrpc_grant_opts *")
+        opts.qos_class = _qos(qos, 0)
+        if expires is not None:
+            if expires <= 0:
+                raise ValueError("expires must be > 0 seconds (or None)")
+            opts.expires_ms = max(1, int(expires * 1000))
+        gp = ffi.new("rrpc_grant **")
+        t = ffi.new("rrpc_token *")
+        with self._core.use(region, "region"), region._core_conn(conn):
+            r = lib.rrpc_region_grant(region._ptr, conn._ptr, offset, length,
+                                      _access_bits(access), opts, gp, t)
+            err = _error(r, self._core.ptr, "grant") if r else None
+        if err:
+            raise err
+        self._ptr = gp[0]
+        self.token = Token._from_c(t)
+        self.region = region
+        self._core.regions[id(self)] = self  # marked closed when the context closes
+
+    @property
+    def closed(self) -> bool:
+        """Whether the grant is revoked (or its context closed)."""
+        return self._closed
+
+    def revoke(self) -> None:
+        """Ends the grant and frees it; idempotent."""
+        if getattr(self, "_core", None) is None or not hasattr(self, "_ptr"):
+            return
+        ptr = self._ptr
+        self._core.retire(self, lambda: lib.rrpc_grant_revoke(ptr))
+
+    close = revoke
+
+    def __repr__(self) -> str:
+        t = getattr(self, "token", None)
+        return "<roce_rpc.Grant %s bytes at %#x%s>" % (
+            t.length if t else "?", t.addr if t else 0,
+            " revoked" if getattr(self, "_closed", True) else "")
 
 
 class _ConnUse:
