@@ -77,6 +77,29 @@ static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
+/* After getopt refused @arg (it said why): the closest long option, when one
+ * is a likely misspelling, and where the help is, instead of the whole help. */
+static void bad_usage(const char *arg, const struct option *opts)
+{
+    const char *best = NULL;
+    if (arg && !strncmp(arg, "--", 2)) {
+        char a[64];
+        snprintf(a, sizeof(a), "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+        size_t best_d = 3; /* at most 2 edits away */
+        for (const struct option *o = opts; o->name; o++) {
+            size_t d = rrpci_conf_distance(a, o->name);
+            if (d < best_d) {
+                best_d = d;
+                best = o->name;
+            }
+        }
+    }
+    if (best)
+        fprintf(stderr, "rrpcd: did you mean --%s?\n", best);
+    fprintf(stderr, "usage: rrpcd [-c FILE] [-s NAME=VALUE]... [--check]  (rrpcd --help for "
+                    "the options, rrpcd --help-settings for the settings)\n");
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -109,11 +132,12 @@ int main(int argc, char **argv)
                    CTL_VERSION, rrpc_version());
             rc = 0;
             goto out;
-        default: usage(stderr); rc = 2; goto out;
+        default: bad_usage(argv[optind - 1], longopts); rc = 2; goto out;
         }
     }
     if (optind != argc) {
-        usage(stderr);
+        fprintf(stderr, "rrpcd: unexpected argument '%s'\n", argv[optind]);
+        bad_usage(NULL, longopts);
         rc = 2;
         goto out;
     }

@@ -115,5 +115,12 @@ accepted "a long comment is no error" "$WORK/longcomment.conf"
 "$RRPCD" --help-settings=scdoc | grep -q '^\*max\\_connections\* (default: 4096; 1..1000000)$' &&
   ok "--help-settings=scdoc prints the man page's list" || bad "--help-settings=scdoc"
 
+# A mistyped option: the likely option and where the help is, not the whole help.
+out=$("$RRPCD" --chek 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q "did you mean --check?" <<< "$out" && [ "$(wc -l <<< "$out")" -le 4 ]; then
+  ok "rrpcd --chek: exit 2, 'did you mean --check?', $(wc -l <<< "$out") lines"
+else
+  bad "rrpcd --chek: exit $rc, $(wc -l <<< "$out") lines: $(head -5 <<< "$out")"
+fi
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
