@@ -20,6 +20,7 @@
 
 #include <microhttpd.h>
 
+#include "util/proc_metrics.h"
 #include "util/resolve.h"
 
 /* A connection as the server's own bookkeeping sees it: MHD keeps the
@@ -327,6 +328,32 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, cons
     return r;
 }
 
+/* Appends the process_* families (util/proc_metrics.h) to the @*len bytes
+ * at @*text, which it may move; 0 or -ENOMEM. */
+static int with_process_metrics(char **text, size_t *len)
+{
+    char *more = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&more, &n);
+    if (!f)
+        return -ENOMEM;
+    rrpci_proc_metrics(f);
+    if (fclose(f) != 0) {
+        free(more);
+        return -ENOMEM;
+    }
+    char *all = realloc(*text, *len + n + 1);
+    if (!all) {
+        free(more);
+        return -ENOMEM;
+    }
+    memcpy(all + *len, more, n + 1);
+    free(more);
+    *text = all;
+    *len += n;
+    return 0;
+}
+
 /* Every request, on the server's thread.  Answered on the first call, before
  * any body is read: a body is never wanted (the connection then closes). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -345,7 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                       "method not allowed: /metrics is read with GET\n", "GET, HEAD");
     char *text = NULL;
     size_t len = 0;
-    if (h->text(h->user, &text, &len) < 0 || !text) {
+    if (h->text(h->user, &text, &len) < 0 || !text || with_process_metrics(&text, &len) < 0) {
         free(text);
         return answer(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
                       "the metrics could not be read (out of memory)\n", NULL);

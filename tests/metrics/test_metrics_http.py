@@ -58,6 +58,23 @@ def promtool_accepts(text):
     assert p.returncode == 0, "promtool check metrics refused it:\n" + p.stdout.decode()
 
 
+def without_process(text):
+    """The text without its process_* families (util/proc_metrics.c)."""
+    return "".join(ln for ln in text.splitlines(keepends=True)
+                   if not ln.startswith(("process_", "# HELP process_", "# TYPE process_")))
+
+
+def process_metrics_are_sane(text):
+    """The process_* families: present, read by prometheus_client, plausible."""
+    s = samples(text)
+    now = time.time()
+    assert 1e6 < val(s, "process_resident_memory_bytes") < 64e9
+    assert val(s, "process_virtual_memory_bytes") >= val(s, "process_resident_memory_bytes")
+    assert 3 <= val(s, "process_open_fds") <= val(s, "process_max_fds")
+    assert 0 <= val(s, "process_cpu_seconds_total") < 1e6
+    assert now - 3600 < val(s, "process_start_time_seconds") <= now + 1
+
+
 def get_metrics(port):
     status, headers, body = scrape(port)
     assert status == 200, body
@@ -97,9 +114,23 @@ def test_a_context_serves_its_counters_over_http_as_two_classes_move():
         assert moved(before_s, after_s, "rrpc_requests_total", **ll) == 7
         assert moved(before_s, after_s, "rrpc_requests_total", **bulk) == 3
         assert moved(before_c, after_c, "rrpc_call_duration_seconds_count", **ll) == 7
-        # The same text the API gives (the counters do not move between the reads).
-        assert get_metrics(c.metrics_port) == c.metrics_text()
+        # The same text the API gives (the counters do not move between the
+        # reads), followed by the process's own families.
+        served = get_metrics(c.metrics_port)
+        assert without_process(served) == c.metrics_text()
+        assert "\nprocess_resident_memory_bytes " in served
         conn.close()
+
+
+def test_a_context_and_rrpcd_serve_the_process_families(rrpcd):
+    with roce_rpc.Context(config={"metrics_listen": "127.0.0.1:0"}) as c:
+        text = get_metrics(c.metrics_port)
+        promtool_accepts(text)
+        process_metrics_are_sane(text)
+    addr, mport, d = rrpcd
+    text = get_metrics(mport)
+    promtool_accepts(text)
+    process_metrics_are_sane(text)
 
 
 def test_a_context_without_metrics_listen_serves_nothing():
