@@ -14,6 +14,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <time.h>
+
 #include "etcd.h"
 
 struct etcd {
@@ -25,6 +27,7 @@ struct etcd {
     size_t len, cap;
     bool too_big;
     long timeout_ms;
+    int64_t deadline_ms;   /* CLOCK_MONOTONIC ms no request may run past; 0: none */
     char *user, *password; /* etcd's own authentication, or NULL */
     char *token;           /* what /v3/auth/authenticate gave; NULL: none yet */
     long status;           /* the HTTP status of the last answer */
@@ -50,6 +53,18 @@ const char *etcd_error(const struct etcd *e)
 bool etcd_timed_out(const struct etcd *e)
 {
     return e->timed_out;
+}
+
+static int64_t mono_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void etcd_set_deadline(struct etcd *e, int64_t mono_ms)
+{
+    e->deadline_ms = mono_ms;
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
@@ -189,6 +204,19 @@ static int call_at(struct etcd *e, const char *path, json_object *req, json_obje
         char url[600];
         snprintf(url, sizeof(url), "%s%s", e->urls[e->cur], path);
         curl_easy_setopt(e->curl, CURLOPT_URL, url);
+        long t = e->timeout_ms;
+        if (e->deadline_ms) {
+            int64_t left = e->deadline_ms - mono_now_ms();
+            if (left <= 0) {
+                set_err(e, "%s: no answer within the time the request had", url);
+                e->timed_out = true;
+                break;
+            }
+            if (left < t)
+                t = (long)left;
+        }
+        curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, t);
+        curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, t);
         e->len = 0;
         e->too_big = false;
         CURLcode cc = curl_easy_perform(e->curl);

@@ -34,6 +34,11 @@ const char *etcd_error(const struct etcd *e);
  * electing a leader does that; a stopped etcd refuses at once). */
 bool etcd_timed_out(const struct etcd *e);
 
+/* From now on no request of @e runs past @mono_ms (CLOCK_MONOTONIC, in ms): each
+ * one's timeout is cut to what is left, and one that has nothing left fails at once
+ * (-EHOSTUNREACH, etcd_timed_out).  0: none (each request has its timeout_ms). */
+void etcd_set_deadline(struct etcd *e, int64_t mono_ms);
+
 /* Every call returns 0, -EHOSTUNREACH (no endpoint answered), -EPROTO (an
  * answer that is not what the gateway sends, or an error it reports, such as
  * "permission denied"), -EACCES (etcd refused the user and password),

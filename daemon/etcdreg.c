@@ -37,7 +37,7 @@
 #define QUEUE_MAX 65536       /* events between the threads and the loop */
 #define JOBS_MAX 16384        /* writes waiting for the writer thread */
 #define OP_TIMEOUT_MS 2000    /* each request to one etcd endpoint */
-#define PUT_BUDGET_MS 8000    /* a register's write is tried again for this long */
+#define PUT_BUDGET_MS 8000    /* a register is answered within this long of its arrival */
 #define DOWN_GRACE_MS 5000    /* a watch down for longer makes rrpcd degraded */
 #define RETRY_MS 1000         /* between two attempts of the watch thread */
 #define SESSION_TTL_S 10      /* this rrpcd's lease; kept alive every third of it */
@@ -74,6 +74,7 @@ struct job {
     struct job *next;
     enum job_type type;
     uint64_t reg_id, serial, req_id;
+    int64_t deadline_ms; /* JOB_PUT: monotonic; etcd took it by then, or it failed */
     char key[300];
     json_object *val; /* JOB_PUT: the value, "lease" added by the writer */
 };
@@ -537,12 +538,13 @@ static int ensure_lease(void)
     return 0;
 }
 
-/* A put under the writer's lease; tried again while etcd times out, for
- * PUT_BUDGET_MS at most, and with a new lease when etcd no longer knows ours. */
+/* A put under the writer's lease; tried again while etcd times out, until the
+ * job's deadline (PUT_BUDGET_MS from the register's arrival: the time it waited
+ * for the writer counts), and with a new lease when etcd no longer knows ours. */
 static void do_put(struct job *j, struct event *ev)
 {
-    int64_t t0 = mono_ms();
     int e;
+    etcd_set_deadline(ops, j->deadline_ms);
     for (;;) {
         e = ensure_lease();
         if (!e) {
@@ -558,10 +560,11 @@ static void do_put(struct job *j, struct event *ev)
                 continue;
             }
         }
-        if (!worth_again(e) || stop_flag || mono_ms() - t0 >= PUT_BUDGET_MS)
+        if (!worth_again(e) || stop_flag || mono_ms() >= j->deadline_ms)
             break;
         LOG(LOG_WARNING, "etcd: %s; trying the write again", etcd_error(ops));
     }
+    etcd_set_deadline(ops, 0);
     ev->err = e;
 }
 
@@ -614,8 +617,12 @@ static void *writer_main(void *arg)
             j_len--;
         }
         pthread_mutex_unlock(&mu);
+        /* A register waits for this keep-alive: it counts against its deadline. */
+        if (j && j->type == JOB_PUT)
+            etcd_set_deadline(ops, j->deadline_ms);
         if (w_lease && mono_ms() >= w_ka_due)
             keepalive();
+        etcd_set_deadline(ops, 0);
         if (!j)
             continue;
         struct event *ev = event_new(j->type == JOB_PUT ? EV_PUT_DONE : EV_LEASE_DONE);
@@ -679,6 +686,8 @@ static int queue_put(struct registration *r, uint64_t serial, uint64_t req_id)
         return -ENOMEM;
     }
     j->type = JOB_PUT;
+    /* The keep-alive the writer may be in counts too: leave it its time. */
+    j->deadline_ms = mono_ms() + PUT_BUDGET_MS;
     j->reg_id = r->id;
     j->serial = serial;
     j->req_id = req_id;

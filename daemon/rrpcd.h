@@ -90,6 +90,13 @@ const char *token_principal(const struct config *c, const char *token, size_t le
 /* ---- logging (main.c) -------------------------------------------------- */
 
 void log_open(bool use_syslog, int level);
+/* Copies @in to @out (@outlen bytes, NUL-terminated; cut at a whole character)
+ * as printable text: a control byte, DEL or a byte of no well-formed UTF-8
+ * sequence becomes \xNN, a C1 control, a bidirectional mark or override
+ * (U+202E...), a line separator or U+FEFF becomes \u{NNNN}, a backslash
+ * \\; other UTF-8 stays.  Returns the length written.  log_msg passes every
+ * line through it. */
+size_t log_escape(const char *in, char *out, size_t outlen);
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 extern int log_level;
 #define LOG(level, ...)                                                                       \

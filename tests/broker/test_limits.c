@@ -770,6 +770,68 @@ static void test_watches_beyond_the_per_session_cap_are_refused(void **state)
     raw_close(&t);
 }
 
+/* ---- the log ------------------------------------------------------------------- */
+
+/* The whole of rrpcd.log, NUL-terminated (the caller frees it). */
+static char *read_log(size_t *ret_len)
+{
+    char p[300];
+    snprintf(p, sizeof(p), "%s/rrpcd.log", dir);
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+    }
+    fclose(f);
+    buf[len] = 0;
+    *ret_len = len;
+    return buf;
+}
+
+/*
+ * A client chooses a service name with a right-to-left override (U+202E), an
+ * invalid UTF-8 byte, a C1 control (CSI, U+009B) and a line separator
+ * (U+2028), which rrpcd takes (control bytes below 0x20 it refuses); the ACL
+ * refuses it
+ * and rrpcd logs the refusal with the name escaped: none of those bytes
+ * reaches the log (they did, verbatim).
+ */
+static void test_peer_chosen_bytes_reach_the_log_escaped(void **state)
+{
+    (void)state;
+    start_daemon(NULL);
+    struct raw t;
+    assert_int_equal(raw_open(&t, "kv-client", NULL), 0); /* may look up, not register */
+    assert_int_equal(raw_hello(&t), 0);
+    char err[64] = "";
+    const char *evil = "gpj.\xe2\x80\xae" "exe\xff\xc2\x9b" "31mred\xe2\x80\xa8" "forged line";
+    assert_int_equal(raw_register_big(&t, evil, 1, 9, err, sizeof(err)), -1);
+    assert_string_equal(err, "denied");
+    raw_close(&t);
+    stop_daemon(); /* the log is complete */
+    size_t len;
+    char *log = read_log(&len);
+    char *line = strstr(log, "may not register");
+    assert_non_null(line);
+    *strchrnul(line, '\n') = 0;
+    print_message("logged: %s\n", line);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)log[i] == 0xff)
+            fail_msg("a raw byte 0x%02x the client chose is in the log", (unsigned char)log[i]);
+    assert_null(strstr(log, "\xe2\x80\xae"));
+    assert_null(strstr(log, "\xc2\x9b"));
+    assert_null(strstr(log, "\xe2\x80\xa8"));
+    assert_non_null(strstr(line, "gpj.\\u{202e}exe\\xff\\u{009b}31mred\\u{2028}forged line"));
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -785,6 +847,7 @@ int main(void)
             test_registrations_beyond_the_instance_and_endpoint_caps_are_refused, teardown),
         cmocka_unit_test_teardown(test_watches_beyond_the_per_session_cap_are_refused,
                                   teardown),
+        cmocka_unit_test_teardown(test_peer_chosen_bytes_reach_the_log_escaped, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
