@@ -36,6 +36,8 @@ struct config {
     int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms, auth_timeout_ms;
     int auth_max_frame; /* bytes a frame may have before hello succeeds */
     int max_connections, max_connections_per_source, max_registrations;
+    int max_sessions_per_principal, max_registers_per_s;
+    int64_t max_held_per_principal, max_held_total; /* bytes */
     int max_instances_per_service, max_endpoints_per_registration;
     bool syslog;
     int log_level;
@@ -288,7 +290,8 @@ void server_stop(struct server *srv);
 
 /* ---- rrpcd's own metrics (metrics.c) ------------------------------------------- */
 
-enum metrics_refusal { REFUSED_MAX_CONNECTIONS, REFUSED_PER_SOURCE, REFUSED_NO_MEMORY };
+enum metrics_refusal { REFUSED_MAX_CONNECTIONS, REFUSED_PER_SOURCE, REFUSED_NO_MEMORY,
+                       REFUSED_RESERVED };
 enum metrics_etcd_error { ETCD_ERROR_WATCH, ETCD_ERROR_WRITE };
 /* With metrics_listen set, serves GET /metrics on a thread of its own (and writes
  * metrics_port_file); 0 or a negative code, logged with the address. */
@@ -305,6 +308,12 @@ void metrics_tls_failure(void);
 void metrics_sessions(int n);
 /* A connection closed at accept. */
 void metrics_refused(enum metrics_refusal why);
+/* An anonymous session closed to make room for a new one at max_connections. */
+void metrics_evicted(void);
+/* Bytes of partly received requests and unsent answers, all sessions. */
+void metrics_held(size_t bytes);
+/* A session closed, or an answer refused, for what it would make rrpcd hold. */
+void metrics_held_refused(void);
 void metrics_registry(int d_services, int d_instances);
 void metrics_etcd_degraded(bool degraded);
 void metrics_etcd_error(enum metrics_etcd_error what);
