@@ -327,6 +327,13 @@ static const struct rrpci_conf_field fields[] = {
      .check = check_prefix,
      .doc = "key prefix of the registry on etcd (begins with /, at most 199 printable "
             "characters)"},
+    {.name = "etcd_compact_interval_s", RRPCI_CONF_INT(S, etcd_compact_interval_s),
+     .def = 300, .min = 0, .max = 86400,
+     .doc = "with the registry on etcd: every this many seconds rrpcd compacts etcd's history "
+            "up to the revision it saw one interval before (etcd compacts its whole keyspace, "
+            "not a prefix; with several rrpcd each does, which is harmless); 0: rrpcd does "
+            "not, and etcd's own --auto-compaction-retention must be on, or register/unregister "
+            "churn grows its database until NOSPACE"},
     {.name = "etcd_cert", RRPCI_CONF_TEXT(S, etcd_cert),
      .doc = "PEM client certificate rrpcd presents to etcd (then https)"},
     {.name = "etcd_key", RRPCI_CONF_TEXT(S, etcd_key), .def_doc = "the etcd_cert file",

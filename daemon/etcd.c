@@ -748,3 +748,55 @@ out:
     json_object_put(req);
     return r;
 }
+
+int etcd_compact(struct etcd *e, int64_t rev)
+{
+    json_object *req = json_object_new_object();
+    int r = send_req(e, "/v3/kv/compaction", req, req && add(req, "revision", i64str(rev)), NULL);
+    if (r == -EPROTO && strstr(e->err, "required revision has been compacted"))
+        return -EALREADY;
+    return r;
+}
+
+int etcd_defragment(struct etcd *e)
+{
+    json_object *req = json_object_new_object();
+    return send_req(e, "/v3/maintenance/defragment", req, req != NULL, NULL);
+}
+
+int etcd_disarm_nospace(struct etcd *e, int *ret_n)
+{
+    json_object *req = json_object_new_object(), *ans, *alarms;
+    *ret_n = 0;
+    int r = send_req(e, "/v3/maintenance/alarm", req,
+                     req && add(req, "action", json_object_new_string("GET")), &ans);
+    if (r)
+        return r;
+    if (!json_object_object_get_ex(ans, "alarms", &alarms) ||
+        !json_object_is_type(alarms, json_type_array)) {
+        json_object_put(ans); /* none: the gateway leaves "alarms" out */
+        return 0;
+    }
+    for (size_t i = 0; !r && i < json_object_array_length(alarms); i++) {
+        json_object *a = json_object_array_get_idx(alarms, i), *kind, *member;
+        if (!json_object_object_get_ex(a, "alarm", &kind) ||
+            strcmp(json_object_get_string(kind), "NOSPACE") ||
+            !json_object_object_get_ex(a, "memberID", &member))
+            continue;
+        json_object *d = json_object_new_object();
+        r = send_req(e, "/v3/maintenance/alarm", d,
+                     d && add(d, "action", json_object_new_string("DEACTIVATE")) &&
+                         add(d, "memberID", json_object_get(member)) &&
+                         add(d, "alarm", json_object_new_string("NOSPACE")),
+                     NULL);
+        if (!r)
+            (*ret_n)++;
+    }
+    json_object_put(ans);
+    return r;
+}
+
+bool etcd_nospace(const struct etcd *e)
+{
+    return strstr(e->err, "database space exceeded") != NULL;
+}

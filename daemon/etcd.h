@@ -58,6 +58,16 @@ typedef int (*etcd_kv_fn)(void *arg, const char *key, const void *val, size_t le
 int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv_fn fn, void *arg,
                       int64_t *ret_rev);
 
+/* Compacts etcd's history (all of it: etcd compacts by revision, not by prefix) up to
+ * @rev; -EALREADY when it was compacted further already. */
+int etcd_compact(struct etcd *e, int64_t rev);
+/* Defragments the member that answers (it gives back what compaction freed). */
+int etcd_defragment(struct etcd *e);
+/* Disarms every NOSPACE alarm; *@ret_n: how many there were. */
+int etcd_disarm_nospace(struct etcd *e, int *ret_n);
+/* Whether the last call failed because etcd is out of space (its NOSPACE alarm). */
+bool etcd_nospace(const struct etcd *e);
+
 enum etcd_event { ETCD_PUT, ETCD_DELETE };
 /* Called for each change (a DELETE has no value: @val "" and @len 0, also when
  * a lease's expiry took the key); a non-zero return ends the watch with it. */

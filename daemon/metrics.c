@@ -39,7 +39,7 @@ static const char *const etcd_error_names[] = { [ETCD_ERROR_WATCH] = "watch",
 static _Atomic uint64_t requests[NOPS][NRESULTS];
 static _Atomic uint64_t refusals[NREFUSALS];
 static _Atomic uint64_t etcd_errors[NETCD];
-static _Atomic uint64_t tickets, tls_failures, evictions, held_refusals;
+static _Atomic uint64_t tickets, tls_failures, evictions, held_refusals, etcd_compactions;
 static _Atomic int64_t held_bytes;
 static _Atomic int64_t sessions, services, instances;
 static _Atomic int etcd_degraded = 1; /* until the first synchronization */
@@ -110,6 +110,11 @@ void metrics_etcd_error(enum metrics_etcd_error what)
     ADD(etcd_errors[what], 1);
 }
 
+void metrics_etcd_compaction(void)
+{
+    ADD(etcd_compactions, 1);
+}
+
 /* ---- the text, and the server ------------------------------------------------- */
 
 #ifdef RRPC_HAVE_MHD
@@ -175,6 +180,11 @@ static int text(void *user, char **ret_text, size_t *ret_len)
         for (size_t i = 0; i < NETCD; i++)
             fprintf(f, "rrpcd_etcd_errors_total{op=\"%s\"} %llu\n", etcd_error_names[i],
                     (unsigned long long)GET(etcd_errors[i]));
+        family(f, "rrpcd_etcd_compactions_total", "counter",
+               "Compactions of etcd's history this rrpcd made (etcd_compact_interval_s, and "
+               "after NOSPACE).");
+        fprintf(f, "rrpcd_etcd_compactions_total %llu\n",
+                (unsigned long long)GET(etcd_compactions));
     }
     if (fclose(f) || !buf) {
         free(buf);

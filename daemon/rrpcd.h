@@ -50,6 +50,7 @@ struct config {
     char etcd_hosts[ETCD_MAX_ENDPOINTS][300];
     size_t n_etcd;
     char etcd_prefix[200];
+    int etcd_compact_interval_s; /* 0: rrpcd does not compact etcd's history */
     char etcd_cert[1024], etcd_key[1024], etcd_ca[1024], etcd_user[256], etcd_password_file[1024];
     /* metrics_listen = HOST:PORT: GET /metrics over HTTP (metrics.c); "" off. */
     char metrics_listen[300], metrics_port_file[1024];
@@ -317,6 +318,8 @@ void metrics_held_refused(void);
 void metrics_registry(int d_services, int d_instances);
 void metrics_etcd_degraded(bool degraded);
 void metrics_etcd_error(enum metrics_etcd_error what);
+/* rrpcd compacted etcd's history. */
+void metrics_etcd_compaction(void);
 
 
 #endif
