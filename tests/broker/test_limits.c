@@ -1071,6 +1071,78 @@ static void test_partly_sent_requests_of_one_principal_are_bounded(void **state)
     assert_true(log_count("max_held_per_principal") >= 1);
 }
 
+#define UNREAD_SESSIONS 30
+#define UNREAD_LOOKUPS 8
+
+/*
+ * One principal asks for lookup answers of about 1 MiB on 30 sessions, 8 on
+ * each, and never reads them: past max_held_per_principal (4 MiB here) its
+ * answers are refused (busy, with the reason), rrpcd's peak RSS grows by
+ * less than 20 MB (it grew by 33 MB, the rest of the answers waiting in the
+ * kernel's socket buffers), and another principal is still answered.
+ */
+static void test_unread_answers_of_one_principal_are_bounded(void **state)
+{
+    (void)state;
+    const char *sets[] = { "max_instances_per_service=1000", "max_held_per_principal=4194304",
+                           NULL };
+    no_asan_quarantine = true;
+    start_daemon(sets);
+    no_asan_quarantine = false;
+    struct raw srv;
+    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&srv), 0);
+    char err[64] = "";
+    int n = 0;
+    while (n < 80 && raw_register_big(&srv, "big", 64, 255, err, sizeof(err)) == 0)
+        n++;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_true(n >= 10);
+    long base = proc_kb(daemon_pid, "VmHWM");
+
+    static struct raw s[UNREAD_SESSIONS];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    req_begin(&sb, &pk, "lookup", 2, 1);
+    pk_str(&pk, "service");
+    pk_str(&pk, "big");
+    uint8_t hdr[4] = { (uint8_t)sb.size, (uint8_t)(sb.size >> 8), 0, 0 };
+    for (int i = 0; i < UNREAD_SESSIONS; i++) {
+        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        int small = 4096;
+        setsockopt(s[i].fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        assert_int_equal(raw_hello(&s[i]), 0);
+        for (int k = 0; k < UNREAD_LOOKUPS; k++) {
+            assert_int_equal(raw_write(&s[i], hdr, 4), 0);
+            assert_int_equal(raw_write(&s[i], sb.data, sb.size), 0);
+        }
+    }
+    msgpack_sbuffer_destroy(&sb);
+    sleep_ms(1000);
+    long peak = proc_kb(daemon_pid, "VmHWM");
+    print_message("rrpcd peak RSS: %ld kB before, %ld kB with %d sessions not reading %d "
+                  "answers of about 1 MiB (%d registrations)\n", base, peak, UNREAD_SESSIONS,
+                  UNREAD_LOOKUPS, n);
+    /* Another principal is still answered. */
+    struct raw other;
+    assert_int_equal(raw_open(&other, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&other), 0);
+    assert_int_equal(raw_lookup(&other, "nothing-registered", &u, NULL), 0);
+    msgpack_unpacked_destroy(&u);
+    raw_close(&other);
+    for (int i = 0; i < UNREAD_SESSIONS; i++)
+        raw_close(&s[i]);
+    raw_close(&srv);
+    if (peak - base > 20 * 1024)
+        fail_msg("rrpcd's peak RSS grew by %ld kB for one principal's unread answers (bound "
+                 "20 MB)", peak - base);
+    stop_daemon();
+    assert_true(log_count("answer of") >= 1); /* "an answer of N bytes refused: ..." */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1095,6 +1167,7 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_partly_sent_requests_of_one_principal_are_bounded,
                                   teardown),
+        cmocka_unit_test_teardown(test_unread_answers_of_one_principal_are_bounded, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
