@@ -283,8 +283,8 @@ typedef struct rrpc_stats {
     uint64_t conns_up;         /* connections that came up */
     uint64_t conns_down;       /* connections that went down after coming up */
     uint64_t keepalive_losses; /* peers declared lost by the keepalive timeout */
-    /* Adaptive polling stopped before its window ended: the CPU budget
-     * (RRPC_BUSY_POLL_BUDGET_PCT) was spent, or the polling thread was not
+    /* Adaptive polling stopped before its window ended: the budget of
+     * wasted polling (RRPC_BUSY_POLL_BUDGET_PCT) was spent, or the polling thread was not
      * getting its CPU (others runnable on it; it then sleeps 0.1-1.6 s). */
     uint64_t busy_poll_budget_stops;
     uint64_t busy_poll_contended_stops;

@@ -12,8 +12,15 @@
  * tells the transports to arm what they polled: an idle context sleeps.
  *
  * Two stops hold polling back for a while (rrpci_gov_charge says so):
- *  - the budget: the CPU the polling thread spent while polling, over a
- *    sliding RRPCI_GOV_WINDOW, above RRPC_BUSY_POLL_BUDGET_PCT of it;
+ *  - the budget: the CPU the polling thread wasted polling, over a sliding
+ *    RRPCI_GOV_WINDOW, above RRPC_BUSY_POLL_BUDGET_PCT of it.  Polling pays
+ *    off when it finds work (a completion, a ready fd, a due timer) soon:
+ *    a stretch of polling that finds work costs the budget only the CPU it
+ *    spent beyond RRPCI_GOV_PAYOFF (so a steady ping-pong polls on, and
+ *    traffic every few ms under a long window is held to the budget); a
+ *    stretch that ends because the window passed with nothing found is
+ *    charged whole.  An idle context's polling so costs one window after
+ *    its last traffic;
  *  - contention: over at least RRPCI_GOV_CONTEND_MIN_WALL of polling, the
  *    thread ran less than RRPC_BUSY_POLL_MIN_SHARE_PCT of the time.  A
  *    poller that others preempt burns what CPU it gets while an answer
@@ -41,6 +48,10 @@
  * TCG-emulated VM over verbs: 64 B RPC round trip p50 306 us against
  * 122 us with the looks repeated). */
 #define RRPCI_GOV_SLICE 50e-6 /* s */
+/* CPU a stretch of polling may spend before it finds work and cost the
+ * budget nothing: a round trip's wait.  Real RoCE NICs answer in 2-20 us;
+ * Soft-RoCE in the TCG-emulated VM took 100-130 us for a 64 B RPC. */
+#define RRPCI_GOV_PAYOFF 250e-6 /* s */
 
 struct rrpci_governor {
     /* The tunables (RRPC_BUSY_POLL_US, _BUDGET_PCT, _MIN_SHARE_PCT). */
@@ -53,6 +64,11 @@ struct rrpci_governor {
     /* The sliding window: CPU and wall seconds spent polling in the current
      * window (since win_start) and in the previous one. */
     double cpu_cur, cpu_prev, wall_cur, wall_prev, win_start;
+    /* The budget's share of it: CPU seconds of wasted stretches, in the
+     * current and the previous window; and the current stretch's CPU since
+     * it last found work (wasted if the window passes before it does). */
+    double waste_cur, waste_prev, stretch_cpu;
+    bool found; /* rrpci_gov_found since the last charge */
     /* The clocks at the last charge; mark_ok: they belong to this stretch
      * of polling, on thread @mark_thread (an opaque id). */
     double mark_cpu, mark_wall;
@@ -78,6 +94,12 @@ bool rrpci_gov_request(struct rrpci_governor *g, double now, unsigned us, double
 /* Traffic seen by the core: rrpci_gov_request with the configured window
  * (nothing when it is 0). */
 void rrpci_gov_activity(struct rrpci_governor *g, double now, double cpu, uint64_t thread);
+/* Polling found work (a completion, a ready fd, a due timer) since the
+ * last charge: the stretch paid off. */
+static inline void rrpci_gov_found(struct rrpci_governor *g)
+{
+    g->found = true;
+}
 /*
  * One polling iteration ended at @now with the polling thread's CPU clock
  * at @cpu: charges it.  Returns true when polling must stop now (a budget

@@ -253,8 +253,12 @@ static void poll_step(rrpc_ctx *ctx)
         return;
     }
     double end = now + RRPCI_GOV_SLICE;
-    while (transports_poll(ctx, false) == 0 && rrpci_ctx_polling(ctx) && fresh_now(ctx) < end)
+    int n;
+    while ((n = transports_poll(ctx, false)) == 0 && rrpci_ctx_polling(ctx) &&
+           fresh_now(ctx) < end)
         rrpci_busy_yield();
+    if (n > 0)
+        rrpci_gov_found(&ctx->gov);
     rrpci_busy_yield();
 }
 
@@ -266,9 +270,12 @@ static void pass_dispatch(rrpc_ctx *ctx, bool collect)
 {
     if (collect)
         (void)rrpci_evloop_wait(ctx->ev, 0);
-    (void)rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS);
-    if (ctx->gov.polling)
+    unsigned n = rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS);
+    if (ctx->gov.polling) {
+        if (n > 0)
+            rrpci_gov_found(&ctx->gov);
         poll_step(ctx);
+    }
 }
 
 /* Before a runner waits: credit owed goes out, and how long it may wait,

@@ -50,14 +50,72 @@ static void test_a_spent_budget_stops_polling_and_refuses_it_for_a_while(void **
     rrpci_gov_init(&g, 100000, 50, 0);
     double cpu = 0;
     assert_true(rrpci_gov_request(&g, 5.0, 100000, cpu, 1));
-    /* running all the time it polls: past 50 % of 100 ms it must stop */
+    /* running all the time it polls and finding nothing: when the 100 ms
+     * window passes, all of it was wasted, past 50 % of 100 ms */
     double t = poll_for(&g, 5.0, 0.2, 1.0, &cpu);
-    assert_true(t > 5.0 + 0.045 && t < 5.0 + 0.06);
+    assert_true(t >= 5.0 + 0.1 && t < 5.0 + 0.10002);
     assert_int_equal(g.budget_stops, 1);
     assert_true(rrpci_gov_held(&g, t));
     assert_false(rrpci_gov_continue(&g, t, true));
     assert_false(rrpci_gov_request(&g, t + 0.0001, 1000, cpu, 1));
     assert_false(rrpci_gov_held(&g, t + 0.2));
+}
+
+/* Polls from @t for @secs in 10 us steps with all the CPU, work found
+ * every @every seconds, each time asking for @window_us more; returns when
+ * a stop came (its time) or -1. */
+static double poll_with_traffic(struct rrpci_governor *g, double t, double secs, double every,
+                                unsigned window_us, double *cpu)
+{
+    double next = t + every;
+    for (double end = t + secs; t < end; t += 10e-6) {
+        *cpu += 10e-6;
+        if (t >= next) {
+            next += every;
+            rrpci_gov_found(g);
+            if (!rrpci_gov_request(g, t, window_us, *cpu, 1))
+                return t;
+        }
+        if (rrpci_gov_charge(g, t, *cpu, 1))
+            return t;
+        if (!rrpci_gov_continue(g, t, false)) {
+            rrpci_gov_stop(g);
+            /* sleeps until the next traffic */
+            t = next - 10e-6;
+        }
+    }
+    return -1;
+}
+
+static void test_polling_that_finds_work_costs_no_budget(void **state)
+{
+    (void)state;
+    /* a steady ping-pong: an answer every 120 us, all of the CPU spent
+     * polling for it, for a whole second: no stop */
+    struct rrpci_governor g;
+    rrpci_gov_init(&g, 1000, 50, 0);
+    double cpu = 0;
+    assert_true(rrpci_gov_request(&g, 1.0, 1000, cpu, 1));
+    assert_true(poll_with_traffic(&g, 1.0, 1.0, 120e-6, 1000, &cpu) < 0);
+    assert_int_equal(g.budget_stops, 0);
+    /* traffic a little slower than the window: each 1 ms of polling after
+     * it is wasted, 1 ms in 1.1 ms, past the 50 % budget */
+    struct rrpci_governor h;
+    rrpci_gov_init(&h, 1000, 50, 0);
+    cpu = 0;
+    assert_true(rrpci_gov_request(&h, 1.0, 1000, cpu, 1));
+    double t = poll_with_traffic(&h, 1.0, 1.0, 1.1e-3, 1000, &cpu);
+    assert_true(t > 1.0 + 0.04 && t < 1.0 + 0.07);
+    assert_int_equal(h.budget_stops, 1);
+    /* traffic every 3 ms under a 100 ms window: polling finds it, but
+     * late: all but RRPCI_GOV_PAYOFF of each 3 ms is charged */
+    struct rrpci_governor k;
+    rrpci_gov_init(&k, 100000, 50, 0);
+    cpu = 0;
+    assert_true(rrpci_gov_request(&k, 1.0, 100000, cpu, 1));
+    t = poll_with_traffic(&k, 1.0, 1.0, 3e-3, 100000, &cpu);
+    assert_true(t > 1.0 + 0.05 && t < 1.0 + 0.07);
+    assert_int_equal(k.budget_stops, 1);
 }
 
 static void test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold(void **state)
@@ -105,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_a_spent_budget_stops_polling_and_refuses_it_for_a_while),
         cmocka_unit_test(test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold),
         cmocka_unit_test(test_a_charge_from_another_thread_starts_afresh),
+        cmocka_unit_test(test_polling_that_finds_work_costs_no_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
