@@ -177,6 +177,7 @@ struct answer {
     msgpack_sbuffer sb;
     msgpack_packer pk;
     uint64_t id;
+    bool ok; /* only ok answers can be refused for what they would make rrpcd hold */
 };
 void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n);
 /* Queues it to @c (or, above the frame limit, an error instead). */

@@ -163,6 +163,7 @@ void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
     a->id = id;
+    a->ok = ok;
     msgpack_pack_map(&a->pk, 3 + n);
     pk_str(&a->pk, CTL_K_V);
     msgpack_pack_uint32(&a->pk, CTL_VERSION);
@@ -189,12 +190,23 @@ void answer_end(struct conn *c, struct answer *a)
         return;
     }
     /* An answer that would make rrpcd hold more than this principal's share, or than
-     * all sessions may, is refused with a short error (which is always sent). */
-    char why[320];
+     * all sessions may, is refused with a short error (errors are always sent). */
+    char why[600];
     size_t cap = wbuf_cap_for(c, a->sb.size + 4);
-    if (a->sb.size > 512 && cap > c->wcap && !admit_hold_ok(c, cap - c->wcap, why, sizeof(why))) {
+    if (a->ok && a->sb.size > 512 && cap > c->wcap &&
+        !admit_hold_ok(c, cap - c->wcap, why, sizeof(why))) {
         metrics_held_refused();
-        LOG(LOG_NOTICE, "%s: an answer of %zu bytes refused: %s", c->peer, a->sb.size, why);
+        /* A client asking on and on must not become a flood of log lines. */
+        static int64_t logged_ms;
+        static unsigned quiet;
+        if (logged_ms && mono_ms() - logged_ms < 1000) {
+            quiet++;
+        } else {
+            LOG(LOG_NOTICE, "%s: an answer of %zu bytes refused (%u more not logged): %s",
+                c->peer, a->sb.size, quiet, why);
+            logged_ms = mono_ms();
+            quiet = 0;
+        }
         msgpack_sbuffer_destroy(&a->sb);
         answer_error(c, a->id, CTL_ERR_BUSY, why);
         return;
@@ -234,7 +246,7 @@ int session_push(struct conn *c, const void *buf, size_t len)
         return -E2BIG;
     if (c->wlen - c->woff > WATCH_BACKLOG)
         return -EAGAIN;
-    char why[320];
+    char why[600];
     size_t cap = wbuf_cap_for(c, len + 4);
     if (cap > c->wcap && !admit_hold_ok(c, cap - c->wcap, why, sizeof(why)))
         return -EAGAIN; /* the push waits until there is room */
@@ -254,7 +266,7 @@ int session_push(struct conn *c, const void *buf, size_t len)
  * with the reason (it chose to send a request larger than its share). */
 static bool session_hold(struct conn *c, size_t more)
 {
-    char why[320];
+    char why[600];
     if (admit_hold_ok(c, more, why, sizeof(why)))
         return true;
     metrics_held_refused();
