@@ -20,6 +20,8 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/error.h>
 
+#include "broker/client_int.h"
+
 #define TICKET_MAGIC "RTKT"
 #define TICKET_V3 3
 #define OFF_NONCE 16
@@ -30,7 +32,8 @@
 /*
  * A nonce is remembered until its ticket's expiry + skew.  Each client
  * identity (the principal a ticket was issued to) has a share of the cache:
- * REPLAY_RATE tickets a second over the longest a ticket is remembered
+ * rate tickets a second (REPLAY_RATE unless set: RRPC_TICKET_RATE through
+ * rrpc_broker_gate) over the longest a ticket is remembered
  * (ticket lifetime + skew, as seen in the tickets verified), at least
  * REPLAY_SHARE_MIN, at most REPLAY_SHARE_MAX.  A client whose share is full is refused; others are not.
  * All identities together hold at most REPLAY_MAX: when that is reached, an
@@ -41,7 +44,7 @@
  */
 #define REPLAY_MAX 65536
 #define REPLAY_BUCKETS 4096
-#define REPLAY_RATE 32 /* tickets a second one identity may use, sustained */
+#define REPLAY_RATE 256 /* tickets a second one identity may use, sustained (default) */
 #define REPLAY_SHARE_MIN 16
 #define REPLAY_SHARE_MAX 16384
 #define IDENT_BUCKETS 256
@@ -91,7 +94,9 @@ struct rrpc_ticket_verifier {
     struct nonce_ent *bucket[REPLAY_BUCKETS];
     struct ident *idents[IDENT_BUCKETS];
     size_t n_idents;
+    struct ident *in_use; /* the identity a verify is working on: prune keeps it */
     int64_t window_ms;  /* the longest a nonce was remembered for: lifetime + skew */
+    int rate;           /* tickets a second one identity may use: its share */
 };
 
 static int64_t now_ms(void)
@@ -425,6 +430,7 @@ RRPC_API int rrpc_ticket_verifier_create(const char *service, int skew_ms,
     memcpy(v->service, service, sl);
     v->service_len = sl;
     v->skew_ms = skew_ms;
+    v->rate = REPLAY_RATE;
     *ret_v = v;
     return 0;
 }
@@ -510,7 +516,7 @@ static struct ident *ident_get(rrpc_ticket_verifier *v, const uint8_t *name, siz
 
 static void ident_drop_if_empty(rrpc_ticket_verifier *v, struct ident *d, int64_t now)
 {
-    if (d->n || d->floor_ms >= now)
+    if (d->n || d->floor_ms >= now || d == v->in_use)
         return;
     for (struct ident **pp = &v->idents[ident_hash((const uint8_t *)d->name, d->len)]; *pp;
          pp = &(*pp)->next)
@@ -587,7 +593,7 @@ static void evict_from_largest(rrpc_ticket_verifier *v)
 /* The share of one identity: rate a second over the window, within the bounds. */
 static size_t share_of(const rrpc_ticket_verifier *v)
 {
-    int64_t s = (int64_t)REPLAY_RATE * (v->window_ms / 1000 + 1);
+    int64_t s = (int64_t)v->rate * (v->window_ms / 1000 + 1);
     if (s < REPLAY_SHARE_MIN)
         s = REPLAY_SHARE_MIN;
     if (s > REPLAY_SHARE_MAX)
@@ -612,6 +618,13 @@ static void hex8(char out[17], const uint8_t *id)
 {
     for (int i = 0; i < 8; i++)
         snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+void rrpci_ticket_verifier_set_rate(rrpc_ticket_verifier *v, int per_s)
+{
+    pthread_mutex_lock(&v->lock);
+    v->rate = per_s < 1 ? 1 : per_s > REPLAY_SHARE_MAX ? REPLAY_SHARE_MAX : per_s;
+    pthread_mutex_unlock(&v->lock);
 }
 
 RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, size_t len,
@@ -718,6 +731,7 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
         }
     }
     struct ident *d = ident_get(v, tp, t.pl, true);
+    v->in_use = d; /* a new one is empty: the prunes below must not free it */
     if (!d) {
         r = refuse(why, whylen, "out of memory for the replay cache");
         goto out;
@@ -737,7 +751,7 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
             r = refuse(why, whylen, "replay cache share of client '%.*s' full (%zu live "
                        "tickets: %d a second over a ticket's lifetime + skew); this client "
                        "connects too often: try again when its tickets expire",
-                       (int)t.pl, (const char *)tp, d->n, REPLAY_RATE);
+                       (int)t.pl, (const char *)tp, d->n, v->rate);
             goto out;
         }
     }
@@ -776,6 +790,7 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
         principal[t.pl] = 0;
     }
 out:
+    v->in_use = NULL;
     pthread_mutex_unlock(&v->lock);
     return r;
 }

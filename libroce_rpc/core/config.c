@@ -55,6 +55,11 @@ static const struct rrpci_conf_field core_fields[] = {
     {.name = "RRPC_MAX_CONNS_PER_SOURCE", RRPCI_CONF_INT(C, max_conns_per_source), .def = 64,
      .min = 1, .max = 1000000,
      .doc = "server side: connections held at once from one peer address"},
+    {.name = "RRPC_TICKET_RATE", RRPCI_CONF_INT(C, ticket_rate), .def = 256, .min = 1,
+     .max = 16384,
+     .doc = "server side, broker gates (rrpc_broker_gate): tickets a second one client identity "
+            "may use; its share of the replay cache is this times the ticket lifetime + skew "
+            "(16..16384 tickets), and a client past its share is refused, not the others"},
     {.name = "RRPC_MAX_ANSWER_BACKLOG", RRPCI_CONF_INT(C, max_answer_backlog), .def = 16L << 20,
      .min = 65536, .max = 1LL << 40,
      .doc = "answer bytes queued for a peer that does not take them; above it its requests' "

@@ -45,6 +45,7 @@ struct rrpci_config {
     int auth_timeout_ms;      /* passive: accept to authenticated (or up without tickets) */
     int max_conns;            /* passive connections held at once (0: from RLIMIT_NOFILE) */
     int max_conns_per_source; /* ... from one peer address */
+    int ticket_rate;          /* broker gates: tickets a second one client may use */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */

@@ -52,7 +52,8 @@ static int group_setup(void **state)
     FILE *f = fopen(conf, "w");
     if (!f)
         return -1;
-    /* Tickets of 5 s: with a 1 ms skew a client's share is 32 x 6 = 192. */
+    /* Tickets of 5 s: with a 1 ms skew and RRPC_TICKET_RATE=32 (meson.build) a
+     * client's share is 32 x 6 = 192. */
     fprintf(f,
             "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
             "listen = 127.0.0.1:0\nticket_lifetime_ms = 5000\nlog_level = notice\n"

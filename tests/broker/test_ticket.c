@@ -323,8 +323,9 @@ static size_t issue_as(rrpc_ticket_key *k, const char *who, int64_t expiry, uint
 }
 
 /*
- * A client identity's share is 32 tickets a second over lifetime + skew:
- * with 1 s tickets and 5 s of skew, 32 x 7 = 224.  Past it that client is
+ * A client identity's share is 256 tickets a second (RRPC_TICKET_RATE's
+ * default) over lifetime + skew: with 1 s tickets and 5 s of skew, 256 x 7 =
+ * 1792.  Past it that client is
  * refused, another is not; later the old nonces have expired and the first
  * gets in again.
  */
@@ -342,7 +343,7 @@ static void test_many_tickets_fill_a_clients_share_and_drain(void **state)
             break;
         ok++;
     }
-    assert_int_equal(ok, 224);
+    assert_int_equal(ok, 1792);
     assert_non_null(strstr(why, "replay cache share of client 'alice' full"));
     len = issue_as(k, "bob", NOW + 1000, t);
     assert_int_equal(rrpc_ticket_verify(v, t, len, NOW, NULL, why, sizeof(why)), 0);
