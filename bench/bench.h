@@ -30,8 +30,17 @@ enum {
     T_QOS = 1 << 6,
     T_IDLE = 1 << 7,
     T_CONTENDED = 1 << 8,
-    T_ALL = (1 << 9) - 1,
+    T_ALL = (1 << 9) - 1, /* "all": every test above; not scale, which opens thousands of connections */
+    T_SCALE = 1 << 9,
 };
+
+/* The scale test (scale.c): the connection counts it steps through, the
+ * keepalive interval of its contexts (the core trims an idle connection's
+ * buffers after one interval) and how long it lets the connections idle
+ * before it reads the memory. */
+#define BENCH_SCALE_MAX_STEPS 16
+#define BENCH_SCALE_KEEPALIVE_MS 1000
+#define BENCH_SCALE_VERBS_MAX 1000 /* verbs' default list stops here (pinned memory) */
 
 /* The library's adaptive-polling tunables, set in the environment of the
  * contexts of the "polling on" / "polling off" variants (server and client).
@@ -58,6 +67,10 @@ struct bench_opts {
     long poll_us;             /* the "polling on" variant's value of BENCH_*_POLL_ENV */
     long poll_budget;         /* and its RRPC_BUSY_POLL_BUDGET_PCT */
     bool print_stats;         /* --stats: the client contexts' metrics on stderr at the end */
+    long scale_n[BENCH_SCALE_MAX_STEPS]; /* --scale-n: connection counts, ascending */
+    int scale_nn;                        /* 0: the default list per transport */
+    long scale_idle_ms;                  /* --scale-idle-ms */
+    double peer_wait_s;                  /* --peer-wait: a peer's server must listen within this */
 };
 extern struct bench_opts g_opts;
 
@@ -172,6 +185,20 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
                      int *ret_tcp_port, int *ret_rdma_port, char *rdma_err, size_t errlen,
                      char *err, size_t elen);
 void lib_server_stop(void);
+/* A context with the tunables of @env ("NAME=VALUE ...", NULL: none); keepalives off
+ * unless @env or the environment sets RRPC_KEEPALIVE_MS. */
+struct rrpc_ctx;
+int lib_ctx_create(const char *env, struct rrpc_ctx **ret);
+/* The tunables of the scale test's server context (also on its client). */
+#define BENCH_SCALE_SERVER_ENV                                                                     \
+    "RRPC_MAX_CONNS=1000000 RRPC_MAX_CONNS_PER_SOURCE=1000000 RRPC_KEEPALIVE_MS=1000"
+
+/* This process's resident memory and pinned memory (VmPin) in KiB, and its
+ * open file descriptors (-1 each: unknown). */
+void bench_self_mem(long *ret_rss_kib, long *ret_pin_kib, long *ret_fds);
+/* Raises the soft limit of @resource (RLIMIT_NOFILE, RLIMIT_MEMLOCK) to the
+ * hard one; the limits after it in *ret_soft, *ret_hard (RLIM_INFINITY: -1). */
+void bench_raise_limit(int resource, long *ret_soft, long *ret_hard);
 
 /* Plain sockets: raw.c */
 int raw_driver_open(struct driver *d, const char *host, int port, const char *src, char *err,
@@ -204,6 +231,26 @@ struct result {
     double cdf[112];
     bool skipped;
     char error[600];
+    struct scale_point *scale; /* test "scale": its figures (owned) */
+};
+
+/* One step of the scale test: @asked connections wanted, @conns up. */
+struct scale_side {
+    bool known;                       /* false: the server could not tell (older server) */
+    double rss_kib, pin_kib, fds;     /* per connection: growth over the baseline / conns */
+    long rss_total_kib, pin_total_kib, fds_total, conns_seen;
+};
+struct scale_point {
+    long asked, conns;
+    long connects;       /* connections opened in this step */
+    double connect_s;    /* their wall time */
+    double connects_per_s;
+    double calls_per_s;  /* 64 B echo, one in flight on every connection */
+    double calls_s;      /* the measured window */
+    struct scale_side cli, srv;
+    bool one_process;    /* inproc: both sides in this process (cli holds both) */
+    char limits[160];    /* the limits in force: ulimit -n, -l of each side */
+    char stopped[400];   /* non-empty: fewer than @asked connections, why */
 };
 
 struct result *result_add(const char *transport, const char *test, size_t size, int depth,
@@ -250,13 +297,19 @@ extern const int cdf_nq;
 void result_cpu(struct result *r, const struct cpu_mark *a, const struct cpu_mark *b,
                 const struct outcome *o);
 
+/* ---- the scale test: scale.c --------------------------------------------------------- */
+
+/* Steps through the connection counts on @transport ("tcp", "verbs", "inproc") towards @uri
+ * (the server's scale listener; inproc: NULL, the server runs in this process). */
+void scale_run(const char *transport, const char *uri);
+
 /* ---- the peers: peers.c -------------------------------------------------------------- */
 
 enum peer_kind { PEER_TCP_LAT, PEER_TCP_BW, PEER_VERBS_LAT, PEER_VERBS_BW };
 struct peer_env {
     const char *host;   /* where the tcp peers' servers listen (this host) */
     char why_not[200];  /* non-empty: the tcp peers cannot run, why */
-    int port;           /* next port for a peer's server */
+    int port;           /* next port to try for a peer's server (20000..32000) */
     int cpu_srv, cpu_cli;
     char pt_srv_dev[64], pt_cli_dev[64], pt_srv_gid[16], pt_cli_gid[16];
     const char *pt_host; /* perftest's server address */

@@ -13,8 +13,9 @@
  * callbacks on the loop thread.
  *
  * Server: a context in thread mode per configuration with "echo", "sink",
- * "token", "cpu", "work" and "work_worker" (the same 1 ms handler on a
- * handler worker) methods and a 4 MiB region open to remote READ and WRITE.
+ * "token", "cpu", "mem" (the process's memory, fds and connections, for the
+ * scale test), "work" and "work_worker" (the same 1 ms handler on a handler
+ * worker) methods and a 4 MiB region open to remote READ and WRITE.
  */
 #include <endian.h>
 #include <errno.h>
@@ -76,8 +77,36 @@ static void h_token(rrpc_request *req, const void *p, size_t len, void *user)
     rrpc_respond(req, buf, sizeof(buf));
 }
 
-static struct lib_srv srvs[4];
+static struct lib_srv srvs[6];
 static int nsrvs;
+
+/* Connections up on all server contexts of this process (the "mem" method
+ * reports it): the scale test checks the server saw what it opened. */
+static long srv_conns;
+static pthread_mutex_t conns_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void srv_conn_event(rrpc_conn *conn, rrpc_conn_event ev, int reason, void *user)
+{
+    (void)conn, (void)reason, (void)user;
+    pthread_mutex_lock(&conns_mu);
+    srv_conns += ev == RRPC_CONN_UP ? 1 : ev == RRPC_CONN_DOWN ? -1 : 0;
+    pthread_mutex_unlock(&conns_mu);
+}
+
+/* The "mem" method: "RSS_KIB VMPIN_KIB FDS CONNS NOFILE_SOFT" of this process
+ * (text; -1: unknown).  On a handler worker: counting 10,000 fds takes a while. */
+static void h_mem(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    long rss, pin, fds, soft, hard;
+    bench_self_mem(&rss, &pin, &fds);
+    bench_raise_limit(-1, &soft, &hard); /* -1: reads RLIMIT_NOFILE only */
+    pthread_mutex_lock(&conns_mu);
+    long conns = srv_conns;
+    pthread_mutex_unlock(&conns_mu);
+    char buf[128];
+    int n = snprintf(buf, sizeof(buf), "%ld %ld %ld %ld %ld", rss, pin, fds, conns, soft);
+    rrpc_respond(req, buf, (size_t)n);
+}
 
 /* The cpu method's fields are little-endian on the wire. */
 static void put_le64(uint8_t *b, uint64_t v)
@@ -136,7 +165,7 @@ static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
  * while the peer tools run (sockperf, ucx_perftest, iperf3 take longer than
  * the 15 s keepalive timeout together), and the server would declare its
  * idle connections lost before the next test ("write to the peer failed"). */
-static int ctx_create_with(const char *env, rrpc_ctx **ret)
+int lib_ctx_create(const char *env, rrpc_ctx **ret)
 {
     rrpc_config *cfg = NULL;
     int r = rrpc_config_create(&cfg);
@@ -170,7 +199,7 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
     struct lib_srv *s = &srvs[nsrvs++];
     *s = (struct lib_srv){0};
     pthread_mutex_unlock(&srv_mu);
-    int r = ctx_create_with(env, &s->ctx);
+    int r = lib_ctx_create(env, &s->ctx);
     if (r) {
         snprintf(err, elen, "rrpc_ctx_create%s%s: %s", env ? " with " : "", env ? env : "",
                  rrpc_strerror(r));
@@ -193,6 +222,8 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
         (r = rrpc_register(s->ctx, "token", h_token, s)) ||
         (r = rrpc_register_with(s->ctx, "cpu", h_cpu, NULL,
                                 &(rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER})) ||
+        (r = rrpc_register_with(s->ctx, "mem", h_mem, NULL,
+                                &(rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER})) ||
         (r = rrpc_register(s->ctx, "work", h_work, NULL)) ||
         (r = rrpc_register_with(s->ctx, "work_worker", h_work, NULL,
                                 &(rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER}))) {
@@ -203,7 +234,7 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
     if (ret_rdma_port)
         *ret_rdma_port = -1;
     if (tcp_uri) {
-        r = rrpc_listen(s->ctx, tcp_uri, NULL, NULL, &s->tcp);
+        r = rrpc_listen(s->ctx, tcp_uri, srv_conn_event, NULL, &s->tcp);
         if (r) {
             snprintf(err, elen, "listen %s: %s: %s", tcp_uri, rrpc_strerror(r),
                      rrpc_ctx_last_error(s->ctx));
@@ -212,7 +243,7 @@ int lib_server_start(const char *tcp_uri, const char *rdma_uri, const char *env,
         *ret_tcp_port = rrpc_listener_port(s->tcp);
     }
     if (rdma_uri) {
-        r = rrpc_listen(s->ctx, rdma_uri, NULL, NULL, &s->rdma);
+        r = rrpc_listen(s->ctx, rdma_uri, srv_conn_event, NULL, &s->rdma);
         if (r) {
             snprintf(rdma_err, errlen, "listen %s: %s (%s) %s", rdma_uri, rrpc_strerror(r),
                      rrpc_err_name(r), rrpc_ctx_last_error(s->ctx));
@@ -648,7 +679,7 @@ int lib_driver_open(struct driver *drv, const char *name, const char *uri, bool 
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     d->thread_mode = thread_mode;
-    int r = ctx_create_with(env, &d->ctx);
+    int r = lib_ctx_create(env, &d->ctx);
     if (r) {
         snprintf(err, errlen, "rrpc_ctx_create: %s", rrpc_strerror(r));
         free(d);

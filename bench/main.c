@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,15 +39,23 @@ static const char usage_text[] =
     "       rrpc-bench local  [options]                 start a server process and run the "
     "client against it\n"
     "       rrpc-bench server [--host ADDR] [--port P]   serve tcp://ADDR:P, rdma://ADDR:P+1, "
-    "raw-tcp ADDR:P+2\n"
+    "raw-tcp ADDR:P+2,\n"
+    "                      polling on/off tcp P+3/P+4, the scale test tcp P+5 and rdma P+6\n"
     "                      (ADDR defaults to 127.0.0.1: the server is unauthenticated and lets\n"
     "                      any client write to a 4 MiB region; give --host only on a trusted net)\n"
     "       rrpc-bench client --host SERVER [--port P] [options]\n"
     "\n"
     "options of local and client:\n"
-    "  --transport LIST    tcp,verbs,raw-tcp | all | auto (default auto: tcp,raw-tcp, and verbs\n"
-    "                      when this host has an RDMA device)\n"
-    "  --tests LIST        rtt,rate,large,write,read,sweep,qos,idle,contended | all (default all)\n"
+    "  --transport LIST    tcp,verbs,raw-tcp,inproc | all | auto (default auto: tcp,raw-tcp, and\n"
+    "                      verbs when this host has an RDMA device; inproc, never in all or auto:\n"
+    "                      the scale test only)\n"
+    "  --tests LIST        rtt,rate,large,write,read,sweep,qos,idle,contended,scale | all (default\n"
+    "                      all: every test but scale)\n"
+    "  --scale-n LIST      the scale test's connection counts (default 1,10,100,1000,10000; verbs\n"
+    "                      up to 1000)\n"
+    "  --scale-idle-ms MS  how long the scale test's connections idle before their memory is\n"
+    "                      read (default 2500; the keepalive interval is 1000)\n"
+    "  --peer-wait S       a peer tool's server must listen within S s (default 10)\n"
     "  --quick             short run (0.2 s per test, 0.05 s per sweep point): meson benchmark\n"
     "  --duration S        seconds measured per test (default 2; a sweep point gets S/4)\n"
     "  --warmup N          warm-up operations per test (default 200; at most 20% of S, <= 1 s)\n"
@@ -135,7 +144,7 @@ static bool parse_tests(const char *s, unsigned *ret)
         unsigned bit;
     } names[] = {{"rtt", T_RTT},     {"rate", T_RATE},   {"large", T_LARGE}, {"write", T_WRITE},
                  {"read", T_READ},   {"sweep", T_SWEEP}, {"qos", T_QOS},     {"idle", T_IDLE},
-                 {"contended", T_CONTENDED}, {"all", T_ALL}};
+                 {"contended", T_CONTENDED}, {"scale", T_SCALE}, {"all", T_ALL}};
     unsigned bits = 0;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", s);
@@ -153,7 +162,24 @@ static bool parse_tests(const char *s, unsigned *ret)
     return bits != 0;
 }
 
-enum { TR_TCP = 1, TR_VERBS = 2, TR_RAW = 4 };
+/* --scale-n: ascending counts, 1..1,000,000. */
+static bool parse_scale_n(const char *s)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (n == BENCH_SCALE_MAX_STEPS || !parse_int(tok, 1, 1000000, &v) ||
+            (n && v <= g_opts.scale_n[n - 1]))
+            return false;
+        g_opts.scale_n[n++] = v;
+    }
+    g_opts.scale_nn = n;
+    return n > 0;
+}
+
+enum { TR_TCP = 1, TR_VERBS = 2, TR_RAW = 4, TR_INPROC = 8 };
 
 static bool have_rdma_device(void)
 {
@@ -181,8 +207,10 @@ static bool parse_transports(const char *s, unsigned *ret)
             bits |= TR_VERBS;
         else if (strcmp(tok, "raw-tcp") == 0 || strcmp(tok, "raw") == 0)
             bits |= TR_RAW;
+        else if (strcmp(tok, "inproc") == 0)
+            bits |= TR_INPROC;
         else if (strcmp(tok, "all") == 0)
-            bits |= TR_TCP | TR_VERBS | TR_RAW;
+            bits |= TR_TCP | TR_VERBS | TR_RAW; /* inproc only when named: it has the scale test only */
         else if (strcmp(tok, "auto") == 0)
             bits |= TR_TCP | TR_RAW | (have_rdma_device() ? TR_VERBS : 0);
         else
@@ -404,6 +432,7 @@ struct endpoints {
     const char *rdma_host; /* NULL: verbs unavailable, see rdma_why */
     int tcp_port, rdma_port, raw_port;
     int tcp_poll_port, tcp_nopoll_port; /* servers with polling on / off (tcp) */
+    int scale_tcp_port, scale_rdma_port; /* the scale test's server (<= 0: none) */
     const char *src;
     char rdma_why[512];
 };
@@ -700,11 +729,41 @@ static int plot(const char *dir)
     return 0;
 }
 
+/* The scale test on each transport asked for; returns how many transports
+ * were skipped for want of a device (when no other test ran on them). */
+static int run_scale(unsigned transports, const struct endpoints *ep, bool others)
+{
+    char uri[300];
+    int skipped = 0;
+    if (transports & TR_TCP) {
+        make_uri(uri, sizeof(uri), "tcp", ep->host, ep->scale_tcp_port, ep->src);
+        scale_run("tcp", ep->scale_tcp_port > 0 ? uri : NULL);
+    }
+    if (transports & TR_VERBS) {
+        if (!ep->rdma_host) {
+            struct result *res = result_add("verbs", "scale", 64, 0, NULL);
+            res->skipped = true;
+            snprintf(res->error, sizeof(res->error), "%s", ep->rdma_why);
+            if (!others) {
+                note("verbs skipped: %s", ep->rdma_why);
+                skipped++;
+            }
+        } else {
+            make_uri(uri, sizeof(uri), "rdma", ep->rdma_host, ep->scale_rdma_port, ep->src);
+            scale_run("verbs", ep->scale_rdma_port > 0 ? uri : NULL);
+        }
+    }
+    if (transports & TR_INPROC)
+        scale_run("inproc", NULL);
+    return skipped;
+}
+
 static int run_client(unsigned transports, struct endpoints *ep)
 {
     char err[400], uri[300];
     int skipped = 0, wanted = 0, failed = 0;
     char tl[64] = "";
+    bool others = (g_opts.tests & ~(unsigned)T_SCALE) != 0;
     for (int t = 0; t < 3; t++) {
         unsigned bit = t == 0 ? TR_TCP : t == 1 ? TR_VERBS : TR_RAW;
         const char *name = t == 0 ? "tcp" : t == 1 ? "verbs" : "raw-tcp";
@@ -712,6 +771,8 @@ static int run_client(unsigned transports, struct endpoints *ep)
             continue;
         wanted++;
         snprintf(tl + strlen(tl), sizeof(tl) - strlen(tl), "%s%s", tl[0] ? "," : "", name);
+        if (!others) /* the scale test opens its own connections */
+            continue;
         struct driver *d = &drivers[ndrivers];
         memset(d, 0, sizeof(*d));
         int r;
@@ -747,9 +808,19 @@ static int run_client(unsigned transports, struct endpoints *ep)
         ndrivers++;
     }
     g_ep = ep;
+    if (transports & TR_INPROC) {
+        wanted++;
+        snprintf(tl + strlen(tl), sizeof(tl) - strlen(tl), "%sinproc", tl[0] ? "," : "");
+        if (others)
+            note("inproc: only the scale test runs on inproc");
+    }
     snprintf(g_meta.transports, sizeof(g_meta.transports), "%s", tl);
     if (ndrivers)
         run_tests();
+    if ((g_opts.tests & T_SCALE) && (transports & TR_RAW))
+        note("raw-tcp: the scale test measures the library's transports only");
+    if (g_opts.tests & T_SCALE)
+        skipped += run_scale(transports, ep, others);
     for (int i = 0; i < ndrivers; i++)
         drivers[i].close(&drivers[i]);
 
@@ -797,6 +868,24 @@ static int start_poll_servers(const char *host, int port_on, int port_off, int *
     return lib_server_start(uri, NULL, env, ret_off, NULL, NULL, 0, err, elen) ? -1 : 0;
 }
 
+/* The scale test's server: its own context (connection caps lifted,
+ * keepalives on, so idle connections are trimmed) on @tcp_host:@tcp_port and, when
+ * @rdma_host is given, rdma on @rdma_port (0: any port).  The file limits are
+ * raised to the hard ones first. */
+static int start_scale_server(const char *tcp_host, const char *rdma_host, int tcp_port, int rdma_port, int *ret_tcp,
+                              int *ret_rdma, char *rdma_err, size_t rlen, char *err, size_t elen)
+{
+    long soft, hard;
+    bench_raise_limit(RLIMIT_NOFILE, &soft, &hard);
+    bench_raise_limit(RLIMIT_MEMLOCK, &soft, &hard);
+    char tcp_uri[300], rdma_uri[300];
+    make_uri(tcp_uri, sizeof(tcp_uri), "tcp", tcp_host, tcp_port, NULL);
+    if (rdma_host && *rdma_host)
+        make_uri(rdma_uri, sizeof(rdma_uri), "rdma", rdma_host, rdma_port, NULL);
+    return lib_server_start(tcp_uri, rdma_host && *rdma_host ? rdma_uri : NULL,
+                            BENCH_SCALE_SERVER_ENV, ret_tcp, ret_rdma, rdma_err, rlen, err, elen);
+}
+
 static int cmd_server(const char *host, int port)
 {
     sigset_t set;
@@ -816,6 +905,13 @@ static int cmd_server(const char *host, int port)
         fprintf(stderr, "rrpc-bench server: %s\n", err);
         return 1;
     }
+    int stp = -1, srp = -1;
+    char srdma_err[512] = "";
+    if (start_scale_server(host, host, port + 5, port + 6, &stp, &srp, srdma_err, sizeof(srdma_err), err,
+                           sizeof(err))) {
+        fprintf(stderr, "rrpc-bench server: %s\n", err);
+        return 1;
+    }
     if (strcmp(host, "127.0.0.1") && strcmp(host, "::1") && strcmp(host, "localhost"))
         fprintf(stderr, "rrpc-bench server: WARNING: listening on %s without authentication; any "
                         "host that reaches it may write to the bench's memory region\n", host);
@@ -829,6 +925,10 @@ static int cmd_server(const char *host, int port)
     poll_on_env(pon_env, sizeof(pon_env), BENCH_TCP_POLL_ENV);
     printf("rrpc-bench server: tcp://%s:%d with polling on (%s), tcp://%s:%d with it off\n", host,
            pon, pon_env, host, poff);
+    printf("rrpc-bench server: scale test: tcp://%s:%d%s\n", host, stp,
+           srp > 0 ? "" : " (no rdma://)");
+    if (srp > 0)
+        printf("rrpc-bench server: scale test: rdma://%s:%d\n", host, srp);
     printf("rrpc-bench server: running; Ctrl-C stops\n");
     fflush(stdout);
     int sig;
@@ -898,7 +998,17 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
             fclose(w);
             _exit(1);
         }
-        fprintf(w, "OK %d %d %d %d %d\n%s\n", tp, rp, xp, pon, poff, rdma_err);
+        int stp = -1, srp = -1;
+        if ((g_opts.tests & T_SCALE) && (transports & (TR_TCP | TR_VERBS))) {
+            char srdma_err[512] = "";
+            if (start_scale_server("127.0.0.1", rdma_host[0] ? rdma_host : NULL, 0, 0, &stp, &srp,
+                                   srdma_err, sizeof(srdma_err), err, sizeof(err))) {
+                fprintf(w, "ERR %s\n", err);
+                fclose(w);
+                _exit(1);
+            }
+        }
+        fprintf(w, "OK %d %d %d %d %d %d %d\n%s\n", tp, rp, xp, pon, poff, stp, srp, rdma_err);
         fclose(w);
         int sig;
         sigwait(&set, &sig);
@@ -915,8 +1025,9 @@ static int cmd_local(unsigned transports, const char *rdma_host_opt, const char 
         why[strcspn(why, "\n")] = 0;
     fclose(rd);
     int rc;
-    if (!ok || sscanf(line, "OK %d %d %d %d %d", &ep.tcp_port, &ep.rdma_port, &ep.raw_port,
-                      &ep.tcp_poll_port, &ep.tcp_nopoll_port) != 5) {
+    if (!ok || sscanf(line, "OK %d %d %d %d %d %d %d", &ep.tcp_port, &ep.rdma_port, &ep.raw_port,
+                      &ep.tcp_poll_port, &ep.tcp_nopoll_port, &ep.scale_tcp_port,
+                      &ep.scale_rdma_port) != 7) {
         line[strcspn(line, "\n")] = 0;
         note("the local server did not start: %s", line[0] ? line : "no answer");
         rc = 1;
@@ -965,7 +1076,7 @@ int main(int argc, char **argv)
     g_opts = (struct bench_opts){.size = 64, .large_size = 1u << 20, .depth = 16, .bw_depth = 8,
                                  .large_class = RRPC_CLASS_BULK, .tests = T_ALL, .progress = true,
                                  .poll_us = 1000,
-                                 .poll_budget = 100};
+                                 .poll_budget = 100, .scale_idle_ms = 2500, .peer_wait_s = 10};
     double duration = -1;
     long warmup = -1;
     unsigned transports = 0;
@@ -974,7 +1085,7 @@ int main(int argc, char **argv)
     static const char valued[] =
         " --transport --tests --duration --warmup --size --large --depth --bw-depth --large-class"
         " --client-mode --host --port --src --rdma-host --pin --json --csv --ref-send-lat --ref-write-bw"
-        " --poll-us --poll-budget --perftest --plot ";
+        " --poll-us --poll-budget --perftest --plot --scale-n --scale-idle-ms --peer-wait ";
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1033,7 +1144,7 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--host") == 0) {
             host = v;
         } else if (strcmp(a, "--port") == 0) {
-            ok = parse_int(v, 1, 65533, &port);
+            ok = parse_int(v, 1, 65529, &port);
         } else if (strcmp(a, "--src") == 0) {
             src = v;
         } else if (strcmp(a, "--rdma-host") == 0) {
@@ -1048,6 +1159,12 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--perftest") == 0) {
             ok = sscanf(v, "%63[^:,]:%15[0-9],%63[^:,]:%15[0-9]", g_peer.pt_srv_dev,
                         g_peer.pt_srv_gid, g_peer.pt_cli_dev, g_peer.pt_cli_gid) == 4;
+        } else if (strcmp(a, "--scale-n") == 0) {
+            ok = parse_scale_n(v);
+        } else if (strcmp(a, "--scale-idle-ms") == 0) {
+            ok = parse_int(v, 0, 3600000, &g_opts.scale_idle_ms);
+        } else if (strcmp(a, "--peer-wait") == 0) {
+            ok = parse_double(v, 0.1, 3600, &g_opts.peer_wait_s);
         } else if (strcmp(a, "--plot") == 0) {
             plot_dir = v;
         } else if (strcmp(a, "--json") == 0) {
@@ -1086,7 +1203,9 @@ int main(int argc, char **argv)
     if (!transports)
         parse_transports("auto", &transports);
     g_peer.cpu_srv = g_peer.cpu_cli = -1;
-    g_peer.port = 20000 + (int)(getpid() % 8000) * 5;
+    /* the peers' servers: below the ephemeral ports (32768 up by default), where
+     * no client socket of this host lands; peers.c skips a port in use */
+    g_peer.port = 20000 + (int)(getpid() % 2400) * 5;
     snprintf(g_peer.why_not_pt, sizeof(g_peer.why_not_pt), "no RDMA device for perftest");
     meta_collect(argc, argv);
     snprintf(g_meta.mode, sizeof(g_meta.mode), "%s", cmd);
@@ -1103,7 +1222,8 @@ int main(int argc, char **argv)
     struct endpoints ep = {.host = host, .rdma_host = rdma_host ? rdma_host : host,
                            .tcp_port = (int)port, .rdma_port = (int)port + 1,
                            .raw_port = (int)port + 2, .tcp_poll_port = (int)port + 3,
-                           .tcp_nopoll_port = (int)port + 4, .src = src};
+                           .tcp_nopoll_port = (int)port + 4, .scale_tcp_port = (int)port + 5,
+                           .scale_rdma_port = (int)port + 6, .src = src};
     /* The peers' servers run here: beside a remote bench server they would
      * measure something else, so they run only when SERVER is this host. */
     g_peer.host = host;

@@ -16,8 +16,10 @@
  * Latencies are stored as ROUND TRIPS: the tools that report RTT/2 are
  * doubled, and the row's notes say so.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,23 +105,220 @@ static int reap(pid_t pid, double secs, struct rusage *ru)
 }
 
 struct pair_out {
-    char text[32768]; /* the client's stdout + stderr */
-    int status;       /* the client's wait status */
+    char text[32768];  /* the client's stdout + stderr */
+    char srv_tail[600]; /* the last lines of the server's output */
+    char why[400];     /* non-empty: the server never listened, why */
+    int status;        /* the client's wait status */
+    bool cli_timed_out;
+    double timeout_s;
     double cli_cpu_s, srv_cpu_s;
 };
 
-/* One server + client run: the server in the background (it needs a moment
- * to listen: the client is retried while it fails fast), the client's output
- * captured.  @srv_exits: the server ends by itself after one client. */
+/* Whether @pid is @ppid or its child (/proc/PID/stat's fourth field). */
+static bool is_or_child_of(long pid, pid_t ppid)
+{
+    if (pid == ppid)
+        return true;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    long pp = -1;
+    return p && sscanf(p + 1, " %*c %ld", &pp) == 1 && pp == ppid;
+}
+
+/* The inodes of the sockets listening on tcp @port (IPv4 and IPv6), from the
+ * kernel's tables; how many went into @ino. */
+static int listening_inodes(int port, unsigned long *ino, int max)
+{
+    int n = 0;
+    for (int v6 = 0; v6 < 2; v6++) {
+        FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        char line[512];
+        if (!f)
+            continue;
+        if (!fgets(line, sizeof(line), f)) { /* the header */
+            fclose(f);
+            continue;
+        }
+        while (n < max && fgets(line, sizeof(line), f)) {
+            char local[80];
+            unsigned st;
+            unsigned long inode;
+            /* sl local rem st tx:rx tr:when retr uid timeout inode */
+            if (sscanf(line, " %*s %79s %*s %x %*s %*s %*s %*s %*s %lu", local, &st, &inode) != 3)
+                continue;
+            const char *colon = strrchr(local, ':');
+            if (st == 0x0A && colon && strtol(colon + 1, NULL, 16) == port)
+                ino[n++] = inode;
+        }
+        fclose(f);
+    }
+    return n;
+}
+
+/* Whether @pid (or a child of it) holds a socket listening on tcp @port. */
+static bool pid_listens(pid_t pid, int port)
+{
+    unsigned long ino[16];
+    int n = listening_inodes(port, ino, 16);
+    if (!n)
+        return false;
+    DIR *procs = opendir("/proc");
+    bool found = false;
+    struct dirent *pe;
+    while (procs && !found && (pe = readdir(procs))) {
+        char *end;
+        long p = strtol(pe->d_name, &end, 10);
+        if (*end || p <= 0 || !is_or_child_of(p, pid))
+            continue;
+        char dir[64];
+        snprintf(dir, sizeof(dir), "/proc/%ld/fd", p);
+        DIR *fds = opendir(dir);
+        struct dirent *fe;
+        while (fds && !found && (fe = readdir(fds))) {
+            char link[400], target[64];
+            snprintf(link, sizeof(link), "%s/%s", dir, fe->d_name);
+            ssize_t k = readlink(link, target, sizeof(target) - 1);
+            if (k <= 0)
+                continue;
+            target[k] = 0;
+            unsigned long i;
+            if (sscanf(target, "socket:[%lu]", &i) == 1)
+                for (int j = 0; j < n; j++)
+                    found |= ino[j] == i;
+        }
+        if (fds)
+            closedir(fds);
+    }
+    if (procs)
+        closedir(procs);
+    return found;
+}
+
+/* "exit 3", "killed by signal 9 (Killed)" */
+static void fmt_status(char *buf, size_t len, int st)
+{
+    if (WIFEXITED(st))
+        snprintf(buf, len, "exit %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(buf, len, "wait status %#x", (unsigned)st);
+}
+
+/* The last @lines non-empty lines of @t, joined with " | ", into @out. */
+static void tail_lines(const char *t, int lines, char *out, size_t len)
+{
+    size_t n = strlen(t), b = n;
+    int got = 0;
+    while (b > 0 && got < lines) {
+        while (b > 0 && (t[b - 1] == '\n' || t[b - 1] == ' ' || t[b - 1] == '\r'))
+            b--;
+        if (b == 0)
+            break;
+        while (b > 0 && t[b - 1] != '\n')
+            b--;
+        got++;
+    }
+    size_t o = 0;
+    out[0] = 0;
+    for (const char *p = t + b; *p && o + 1 < len; p++) {
+        if (*p == '\n' || *p == '\r') {
+            while (p[1] == '\n' || p[1] == '\r')
+                p++;
+            if (p[1] && o + 4 < len) {
+                memcpy(out + o, " | ", 3);
+                o += 3;
+            }
+            continue;
+        }
+        out[o++] = *p;
+    }
+    while (o > 0 && out[o - 1] == ' ')
+        o--;
+    out[o] = 0;
+}
+
+/* The tail of what the server wrote to @f (its stdout and stderr). */
+static void read_server_tail(FILE *f, char *out, size_t len)
+{
+    out[0] = 0;
+    if (!f)
+        return;
+    char buf[2048];
+    fflush(f);
+    long size = lseek(fileno(f), 0, SEEK_END);
+    long from = size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0;
+    ssize_t k = size > 0 ? pread(fileno(f), buf, sizeof(buf) - 1, from) : 0;
+    buf[k > 0 ? k : 0] = 0;
+    tail_lines(buf, 3, out, len);
+}
+
+/* Waits until the server @pid listens on tcp @port, at most --peer-wait
+ * seconds.  0 when it does; else -1 and the reason in o->why (the server
+ * reaped when it exited, its status in @ret_st). */
+static int wait_listen(pid_t pid, int port, const char *tool, struct pair_out *o, int *ret_st,
+                       struct rusage *ru)
+{
+    uint64_t t0 = now_ns(), end = t0 + (uint64_t)(g_opts.peer_wait_s * 1e9);
+    for (;;) {
+        int st;
+        if (wait4(pid, &st, WNOHANG, ru) == pid) {
+            char how[96];
+            fmt_status(how, sizeof(how), st);
+            *ret_st = st;
+            snprintf(o->why, sizeof(o->why), "its server (%s) ended (%s) after %.1f s without "
+                     "listening on port %d", tool, how, (double)(now_ns() - t0) / 1e9, port);
+            return -1;
+        }
+        if (pid_listens(pid, port))
+            return 0;
+        if (now_ns() >= end) {
+            snprintf(o->why, sizeof(o->why), "its server (%s) did not listen on port %d within "
+                     "%.1f s (--peer-wait)", tool, port, g_opts.peer_wait_s);
+            return -1;
+        }
+        usleep(20000);
+    }
+}
+
+/* One server + client run: the server in the background; the client starts
+ * once the server listens on tcp @listen_port (<= 0: the server has no tcp
+ * port to watch, as perftest over rdma_cm: the client is retried while it
+ * fails fast).  The client's output is captured, the server's tail kept.
+ * @srv_exits: the server ends by itself after one client. */
 static int run_pair(char *const srv[], char *const cli[], char *const env[], bool srv_exits,
-                    double timeout_s, struct pair_out *o)
+                    int listen_port, double timeout_s, struct pair_out *o)
 {
     memset(o, 0, sizeof(*o));
-    pid_t sp = spawn(srv, env, g_peer.cpu_srv, -1);
-    if (sp < 0)
-        return -errno;
-    usleep(300000);
-    struct rusage ru_cli = {0};
+    o->timeout_s = timeout_s;
+    FILE *sf = tmpfile();
+    pid_t sp = spawn(srv, env, g_peer.cpu_srv, sf ? fileno(sf) : -1);
+    if (sp < 0) {
+        snprintf(o->why, sizeof(o->why), "cannot start its server: %s", strerror(errno));
+        if (sf)
+            fclose(sf);
+        return -1;
+    }
+    struct rusage ru_cli = {0}, ru_srv = {0};
+    int srv_st = -1; /* -1: not reaped */
+    if (listen_port > 0) {
+        if (wait_listen(sp, listen_port, srv[0], o, &srv_st, &ru_srv)) {
+            if (srv_st == -1)
+                reap(sp, 0, &ru_srv); /* still running, not listening */
+            read_server_tail(sf, o->srv_tail, sizeof(o->srv_tail));
+            fclose(sf);
+            return -1;
+        }
+    } else {
+        usleep(300000);
+    }
     for (int attempt = 0; attempt < 10; attempt++) {
         int p[2];
         if (pipe(p) < 0)
@@ -128,11 +328,14 @@ static int run_pair(char *const srv[], char *const cli[], char *const env[], boo
         close(p[1]);
         size_t len = 0;
         uint64_t end = t0 + (uint64_t)(timeout_s * 1e9);
+        o->cli_timed_out = false;
         for (;;) {
             struct pollfd pf = {.fd = p[0], .events = POLLIN};
             uint64_t t = now_ns();
-            if (t >= end)
+            if (t >= end) {
+                o->cli_timed_out = true;
                 break;
+            }
             if (poll(&pf, 1, (int)((end - t) / 1000000 + 1)) <= 0)
                 continue;
             char tmp[4096];
@@ -149,15 +352,17 @@ static int run_pair(char *const srv[], char *const cli[], char *const env[], boo
         bool ok = WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0;
         bool fast = now_ns() - t0 < 1500000000ull;
         int st;
-        if (ok || !fast || waitpid(sp, &st, WNOHANG) == sp)
+        if (ok || !fast || listen_port > 0 || waitpid(sp, &st, WNOHANG) == sp)
             break;
         usleep(300000); /* refused: the server is not listening yet */
     }
     o->cli_cpu_s = ru_seconds(&ru_cli);
-    struct rusage ru_srv = {0};
     reap(sp, srv_exits ? 3 : 0, &ru_srv);
     o->srv_cpu_s = ru_seconds(&ru_srv);
-    return WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0 ? 0 : -1;
+    read_server_tail(sf, o->srv_tail, sizeof(o->srv_tail));
+    if (sf)
+        fclose(sf);
+    return WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0 && !o->cli_timed_out ? 0 : -1;
 }
 
 /* ---- results -------------------------------------------------------------------- */
@@ -176,18 +381,31 @@ static void not_installed(const char *tool, const char *test, size_t size, const
     note("peer %s: not installed (apt-get install %s)", tool, pkg);
 }
 
+/* Why a peer gave no figure: its server never listened, its client failed
+ * (status, last lines), or the client ended well but printed no result. */
 static void failed(struct result *r, const char *what, const struct pair_out *o)
 {
-    /* the last line of the tool's output says most often why */
-    const char *t = o->text;
-    size_t n = strlen(t);
-    while (n && (t[n - 1] == '\n' || t[n - 1] == ' '))
-        n--;
-    size_t b = n;
-    while (b && t[b - 1] != '\n')
-        b--;
-    snprintf(r->error, sizeof(r->error), "%s failed (exit %d): %.*s", what,
-             WIFEXITED(o->status) ? WEXITSTATUS(o->status) : -1, (int)(n - b), t + b);
+    char cli[400], srv[700] = "";
+    tail_lines(o->text, 2, cli, sizeof(cli));
+    if (o->srv_tail[0])
+        snprintf(srv, sizeof(srv), "; server output: %s", o->srv_tail);
+    if (o->why[0]) {
+        snprintf(r->error, sizeof(r->error), "%s not run: %s%s", what, o->why,
+                 o->srv_tail[0] ? srv : "; the server printed nothing");
+    } else if (o->cli_timed_out) {
+        snprintf(r->error, sizeof(r->error), "%s timed out after %.0f s: %s%s", what, o->timeout_s,
+                 cli[0] ? cli : "(no output)", srv);
+    } else if (WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0) {
+        snprintf(r->error, sizeof(r->error), "%s ended (exit 0) but printed no result this "
+                 "version of rrpc-bench reads: %s", what, cli[0] ? cli : "(no output)");
+    } else {
+        char how[96];
+        fmt_status(how, sizeof(how), o->status);
+        if (WIFEXITED(o->status) && WEXITSTATUS(o->status) == 127 && !o->text[0])
+            snprintf(how, sizeof(how), "exit 127: could not be started");
+        snprintf(r->error, sizeof(r->error), "%s failed (%s): %s%s", what, how,
+                 cli[0] ? cli : "(no output)", srv);
+    }
     note("peer %s", r->error);
 }
 
@@ -223,13 +441,41 @@ static char *itoa_dup(char *buf, size_t len, long v)
     return buf;
 }
 
+/* The next port for a peer's server that nothing holds now: a tcp bind to
+ * it on the peers' host succeeds (a port a client socket of this host holds,
+ * or a server left over, would make the peer's server fail to listen). */
+static int peer_port(void)
+{
+    for (int tries = 0; tries < 200; tries++) {
+        int port = g_peer.port++;
+        if (g_peer.port > 32000)
+            g_peer.port = 20000;
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+        struct addrinfo *ai = NULL;
+        char ps[16];
+        snprintf(ps, sizeof(ps), "%d", port);
+        if (getaddrinfo(g_peer.host ? g_peer.host : "127.0.0.1", ps, &hints, &ai) != 0)
+            return port; /* cannot tell: take it */
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        bool free_ = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+                     bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        if (free_)
+            return port;
+    }
+    return g_peer.port++;
+}
+
 /* ---- the tcp peers ---------------------------------------------------------------- */
 
 static void peer_sockperf(void)
 {
     const char *h = g_peer.host;
     char port[24], secs[24], *srv[] = {"sockperf", "sr", "--tcp", "-i", (char *)h, "-p", port, NULL};
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     long s = (long)(g_opts.duration + 0.5);
     itoa_dup(secs, sizeof(secs), s < 1 ? 1 : s);
     char *cli[] = {"sockperf", "pp", "--tcp", "-i", (char *)h, "-p", port, "-m", "64", "-t", secs,
@@ -238,7 +484,7 @@ static void peer_sockperf(void)
     struct pair_out *o = malloc(sizeof(*o));
     if (!o)
         return;
-    int rc = run_pair(srv, cli, NULL, false, g_opts.duration * 4 + 30, o);
+    int rc = run_pair(srv, cli, NULL, false, atoi(port), g_opts.duration * 4 + 30, o);
     struct result *r = peer_row("sockperf", "pingpong", 64, 1,
                                 "sockperf pp --tcp -m 64, blocking; reports RTT/2 (doubled here)");
     double p50, p90, p99, p999, mx, mn, avg, valid_s, valid_n, total_n;
@@ -272,7 +518,7 @@ static void peer_sockperf(void)
 static void peer_qperf(void)
 {
     char port[24], secs[24], *srv[] = {"qperf", "--listen_port", port, NULL};
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     long s = (long)(g_opts.duration + 0.5);
     itoa_dup(secs, sizeof(secs), s < 1 ? 1 : s);
     char *cli[] = {"qperf", (char *)g_peer.host, "--listen_port", port, "-m", "64", "-t", secs,
@@ -281,7 +527,7 @@ static void peer_qperf(void)
     struct pair_out *o = malloc(sizeof(*o));
     if (!o)
         return;
-    int rc = run_pair(srv, cli, NULL, false, g_opts.duration * 4 + 30, o);
+    int rc = run_pair(srv, cli, NULL, false, atoi(port), g_opts.duration * 4 + 30, o);
     struct result *r = peer_row("qperf", "pingpong", 64, 1,
                                 "qperf -m 64 tcp_lat, blocking; reports RTT/2 (doubled here)");
     double lat, msgs;
@@ -321,7 +567,7 @@ static char **ucx_env(void)
 static void peer_ucx(bool bw)
 {
     char port[24], iters[24], warm[24], *srv[] = {"ucx_perftest", "-p", port, NULL};
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     long n = bw ? (long)(g_opts.duration * 1500) : (long)(g_opts.duration * 25000);
     long w = bw ? 50 : 1000;
     itoa_dup(iters, sizeof(iters), n < 100 ? 100 : n);
@@ -332,7 +578,7 @@ static void peer_ucx(bool bw)
     struct pair_out *o = malloc(sizeof(*o));
     if (!o)
         return;
-    int rc = run_pair(srv, cli, ucx_env(), true, g_opts.duration * 10 + 60, o);
+    int rc = run_pair(srv, cli, ucx_env(), true, atoi(port), g_opts.duration * 10 + 60, o);
     struct result *r =
         bw ? peer_row("ucx-tcp", "tag_bw", 1u << 20, 1,
                       "ucx_perftest -t tag_bw -s 1M, UCX_TLS=tcp, spins")
@@ -389,7 +635,7 @@ static void peer_ucx(bool bw)
 static void peer_iperf3(void)
 {
     char port[24], secs[24];
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     snprintf(secs, sizeof(secs), "%.0f", g_opts.duration < 1 ? 1 : g_opts.duration);
     char *srv[] = {"iperf3", "-s", "-1", "-B", (char *)g_peer.host, "-p", port, NULL};
     char *cli[] = {"iperf3", "-c", (char *)g_peer.host, "-p", port, "-l", "1M", "-t", secs,
@@ -398,7 +644,7 @@ static void peer_iperf3(void)
     struct pair_out *o = malloc(sizeof(*o));
     if (!o)
         return;
-    int rc = run_pair(srv, cli, NULL, true, g_opts.duration * 4 + 30, o);
+    int rc = run_pair(srv, cli, NULL, true, atoi(port), g_opts.duration * 4 + 30, o);
     struct result *r = peer_row("iperf3", "bulk", 1u << 20, 1, "iperf3 -l 1M, one stream");
     /* "[  5]   0.00-2.00   sec  9.50 GBytes  4862 MBytes/sec   receiver" */
     char *line = strstr(o->text, "receiver");
@@ -465,7 +711,7 @@ static void peer_perftest(bool bw)
     const char *tool = bw ? "ib_write_bw" : "ib_send_lat";
     size_t size = bw ? (1u << 20) : 64;
     char port[24], sz[24], iters[24];
-    itoa_dup(port, sizeof(port), g_peer.port++);
+    itoa_dup(port, sizeof(port), peer_port());
     snprintf(sz, sizeof(sz), "%zu", size);
     const char *ni = getenv(bw ? "PERFTEST_BW_ITERS" : "PERFTEST_LAT_ITERS");
     snprintf(iters, sizeof(iters), "%s", ni && *ni ? ni : bw ? "200" : "5000");
@@ -497,7 +743,9 @@ static void peer_perftest(bool bw)
     struct pair_out *o = malloc(sizeof(*o));
     if (!o)
         return;
-    int rc = run_pair(srv, cli, NULL, true, 300, o);
+    /* with -x perftest exchanges its parameters over tcp on the port; with -R
+     * rdma_cm listens there, and no tcp socket shows when it is ready */
+    int rc = run_pair(srv, cli, NULL, true, g_peer.pt_srv_gid[0] ? atoi(port) : 0, 300, o);
     struct result *r =
         bw ? peer_row("perftest", "ib_write_bw", size, 1, "ib_write_bw -s 1M, BW average, spins")
            : peer_row("perftest", "ib_send_lat", size, 1,

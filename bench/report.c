@@ -10,6 +10,7 @@
 #include <roce_rpc/rrpc.h>
 
 #include "bench.h"
+#include "bench_commit.h"
 
 /* ---- samples ---------------------------------------------------------------- */
 
@@ -244,6 +245,86 @@ static bool is_sweep(const struct result *r)
     return strncmp(r->test, "sweep_", 6) == 0;
 }
 
+static bool is_scale(const struct result *r)
+{
+    return strcmp(r->test, "scale") == 0;
+}
+
+/* "12.3" or "-" (unknown) */
+static void fmt_side(char *buf, size_t len, const struct scale_side *sd, double v)
+{
+    if (sd->known)
+        snprintf(buf, len, "%.1f", v);
+    else
+        snprintf(buf, len, "-");
+}
+
+static bool any_rows(bool scale)
+{
+    for (size_t i = 0; i < nresults; i++)
+        if (is_scale(results[i]) == scale)
+            return true;
+    return false;
+}
+
+/* The scale test: one row per transport and connection count. */
+static void report_scale(FILE *f)
+{
+    bool first = true;
+    for (size_t i = 0; i < nresults; i++) {
+        struct result *r = results[i];
+        if (!is_scale(r))
+            continue;
+        if (first) {
+            fprintf(f, "\nScale (idle figures per connection after %ld ms idle, growth over the "
+                       "baseline / connections; calls: 64 B echo, one in flight on each):\n",
+                    g_opts.scale_idle_ms);
+            fprintf(f, "%-8s %7s %7s %9s %9s | %9s %9s %7s | %9s %9s %7s | %10s\n", "transp.",
+                    "conns", "asked", "conn. s", "conn/s", "cli KiB", "cli pin", "cli fd",
+                    "srv KiB", "srv pin", "srv fd", "calls/s");
+            first = false;
+        }
+        const struct scale_point *p = r->scale;
+        if (r->skipped || !p || (r->error[0] && p->conns == 0)) {
+            fprintf(f, "%-8s %7s %7d  %s: %s\n", r->transport, "-", r->depth,
+                    r->skipped ? "skipped" : "FAILED", r->error);
+            continue;
+        }
+        char v[6][24];
+        fmt_side(v[0], sizeof(v[0]), &p->cli, p->cli.rss_kib);
+        fmt_side(v[1], sizeof(v[1]), &p->cli, p->cli.pin_kib);
+        fmt_side(v[2], sizeof(v[2]), &p->cli, p->cli.fds);
+        fmt_side(v[3], sizeof(v[3]), &p->srv, p->srv.rss_kib);
+        fmt_side(v[4], sizeof(v[4]), &p->srv, p->srv.pin_kib);
+        fmt_side(v[5], sizeof(v[5]), &p->srv, p->srv.fds);
+        if (p->one_process)
+            snprintf(v[3], sizeof(v[3]), "(one");
+        if (p->one_process)
+            snprintf(v[4], sizeof(v[4]), "process)");
+        char calls[24];
+        fmt_num(calls, sizeof(calls), p->calls_per_s, p->calls_per_s > 0);
+        fprintf(f, "%-8s %7ld %7ld %9.3f %9.0f | %9s %9s %7s | %9s %9s %7s | %10s\n",
+                r->transport, p->conns, p->asked, p->connect_s, p->connects_per_s, v[0], v[1],
+                v[2], v[3], v[4], v[5], calls);
+        if (p->stopped[0])
+            fprintf(f, "         %s\n", p->stopped);
+        if (r->error[0])
+            fprintf(f, "         FAILED: %s\n", r->error);
+        if (p->srv.known && p->srv.conns_seen != p->conns)
+            fprintf(f, "         (the server counted %ld new connections)\n", p->srv.conns_seen);
+    }
+    if (!first) {
+        const char *lim = "";
+        for (size_t i = 0; i < nresults && !lim[0]; i++)
+            if (is_scale(results[i]) && results[i]->scale)
+                lim = results[i]->scale->limits;
+        fprintf(f, "(conn. s: wall time of the step's new connections, %s; KiB: RSS, which holds "
+                   "the pinned pages too; pin: VmPin.\n inproc: both sides in one process, the "
+                   "client columns hold both.)\n",
+                lim[0] ? lim : "limits unknown");
+    }
+}
+
 static const char *const legend =
     "Latencies are ROUND TRIPS in microseconds, measured at the client with CLOCK_MONOTONIC:\n"
     "from issuing the call/operation to its completion (RPC: the response arrived; WRITE/READ:\n"
@@ -294,13 +375,18 @@ static void report_polls(FILE *f)
 
 void report_table(FILE *f)
 {
-    fprintf(f, "rrpc-bench %s (libroce_rpc %s) on %s: %s, %s, %ld CPUs\n", RRPC_VERSION_STRING,
-            RRPC_VERSION_STRING, g_meta.host, g_meta.kernel, g_meta.cpu, g_meta.ncpu);
+    fprintf(f, "rrpc-bench %s (libroce_rpc %s, commit %s) on %s: %s, %s, %ld CPUs\n",
+            RRPC_VERSION_STRING, RRPC_VERSION_STRING, BENCH_COMMIT, g_meta.host, g_meta.kernel,
+            g_meta.cpu, g_meta.ncpu);
     fprintf(f, "date %s; %s; %.2f s per test, %.2f s per sweep point, warm-up <= %ld ops / %.2f s; "
                "client %s mode\n\n",
             g_meta.date, g_opts.quick ? "QUICK run (indicative only)" : "full run",
             g_opts.duration, g_opts.sweep_duration, g_opts.warmup_ops, g_opts.warmup_max_s,
             g_opts.client_thread_mode ? "thread" : "driven");
+    if (!any_rows(false)) { /* the scale test alone */
+        report_scale(f);
+        return;
+    }
     fputs(legend, f);
     fputc('\n', f);
     fprintf(f, "%-8s %-15s %8s %5s %8s | %8s %8s %8s %8s %9s | %10s %9s | %7s %7s  %s\n",
@@ -311,7 +397,7 @@ void report_table(FILE *f)
     char last_test[24] = "";
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
-        if (is_sweep(r))
+        if (is_sweep(r) || is_scale(r))
             continue;
         if (last_test[0] && strcmp(last_test, r->test) != 0)
             fputc('\n', f);
@@ -360,6 +446,7 @@ void report_table(FILE *f)
                "warm-up included.  Peer rows that report RTT/2 are doubled: every latency here is "
                "a round trip.)\n");
     report_polls(f);
+    report_scale(f);
     bool first = true;
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
@@ -602,6 +689,114 @@ static int targets(struct target *t)
     return n;
 }
 
+/* ---- the scale targets (issue #27) ----------------------------------------------- */
+
+/* The scale row of @tr with the most connections up (NULL: none). */
+static struct result *scale_top(const char *tr)
+{
+    struct result *best = NULL;
+    for (size_t i = 0; i < nresults; i++) {
+        struct result *r = results[i];
+        if (is_scale(r) && strcmp(r->transport, tr) == 0 && r->scale && r->scale->conns > 0 &&
+            (!best || r->scale->conns > best->scale->conns))
+            best = r;
+    }
+    return best;
+}
+
+/* The largest count asked of @tr's scale test, and why it has no figures. */
+static long scale_asked(const char *tr, const char **why)
+{
+    long asked = 0;
+    *why = strcmp(tr, "verbs") == 0 ? "not run (--tests scale --transport verbs, on a host with "
+                                      "an RDMA device)"
+                                    : "not run (--tests scale)";
+    for (size_t i = 0; i < nresults; i++) {
+        struct result *r = results[i];
+        if (!is_scale(r) || strcmp(r->transport, tr))
+            continue;
+        if (r->error[0])
+            *why = r->error;
+        if (r->scale && r->scale->asked > asked)
+            asked = r->scale->asked;
+    }
+    return asked;
+}
+
+static double worse(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+/* Idle cost per connection on each side at the largest count reached (and
+ * at least @need connections when @need > 0). */
+static void t_idle(struct target *t, const char *name, const char *tr, double kib, double fds,
+                   long need)
+{
+    *t = (struct target){.name = name};
+    struct result *r = scale_top(tr);
+    const char *why;
+    scale_asked(tr, &why);
+    if (!r) {
+        snprintf(t->detail, sizeof(t->detail), "%s scale: %.200s", tr, why);
+        return;
+    }
+    const struct scale_point *p = r->scale;
+    if (!p->cli.known || (!p->srv.known && !p->one_process)) {
+        snprintf(t->detail, sizeof(t->detail), "%s scale at %ld connections: the %s's memory is "
+                 "unknown", tr, p->conns, p->cli.known ? "server" : "client");
+        return;
+    }
+    double k = worse(p->cli.rss_kib, p->srv.rss_kib), fd = worse(p->cli.fds, p->srv.fds);
+    t->evaluated = true;
+    t->ratio = k / kib;
+    t->met = k <= kib && (fds <= 0 || fd <= fds) && p->conns >= need;
+    int n = snprintf(t->detail, sizeof(t->detail),
+                     "at %ld connections: client %.1f KiB (VmPin %.1f), %.2f fds; server %.1f KiB "
+                     "(VmPin %.1f), %.2f fds",
+                     p->conns, p->cli.rss_kib, p->cli.pin_kib, p->cli.fds, p->srv.rss_kib,
+                     p->srv.pin_kib, p->srv.fds);
+    if (need > 0 && p->conns < need && n > 0 && (size_t)n < sizeof(t->detail))
+        snprintf(t->detail + n, sizeof(t->detail) - (size_t)n, "; %ld needed: %.150s", need,
+                 p->stopped[0] ? p->stopped : "not asked (--scale-n)");
+}
+
+static void t_conns(struct target *t, const char *name, const char *tr, long need)
+{
+    *t = (struct target){.name = name};
+    const char *why;
+    long asked = scale_asked(tr, &why);
+    struct result *r = scale_top(tr);
+    if (asked < need) {
+        snprintf(t->detail, sizeof(t->detail), "%s scale: %.200s", tr,
+                 asked ? "a smaller count was asked (--scale-n)" : why);
+        return;
+    }
+    t->evaluated = true;
+    long got = r ? r->scale->conns : 0;
+    t->ratio = (double)got / (double)need;
+    t->met = got >= need && !r->error[0];
+    if (r && r->scale->stopped[0])
+        snprintf(t->detail, sizeof(t->detail), "%.250s", r->scale->stopped);
+    else if (r)
+        snprintf(t->detail, sizeof(t->detail), "%ld connections up in %s, calls on all: %.150s", got,
+                 r->scale->one_process ? "one process" : "one client process",
+                 r->error[0] ? r->error : "worked");
+    else
+        snprintf(t->detail, sizeof(t->detail), "no connection: %.200s", why);
+}
+
+static int scale_targets(struct target *t)
+{
+    int n = 0;
+    t_idle(&t[n++], "tcp idle connection <= 4 KiB and <= 1.2 fds per side", "tcp", 4, 1.2, 0);
+    t_conns(&t[n++], "tcp 10,000 connections in one process between two addresses", "tcp", 10000);
+    t_idle(&t[n++], "verbs idle connection <= 64 KiB per side (RSS with pinned) at 1,000",
+           "verbs", 64, 0, 1000);
+    return n;
+}
+
+
 /* ---- the peers side by side ------------------------------------------------------- */
 
 struct cmp {
@@ -689,14 +884,24 @@ void report_peers(FILE *f)
     }
 }
 
-void report_targets(FILE *f)
+static void print_targets(FILE *f, const struct target *t, int n)
 {
-    struct target t[16];
-    int n = targets(t);
-    fprintf(f, "\nTargets of issue #14 (ratios from this run; reported, never asserted):\n");
     for (int i = 0; i < n; i++)
         fprintf(f, "target %-64s %-13s %s\n", t[i].name,
                 !t[i].evaluated ? "not evaluated" : t[i].met ? "met" : "NOT MET", t[i].detail);
+}
+
+void report_targets(FILE *f)
+{
+    struct target t[16];
+    if (any_rows(false) || !any_rows(true)) {
+        fprintf(f, "\nTargets of issue #14 (ratios from this run; reported, never asserted):\n");
+        print_targets(f, t, targets(t));
+    }
+    if (any_rows(true)) {
+        fprintf(f, "\nTargets of issue #27, scale (from this run; reported, never asserted):\n");
+        print_targets(f, t, scale_targets(t));
+    }
 }
 
 /* ---- JSON and CSV ---------------------------------------------------------------- */
@@ -721,10 +926,52 @@ static void json_num(FILE *f, double v)
     fprintf(f, "%.3f", v);
 }
 
+static void json_side(FILE *f, const struct scale_side *sd)
+{
+    if (!sd->known) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"rss_kib_per_conn\": ");
+    json_num(f, sd->rss_kib);
+    fprintf(f, ", \"vmpin_kib_per_conn\": ");
+    json_num(f, sd->pin_kib);
+    fprintf(f, ", \"fds_per_conn\": ");
+    json_num(f, sd->fds);
+    fprintf(f, ", \"rss_kib\": %ld, \"vmpin_kib\": %ld, \"fds\": %ld}", sd->rss_total_kib,
+            sd->pin_total_kib, sd->fds_total);
+}
+
+static void json_scale(FILE *f, const struct scale_point *p)
+{
+    fprintf(f, ", \"scale\": {\"connections\": %ld, \"asked\": %ld, \"connects\": %ld, "
+               "\"connect_s\": %.6f", p->conns, p->asked, p->connects, p->connect_s);
+    fprintf(f, ", \"connects_per_s\": ");
+    json_num(f, p->connects_per_s);
+    fprintf(f, ", \"calls_per_s\": ");
+    json_num(f, p->calls_per_s);
+    fprintf(f, ", \"one_process\": %s, \"idle_ms\": %ld, \"client\": ",
+            p->one_process ? "true" : "false", g_opts.scale_idle_ms);
+    json_side(f, &p->cli);
+    fprintf(f, ", \"server\": ");
+    json_side(f, &p->srv);
+    if (p->srv.known)
+        fprintf(f, ", \"server_conns_seen\": %ld", p->srv.conns_seen);
+    fprintf(f, ", \"limits\": ");
+    json_str(f, p->limits);
+    if (p->stopped[0]) {
+        fprintf(f, ", \"stopped\": ");
+        json_str(f, p->stopped);
+    }
+    fputc('}', f);
+}
+
 void report_json(FILE *f)
 {
     fprintf(f, "{\n  \"tool\": \"rrpc-bench\",\n  \"version\": ");
     json_str(f, RRPC_VERSION_STRING);
+    fprintf(f, ",\n  \"commit\": ");
+    json_str(f, BENCH_COMMIT);
     fprintf(f, ",\n  \"date\": ");
     json_str(f, g_meta.date);
     fprintf(f, ",\n  \"host\": ");
@@ -757,6 +1004,8 @@ void report_json(FILE *f)
         if (r->skipped || r->error[0]) {
             fprintf(f, ", \"%s\": ", r->skipped ? "skipped" : "error");
             json_str(f, r->error);
+            if (r->scale && r->scale->conns > 0)
+                json_scale(f, r->scale);
             fputc('}', f);
             continue;
         }
@@ -798,6 +1047,8 @@ void report_json(FILE *f)
             else
                 fputs("null}", f);
         }
+        if (r->scale)
+            json_scale(f, r->scale);
         if (r->ncdf) {
             fprintf(f, ", \"rtt_cdf_us\": [");
             for (int k = 0; k < r->ncdf; k++)
@@ -825,10 +1076,14 @@ void report_json(FILE *f)
         fputc('}', f);
     }
     fprintf(f, "\n  ],\n  \"targets\": [");
-    struct target t[16];
-    int n = targets(t);
+    struct target t[32];
+    int n = 0, n14 = 0;
+    if (any_rows(false) || !any_rows(true))
+        n = n14 = targets(t);
+    if (any_rows(true))
+        n += scale_targets(t + n);
     for (int i = 0; i < n; i++) {
-        fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
+        fprintf(f, "%s\n    {\"issue\": %d, \"name\": ", i ? "," : "", i < n14 ? 14 : 27);
         json_str(f, t[i].name);
         fprintf(f, ", \"evaluated\": %s", t[i].evaluated ? "true" : "false");
         if (t[i].evaluated) {
@@ -842,12 +1097,36 @@ void report_json(FILE *f)
     fprintf(f, "\n  ]\n}\n");
 }
 
+/* The scale columns (empty for other rows); the reason a step stopped quoted. */
+static void csv_scale(FILE *f, const struct scale_point *p)
+{
+    if (!p) {
+        fputs(",,,,,,,,,,\n", f);
+        return;
+    }
+    fprintf(f, ",%ld,%.6f,%.3f", p->conns, p->connect_s, p->connects_per_s);
+    for (int k = 0; k < 2; k++) {
+        const struct scale_side *sd = k ? &p->srv : &p->cli;
+        if (sd->known)
+            fprintf(f, ",%.3f,%.3f,%.3f", sd->rss_kib, sd->pin_kib, sd->fds);
+        else
+            fputs(",,,", f);
+    }
+    fputs(",\"", f);
+    for (const char *c = p->stopped; *c; c++)
+        fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, f);
+    fputs("\"\n", f);
+}
+
 void report_csv(FILE *f)
 {
     fprintf(f, "transport,test,variant,size,depth,status,ops,seconds,ops_per_s,mib_per_s,"
                "load_mib_per_s,samples,rtt_min_us,rtt_p50_us,rtt_p90_us,rtt_p99_us,rtt_p999_us,"
                "rtt_max_us,rtt_mean_us,cpu_client_us_per_op,cpu_server_us_per_op,"
-               "cpu_client_core_pct,cpu_server_core_pct\n");
+               "cpu_client_core_pct,cpu_server_core_pct,scale_connections,scale_connect_s,"
+               "scale_connects_per_s,scale_client_rss_kib_per_conn,scale_client_vmpin_kib_per_conn,"
+               "scale_client_fds_per_conn,scale_server_rss_kib_per_conn,"
+               "scale_server_vmpin_kib_per_conn,scale_server_fds_per_conn,scale_stopped\n");
     for (size_t i = 0; i < nresults; i++) {
         struct result *r = results[i];
         const char *st = r->skipped ? "skipped" : r->error[0] ? "error" : "ok";
@@ -872,9 +1151,10 @@ void report_csv(FILE *f)
         else
             fputc(',', f);
         if (r->srv_core_pct >= 0 && (r->srv_core_pct > 0 || strcmp(r->test, "idle_cpu") == 0))
-            fprintf(f, ",%.3f\n", r->srv_core_pct);
+            fprintf(f, ",%.3f", r->srv_core_pct);
         else
-            fputs(",\n", f);
+            fputc(',', f);
+        csv_scale(f, r->scale);
     }
 }
 

@@ -17,8 +17,9 @@ PKGS="meson ninja-build pkg-config gcc scdoc man-db libev-dev libmsgpack-dev lib
       python3 python3-dev python3-cffi python3-numpy python3-pytest python3-pytest-asyncio python3-mesonpy python3-venv python3-pip patchelf
       iperf3 sockperf qperf ucx-utils python3-matplotlib"  # the last line: the bench's peers and plots
 # The test run also uses torch, where the Python suite checks DLPack with real torch tensors,
-# and Prometheus' own tools, which read the metrics text.
-[ "$WHAT" = test ] && PKGS="$PKGS python3-torch prometheus python3-prometheus-client"
+# Prometheus' own tools, which read the metrics text, and tshark, which reads captures
+# through the project's Wireshark dissector.
+[ "$WHAT" = test ] && PKGS="$PKGS python3-torch prometheus python3-prometheus-client tshark"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "bootstrap: installing:" $missing
@@ -108,6 +109,8 @@ vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSaniti
   tests/softroce/run-suite.sh build-asan
 vm_step "Python bindings and the Python example over verbs" tests/softroce/python-in-vm.sh build
 vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
+vm_step "the Wireshark dissector decodes that RoCEv2 capture" \
+  tests/wireshark/dissector_test.py --roce build/dscp-capture/capture.pcap
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
 vm_step "an rxe link taken down and up under a live connection" tests/softroce/link-flap.sh build
 vm_step "the main job (rrpcd, server, client, tensor) over verbs" \

@@ -12,7 +12,7 @@ typedef enum rrpc_errno {
     RRPC_E_NO_DEVICE, RRPC_E_URI, RRPC_E_CLOSED,
     RRPC_E_CREDIT, RRPC_E_DEADLOCK, RRPC_E_ARGS, RRPC_E_TRANSPORT,
     RRPC_E_REGION, RRPC_E_TICKET, RRPC_E_LIMIT, RRPC_E_UNKNOWN_HOST,
-    RRPC_E_CANCELLED,
+    RRPC_E_CANCELLED, RRPC_E_GRANT,
     ...
 } rrpc_errno;
 const char *rrpc_strerror(int code);
@@ -187,6 +187,16 @@ typedef struct rrpc_token {
 } rrpc_token;
 int rrpc_region_token(rrpc_region *r, rrpc_conn *conn, rrpc_token *ret_token);
 #define RRPC_TOKEN_SIZE 32
+typedef struct rrpc_grant rrpc_grant;
+typedef struct rrpc_grant_opts {
+    int qos_class;
+    unsigned expires_ms;
+    uint64_t reserved[3];
+} rrpc_grant_opts;
+int rrpc_region_grant(rrpc_region *r, rrpc_conn *conn, uint64_t off, uint64_t len,
+                      unsigned access, const rrpc_grant_opts *opts, rrpc_grant **ret_grant,
+                      rrpc_token *ret_token);
+int rrpc_grant_revoke(rrpc_grant *g);
 void rrpc_token_encode(const rrpc_token *t, uint8_t out[32]);
 int rrpc_token_decode(const void *buf, size_t len, rrpc_token *ret_token);
 typedef struct rrpc_op_opts {

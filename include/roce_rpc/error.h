@@ -47,7 +47,10 @@ extern "C" {
       "connection ticket missing, forged, expired, replayed or for another service") \
     X(LIMIT, -1018, "a configured limit was reached (connections, queued bytes, offers)") \
     X(UNKNOWN_HOST, -1019, "the host name does not resolve")                      \
-    X(CANCELLED, -1020, "the call was cancelled by its caller")
+    X(CANCELLED, -1020, "the call was cancelled by its caller")                  \
+    X(GRANT, -1021,                                                              \
+      "remote access through a grant refused (revoked, expired, another peer "   \
+      "or class, outside its range or rights)")
 
 typedef enum rrpc_errno {
 #define RRPC_ERRNO_ENUM_(name, value, desc) RRPC_E_##name = (value),

@@ -78,6 +78,70 @@ RRPC_API int rrpc_region_token(rrpc_region *r, rrpc_conn *conn, rrpc_token *ret_
 RRPC_API void rrpc_token_encode(const rrpc_token *t, uint8_t out[RRPC_TOKEN_SIZE]);
 RRPC_API int rrpc_token_decode(const void *buf, size_t len, rrpc_token *ret_token);
 
+/*
+ * Grants: access to part of a region for one peer, revocable.
+ *
+ * A region's token (rrpc_region_token) lets the peer of a connection reach
+ * the whole region for as long as it is registered.  A grant narrows that
+ * to one connection, one byte range and READ and/or WRITE, for one QoS
+ * class (the class the peer's operations must travel on), optionally until
+ * an expiry, and can be revoked while the region lives.  Its token is used
+ * by the peer exactly like a region's (rrpc_read / rrpc_write; with
+ * RRPC_CLASS_DEFAULT in rrpc_op_opts the peer uses the grant's class).
+ *
+ * The checks are the target's, not the initiator's: on verbs a grant is a
+ * memory window (type 2) bound to the connection's queue pair of that
+ * class, so the NIC refuses any other queue pair, range or right, and any
+ * access after the revoke; on tcp and inproc the owner's loop makes the
+ * same checks (docs/protocol.md, section 11).  A refused access fails the
+ * initiator's operation with RRPC_E_GRANT; the detail says which check
+ * failed where the transport can tell (tcp, inproc; a NIC reports only
+ * "remote access error", and on verbs, RC semantics, the error also takes
+ * the connection down with RRPC_E_CONN_LOST).
+ */
+typedef struct rrpc_grant rrpc_grant;
+
+typedef struct rrpc_grant_opts {
+    int qos_class;       /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_BULK, as rrpc_op_opts */
+    unsigned expires_ms; /* 0: none; else the grant fails like a revoked one after this */
+    uint64_t reserved[3]; /* must be zero */
+} rrpc_grant_opts;
+
+/* A token's access word carries a grant's class in these bits (0: a
+ * region's token, any class). */
+#define RRPC_TOKEN_CLASS_SHIFT 8
+#define RRPC_TOKEN_CLASS(access) (((access) >> RRPC_TOKEN_CLASS_SHIFT) & 0xffu)
+
+/*
+ * Grants the peer of @conn @access (RRPC_ACCESS_REMOTE_READ and/or _WRITE,
+ * a subset of @r's) to [@off, @off + @len) of @r.  Blocks until the grant is
+ * in force (on verbs: the window is bound, a local operation of the NIC;
+ * the same rules as rrpc_call_sync: not from a callback on the loop, where
+ * it fails with RRPC_E_DEADLOCK: run such a handler on a worker).  On
+ * success *@ret_grant is the caller's, to be released with
+ * rrpc_grant_revoke, and *@ret_token is what to send to the peer.
+ * The grant ends on its own, failing later accesses, when @conn goes down,
+ * when @r is deregistered, or at its expiry; it must still be revoked to be
+ * freed.  Errors: -EINVAL (NULL, zero length, unknown access bits, reserved
+ * words), RRPC_E_REGION (the range is outside @r), RRPC_E_ACCESS (@access
+ * is not a subset of @r's), RRPC_E_BAD_CLASS, RRPC_E_CLOSED, RRPC_E_LIMIT
+ * (RRPC_MAX_GRANTS grants are alive on the context), RRPC_E_DEADLOCK,
+ * -ENOTSUP (a device without type 2 memory windows: see the detail),
+ * -ENOMEM, transport errors.
+ */
+RRPC_API int rrpc_region_grant(rrpc_region *r, rrpc_conn *conn, uint64_t off, uint64_t len,
+                        unsigned access, const rrpc_grant_opts *opts, rrpc_grant **ret_grant,
+                        rrpc_token *ret_token);
+
+/*
+ * Revokes @g and frees it.  Returns once no access through it can succeed
+ * any more (on verbs the window is deallocated, which invalidates it in
+ * the NIC before the call returns); an access the target had already
+ * begun may complete (on tcp, a WRITE being placed stops at its next piece).
+ * Any thread, also in a callback.  Returns 0; accepts NULL.
+ */
+RRPC_API int rrpc_grant_revoke(rrpc_grant *g);
+
 /* Options of a one-sided operation; NULL means all defaults. */
 typedef struct rrpc_op_opts {
     int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_BULK */

@@ -60,6 +60,10 @@ static const struct rrpci_conf_field core_fields[] = {
      .doc = "server side, broker gates (rrpc_broker_gate): tickets a second one client identity "
             "may use; its share of the replay cache is this times the ticket lifetime + skew "
             "(16..16384 tickets), and a client past its share is refused, not the others"},
+    {.name = "RRPC_MAX_GRANTS", RRPCI_CONF_INT(C, max_grants), .def = 65536, .min = 1,
+     .max = 16777216,
+     .doc = "grants (rrpc_grant) alive at once on a context; rrpc_grant refuses more with "
+            "RRPC_E_LIMIT until some are revoked"},
     {.name = "RRPC_MAX_ANSWER_BACKLOG", RRPCI_CONF_INT(C, max_answer_backlog), .def = 16L << 20,
      .min = 65536, .max = 1LL << 40,
      .doc = "answer bytes queued for a peer that does not take them; above it its requests' "

@@ -177,6 +177,7 @@ rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops
     rrpci_list_add(&ctx->conns, &c->link);
     rrpci_list_init(&c->dirty_link);
     rrpci_list_init(&c->owned_link);
+    rrpci_list_init(&c->grants);
     return c;
 }
 
@@ -270,6 +271,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
     RRPCI_LOG(c->ctx, reason == RRPC_E_CLOSED ? LOG_DEBUG : LOG_NOTICE,
               "%s connection down: %s (%s)", c->ops->name, why ? why : "", rrpc_err_name(reason));
     c->ops->conn_close(c);
+    rrpci_grants_conn_down(c);
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++) {
         struct rrpci_msg *m = c->cls[i].head;
         while (m) {

@@ -47,6 +47,7 @@ struct rrpci_config {
     int max_conns_per_source; /* ... from one peer address */
     int ticket_rate;          /* broker gates: tickets a second one client may use */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
+    int max_grants;           /* grants alive at once on the context (RRPC_MAX_GRANTS) */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
     int busy_poll_budget_pct; /* share of one core the loop's thread may spend while polling */
@@ -103,6 +104,9 @@ struct rrpc_ctx {
 
     struct rrpci_idmap methods;
     struct rrpci_idmap regions; /* by tcp emulation key */
+    struct rrpci_idmap grants;  /* in force, by emulation key (core/grant.c) */
+    unsigned n_grants;          /* alive (not yet revoked), for RRPC_MAX_GRANTS */
+    struct rrpci_list grant_list; /* every grant not yet revoked (ctx_link) */
     struct rrpci_list conns;
     struct rrpci_list listeners;
     struct rrpci_list credit_dirty; /* conns owing explicit credit */
@@ -157,6 +161,7 @@ struct rrpc_conn {
     size_t ticket_len;
     bool user_owned; /* from rrpc_connect: DOWN is owed even before UP, and the
                       * application holds a reference until rrpc_conn_close */
+    struct rrpci_list grants; /* struct rrpc_grant.conn_link (core/grant.c) */
     struct rrpci_list owned_link;
     bool in_flush;
     int down_reason;
@@ -327,6 +332,7 @@ struct rrpci_pending {
     uint32_t parts_left;
     int op_status;
     bool is_read;
+    bool grant; /* through a grant's token */
     int cls;   /* for the metrics */
     double t0; /* rrpci_stats_now() when the call was made */
 };
@@ -411,7 +417,37 @@ struct rrpc_region {
     unsigned access;
     uint64_t generation;
     void *tpriv;
+    struct rrpci_list grants; /* struct rrpc_grant.region_link */
 };
+
+/*
+ * A grant (core/grant.c; include/roce_rpc/memory.h): one connection's
+ * access to part of a region.  In force until it ends (@ended says why:
+ * revoked, expired, its connection or region gone); freed by
+ * rrpc_grant_revoke only.  Transports with grant ops (verbs) enforce it in
+ * the NIC; for the others the core checks it (rrpci_region_check).
+ */
+struct rrpc_grant {
+    struct rrpci_idnode node; /* in ctx->grants while in force (emulated) */
+    rrpc_ctx *ctx;
+    rrpc_region *region;      /* NULL once it is deregistered */
+    rrpc_conn *conn;          /* referenced while the grant exists */
+    struct rrpci_list region_link, conn_link, ctx_link;
+    uint64_t addr, len;       /* the range, as the owner's addresses */
+    uint64_t key;             /* what the peer's token names it by */
+    unsigned access;
+    int cls;                  /* class index the peer's operations must use */
+    const char *ended;        /* NULL while in force */
+    struct rrpci_timer expiry;
+    struct rrpci_sync *waiter; /* a blocking rrpc_region_grant waiting for the transport */
+    void *tpriv;               /* the transport's (verbs: its memory window) */
+};
+/* The grant ends (idempotent): later accesses fail with @why. */
+void rrpci_grant_end(rrpc_grant *g, const char *why);
+/* Ends every grant of @c (it went down) or of @r (being deregistered). */
+void rrpci_grants_conn_down(rrpc_conn *c);
+void rrpci_grants_region_gone(rrpc_region *r);
+void rrpci_grants_fini(rrpc_ctx *ctx);
 
 /*
  * The check a NIC makes for a remote access, done by the tcp emulation:
@@ -420,6 +456,11 @@ struct rrpc_region {
  */
 rrpc_region *rrpci_region_check(rrpc_ctx *ctx, uint64_t key, uint64_t addr, uint64_t len,
                                 unsigned need, const char **why);
+/* The same check for an access by @c on class @cls: a region's key, or a
+ * grant's (in force, for @c and @cls, allowing @need over the range);
+ * *@grant says whether @key named a grant. */
+rrpc_region *rrpci_access_check(rrpc_conn *c, int cls, uint64_t key, uint64_t addr,
+                                uint64_t len, unsigned need, const char **why, bool *grant);
 /* Pure bounds check, shared with the initiator's own validation. */
 bool rrpci_range_inside(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len);
 

@@ -47,6 +47,7 @@ RRPC_API int rrpc_ctx_create_with(const rrpc_config *cfg, rrpc_ctx **ret_ctx)
     pthread_mutex_init(&ctx->lock, &a);
     pthread_mutexattr_destroy(&a);
     rrpci_list_init(&ctx->conns);
+    rrpci_list_init(&ctx->grant_list);
     rrpci_list_init(&ctx->listeners);
     rrpci_list_init(&ctx->credit_dirty);
     rrpci_list_init(&ctx->owned);
@@ -146,6 +147,7 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
     }
     rrpci_methods_fini(ctx);
     rrpci_regions_fini(ctx);
+    rrpci_grants_fini(ctx);
     rrpci_gov_stop(&ctx->gov); /* before the transports' state goes */
     transports_fini(ctx);
     rrpci_async_stop(ctx->ev, &ctx->wake);

@@ -22,10 +22,17 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     int r = RRPCI_OPTS_CHECK(ctx, opts, "rrpc_op_opts");
     if (r < 0)
         return r;
-    r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_BULK, &cls);
+    /* A grant's token names the class its operations must use. */
+    int tcls = (int)RRPC_TOKEN_CLASS(remote->access), want = opts ? opts->qos_class : 0;
+    r = rrpci_class_arg(ctx, want ? want : tcls, RRPCI_CLS_BULK, &cls);
     if (r < 0)
         return r;
     const char *what = is_read ? "READ" : "WRITE";
+    if (tcls && want && want != tcls)
+        return rrpci_set_error(ctx, RRPC_E_GRANT,
+                               "%s: the token is a grant for QoS class %d (%s), not %d; leave "
+                               "qos_class 0 or pass %d",
+                               what, tcls, rrpci_class_name(rrpci_cls_index(tcls)), want, tcls);
     if (!rrpci_range_inside(0, local->len, local_off, len))
         return rrpci_set_error(ctx, RRPC_E_REGION,
                                "%s of %zu bytes at offset %zu is outside the local region of %zu "
@@ -63,6 +70,7 @@ static int os_start(rrpc_conn *c, bool is_read, rrpc_region *local, size_t local
     pd->remote_addr = remote->addr + remote_off;
     pd->len = len;
     pd->cls = cls;
+    pd->grant = tcls != 0;
     pd->t0 = rrpci_stats_now();
     uint64_t id = pd->node.key;
     if (c->ops->rdma) {
@@ -174,6 +182,10 @@ void rrpci_rdma_done(rrpc_conn *c, uint64_t id, int status)
     if (!n)
         return;
     struct rrpci_pending *pd = rrpci_container_of(n, struct rrpci_pending, node);
+    /* A NIC says only "remote access error"; through a grant it is the
+     * grant that refused (revoked, expired, another queue pair, range). */
+    if (status == RRPC_E_ACCESS && pd->grant)
+        status = RRPC_E_GRANT;
     pd->op_status = status;
     if (status)
         rrpci_os_fail_detail(pd, status, false, NULL, 0);
@@ -187,6 +199,8 @@ void rrpci_os_on_ack(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p)
     if (!pd || pd->kind != RRPCI_PEND_OS)
         return; /* expired */
     int status = (int32_t)(uint32_t)h->arg;
+    if (status == RRPC_E_ACCESS && pd->grant) /* a revoked grant's key names nothing */
+        status = RRPC_E_GRANT;
     if (status == 0 && pd->is_read) {
         struct rrpci_os_hdr oh;
         if (rrpci_os_hdr_decode(p, h->len, &oh) < 0 ||

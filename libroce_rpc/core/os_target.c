@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* One-sided operations, the target side: what a NIC does for a remote
  * access, done in software for the transports that emulate it (tcp,
- * inproc): the key, rights and bounds check (rrpci_region_check), WRITEs
+ * inproc): the key, rights and bounds check (rrpci_access_check: a
+ * region's, or a grant's, core/grant.c), WRITEs
  * placed and READs answered with OS_ACK frames, tcp's direct placement of a
  * large WRITE into the region (rrpci_os_write_target), and the
  * notification of a write-with-immediate (native or emulated). */
@@ -33,7 +34,7 @@ rrpc_region *rrpci_region_check(rrpc_ctx *ctx, uint64_t key, uint64_t addr, uint
 {
     struct rrpci_idnode *n = rrpci_idmap_get(&ctx->regions, key);
     if (!n) {
-        *why = "no region with this key (forged, or deregistered)";
+        *why = "no region or grant with this key (forged, deregistered, or revoked)";
         return NULL;
     }
     rrpc_region *r = rrpci_container_of(n, rrpc_region, node);
@@ -69,10 +70,12 @@ uint8_t *rrpci_os_write_target(rrpc_conn *c, const struct rrpci_hdr *h, const ui
 {
     struct rrpci_os_hdr oh;
     const char *why = NULL;
+    bool grant;
     if (h->type != RRPCI_T_OS_WRITE || n < RRPCI_OS_HDR_SIZE ||
         rrpci_os_hdr_decode(p, h->len, &oh) < 0 || oh.len != h->len - RRPCI_OS_HDR_SIZE ||
-        !rrpci_conn_wire_open(c) ||
-        !rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_WRITE, &why))
+        !rrpci_conn_wire_open(c) || h->cls >= RRPCI_MAX_CLASSES ||
+        !rrpci_access_check(c, h->cls, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_WRITE, &why,
+                            &grant))
         return NULL;
     return (uint8_t *)(uintptr_t)oh.addr;
 }
@@ -85,16 +88,17 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
         return;
     }
     const char *why = NULL;
+    bool grant;
     if (h->type == RRPCI_T_OS_WRITE) {
         if (oh.len != h->len - RRPCI_OS_HDR_SIZE) {
             rrpci_conn_down(c, RRPC_E_PROTO, "one-sided WRITE length does not match its frame");
             return;
         }
-        rrpc_region *r =
-            rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_WRITE, &why);
+        rrpc_region *r = rrpci_access_check(c, cls, oh.key, oh.addr, oh.len,
+                                            RRPC_ACCESS_REMOTE_WRITE, &why, &grant);
         if (!r) {
             RRPCI_LOG(c->ctx, LOG_NOTICE, "remote WRITE refused: %s", why);
-            os_reply(c, cls, h->id, RRPC_E_ACCESS, why);
+            os_reply(c, cls, h->id, grant ? RRPC_E_GRANT : RRPC_E_ACCESS, why);
             return;
         }
         if (!h->placed) /* else the transport read the data there (rrpci_os_write_target) */
@@ -120,11 +124,11 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
                  "READ refused: the target's answers to this reader are not being taken");
         return;
     }
-    rrpc_region *r =
-        rrpci_region_check(c->ctx, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_READ, &why);
+    rrpc_region *r = rrpci_access_check(c, cls, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_READ,
+                                        &why, &grant);
     if (!r) {
         RRPCI_LOG(c->ctx, LOG_NOTICE, "remote READ refused: %s", why);
-        os_reply(c, cls, h->id, RRPC_E_ACCESS, why);
+        os_reply(c, cls, h->id, grant ? RRPC_E_GRANT : RRPC_E_ACCESS, why);
         return;
     }
     struct rrpci_msg *m = rrpci_msg_new(RRPCI_OS_HDR_SIZE + oh.len);

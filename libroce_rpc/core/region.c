@@ -50,6 +50,7 @@ RRPC_API int rrpc_mem_reg(rrpc_ctx *ctx, void *addr, size_t len, unsigned access
     r->len = len;
     r->access = access;
     r->generation = rrpci_region_next_generation();
+    rrpci_list_init(&r->grants);
     rrpci_lock(ctx);
     int rc;
     do {
@@ -72,6 +73,7 @@ RRPC_API int rrpc_mem_reg(rrpc_ctx *ctx, void *addr, size_t len, unsigned access
 static void region_free(rrpc_region *r)
 {
     rrpc_ctx *ctx = r->ctx;
+    rrpci_grants_region_gone(r); /* before the transports release what the grants use */
     for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
         if (ctx->tops[i] && ctx->tops[i]->region_release)
             ctx->tops[i]->region_release(ctx, r);

@@ -30,11 +30,12 @@ typedef struct rrpc_ctx rrpc_ctx;
 typedef struct rrpc_conn rrpc_conn;
 typedef struct rrpc_listener rrpc_listener;
 typedef struct rrpc_region rrpc_region;
+typedef struct rrpc_grant rrpc_grant;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 6 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
+#define RRPCI_TRANSPORT_OPS_VERSION 7 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
                                         * 5: the library's own loop (core/evloop.h). 6: busy_poll under the governor;
-                                        * typed tunables (transport/tunables.h) */
+                                        * typed tunables (transport/tunables.h). 7: grants */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -109,6 +110,16 @@ struct rrpci_transport_ops {
     int (*region_key)(rrpc_conn *c, rrpc_region *r, uint64_t *ret_key);
     void (*region_release)(rrpc_ctx *ctx, rrpc_region *r);
     int (*rdma)(rrpc_conn *c, const struct rrpci_rdma_op *op);
+    /* Grants enforced by the device (without these ops the core checks
+     * them, as for emulated one-sided access).  grant_bind puts @g in force
+     * for @c's peer (rrpci_grant_get says what), sets its key
+     * (rrpci_grant_set_key) and calls rrpci_grant_bound once, on the loop,
+     * when it is in force or failed; or returns an error (no call then).
+     * grant_end: from its return on, no access through @g can succeed
+     * (also called for a grant whose bind failed or is still under way;
+     * the connection may be down); it releases what grant_bind made. */
+    int (*grant_bind)(rrpc_conn *c, rrpc_grant *g);
+    void (*grant_end)(rrpc_conn *c, rrpc_grant *g);
     /* The connection has received nothing for a keepalive interval: release
      * memory that can be made again when traffic resumes. */
     void (*trim)(rrpc_conn *c);
@@ -201,6 +212,20 @@ void *rrpci_region_addr(rrpc_region *r);
 size_t rrpci_region_len(rrpc_region *r);
 unsigned rrpci_region_access(rrpc_region *r);
 uint64_t rrpci_region_generation(rrpc_region *r);
+/* Grant helpers for transports (ops->grant_bind). */
+struct rrpci_grant_info {
+    rrpc_region *region;
+    uint64_t addr, len; /* the range, as the owner's addresses */
+    unsigned access;    /* RRPC_ACCESS_REMOTE_* */
+    int cls;            /* the class index the peer's operations use */
+};
+void rrpci_grant_get(rrpc_grant *g, struct rrpci_grant_info *ret);
+void rrpci_grant_set_key(rrpc_grant *g, uint64_t key);
+void *rrpci_grant_tpriv(rrpc_grant *g);
+void rrpci_grant_set_tpriv(rrpc_grant *g, void *p);
+/* ops->grant_bind is done: @status 0 (in force) or the error, @why its
+ * detail (NULL: the code's text). */
+void rrpci_grant_bound(rrpc_grant *g, int status, const char *why);
 
 /* ---- upcalls ---------------------------------------------------------- */
 

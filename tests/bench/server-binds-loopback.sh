@@ -11,7 +11,8 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -f "$out"; }
 trap cleanup EXIT
 
-# A free block of ports: the server takes P (tcp), P+1 (rdma), P+2 (raw-tcp), P+3, P+4.
+# A free block of ports: the server takes P (tcp), P+1 (rdma), P+2 (raw-tcp), P+3, P+4,
+# P+5 (the scale test's tcp), P+6 (its rdma).
 # Below the kernel's ephemeral range (ip_local_port_range, from 32768 by
 # default), where the other tests' client sockets do not land; several tries.
 started=
@@ -34,7 +35,7 @@ listeners() {
   awk -v lo="$port" 'NR > 1 && $4 == "0A" {
       split($2, a, ":"); p = 0
       for (i = 1; i <= length(a[2]); i++) p = p * 16 + index("0123456789ABCDEF", substr(a[2], i, 1)) - 1
-      if (p >= lo && p <= lo + 4) print a[1], p }' "$@" 2>/dev/null
+      if (p >= lo && p <= lo + 6) print a[1], p }' "$@" 2>/dev/null
 }
 v4=$(listeners /proc/net/tcp)
 v6=$(listeners /proc/net/tcp6)

@@ -16,6 +16,7 @@ if ! grep -q "RRPC_HAVE_VERBS" "$BUILD/build.ninja" 2>/dev/null; then
   exit 77
 fi
 # Registration pins memory: lift the memlock limit for the test (root in the VM).
-# RRPC_TEST_MODE=driven (the conformance suite drives both contexts itself) goes along.
-SOFTROCE_ENV="export RRPC_TEST_TRANSPORT=verbs RRPC_TEST_SERVER=10.77.0.2 RRPC_TEST_CLIENT_SRC=10.77.0.1${RRPC_TEST_MODE:+ RRPC_TEST_MODE=$RRPC_TEST_MODE}" \
+# RRPC_TEST_MODE=driven (the conformance suite drives both contexts itself) and
+# RRPC_TEST_GRANT_CYCLES go along.
+SOFTROCE_ENV="export RRPC_TEST_TRANSPORT=verbs RRPC_TEST_SERVER=10.77.0.2 RRPC_TEST_CLIENT_SRC=10.77.0.1${RRPC_TEST_MODE:+ RRPC_TEST_MODE=$RRPC_TEST_MODE}${RRPC_TEST_GRANT_CYCLES:+ RRPC_TEST_GRANT_CYCLES=$RRPC_TEST_GRANT_CYCLES}" \
   exec "$HERE/run-in-vm.sh" "$BUILD" bash -c 'ulimit -l unlimited && exec "$0"' "$BUILD/$TEST"

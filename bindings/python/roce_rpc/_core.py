@@ -46,7 +46,7 @@ log = logging.getLogger("roce_rpc")
 _ERR_NAMES = ("PROTO", "VERSION", "NO_METHOD", "BAD_CLASS", "TOO_BIG", "ACCESS",
               "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED",
               "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET", "LIMIT",
-              "UNKNOWN_HOST", "CANCELLED")
+              "UNKNOWN_HOST", "CANCELLED", "GRANT")
 for _n in _ERR_NAMES:
     globals()["E_" + _n] = getattr(lib, "RRPC_E_" + _n)
     __all__.append("E_" + _n)

@@ -84,6 +84,9 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
     case VB_K_CTL:
         q->sq_sends--;
         break;
+    case VB_K_BIND:
+        vb_grant_bind_done(vc, rrpci_container_of(w, struct vb_grant, wr), wc);
+        break;
     case VB_K_READ: {
         struct vb_rin *r = rrpci_container_of(w, struct vb_rin, wr);
         r->reads_out--;

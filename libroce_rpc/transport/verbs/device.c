@@ -110,6 +110,13 @@ struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret
     d->max_rd_atom = da.max_qp_rd_atom;
     d->max_init_rd_atom = da.max_qp_init_rd_atom;
     d->max_qp_wr = da.max_qp_wr;
+    d->mw2 = da.max_mw > 0 &&
+             (da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+    /* Soft-RoCE checks an access through a window against the window's MR,
+     * not the window's own range (measured in the VM, kernel 6.1: a WRITE
+     * below a window, inside its MR, succeeded): grants there get an MR of
+     * their own range (grant.c). */
+    d->mw_range_unchecked = da.vendor_id == VB_RXE_VENDOR_ID;
     d->max_cqe = da.max_cqe;
     d->max_msg_sz = vx->chunk;
     if (vb_ret(ibv_query_port(verbs, 1, &pa)) == 0 && pa.max_msg_sz && pa.max_msg_sz < d->max_msg_sz)
@@ -178,6 +185,8 @@ int vb_mr_get(struct vb_dev *d, rrpc_region *r, struct vb_mr **ret)
         fl |= IBV_ACCESS_REMOTE_READ;
     if (acc & RRPC_ACCESS_REMOTE_WRITE)
         fl |= IBV_ACCESS_REMOTE_WRITE;
+    if (d->mw2 && acc) /* grants bind windows over it (grant.c) */
+        fl |= IBV_ACCESS_MW_BIND;
     m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;

@@ -247,5 +247,7 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .region_key = vb_region_key,
     .region_release = vb_region_release,
     .rdma = vb_rdma,
+    .grant_bind = vb_grant_bind,
+    .grant_end = vb_grant_end,
     .busy_poll = vb_busy_poll,
 };

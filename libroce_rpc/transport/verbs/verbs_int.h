@@ -148,6 +148,7 @@
 #define VB_MIN_RX_BUF (RRPCI_HDR_SIZE + VB_DESC_MAX)
 
 #define VB_CACHE_BUCKETS 256
+#define VB_RXE_VENDOR_ID 0xffffff /* Soft-RoCE's ibv_device_attr.vendor_id */
 
 
 /* What a cm_id's context or a work request's wr_id points at. */
@@ -160,6 +161,7 @@ enum vb_kind {
     VB_K_READ, /* a rendezvous READ chunk */
     VB_K_OP,   /* a one-sided operation of the core */
     VB_K_REAPED, /* a cm_id handed to the reaper */
+    VB_K_BIND,   /* a grant's memory window being bound (grant.c) */
 };
 /* What waits in a class's ordered receive queue. */
 enum vb_item { VB_I_EAGER = 1, VB_I_RNDV, VB_I_NOTIFY };
@@ -282,6 +284,8 @@ struct vb_dev {
     struct ibv_comp_channel *ch;
     struct rrpci_io w;
     int max_rd_atom, max_init_rd_atom, max_qp_wr, max_cqe;
+    bool mw2; /* type 2 memory windows: grants (grant.c) */
+    bool mw_range_unchecked; /* ... whose range the device does not check */
     uint32_t max_msg_sz;
     struct vb_mr *cache[VB_CACHE_BUCKETS];
     struct vb_pbuf *pfree; /* rendezvous receive buffers not lent out */
@@ -486,6 +490,18 @@ void vb_enter(struct vb_conn *vc);
 void vb_leave(struct vb_conn *vc);
 bool vb_live(struct vb_conn *vc);
 bool vb_wired(struct vb_conn *vc);
+
+/* grant.c */
+struct vb_grant {
+    struct vb_wr wr;
+    rrpc_grant *g; /* NULL once the core ended it */
+    struct ibv_mw *mw;
+    struct ibv_mr *mr; /* the grant's own MR, where the device ignores a window's range */
+    bool bind_out; /* its BIND_MW not completed yet */
+};
+int vb_grant_bind(rrpc_conn *c, rrpc_grant *g);
+void vb_grant_end(rrpc_conn *c, rrpc_grant *g);
+void vb_grant_bind_done(struct vb_conn *vc, struct vb_grant *vg, const struct ibv_wc *wc);
 void vb_advance(struct vb_conn *vc, enum vb_phase p);
 /* Takes the connection down with @reason and the formatted why (once). */
 void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
