@@ -188,6 +188,8 @@ void admit_principals_sweep(struct server *srv)
 
 bool admit_register_rate(struct server *srv, struct principal *pr)
 {
+    if (!pr)
+        return true; /* authenticated sessions have one; nothing to count against */
     refill(srv, pr, mono_ms());
     if (pr->reg_tokens < 1.0)
         return false;

@@ -718,9 +718,10 @@ static void *writer_main(void *arg)
         if (w_lease && mono_ms() >= w_ka_due)
             keepalive();
         etcd_set_deadline(ops, 0);
-        if (w_nospace && mono_ms() >= w_recover_due)
+        /* Upkeep only while no register waits: it has no deadline of its own. */
+        if (!j && w_nospace && mono_ms() >= w_recover_due)
             recover_space();
-        if (w_compact_due && mono_ms() >= w_compact_due)
+        if (!j && w_compact_due && mono_ms() >= w_compact_due)
             compact_history();
         if (!j)
             continue;
