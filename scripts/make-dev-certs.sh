@@ -17,7 +17,10 @@
 #   Not for production: see docs/broker.md, "Deployment".
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  # The comment block above, under the name this was run by.
+  me=$(basename "$0")
+  sed -n '2,/^[^#]/p' "$0" | sed '/^[^#]/d; s/^# \{0,1\}//' |
+    sed "1s|^scripts/make-dev-certs.sh|usage: $me|; 1s| *(installed as rrpc-make-dev-certs)||"
   if [ $# -ge 1 ]; then exit 0; else exit 2; fi
 fi
 DIR=$1

@@ -354,7 +354,7 @@ typedef void (*rrpc_conn_event_fn)(rrpc_conn *conn, rrpc_conn_event ev, int reas
 
 /*
  * Endpoint URIs:
- *   tcp://HOST:PORT    the TCP transport (one socket per QoS class)
+ *   tcp://HOST:PORT    the TCP transport (one socket; bulk, background get their own on first use)
  *   rdma://HOST:PORT   the RoCEv2 verbs transport (one RC QP per QoS class)
  *   inproc://NAME      client and server in this process (no sockets)
  * HOST is an IPv4 address, a name, or [IPv6].  A query may follow:
@@ -467,6 +467,22 @@ typedef int (*rrpc_ticket_verify_fn)(void *user, const void *ticket, size_t len,
                                      size_t whylen);
 RRPC_API int rrpc_ctx_require_ticket(rrpc_ctx *ctx, rrpc_ticket_verify_fn fn, void *user);
 
+/* The longest principal rrpc_ctx_ticket_principal takes, in bytes. */
+#define RRPC_PRINCIPAL_MAX 127
+
+/*
+ * From inside @ctx's rrpc_ticket_verify_fn only: names the principal (the
+ * client identity, 1..RRPC_PRINCIPAL_MAX bytes, copied) the ticket being
+ * verified belongs to.  Once its ticket is accepted, the connection counts
+ * against that principal's cap, RRPC_MAX_CONNS_PER_PRINCIPAL (beyond it the
+ * connection is refused with RRPC_E_LIMIT and the reason), and no longer
+ * against its address's RRPC_MAX_CONNS_PER_SOURCE, so one principal cannot
+ * lock out the other clients of its address.  A verifier that names none
+ * keeps the address's cap for all.  Errors: -EINVAL (NULL, empty or too
+ * long), -EPERM (not called from the verifier of @ctx), -ENOMEM.
+ */
+RRPC_API int rrpc_ctx_ticket_principal(rrpc_ctx *ctx, const char *principal);
+
 /*
  * Client side: as rrpc_connect_sync, and presents @ticket (@len bytes, 1..4096,
  * copied) as the connection's first message.  Returns 0 once the server
@@ -482,7 +498,9 @@ RRPC_API const char *rrpc_conn_transport(rrpc_conn *conn);
 
 /*
  * The DSCP actually set on the local side of class @cls of @conn, read back
- * from the socket or queue pair, in *ret_dscp.  Errors: RRPC_E_BAD_CLASS,
+ * from the socket or queue pair, in *ret_dscp (tcp: from the socket the class
+ * travels on; a class whose own socket opens on its first use and was not
+ * used yet gives the DSCP that socket will get).  Errors: RRPC_E_BAD_CLASS,
  * RRPC_E_CLOSED, -EOPNOTSUPP when the transport cannot tell.
  */
 RRPC_API int rrpc_conn_class_dscp(rrpc_conn *conn, int cls, int *ret_dscp);

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define RRPCI_MAGIC 0x43505252u /* "RRPC" as little-endian bytes */
-#define RRPCI_PROTO_VERSION 1
+#define RRPCI_PROTO_VERSION 2 /* 2: tcp sockets opened on demand (docs/protocol.md) */
 #define RRPCI_HDR_SIZE 32
 
 enum rrpci_frame_type {

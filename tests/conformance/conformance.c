@@ -28,6 +28,9 @@
 #include <time.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1138,6 +1141,115 @@ static void test_low_latency_calls_complete_while_bulk_saturates(void **state)
     assert_true(during[LL / 2] < BACKLOG / 4);
 }
 
+/* ---- tcp: a connection's sockets (tcp only: counts this process's fds) ---- */
+
+static int downs_now(void);
+
+static bool tcp_only(void)
+{
+    if (strcmp(T.transport, "tcp") != 0) {
+        printf("# skipped on %s: counts tcp sockets\n", T.transport);
+        skip();
+    }
+    return false;
+}
+
+/* This process's open descriptors, as a bit per descriptor number below
+ * @max in @set (may be NULL); returns how many. */
+static int open_fds(uint8_t *set, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0, self = dirfd(d);
+    if (set)
+        memset(set, 0, (size_t)max / 8);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == self)
+            continue;
+        int fd = atoi(e->d_name);
+        if (set && fd < max)
+            set[fd / 8] |= (uint8_t)(1u << (fd % 8));
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits (at most 5 s) until this process holds @want descriptors; their count. */
+static int fds_settle(int want)
+{
+    int n = open_fds(NULL, 0);
+    for (int i = 0; i < 500 && n != want; i++) {
+        usleep(10000);
+        n = open_fds(NULL, 0);
+    }
+    return n;
+}
+
+/* Client and server are both in this process: an RPC-only connection
+ * (calls on low_latency, the default class) holds one socket on each side. */
+static void test_an_rpc_only_tcp_connection_holds_one_socket_per_side(void **state)
+{
+    if (tcp_only())
+        return;
+    downs_now();
+    rrpc_conn *warm = connect_client(T.cctx); /* whatever a context makes once */
+    echo_ok(warm, 1, RRPC_CLASS_LOW_LATENCY);
+    rrpc_conn_close(warm);
+    downs_now();
+    usleep(50000);
+    int before = open_fds(NULL, 0);
+    enum { N = 8 };
+    rrpc_conn *c[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = connect_client(T.cctx);
+        echo_ok(c[i], 64, RRPC_CLASS_LOW_LATENCY);
+        echo_ok(c[i], 64, RRPC_CLASS_DEFAULT);
+    }
+    assert_int_equal(fds_settle(before + 2 * N) - before, 2 * N);
+    for (int i = 0; i < N; i++)
+        rrpc_conn_close(c[i]);
+}
+
+/* The first call on bulk opens bulk's own socket, on each side, marked with
+ * bulk's DSCP (read from the kernel, not from the library); later calls
+ * reuse it; background and control (whose DSCP differs from low_latency's)
+ * get theirs the same way. */
+static void test_a_class_first_used_opens_its_socket_with_its_dscp(void **state)
+{
+    if (tcp_only())
+        return;
+    rrpc_conn *c = connect_client(T.cctx);
+    echo_ok(c, 1, RRPC_CLASS_LOW_LATENCY);
+    const int classes[] = {RRPC_CLASS_BULK, RRPC_CLASS_BACKGROUND, RRPC_CLASS_CONTROL};
+    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+        int k = classes[i], want = -1, got = -1;
+        assert_int_equal(rrpc_class_get(T.cctx, k, &want, NULL, NULL), 0);
+        enum { MAXFD = 1 << 16 };
+        static uint8_t was[MAXFD / 8], now[MAXFD / 8];
+        int before = open_fds(was, MAXFD);
+        echo_ok(c, 1000, k);
+        int after = open_fds(now, MAXFD);
+        assert_int_equal(after - before, 2); /* the client's and the server's end */
+        int marked = 0;
+        for (int fd = 0; fd < MAXFD; fd++) {
+            if (!(now[fd / 8] & (1u << (fd % 8))) || (was[fd / 8] & (1u << (fd % 8))))
+                continue;
+            int tos = -1;
+            socklen_t tl = sizeof(tos);
+            assert_int_equal(getsockopt(fd, IPPROTO_IP, IP_TOS, &tos, &tl), 0);
+            assert_int_equal(tos, want << 2);
+            marked++;
+        }
+        assert_int_equal(marked, 2);
+        assert_int_equal(rrpc_conn_class_dscp(c, k, &got), 0);
+        assert_int_equal(got, want);
+        echo_ok(c, 1000, k);
+        assert_int_equal(open_fds(NULL, 0), after);
+    }
+    rrpc_conn_close(c);
+}
+
 static void fetch_token(rrpc_conn *c, rrpc_token *t);
 
 /* The class the server saw for a call "class" with @o. */
@@ -1193,7 +1305,10 @@ static void test_each_class_carries_its_dscp_on_both_ends(void **state)
         skip();
     }
     rrpc_conn *c = connect_client(T.cctx);
-    echo_ok(c, 1, RRPC_CLASS_CONTROL); /* the server's UP has surely run */
+    /* Every class used once: on tcp that opens the sockets of the classes
+     * that do not share the first one, and the DSCP is read from them. */
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++)
+        echo_ok(c, 1, k); /* the server's UP has surely run */
     lock();
     rrpc_conn *sc = T.last_server_conn;
     unlock();
@@ -2073,6 +2188,30 @@ static void test_wrong_version_is_refused_with_a_version_error(void **state)
     still_serving();
 }
 
+/* A peer of protocol version 1 (four sockets, before sockets on demand)
+ * is refused in its own version's header, so that it can read why. */
+static void test_a_version_1_peer_is_told_why_in_its_own_version(void **state)
+{
+    if (raw_skip())
+        return;
+    int fd = raw_connect(T.server_addr, T.port);
+    assert_true(fd >= 0);
+    uint8_t hdr[32], msg[512] = {0};
+    raw_header(hdr, 1 /*HELLO*/, 0, 0, 0, 0, 32, 0);
+    hdr[4] = 1;
+    uint8_t hello[32] = {1, 4, 16, 0, 64, 0, 16, 0, 8, 0};
+    raw_le(hello + 12, 1u << 20, 4);
+    assert_true(write(fd, hdr, 32) == 32 && write(fd, hello, 32) == 32);
+    assert_int_equal(raw_read_frame(fd, hdr, msg, sizeof(msg) - 1), 0);
+    assert_int_equal(hdr[4], 1);
+    assert_int_equal(hdr[5], 11 /* ERROR */);
+    assert_int_equal((int32_t)(uint32_t)raw_get(hdr + 16, 4), RRPC_E_VERSION);
+    assert_non_null(strstr((char *)msg, "protocol version 2"));
+    assert_non_null(strstr((char *)msg, "client version 1"));
+    close(fd);
+    still_serving();
+}
+
 static void test_a_4_GiB_length_closes_the_connection_before_any_allocation(void **state)
 {
     if (raw_skip())
@@ -2392,14 +2531,86 @@ static void test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_wi
     rrpc_ctx_destroy(s);
 }
 
+/* RRPC_HANDLER_CREDIT_ON_ANSWER: a handler that keeps its requests to
+ * answer later holds their credit until it does (issue #28: an asyncio
+ * handler gave it back at once, so a caller could pile up any number). */
+static struct {
+    rrpc_request *held[8];
+    int n;
+} D;
+
+static void h_keep(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)p, (void)len, (void)user;
+    lock();
+    if (D.n < 8)
+        D.held[D.n++] = req;
+    else
+        rrpc_respond_error(req, 9, "more requests than the credit window");
+    unlock();
+}
+
+/* Answers what h_keep holds: the first with RRPC_E_LIMIT, the others with 4 bytes. */
+static int answer_kept(int refuse_first)
+{
+    lock();
+    int n = D.n;
+    for (int i = 0; i < n; i++) {
+        uint32_t v = 0;
+        if (refuse_first && i == 0)
+            assert_int_equal(rrpc_respond_error(D.held[i], RRPC_E_LIMIT, "too busy: later"), 0);
+        else
+            assert_int_equal(rrpc_respond(D.held[i], &v, sizeof(v)), 0);
+    }
+    D.n = 0;
+    unlock();
+    return n;
+}
+
+static void test_a_handler_answering_later_holds_its_credit_until_it_answers(void **state)
+{
+    (void)state;
+    char curi[300];
+    rrpc_ctx *s = worker_server(NULL, 2, curi, sizeof(curi)); /* 2 bulk credits */
+    memset(&D, 0, sizeof(D));
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_CREDIT_ON_ANSWER};
+    assert_int_equal(rrpc_register_with(s, "keep", h_keep, NULL, &ro), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rrpc_call(c, "keep", "x", 1, &bulk, block_done, NULL), 0);
+    for (int i = 0; i < 200 && server_requests(s) < 2; i++)
+        usleep(10000);
+    usleep(200000); /* long enough for the rest to arrive, were credit returned */
+    assert_int_equal(server_requests(s), 2);
+    int answered = answer_kept(1); /* one refused with RRPC_E_LIMIT, one answered */
+    while (answered < 5) {
+        for (int i = 0; i < 500 && server_requests(s) < (uint64_t)answered + 1; i++)
+            usleep(10000);
+        usleep(50000);
+        answered += answer_kept(0);
+    }
+    assert_int_equal(wait_for(&W.answered, 4, 20000), 4);
+    assert_int_equal(W.refused, 1);
+    assert_string_equal(W.refusal, "too busy: later");
+    assert_int_equal(W.bad, 0);
+    assert_int_equal(server_requests(s), 5);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
 static void test_register_with_refuses_unknown_flags_and_reserved_words(void **state)
 {
     (void)state;
     rrpc_ctx *s;
     assert_int_equal(rrpc_ctx_create(&s), 0);
-    rrpc_register_opts o = {.flags = 0x2};
+    rrpc_register_opts o = {.flags = 0x4};
     assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
     assert_non_null(strstr(rrpc_ctx_last_error(s), "unknown bits"));
+    o = (rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER | RRPC_HANDLER_CREDIT_ON_ANSWER};
+    assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(s), "do not go together"));
     o = (rrpc_register_opts){.reserved = {0, 1}};
     assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
     o = (rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER};
@@ -2500,10 +2711,13 @@ int main(void)
         cmocka_unit_test(test_a_worker_handler_that_holds_its_request_holds_no_other_call),
         cmocka_unit_test(test_worker_requests_beyond_the_queue_bound_are_refused_with_the_reason),
         cmocka_unit_test(test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_window),
+        cmocka_unit_test(test_a_handler_answering_later_holds_its_credit_until_it_answers),
         cmocka_unit_test(test_register_with_refuses_unknown_flags_and_reserved_words),
         cmocka_unit_test(test_a_cancelled_call_completes_once_and_its_late_answer_is_dropped),
         cmocka_unit_test(test_a_zeroed_options_struct_means_the_default_class_not_control),
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
+        cmocka_unit_test(test_an_rpc_only_tcp_connection_holds_one_socket_per_side),
+        cmocka_unit_test(test_a_class_first_used_opens_its_socket_with_its_dscp),
         cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),
         cmocka_unit_test(test_a_chain_of_writes_from_callbacks_lets_progress_return),
         cmocka_unit_test(test_one_sided_outside_the_token_fails_at_once_and_writes_nothing),
@@ -2520,6 +2734,7 @@ int main(void)
         cmocka_unit_test(test_a_region_deregistered_while_a_write_arrives_gets_no_more_of_it),
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),
         cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),
+        cmocka_unit_test(test_a_version_1_peer_is_told_why_in_its_own_version),
         cmocka_unit_test(test_a_4_GiB_length_closes_the_connection_before_any_allocation),
         cmocka_unit_test(test_a_4_GiB_length_after_a_large_frame_is_refused_at_its_header),
         cmocka_unit_test(test_a_peer_vanishing_mid_message_is_detected),

@@ -35,7 +35,7 @@ static inline void raw_header(uint8_t h[32], int type, int cls, int flags, uint6
 {
     memset(h, 0, 32);
     memcpy(h, "RRPC", 4);
-    h[4] = 1;
+    h[4] = 2; /* protocol version */
     h[5] = (uint8_t)type;
     h[6] = (uint8_t)cls;
     h[7] = (uint8_t)flags;
@@ -108,22 +108,49 @@ static inline int raw_read_refusal(int fd, int *code)
     return read(fd, &c, 1) == 0 ? 0 : -1;
 }
 
+/* fd[0] is the connection's first socket, which also carries low_latency
+ * (fd[1] is the same descriptor); fd[2] and fd[3] are bulk's and
+ * background's own sockets, attached with JOIN. */
 struct raw_conn {
     int fd[4];
+    uint64_t cookie;
+    uint8_t secret[16];
 };
 
-/* HELLO on the control socket, JOIN on the three others, from @src (NULL:
- * any address), granting @grant credits per class; the server's grants go to
- * @srv_grant (may be NULL).  0, or -1 (refused or closed). */
+/* Attaches a new socket, from @src (NULL: any address), to @rc's connection
+ * as class @cls's own socket, with JOIN {cookie, @secret}.  The socket, or
+ * -1; the server's answer (JOIN_ACK, or ERROR and its code) is for the
+ * caller to read. */
+static inline int raw_join(const struct raw_conn *rc, const char *src, const char *host, int port,
+                           int cls, const uint8_t secret[16])
+{
+    int fd = raw_connect_from(src, host, port);
+    if (fd < 0)
+        return -1;
+    uint8_t hdr[32], join[24];
+    raw_le(join, rc->cookie, 8);
+    memcpy(join + 8, secret, 16);
+    raw_header(hdr, 3, cls, 0, 0, 0, 24, 0);
+    if (write(fd, hdr, 32) != 32 || write(fd, join, 24) != 24) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* HELLO on the first socket, JOIN on bulk's and background's own sockets,
+ * from @src (NULL: any address), granting @grant credits per class; the
+ * server's grants go to @srv_grant (may be NULL).  0, or -1 (refused or
+ * closed). */
 static inline int raw_handshake_ex(struct raw_conn *rc, const char *src, const char *host,
                                    int port, int grant, int srv_grant[4])
 {
     for (int i = 0; i < 4; i++)
         rc->fd[i] = -1;
-    for (int i = 0; i < 4; i++)
-        if ((rc->fd[i] = raw_connect_from(src, host, port)) < 0)
-            return -1;
-    uint8_t hdr[32], hello[32] = {1, 4};
+    if ((rc->fd[0] = raw_connect_from(src, host, port)) < 0)
+        return -1;
+    rc->fd[1] = rc->fd[0];
+    uint8_t hdr[32], hello[32] = {2, 4};
     for (int i = 0; i < 4; i++)
         raw_le(hello + 2 + 2 * i, (uint64_t)grant, 2);
     raw_le(hello + 12, 1u << 20, 4);
@@ -131,16 +158,15 @@ static inline int raw_handshake_ex(struct raw_conn *rc, const char *src, const c
     if (write(rc->fd[0], hdr, 32) != 32 || write(rc->fd[0], hello, 32) != 32)
         return -1;
     uint8_t ack[64];
-    if (raw_read_frame(rc->fd[0], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 2)
+    if (raw_read_frame(rc->fd[0], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 2 ||
+        raw_get(hdr + 24, 4) < 48)
         return -1;
     for (int i = 0; srv_grant && i < 4; i++)
         srv_grant[i] = (int)raw_get(ack + 2 + 2 * i, 2);
-    uint64_t cookie = raw_get(ack + 16, 8);
-    for (int i = 1; i < 4; i++) {
-        uint8_t ck[8];
-        raw_le(ck, cookie, 8);
-        raw_header(hdr, 3, i, 0, 0, 0, 8, 0);
-        if (write(rc->fd[i], hdr, 32) != 32 || write(rc->fd[i], ck, 8) != 8)
+    rc->cookie = raw_get(ack + 16, 8);
+    memcpy(rc->secret, ack + 32, 16);
+    for (int i = 2; i < 4; i++) {
+        if ((rc->fd[i] = raw_join(rc, src, host, port, i, rc->secret)) < 0)
             return -1;
         if (raw_read_frame(rc->fd[i], hdr, ack, sizeof(ack)) < 0 || hdr[5] != 4)
             return -1;
@@ -157,8 +183,50 @@ static inline int raw_handshake(struct raw_conn *rc, const char *host, int port)
 static inline void raw_close(struct raw_conn *rc)
 {
     for (int i = 0; i < 4; i++)
-        if (rc->fd[i] >= 0)
+        if (rc->fd[i] >= 0 && (i == 0 || rc->fd[i] != rc->fd[0]))
             close(rc->fd[i]);
+}
+
+/* The method id of @name: 64-bit FNV-1a (docs/protocol.md §10). */
+static inline uint64_t raw_method_id(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *name; name++)
+        h = (h ^ (uint8_t)*name) * 0x100000001b3ull;
+    return h;
+}
+
+/* Reads frames on @fd (skipping CREDIT) up to the RESPONSE with @id: 0 when
+ * it has status 0 and "ping".  Another frame on the way: -1, its header in
+ * @other_hdr (may be NULL). */
+static inline int raw_echo_answer(int fd, uint64_t id, uint8_t other_hdr[32])
+{
+    uint8_t hdr[32], msg[512];
+    for (;;) {
+        if (raw_read_frame(fd, hdr, msg, sizeof(msg)) < 0)
+            return -1;
+        if (hdr[5] == 7)
+            continue;
+        if (hdr[5] != 6 || raw_get(hdr + 8, 8) != id) {
+            if (other_hdr)
+                memcpy(other_hdr, hdr, 32);
+            return -1;
+        }
+        return raw_get(hdr + 16, 4) == 0 && raw_get(hdr + 24, 4) == 4 && memcmp(msg, "ping", 4) == 0
+                   ? 0
+                   : -1;
+    }
+}
+
+/* Sends REQUEST "echo" {"ping"} of class @cls with @id on @fd, and reads
+ * frames on @fd up to its answer (raw_echo_answer). */
+static inline int raw_echo(int fd, int cls, uint64_t id, uint8_t other_hdr[32])
+{
+    uint8_t hdr[32];
+    raw_header(hdr, 5, cls, 0, id, raw_method_id("echo"), 4, 0);
+    if (write(fd, hdr, 32) != 32 || write(fd, "ping", 4) != 4)
+        return -1;
+    return raw_echo_answer(fd, id, other_hdr);
 }
 
 /* An emulated one-sided WRITE on the bulk socket; *status from its OS_ACK. */

@@ -5,9 +5,11 @@
  * rx.c fed by chan.c's partial reads, the large-message and region paths)
  * and behind it the core's receive dispatch, through
  * real sockets: a context listens on 127.0.0.1 in this process, the harness
- * connects the four class sockets of one connection and writes the fuzzed
- * bytes to them in fuzzer-chosen pieces, running the context's loop after
- * each piece, so a frame arrives split wherever the input says.
+ * connects the sockets of one connection (docs/protocol.md §6: the first
+ * socket, which carries control and low_latency, and bulk's and
+ * background's own sockets) and writes the fuzzed bytes to them in
+ * fuzzer-chosen pieces, running the context's loop after each piece, so a
+ * frame arrives split wherever the input says.
  *
  * The contexts (one open, one requiring tickets) live across inputs and are
  * set up by fuzz_core.c: methods, target regions at fixed addresses and
@@ -20,17 +22,19 @@
  *   bits 2-3  credits the harness grants per class in its HELLO: 1, 4, 64, 1000
  *   bit 4     the harness accepts 1 MiB messages (else 4096)
  *   bit 5     close with a reset (SO_LINGER 0) at the end, instead of a FIN
- * then records, byte c: bits 0-1 the class socket, bits 2-3 what:
+ * then records, byte c: bits 0-1 the socket of that class (0 and 1 are both
+ *   the first socket), bits 2-3 what:
  *   0  write u8 n, then n bytes      1  write u8 k * 256 bytes of the next byte
- *   2  join: send JOIN with the cookie of the HELLO_ACK on the other sockets
- *      (classes 1, 2, 3 in socket order)
+ *   2  join: send JOIN with the cookie and secret of the HELLO_ACK on
+ *      sockets 2 and 3 (classes 2 and 3), unless the HELLO went there
  *   3  shut the socket's sending side (the peer vanishes mid-message)
  * bit 4: do not run the loop after this record (the next piece arrives with
  * this one).  At most 2 MiB are written per input.
  *
  * Checks: never crash; every frame the server sends has a valid header
  * within what the harness accepts, and keeps to its socket's class (ERROR
- * aside; in raw inputs the first frame on a socket sets its class);
+ * aside; in raw inputs the first frame on a socket sets its class; the first
+ * socket carries control and low_latency);
  * when the harness has closed its sockets, the server drops the connection
  * and every socket of it (no connection left, no fd left open).
  */
@@ -69,7 +73,7 @@ struct chan {
     bool in_payload;
     struct rrpci_hdr h;
     uint64_t left;
-    uint8_t pay[RRPCI_HELLO_SIZE];
+    uint8_t pay[RRPCI_HELLO_SIZE + 16]; /* a HELLO_ACK: the record and the attach secret */
     size_t pgot;
 };
 
@@ -78,6 +82,7 @@ static struct chan chans[NCH];
 static uint32_t accept_max; /* the largest frame the server may send us */
 static bool have_cookie, joined;
 static uint64_t cookie;
+static uint8_t secret[16];
 static int hello_sock; /* where the HELLO_ACK came */
 static int base_fds;
 
@@ -123,12 +128,14 @@ static void frame_done(int i)
     if (ch->h.type != RRPCI_T_ERROR) {
         if (ch->cls < 0)
             ch->cls = ch->h.cls;
-        FUZZ_CHECK(ch->h.cls == ch->cls);
+        bool first = ch->cls == RRPCI_CLS_CONTROL || ch->cls == RRPCI_CLS_LOW_LATENCY;
+        FUZZ_CHECK(first ? ch->h.cls <= RRPCI_CLS_LOW_LATENCY : ch->h.cls == ch->cls);
     }
-    if (ch->h.type == RRPCI_T_HELLO_ACK && ch->h.len == RRPCI_HELLO_SIZE && !have_cookie) {
+    if (ch->h.type == RRPCI_T_HELLO_ACK && ch->h.len == sizeof(ch->pay) && !have_cookie) {
         struct rrpci_hello hello;
         if (rrpci_hello_decode(ch->pay, ch->h.len, &hello) == 0) {
             cookie = hello.cookie;
+            memcpy(secret, ch->pay + RRPCI_HELLO_SIZE, sizeof(secret));
             have_cookie = true;
             hello_sock = i;
         }
@@ -177,8 +184,8 @@ static void drain(void)
 {
     static uint8_t buf[65536];
     for (int i = 0; i < NCH; i++) {
-        if (chans[i].fd < 0)
-            continue;
+        if (chans[i].fd < 0 || i == 1)
+            continue; /* socket 1 is the first socket: read as socket 0 */
         for (;;) {
             ssize_t r = recv(chans[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
             if (r <= 0)
@@ -249,12 +256,13 @@ static void join(rrpc_ctx *ctx)
     if (!have_cookie || joined)
         return;
     joined = true;
-    uint8_t ck[8];
-    rrpci_put64(ck, cookie);
-    /* Classes 1, 2, 3 on the sockets other than the HELLO's, in order. */
-    for (int i = 0, cls = 1; i < NCH; i++)
+    uint8_t jb[24];
+    rrpci_put64(jb, cookie);
+    memcpy(jb + 8, secret, sizeof(secret));
+    /* bulk and background on their sockets, unless the HELLO went there. */
+    for (int i = RRPCI_CLS_BULK; i < NCH; i++)
         if (i != hello_sock)
-            put_frame(ctx, i, cls++, RRPCI_T_JOIN, ck, sizeof(ck));
+            put_frame(ctx, i, i, RRPCI_T_JOIN, jb, sizeof(jb));
     pump(ctx);
 }
 
@@ -306,6 +314,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     for (int k = 0; k < NCH; k++) {
+        if (k == 1) {
+            chans[1].fd = chans[0].fd; /* low_latency travels on the first socket */
+            continue;
+        }
         chans[k].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (chans[k].fd < 0 || connect_loopback(chans[k].fd, &sa)) {
             perror("fuzz_tcp_rx: connect to the server");
@@ -377,7 +389,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             struct linger lg = {.l_onoff = 1, .l_linger = 0};
             setsockopt(chans[k].fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
         }
-        close(chans[k].fd);
+        if (k != 1)
+            close(chans[k].fd);
         chans[k].fd = -1;
     }
     fuzz_core_end_input();

@@ -56,6 +56,14 @@ if [ $have_broker = yes ]; then
   if [ -x "$PREFIX/bin/rrpc-make-dev-certs" ] &&
      "$PREFIX/bin/rrpc-make-dev-certs" "$WORK/certs" kv-server > "$WORK/certs.log" 2>&1; then
     ok "installed rrpc-make-dev-certs made a CA and certificates"
+    help=$("$PREFIX/bin/rrpc-make-dev-certs" --help 2>&1)
+    case $help in
+      "usage: rrpc-make-dev-certs DIR "*) case $help in
+          *"set -"*|*scripts/*) bad "rrpc-make-dev-certs --help shows its source: $help" ;;
+          *) ok "rrpc-make-dev-certs --help names it as installed and shows only its usage" ;;
+        esac ;;
+      *) bad "rrpc-make-dev-certs --help does not start with its usage: $(echo "$help" | head -2)" ;;
+    esac
     printf 'listen = 127.0.0.1:0\ncert = %s\nkey = %s\nca = %s\n' \
       "$WORK/certs/rrpcd.crt" "$WORK/certs/rrpcd.key" "$WORK/certs/ca.crt" > "$WORK/rrpcd.conf"
     if out=$("$PREFIX/sbin/rrpcd" -c "$WORK/rrpcd.conf" --check 2>&1); then
@@ -71,6 +79,17 @@ fi
 # Out-of-tree programs, built as the docs say: pkg-config, plus an rpath to
 # the library directory (or ldconfig, when the prefix is a system one).
 CC=${CC:-cc}
+# The public headers include no dependency's header: --cflags must work with
+# the project's own .pc files alone (PKG_CONFIG_LIBDIR: no other directory is
+# searched, as on a machine without the -dev packages of the dependencies).
+if command -v pkg-config > /dev/null; then
+  pcs=roce_rpc; [ $have_broker = yes ] && pcs="roce_rpc roce_rpc_broker"
+  if out=$(PKG_CONFIG_LIBDIR=$libdir/pkgconfig pkg-config --cflags $pcs 2>&1); then
+    ok "pkg-config --cflags $pcs needs no other package's .pc file"
+  else
+    bad "pkg-config --cflags $pcs with only the project's .pc files: $out"
+  fi
+fi
 if ! command -v pkg-config > /dev/null; then
   bad "pkg-config is missing (apt-get install pkg-config)"
 elif "$CC" -o "$WORK/minimal_rpc" "$SRC/examples/minimal_rpc.c" \

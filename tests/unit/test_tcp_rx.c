@@ -32,7 +32,6 @@ struct rec {
 struct up_state {
     struct rec rec[NREC];
     int nrec;
-    bool ready;      /* data frames may go up */
     int admit_code;  /* what admit answers */
     int admitted;    /* admit calls */
     uint8_t *region; /* write_target's answer; NULL: refused */
@@ -40,12 +39,6 @@ struct up_state {
     int failed;      /* the code fail got, 0 while none */
     bool down;       /* frame answers false from now on */
 };
-
-static bool up_ready(void *u, uint8_t type)
-{
-    struct up_state *s = u;
-    return s->ready || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_ERROR;
-}
 
 static int up_admit(void *u, const struct rrpci_hdr *h)
 {
@@ -87,7 +80,7 @@ static void up_fail(void *u, int code, const char *why)
     s->failed = code;
 }
 
-static const struct rrpc_tcp_rx_up up = {up_ready, up_admit, up_frame, up_write_target, up_fail};
+static const struct rrpc_tcp_rx_up up = {up_admit, up_frame, up_write_target, up_fail};
 
 struct fixture {
     struct rrpc_tcp_rx rx;
@@ -99,7 +92,6 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f)
         return -1;
-    f->s.ready = true;
     f->s.targets_left = -1;
     rrpc_tcp_rx_init(&f->rx, &up, &f->s, MAX_MSG);
     *state = f;
@@ -175,7 +167,7 @@ static void os_write(struct stream *st, uint64_t id, uint32_t data)
  * Feeds @st from @*off through the machine: each read takes what the
  * machine asks, at most the next of @splits (cycled; 0: no bound) and at
  * most @piece for a large payload.  Stops at the end of the stream or when
- * the machine says HOLD or GONE, which it returns.
+ * the machine says GONE, which it returns.
  */
 static enum rrpc_tcp_rx_next feed(struct fixture *f, const struct stream *st, size_t *off,
                                   const size_t *splits, int nsplits, size_t piece)
@@ -468,33 +460,6 @@ static void test_a_frame_without_admission_keeps_none_of_its_payload(void **stat
     free(st.b);
 }
 
-static void test_a_frame_before_ready_is_held_then_handed_up_on_resume(void **state)
-{
-    struct fixture *f = *state;
-    f->s.ready = false;
-    struct stream st = {0};
-    frame(&st, RRPCI_T_HELLO_ACK, 1, 32);
-    frame(&st, RRPCI_T_REQUEST, 2, 10);
-    frame(&st, RRPCI_T_REQUEST, 3, 20);
-    size_t off = 0;
-    const size_t all[] = {0};
-    assert_int_equal(feed(f, &st, &off, all, 1, 1u << 20), RRPC_TCP_RX_HOLD);
-    assert_int_equal(f->s.nrec, 1); /* the handshake frame passes */
-    assert_int_equal(f->rx.state, RRPC_TCP_RX_HELD);
-    uint8_t *to;
-    size_t max;
-    assert_int_equal(rrpc_tcp_rx_want(&f->rx, 1u << 20, &to, &max), RRPC_TCP_RX_HOLD);
-    assert_int_equal(rrpc_tcp_rx_got(&f->rx, 0), RRPC_TCP_RX_HOLD);
-    f->s.ready = true;
-    assert_true(rrpc_tcp_rx_resume(&f->rx));
-    assert_false(rrpc_tcp_rx_resume(&f->rx));
-    assert_int_equal(rrpc_tcp_rx_got(&f->rx, 0), RRPC_TCP_RX_READ);
-    assert_int_equal(f->s.nrec, 3);
-    check_frame(&f->s.rec[1], RRPCI_T_REQUEST, 2, 10);
-    check_frame(&f->s.rec[2], RRPCI_T_REQUEST, 3, 20);
-    free(st.b);
-}
-
 static void test_nothing_is_handed_up_after_the_connection_went_away(void **state)
 {
     struct fixture *f = *state;
@@ -547,7 +512,6 @@ int main(void)
         T(test_a_refused_large_write_is_read_as_any_frame),
         T(test_a_frame_above_the_maximum_takes_the_connection_down),
         T(test_a_frame_without_admission_keeps_none_of_its_payload),
-        T(test_a_frame_before_ready_is_held_then_handed_up_on_resume),
         T(test_nothing_is_handed_up_after_the_connection_went_away),
         T(test_an_idle_machine_gives_its_buffers_back),
     };

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The tcp transport's passive side: the listening socket, and accepted
- * sockets until their first frame (HELLO on control, JOIN on the others)
- * says which connection and class they are; then they are adopted as a
- * class socket of that connection. */
+ * sockets until their first frame says what they are: HELLO starts a
+ * connection (this socket becomes its first), JOIN attaches a class's own
+ * socket to one, proven by the connection's cookie and secret. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -42,12 +42,16 @@ static void pend_free(struct tcp_pend *p, rrpc_ctx *ctx, bool close_fd)
     free(p);
 }
 
-/* Refuses an accepted socket with an ERROR frame the peer can show. */
-static void pend_refuse(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char *why)
+/* Refuses an accepted socket with an ERROR frame the peer can show, its
+ * header in protocol version @version (the peer's own, for a peer of
+ * another version: so that it can read why). */
+static void pend_refuse_v(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char *why,
+                          uint8_t version)
 {
     struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_ERROR, 0, why, strlen(why));
     if (m) {
         m->h.arg = (uint32_t)code;
+        m->h.version = version;
         rrpci_hdr_encode(&m->h, m->hdr);
         struct iovec iov[2] = {{m->hdr, RRPCI_HDR_SIZE}, {m->data, m->len}};
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
@@ -65,95 +69,152 @@ static void pend_refuse(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char 
     pend_free(p, ctx, true);
 }
 
-static void adopt(rrpc_conn *c, int cls, int fd, rrpc_ctx *ctx)
+static void pend_refuse(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char *why)
 {
-    struct tcp_conn *tc = rrpci_conn_priv(c);
-    rrpc_tcp_chan_init(&tc->ch[cls], c, cls, fd, true);
-    int r = rrpc_tcp_set_tos(fd, rrpci_ctx_class_dscp(ctx, cls));
+    pend_refuse_v(p, ctx, code, why, RRPCI_PROTO_VERSION);
+}
+
+/* A first header that failed to decode: a peer of another protocol version
+ * hears, in its own version's header, what this side speaks. */
+static void pend_refuse_header(struct tcp_pend *p, rrpc_ctx *ctx, int code, const char *why)
+{
+    if (code != RRPC_E_VERSION) {
+        pend_refuse(p, ctx, code, why);
+        return;
+    }
+    char msg[240];
+    snprintf(msg, sizeof(msg),
+             "this server speaks roce-rpc protocol version %d (tcp sockets opened on demand), "
+             "the client version %u: run the same libroce_rpc release on both sides",
+             RRPCI_PROTO_VERSION, p->buf[4]);
+    pend_refuse_v(p, ctx, code, msg, p->buf[4]);
+}
+
+/* Constant-time comparison of two attach secrets. */
+static bool secret_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t d = 0;
+    for (int i = 0; i < TCP_SECRET_SIZE; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* @fd becomes @ch's socket, marked with @dscp, and is read from now on. */
+static void adopt(struct tcp_chan *ch, int fd, int dscp, rrpc_ctx *ctx)
+{
+    rrpc_tcp_chan_fd(ch, fd, true);
+    int r = rrpc_tcp_set_tos(fd, dscp);
     if (r < 0)
-        RRPCI_LOG(ctx, LOG_WARNING, "cannot mark class %s with DSCP %d: %s", rrpci_class_name(cls),
-                  rrpci_ctx_class_dscp(ctx, cls), strerror(-r));
-    rrpci_io_start(rrpci_ctx_loop(ctx), &tc->ch[cls].rio);
+        RRPCI_LOG(ctx, LOG_WARNING, "cannot mark a socket with DSCP %d: %s", dscp, strerror(-r));
+    rrpci_io_start(rrpci_ctx_loop(ctx), &ch->rio);
+}
+
+/* HELLO: a new connection, whose first socket this is. */
+static void pend_hello(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
+                       const uint8_t *payload)
+{
+    struct tcp_ctx *t = tctx(ctx);
+    rrpc_conn *c = NULL;
+    char why[200];
+    int r = rrpci_listener_accept(p->l, (struct sockaddr *)&p->peer, &c, why, sizeof(why));
+    if (r < 0) {
+        pend_refuse(p, ctx, r, why);
+        return;
+    }
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    struct rrpci_hello peer, mine;
+    r = rrpci_hello_decode(payload, h->len, &peer);
+    if (r < 0)
+        rrpci_set_error(ctx, r, "HELLO of %u bytes, expected %d", h->len, RRPCI_HELLO_SIZE);
+    else
+        r = rrpci_conn_hello_peer(c, &peer);
+    if (r < 0) {
+        pend_refuse(p, ctx, r, rrpc_ctx_last_error(ctx));
+        rrpci_conn_down(c, r, "handshake refused");
+        return;
+    }
+    if (getrandom(tc->secret, sizeof(tc->secret), 0) != sizeof(tc->secret)) {
+        pend_refuse(p, ctx, -EAGAIN, "no random bytes for the connection's secret");
+        rrpci_conn_down(c, -EAGAIN, "handshake refused");
+        return;
+    }
+    do {
+        if (getrandom(&tc->cookie, sizeof(tc->cookie), 0) != sizeof(tc->cookie))
+            tc->cookie = 0;
+    } while (!tc->cookie || rrpci_idmap_put(&t->cookies, tc->cookie, &tc->node) < 0);
+    int fd = p->fd;
+    pend_free(p, ctx, false);
+    rrpc_tcp_chan_init(&tc->first, c, RRPCI_CLS_LOW_LATENCY, true, -1, false);
+    adopt(&tc->first, fd, rrpc_tcp_first_dscp(ctx), ctx);
+    rrpci_conn_hello_local(c, &mine);
+    mine.cookie = tc->cookie;
+    uint8_t hb[RRPCI_HELLO_SIZE + TCP_SECRET_SIZE];
+    rrpci_hello_encode(&mine, hb);
+    memcpy(hb + RRPCI_HELLO_SIZE, tc->secret, TCP_SECRET_SIZE);
+    struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_HELLO_ACK, RRPCI_CLS_CONTROL, hb, sizeof(hb));
+    if (!m) {
+        rrpci_conn_down(c, -ENOMEM, "out of memory");
+        return;
+    }
+    rrpc_tcp_push(&tc->first, ctx, m);
+    if (rrpci_conn_is_down(c))
+        return;
+    tc->hello_done = true;
+    rrpci_conn_established(c);
+}
+
+/* JOIN: a class's own socket for a connection that is up.  A wrong cookie or
+ * secret, a class that travels on the first socket or has its socket
+ * already: refused, and the connection it names is not touched. */
+static void pend_join(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
+                      const uint8_t *payload)
+{
+    struct tcp_ctx *t = tctx(ctx);
+    struct rrpci_idnode *n = rrpci_idmap_get(&t->cookies, rrpci_get64(payload));
+    struct tcp_conn *tc = n ? rrpci_container_of(n, struct tcp_conn, node) : NULL;
+    if (!tc || !secret_equal(tc->secret, payload + 8)) {
+        pend_refuse(p, ctx, RRPC_E_PROTO, "JOIN for an unknown connection or with a wrong secret");
+        return;
+    }
+    rrpc_conn *c = tc->first.conn;
+    if (!rrpci_conn_is_wired(c) || rrpci_conn_is_down(c)) {
+        pend_refuse(p, ctx, RRPC_E_PROTO, "JOIN for a connection that is not up");
+        return;
+    }
+    int cls = h->cls;
+    if (cls == RRPCI_CLS_LOW_LATENCY) {
+        pend_refuse(p, ctx, RRPC_E_PROTO, "JOIN for low_latency, which travels on the first "
+                                          "socket");
+        return;
+    }
+    if (tc->own[cls] && tc->own[cls]->fd >= 0) {
+        pend_refuse(p, ctx, RRPC_E_PROTO, "JOIN for a class that has its socket already");
+        return;
+    }
+    struct tcp_chan *ch = rrpc_tcp_own(c, cls);
+    struct rrpci_msg *m = ch ? rrpc_tcp_hs_msg(RRPCI_T_JOIN_ACK, cls, NULL, 0) : NULL;
+    if (!m) {
+        pend_refuse(p, ctx, -ENOMEM, "out of memory");
+        return;
+    }
+    int fd = p->fd;
+    pend_free(p, ctx, false);
+    adopt(ch, fd, rrpci_ctx_class_dscp(ctx, cls), ctx);
+    rrpc_tcp_push(ch, ctx, m);
+    if (!rrpci_conn_is_down(c))
+        rrpc_tcp_attached(ch); /* what this side held for the class follows JOIN_ACK */
 }
 
 static void pend_frame(struct tcp_pend *p, rrpc_ctx *ctx, const struct rrpci_hdr *h,
                        const uint8_t *payload)
 {
-    rrpc_listener *l = p->l;
-    struct tcp_ctx *t = tctx(ctx);
-    if (h->type == RRPCI_T_HELLO && h->cls == RRPCI_CLS_CONTROL) {
-        rrpc_conn *c = NULL;
-        char why[200];
-        int r = rrpci_listener_accept(l, (struct sockaddr *)&p->peer, &c, why, sizeof(why));
-        if (r < 0) {
-            pend_refuse(p, ctx, r, why);
-            return;
-        }
-        struct tcp_conn *tc = rrpci_conn_priv(c);
-        for (int i = 0; i < NCLS; i++)
-            tc->ch[i].fd = -1;
-        struct rrpci_hello peer, mine;
-        r = rrpci_hello_decode(payload, h->len, &peer);
-        if (r < 0)
-            rrpci_set_error(ctx, r, "HELLO of %u bytes, expected %d", h->len, RRPCI_HELLO_SIZE);
-        else
-            r = rrpci_conn_hello_peer(c, &peer);
-        if (r < 0) {
-            pend_refuse(p, ctx, r, rrpc_ctx_last_error(ctx));
-            rrpci_conn_down(c, r, "handshake refused");
-            return;
-        }
-        do {
-            if (getrandom(&tc->cookie, sizeof(tc->cookie), 0) != sizeof(tc->cookie))
-                tc->cookie = 0;
-        } while (!tc->cookie || rrpci_idmap_put(&t->cookies, tc->cookie, &tc->node) < 0);
-        int fd = p->fd;
-        pend_free(p, ctx, false);
-        adopt(c, RRPCI_CLS_CONTROL, fd, ctx);
-        rrpci_conn_hello_local(c, &mine);
-        mine.cookie = tc->cookie;
-        uint8_t hb[RRPCI_HELLO_SIZE];
-        rrpci_hello_encode(&mine, hb);
-        struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_HELLO_ACK, RRPCI_CLS_CONTROL, hb, sizeof(hb));
-        if (!m)
-            {
-                rrpci_conn_down(c, -ENOMEM, "out of memory");
-                return;
-            }
-        rrpc_tcp_push(&tc->ch[0], ctx, m);
-        if (!rrpci_conn_is_down(c))
-            rrpc_tcp_join_done(c, tc, RRPCI_CLS_CONTROL);
-        return;
-    }
-    if (h->type == RRPCI_T_JOIN && h->cls != RRPCI_CLS_CONTROL && h->len == 8) {
-        struct rrpci_idnode *n = rrpci_idmap_get(&t->cookies, rrpci_get64(payload));
-        if (!n)
-            {
-                pend_refuse(p, ctx, RRPC_E_PROTO, "JOIN for an unknown connection");
-                return;
-            }
-        struct tcp_conn *tc = rrpci_container_of(n, struct tcp_conn, node);
-        rrpc_conn *c = tc->ch[0].conn;
-        if (tc->joined & (1u << h->cls))
-            {
-                pend_refuse(p, ctx, RRPC_E_PROTO, "class joined twice");
-                return;
-            }
-        int fd = p->fd, cls = h->cls;
-        pend_free(p, ctx, false);
-        adopt(c, cls, fd, ctx);
-        struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_JOIN_ACK, cls, NULL, 0);
-        if (!m)
-            {
-                rrpci_conn_down(c, -ENOMEM, "out of memory");
-                return;
-            }
-        rrpc_tcp_push(&tc->ch[cls], ctx, m);
-        if (!rrpci_conn_is_down(c))
-            rrpc_tcp_join_done(c, tc, cls);
-        return;
-    }
-    pend_refuse(p, ctx, RRPC_E_PROTO, "the first frame must be HELLO (control) or JOIN");
+    if (h->type == RRPCI_T_HELLO && h->cls == RRPCI_CLS_CONTROL)
+        pend_hello(p, ctx, h, payload);
+    else if (h->type == RRPCI_T_JOIN && h->len == TCP_JOIN_SIZE)
+        pend_join(p, ctx, h, payload);
+    else
+        pend_refuse(p, ctx, RRPC_E_PROTO,
+                    "the first frame must be HELLO (class control) or JOIN (24 bytes)");
 }
 
 static void pend_read_cb(struct rrpci_io *w, unsigned revents)
@@ -165,11 +226,10 @@ static void pend_read_cb(struct rrpci_io *w, unsigned revents)
     if (p->got >= RRPCI_HDR_SIZE) {
         const char *why = NULL;
         int r = rrpci_hdr_decode(p->buf, RRPCI_HELLO_SIZE, &h, &why);
-        if (r < 0)
-            {
-                pend_refuse(p, ctx, r, why);
-                return;
-            }
+        if (r < 0) {
+            pend_refuse_header(p, ctx, r, why);
+            return;
+        }
         want += h.len;
     }
     ssize_t n = read(p->fd, p->buf + p->got, want - p->got);
@@ -186,11 +246,10 @@ static void pend_read_cb(struct rrpci_io *w, unsigned revents)
     if (p->got == RRPCI_HDR_SIZE) {
         const char *why = NULL;
         int r = rrpci_hdr_decode(p->buf, RRPCI_HELLO_SIZE, &h, &why);
-        if (r < 0)
-            {
-                pend_refuse(p, ctx, r, why);
-                return;
-            }
+        if (r < 0) {
+            pend_refuse_header(p, ctx, r, why);
+            return;
+        }
         if (h.len > 0)
             return; /* the payload follows */
     } else if (p->got < want) {

@@ -1,30 +1,50 @@
 /* SPDX-License-Identifier: MIT */
-/* The tcp transport: a class socket, set up and torn down, read for its
- * class's turn on the loop (core/qos.h) into the receive machine (rx.h),
- * whose frames it hands to the core. */
+/* The tcp transport: a socket of a connection, set up and torn down, read
+ * for its class's turn on the loop (core/qos.h) into the receive machine
+ * (rx.h), whose frames it checks against the socket and hands to the core. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "transport/tcp/tcp_int.h"
 
 /* Bytes @ch may move in its next system call: the policy's piece, small
- * while another class of the connection is busy. */
+ * while another socket of the connection is busy. */
 size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now)
 {
     const struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
     const struct rrpci_qos *qos = chan_qos(ch);
     bool shared = false;
-    for (int i = 0; i < NCLS; i++) {
-        const struct tcp_chan *o = &tc->ch[i];
-        if (o != ch && (o->txh || rrpci_qos_busy(qos, o->last_ns, now)))
+    for (int i = -1; i < NCLS && !shared; i++) {
+        const struct tcp_chan *o = i < 0 ? &tc->first : tc->own[i];
+        if (o && o != ch && (o->txh || rrpci_qos_busy(qos, o->last_ns, now)))
             shared = true;
     }
     return rrpci_qos_piece(qos, shared);
 }
 
 /* ---- receive ------------------------------------------------------------- */
+
+/* Whether a frame of class h->cls may come on @ch: on the first socket the
+ * classes that may share it (low_latency, control) and the connection's own
+ * frames; on an own socket its class alone, and no frame of the connection's. */
+static bool class_fits(const struct tcp_chan *ch, const struct rrpci_hdr *h)
+{
+    if (ch->first)
+        return h->cls == RRPCI_CLS_CONTROL || h->cls == RRPCI_CLS_LOW_LATENCY;
+    return h->cls == ch->cls && !rrpc_tcp_conn_frame(h->type);
+}
+
+static void wrong_socket(rrpc_conn *c, const struct tcp_chan *ch, const struct rrpci_hdr *h)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "a frame of class %s on the %s socket (docs/protocol.md 6.1)",
+             rrpci_class_name(h->cls), ch->first ? "connection's first" : rrpci_class_name(ch->cls));
+    rrpci_set_error(rrpci_conn_ctx(c), RRPC_E_PROTO, "%s", why);
+    rrpci_conn_down(c, RRPC_E_PROTO, why);
+}
 
 /* Hands one complete frame up.  Returns false when the connection went away. */
 static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h,
@@ -33,41 +53,48 @@ static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h
     struct tcp_conn *tc = rrpci_conn_priv(c);
     if (h->type == RRPCI_T_HELLO_ACK || h->type == RRPCI_T_JOIN_ACK || h->type == RRPCI_T_HELLO ||
         h->type == RRPCI_T_JOIN) {
-        if (tc->joined == (1u << NCLS) - 1) {
-            rrpci_conn_down(c, RRPC_E_PROTO, "handshake frame on an established connection");
-            return false;
-        }
         rrpc_tcp_on_handshake(c, ch, h, payload);
-    } else if (tc->joined != (1u << NCLS) - 1 && h->type == RRPCI_T_ERROR) {
+    } else if (!tc->hello_done && h->type == RRPCI_T_ERROR) {
         /* The passive side refused us and says why. */
         rrpci_conn_refused(c, (int32_t)(uint32_t)h->arg, payload, h->len);
         return false;
-    } else if (tc->joined != (1u << NCLS) - 1) {
+    } else if (!tc->hello_done) {
         rrpci_conn_down(c, RRPC_E_PROTO, "data frame before the handshake finished");
         return false;
+    } else if (!ch->first && !ch->attached) {
+        char why[300];
+        int code = (int32_t)(uint32_t)h->arg;
+        if (h->type == RRPCI_T_ERROR)
+            snprintf(why, sizeof(why), "the peer refused the %s class's socket: %.*s",
+                     rrpci_class_name(ch->cls), (int)(h->len < 200 ? h->len : 200),
+                     (const char *)payload);
+        else
+            snprintf(why, sizeof(why), "a frame before JOIN_ACK on the %s class's socket",
+                     rrpci_class_name(ch->cls));
+        if (h->type != RRPCI_T_ERROR || code >= 0)
+            code = RRPC_E_PROTO;
+        rrpci_set_error(rrpci_conn_ctx(c), code, "%s", why);
+        rrpci_conn_down(c, code, why);
+        return false;
+    } else if (!class_fits(ch, h)) {
+        wrong_socket(c, ch, h);
+        return false;
     } else {
-        rrpci_conn_recv(c, ch->cls, h, payload);
+        rrpci_conn_recv(c, h->cls, h, payload);
     }
     return !rrpci_conn_is_down(c);
 }
 
 /* ---- the receive machine's upcalls (rx.h) ---- */
 
-/* The passive side is up and may already send on a class while the active
- * side's other JOIN_ACKs are on their way: such a frame waits in its
- * buffer until every class is joined (rrpc_tcp_join_done). */
-static bool chan_rx_ready(void *u, uint8_t type)
-{
-    struct tcp_chan *ch = u;
-    struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
-    return rrpci_conn_passive(ch->conn) || tc->joined == (1u << NCLS) - 1 ||
-           type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR;
-}
-
 static int chan_rx_admit(void *u, const struct rrpci_hdr *h)
 {
     struct tcp_chan *ch = u;
-    return rrpci_conn_rx_admit(ch->conn, ch->cls, h);
+    if (!rrpc_tcp_conn_frame(h->type) && !class_fits(ch, h)) {
+        wrong_socket(ch->conn, ch, h);
+        return RRPC_E_PROTO;
+    }
+    return rrpci_conn_rx_admit(ch->conn, h->cls, h);
 }
 
 static bool chan_rx_frame(void *u, const struct rrpci_hdr *h, const uint8_t *payload)
@@ -86,14 +113,19 @@ static uint8_t *chan_rx_write_target(void *u, const struct rrpci_hdr *h, const u
 static void chan_rx_fail(void *u, int code, const char *why)
 {
     struct tcp_chan *ch = u;
-    if (code != -ENOMEM)
+    struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
+    if (code == RRPC_E_VERSION && !tc->hello_done) {
+        why = "the server speaks another protocol version (version 1 is libroce_rpc before "
+              "tcp sockets on demand): run the same libroce_rpc release on both sides";
+        rrpci_set_error(rrpci_conn_ctx(ch->conn), code, "this side speaks protocol version %d; %s",
+                        RRPCI_PROTO_VERSION, why);
+    } else if (code != -ENOMEM)
         rrpci_set_error(rrpci_conn_ctx(ch->conn), code,
                         "bad frame from the peer: %s; connection closed", why);
     rrpci_conn_down(ch->conn, code, why);
 }
 
 static const struct rrpc_tcp_rx_up chan_rx_up = {
-    .ready = chan_rx_ready,
     .admit = chan_rx_admit,
     .frame = chan_rx_frame,
     .write_target = chan_rx_write_target,
@@ -110,9 +142,14 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
     uint64_t now = mono_ns();
     struct rrpci_qos_turn turn;
     rrpci_qos_turn_begin(chan_qos(ch), ch->cls, now, &turn);
-    /* Frames held back while the handshake finished come first. */
-    enum rrpc_tcp_rx_next next = rrpc_tcp_rx_got(&ch->rx, 0);
+    enum rrpc_tcp_rx_next next = RRPC_TCP_RX_READ;
     bool open = true;
+    /* An idle socket (its read buffer given back) that wakes for a frame
+     * without payload, a keepalive or a credit, gives the buffer back at
+     * once: else an idle connection would hold a page of it from one
+     * keepalive to the next. */
+    bool was_idle = ch->rx.rbuf == NULL;
+    size_t moved = 0;
     while (open && next == RRPC_TCP_RX_READ) {
         uint8_t *to;
         size_t want;
@@ -137,6 +174,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
             break;
         }
         ch->last_ns = now;
+        moved += (size_t)n;
         now = mono_ns();
         /* Past the turn, this piece is still handled; then the loop moves on. */
         open = rrpci_qos_turn_charge(&turn, (size_t)n, now);
@@ -148,47 +186,83 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
         if (drained)
             break;
     }
-    if (next == RRPC_TCP_RX_HOLD)
-        rrpci_io_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ch->rio);
+    if (next == RRPC_TCP_RX_READ && was_idle && moved <= RRPCI_HDR_SIZE)
+        rrpc_tcp_rx_release(&ch->rx);
     rrpci_conn_unref(c);
 }
 
 /* ---- channels -------------------------------------------------------------- */
 
-void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, int fd, bool connected)
+/* An own socket that was not attached in time: the peer never took it
+ * (passive side) or never asked for it back (active side). */
+static void attach_timeout_cb(struct rrpci_timer *t)
 {
+    struct tcp_chan *ch = t->data;
+    char why[160];
+    snprintf(why, sizeof(why), "the %s class's socket was not attached within "
+             "RRPC_AUTH_TIMEOUT_MS", rrpci_class_name(ch->cls));
+    rrpci_set_error(rrpci_conn_ctx(ch->conn), -ETIMEDOUT, "%s", why);
+    rrpci_conn_down(ch->conn, -ETIMEDOUT, why);
+}
+
+void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, bool first, int fd,
+                        bool connected)
+{
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
     ch->conn = c;
     ch->cls = cls;
-    ch->fd = fd;
-    ch->connected = connected;
+    ch->first = first;
+    ch->fd = -1;
     /* The read buffer comes on the first read: an idle connection holds none. */
-    rrpc_tcp_rx_init(&ch->rx, &chan_rx_up, ch, rrpci_ctx_max_msg(rrpci_conn_ctx(c)));
+    rrpc_tcp_rx_init(&ch->rx, &chan_rx_up, ch, rrpci_ctx_max_msg(ctx));
+    if (!first) {
+        struct rrpci_accept_limits lim;
+        rrpci_ctx_accept_limits(ctx, &lim);
+        rrpci_timer_init(ctx, &ch->attach_timer, attach_timeout_cb, lim.auth_timeout_ms / 1000.0,
+                         0);
+        ch->attach_timer.data = ch;
+    }
+    rrpc_tcp_chan_fd(ch, fd, connected);
+}
+
+void rrpc_tcp_chan_fd(struct tcp_chan *ch, int fd, bool connected)
+{
+    ch->fd = fd;
+    ch->connected = connected && fd >= 0;
     rrpci_io_init(&ch->rio, chan_read_cb, fd, RRPCI_IO_READ);
     rrpci_io_init(&ch->wio, rrpc_tcp_writable_cb, fd, RRPCI_IO_WRITE);
     ch->rio.data = ch->wio.data = ch;
     /* Within one loop iteration, the ready watchers of the class the
      * policy serves first run first (libev invokes them by priority). */
-    int pri = rrpci_rx_prio(rrpci_conn_ctx(c), cls);
+    int pri = rrpci_rx_prio(rrpci_conn_ctx(ch->conn), ch->cls);
     rrpci_io_set_prio(&ch->rio, pri);
     rrpci_io_set_prio(&ch->wio, pri);
 }
 
+static void free_list(struct rrpci_msg *m)
+{
+    while (m) {
+        struct rrpci_msg *next = m->next;
+        rrpci_msg_free(m);
+        m = next;
+    }
+}
+
 static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 {
-    if (ch->fd < 0 && !ch->rx.rbuf)
-        return;
-    rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
-    rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
-    if (ch->fd >= 0)
+    if (!ch->first)
+        rrpci_timer_stop(&ch->attach_timer);
+    if (ch->fd >= 0) {
+        rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
+        rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
         close(ch->fd);
+    }
     ch->fd = -1;
     rrpc_tcp_rx_fini(&ch->rx);
-    while (ch->txh) {
-        struct rrpci_msg *m = ch->txh;
-        ch->txh = m->next;
-        rrpci_msg_free(m);
-    }
-    ch->txt = NULL;
+    free_list(ch->txh);
+    free_list(ch->heldh);
+    ch->txh = ch->txt = ch->heldh = ch->heldt = NULL;
+    ch->tx_bytes = 0;
 }
 
 /* Idle: free the kept large buffers and the empty read buffers; the read
@@ -197,18 +271,26 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
 void rrpc_tcp_trim(rrpc_conn *c)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
+    rrpc_tcp_rx_trim(&tc->first.rx);
     for (int i = 0; i < NCLS; i++)
-        rrpc_tcp_rx_trim(&tc->ch[i].rx);
+        if (tc->own[i])
+            rrpc_tcp_rx_trim(&tc->own[i]->rx);
 }
 
 void rrpc_tcp_conn_close(rrpc_conn *c)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    for (int i = 0; i < NCLS; i++)
-        chan_stop(&tc->ch[i], ctx);
+    if (tc->first.conn)
+        chan_stop(&tc->first, ctx);
+    for (int i = 0; i < NCLS; i++) {
+        if (tc->own[i]) {
+            chan_stop(tc->own[i], ctx);
+            free(tc->own[i]);
+            tc->own[i] = NULL;
+        }
+    }
     if (rrpci_conn_passive(c) && tc->cookie)
         rrpci_idmap_del(&tctx(ctx)->cookies, tc->cookie);
     tc->cookie = 0;
 }
-

@@ -16,7 +16,7 @@
 #define RBUF_HALF (RBUF_SIZE / 2)
 
 /* What a step leaves to the loop of rx_run. */
-enum step { STEP_ON, STEP_NEED, STEP_HOLD, STEP_GONE };
+enum step { STEP_ON, STEP_NEED, STEP_GONE };
 
 /* Read buffers come straight from the kernel: freed on idle (rrpc_tcp_rx_trim),
  * their pages leave the process, which a heap block of this size would not. */
@@ -112,10 +112,6 @@ static enum step step_header(struct rrpc_tcp_rx *rx)
         rx->up->fail(rx->u, r, why);
         return STEP_GONE;
     }
-    if (!rx->up->ready(rx->u, h.type)) {
-        rx->state = RRPC_TCP_RX_HELD; /* the header stays buffered, decoded again later */
-        return STEP_HOLD;
-    }
     rx->h = h;
     rx->roff += RRPCI_HDR_SIZE;
     avail -= RRPCI_HDR_SIZE;
@@ -191,7 +187,7 @@ static enum step step_payload_done(struct rrpc_tcp_rx *rx)
 static enum rrpc_tcp_rx_next rx_run(struct rrpc_tcp_rx *rx)
 {
     for (;;) {
-        enum step s;
+        enum step s = STEP_GONE;
         switch (rx->state) {
         case RRPC_TCP_RX_HEADER:
             s = step_header(rx);
@@ -207,18 +203,12 @@ static enum rrpc_tcp_rx_next rx_run(struct rrpc_tcp_rx *rx)
         case RRPC_TCP_RX_DISCARD:
             s = step_payload_done(rx);
             break;
-        case RRPC_TCP_RX_HELD:
-        default:
-            s = STEP_HOLD;
-            break;
         }
         switch (s) {
         case STEP_ON:
             continue;
         case STEP_NEED:
             return RRPC_TCP_RX_READ;
-        case STEP_HOLD:
-            return RRPC_TCP_RX_HOLD;
         case STEP_GONE:
         default:
             return RRPC_TCP_RX_GONE;
@@ -237,8 +227,6 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_want(struct rrpc_tcp_rx *rx, size_t piece, uin
     if (piece == 0)
         piece = 1;
     switch (rx->state) {
-    case RRPC_TCP_RX_HELD:
-        return RRPC_TCP_RX_HOLD;
     case RRPC_TCP_RX_BIG:
         *ret_to = rx->big + rx->got;
         *ret_max = min_size(rx->h.len - rx->got, piece);
@@ -296,8 +284,6 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n)
     case RRPC_TCP_RX_DISCARD:
         rx->got += n;
         break;
-    case RRPC_TCP_RX_HELD:
-        return RRPC_TCP_RX_HOLD;
     case RRPC_TCP_RX_HEADER:
     case RRPC_TCP_RX_BODY:
     case RRPC_TCP_RX_WRITE_SUB:
@@ -306,14 +292,6 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n)
         break;
     }
     return rx_run(rx);
-}
-
-bool rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx)
-{
-    if (rx->state != RRPC_TCP_RX_HELD)
-        return false;
-    rx->state = RRPC_TCP_RX_HEADER;
-    return true;
 }
 
 bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx)
@@ -326,6 +304,11 @@ void rrpc_tcp_rx_trim(struct rrpc_tcp_rx *rx)
     free(rx->spare);
     rx->spare = NULL;
     rx->spare_cap = 0;
+    rrpc_tcp_rx_release(rx);
+}
+
+void rrpc_tcp_rx_release(struct rrpc_tcp_rx *rx)
+{
     if (rx->state == RRPC_TCP_RX_HEADER && rx->roff == rx->rlen)
         rbuf_free(rx);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The tcp transport's receive state machine: the bytes of one class socket
+ * The tcp transport's receive state machine: the bytes of one socket
  * in, whole frames out.  No sockets and no core here: the channel reads
  * where rrpc_tcp_rx_want says, as much as it says, and reports what came
  * with rrpc_tcp_rx_got; frames and the decisions about them go up through
@@ -20,8 +20,10 @@
  *   DISCARD    the rest of a large WRITE whose region went away meanwhile:
  *              read and dropped; the frame then goes up as if placed, and
  *              the core answers it (the region is gone).
- *   HELD       a frame waits in the buffer until up->ready lets it go (tcp:
- *              the handshake has finished on every class); nothing is read.
+ *
+ * (There is no state that holds a frame back: since protocol version 2 each
+ * socket's frames come in order behind its own handshake frame, so every
+ * whole frame may go up at once.)
  *
  * A header is decoded and checked (rrpci_hdr_decode) when it is whole; a
  * frame whose payload is still to come is admitted (up->admit) before any
@@ -38,7 +40,7 @@
 
 #include "core/frame.h"
 
-#define RRPC_TCP_RBUF_SIZE (64 * 1024) /* the read buffer of a class socket */
+#define RRPC_TCP_RBUF_SIZE (64 * 1024) /* the read buffer of a socket */
 #define RRPC_TCP_SPARE_MAX (8u << 20)  /* largest payload buffer kept for reuse */
 
 enum rrpc_tcp_rx_state {
@@ -48,20 +50,16 @@ enum rrpc_tcp_rx_state {
     RRPC_TCP_RX_BIG,
     RRPC_TCP_RX_REGION,
     RRPC_TCP_RX_DISCARD,
-    RRPC_TCP_RX_HELD,
 };
 
 /* What a call of the machine leaves the channel to do. */
 enum rrpc_tcp_rx_next {
     RRPC_TCP_RX_READ, /* read on (rrpc_tcp_rx_want) */
-    RRPC_TCP_RX_HOLD, /* stop reading until rrpc_tcp_rx_resume */
     RRPC_TCP_RX_GONE, /* the connection went away: touch nothing of it */
 };
 
 /* The upcalls; @u is the machine's user pointer. */
 struct rrpc_tcp_rx_up {
-    /* Whether a frame of @type may be handed up now; false holds it. */
-    bool (*ready)(void *u, uint8_t type);
     /* A frame whose payload is still to come: 0, or an error after the
      * connection was taken down (rrpci_conn_rx_admit). */
     int (*admit)(void *u, const struct rrpci_hdr *h);
@@ -105,7 +103,7 @@ void rrpc_tcp_rx_fini(struct rrpc_tcp_rx *rx);
 
 /*
  * Where the next read goes: *@ret_to, at most *@ret_max bytes (> 0; a large
- * payload's reads at most @piece).  Returns READ; HOLD in HELD; GONE after
+ * payload's reads at most @piece).  Returns READ, or GONE after
  * up->fail (no memory for the read buffer).  In REGION it asks
  * up->write_target again first: when the region went away meanwhile the
  * machine goes to DISCARD.
@@ -114,14 +112,8 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_want(struct rrpc_tcp_rx *rx, size_t piece, uin
                                        size_t *ret_max);
 
 /* @n bytes were read where rrpc_tcp_rx_want said (0: none, but hand up what
- * is buffered, as after rrpc_tcp_rx_resume).  Runs the machine: hands up
- * every frame that is whole. */
+ * is buffered).  Runs the machine: hands up every frame that is whole. */
 enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n);
-
-/* up->ready may now let a held frame go: from HELD back to HEADER, and
- * true (the channel then reads again, calling rrpc_tcp_rx_got(rx, 0)
- * first); false when nothing was held. */
-bool rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx);
 
 /* Whether the peer stopped in the middle of a frame (for the reason given
  * when its socket ends). */
@@ -129,5 +121,7 @@ bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx);
 
 /* Idle: frees the spare buffer, and the read buffer when it holds nothing. */
 void rrpc_tcp_rx_trim(struct rrpc_tcp_rx *rx);
+/* Frees the read buffer when it holds nothing (the spare buffer stays). */
+void rrpc_tcp_rx_release(struct rrpc_tcp_rx *rx);
 
 #endif

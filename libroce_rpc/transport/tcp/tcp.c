@@ -1,17 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The TCP transport: one socket per QoS class, each with IP_TOS (or
- * IPV6_TCLASS) set from its class's DSCP on both ends.
+ * The TCP transport: a connection starts with one socket, and a class gets
+ * a socket of its own when it is first used (docs/protocol.md §6): every
+ * socket carries IP_TOS (or IPV6_TCLASS) set from the DSCP of the classes
+ * it carries, on both ends.
  *
- * Handshake: the active side connects all class sockets, sends HELLO on the
- * control socket, gets HELLO_ACK with a connection cookie, then sends JOIN
- * (cookie) on each other socket.  The connection is up when every class is
- * joined.  An accepted socket that says nothing valid within the connect
- * timeout is closed.
+ * Handshake: the active side connects the first socket and sends HELLO; the
+ * passive side answers HELLO_ACK with a connection cookie and an attach
+ * secret, and both are up.  Which classes share the first socket: low_latency
+ * always, control when its DSCP is low_latency's (so marking stays per
+ * class); bulk and background never (their large frames would queue in
+ * front of small ones in one byte stream, whatever the slicing).  A class
+ * that does not share gets its own socket on its first frame: the active
+ * side connects it and sends JOIN (cookie, secret); the passive side asks
+ * for it with a JOIN on the first socket.  Until JOIN_ACK (active) or the
+ * JOIN (passive) the class's frames wait in order on the new socket's
+ * queue, so each class's frames travel on one socket for the connection's
+ * life.  An accepted socket that says nothing valid within
+ * RRPC_AUTH_TIMEOUT_MS is closed.
  *
- * This file: the active side (connect), the handshake, the per-context
- * state (the tunables, whose table is tunables.c) and the ops table; tcp_int.h
- * lists the others.
+ * This file: the active side (connect, attach), the handshake, the routing
+ * rule, the per-context state (the tunables, whose table is tunables.c)
+ * and the ops table; tcp_int.h lists the others.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -19,6 +29,7 @@
 #include <netinet/ip.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -69,27 +80,123 @@ int rrpc_tcp_sock_setup(int fd)
     return 0;
 }
 
-/* ---- handshake --------------------------------------------------------------- */
+/* ---- which socket a class travels on ----------------------------------------- */
 
-void rrpc_tcp_join_done(rrpc_conn *c, struct tcp_conn *tc, int cls)
+bool rrpc_tcp_class_shares(rrpc_ctx *ctx, int cls)
 {
-    tc->joined |= 1u << cls;
-    if (tc->joined != (1u << NCLS) - 1)
-        return;
-    rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    for (int i = 0; i < NCLS; i++) {
-        struct tcp_chan *ch = &tc->ch[i];
-        if (rrpc_tcp_rx_resume(&ch->rx)) { /* hand up what was held, then read on */
-            rrpci_io_start(rrpci_ctx_loop(ctx), &ch->rio);
-            rrpci_io_feed(rrpci_ctx_loop(ctx), &ch->rio, RRPCI_IO_READ);
-        }
-    }
-    rrpci_conn_established(c);
+    return cls == RRPCI_CLS_LOW_LATENCY ||
+           (cls == RRPCI_CLS_CONTROL &&
+            rrpci_ctx_class_dscp(ctx, RRPCI_CLS_CONTROL) == rrpc_tcp_first_dscp(ctx));
 }
 
-/* Active side: HELLO_ACK on control, JOIN_ACK on the others. */
+int rrpc_tcp_first_dscp(rrpc_ctx *ctx)
+{
+    return rrpci_ctx_class_dscp(ctx, RRPCI_CLS_LOW_LATENCY);
+}
+
+struct tcp_chan *rrpc_tcp_own(rrpc_conn *c, int cls)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    if (!tc->own[cls]) {
+        struct tcp_chan *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+            return NULL;
+        rrpc_tcp_chan_init(ch, c, cls, false, -1, false);
+        tc->own[cls] = ch;
+    }
+    return tc->own[cls];
+}
+
+/* Binds @fd to the address of @ss (port 0) without taking a port of its
+ * own: the port comes with connect(), so sockets to different servers may
+ * share it (IP_BIND_ADDRESS_NO_PORT). */
+static int bind_no_port(int fd, struct sockaddr_storage *ss, socklen_t sl)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if (ss->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)ss)->sin6_port = 0;
+    else
+        ((struct sockaddr_in *)ss)->sin_port = 0;
+    return bind(fd, (struct sockaddr *)ss, sl) < 0 ? -errno : 0;
+}
+
+int rrpc_tcp_attach(rrpc_conn *c, int cls)
+{
+    struct tcp_conn *tc = rrpci_conn_priv(c);
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    struct tcp_chan *ch = rrpc_tcp_own(c, cls);
+    if (!ch) {
+        rrpci_conn_down(c, -ENOMEM, "out of memory for a class's socket");
+        return -ENOMEM;
+    }
+    if (ch->fd >= 0)
+        return 0; /* attaching or attached already */
+    struct sockaddr_storage peer, local;
+    socklen_t pl = sizeof(peer), ll = sizeof(local);
+    int r = 0;
+    if (getpeername(tc->first.fd, (struct sockaddr *)&peer, &pl) < 0 ||
+        (tc->bind_src && getsockname(tc->first.fd, (struct sockaddr *)&local, &ll) < 0))
+        r = -errno;
+    int fd = r ? -1 : socket(peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (!r && fd < 0)
+        r = -errno;
+    if (!r) {
+        rrpc_tcp_chan_fd(ch, fd, false); /* closed with the connection from here on */
+        rrpc_tcp_sock_setup(fd);
+        r = rrpc_tcp_set_tos(fd, rrpci_ctx_class_dscp(ctx, cls));
+        if (!r && tc->bind_src)
+            r = bind_no_port(fd, &local, ll);
+        if (!r && connect(fd, (struct sockaddr *)&peer, pl) < 0 && errno != EINPROGRESS)
+            r = -errno;
+    }
+    if (r < 0) {
+        char why[200];
+        snprintf(why, sizeof(why), "cannot open the %s class's socket: %s%s",
+                 rrpci_class_name(cls), strerror(-r),
+                 r == -EMFILE || r == -ENFILE ? " (raise the file limit, ulimit -n)"
+                 : r == -EADDRNOTAVAIL        ? " (out of local ports to the server)"
+                                              : "");
+        rrpci_set_error(ctx, r, "%s", why);
+        rrpci_conn_down(c, r, why);
+        return r;
+    }
+    rrpci_io_start(rrpci_ctx_loop(ctx), &ch->wio);
+    uint8_t join[TCP_JOIN_SIZE];
+    rrpci_put64(join, tc->cookie);
+    memcpy(join + 8, tc->secret, TCP_SECRET_SIZE);
+    struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_JOIN, cls, join, sizeof(join));
+    if (!m) {
+        rrpci_conn_down(c, -ENOMEM, "out of memory for a class's socket");
+        return -ENOMEM;
+    }
+    rrpci_timer_start(&ch->attach_timer);
+    rrpc_tcp_push(ch, ctx, m);
+    return rrpci_conn_is_down(c) ? RRPC_E_CLOSED : 0;
+}
+
+void rrpc_tcp_attached(struct tcp_chan *ch)
+{
+    ch->attached = true;
+    rrpci_timer_stop(&ch->attach_timer);
+    if (ch->heldh) {
+        if (ch->txt)
+            ch->txt->next = ch->heldh;
+        else
+            ch->txh = ch->heldh;
+        ch->txt = ch->heldt;
+        ch->heldh = ch->heldt = NULL;
+    }
+    rrpc_tcp_flush(ch);
+}
+
+/* ---- handshake --------------------------------------------------------------- */
+
+/* Active side: HELLO_ACK on the first socket; JOIN (the passive side asks
+ * for a class's own socket) on the first socket once up; JOIN_ACK on an own
+ * socket. */
 void rrpc_tcp_on_handshake(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h,
-                               const uint8_t *p)
+                           const uint8_t *p)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
@@ -97,12 +204,12 @@ void rrpc_tcp_on_handshake(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci
         rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the active side");
         return;
     }
-    if (h->type == RRPCI_T_HELLO_ACK && ch->cls == RRPCI_CLS_CONTROL && !tc->hello_done) {
+    if (h->type == RRPCI_T_HELLO_ACK && ch->first && !tc->hello_done) {
         struct rrpci_hello peer;
         int r = rrpci_hello_decode(p, h->len, &peer);
-        if (r < 0)
-            rrpci_set_error(ctx, r, "HELLO_ACK of %u bytes, expected %d", h->len,
-                            RRPCI_HELLO_SIZE);
+        if (r < 0 || h->len < RRPCI_HELLO_SIZE + TCP_SECRET_SIZE)
+            r = rrpci_set_error(ctx, RRPC_E_PROTO, "HELLO_ACK of %u bytes, expected at least %d",
+                                h->len, RRPCI_HELLO_SIZE + TCP_SECRET_SIZE);
         else
             r = rrpci_conn_hello_peer(c, &peer);
         if (r < 0) {
@@ -111,24 +218,17 @@ void rrpc_tcp_on_handshake(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci
         }
         tc->hello_done = true;
         tc->cookie = peer.cookie;
-        uint8_t ck[8];
-        rrpci_put64(ck, tc->cookie);
-        for (int i = 1; i < NCLS; i++) {
-            struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_JOIN, i, ck, sizeof(ck));
-            if (!m) {
-                rrpci_conn_down(c, -ENOMEM, "out of memory during the handshake");
-                return;
-            }
-            rrpc_tcp_push(&tc->ch[i], ctx, m);
-            if (rrpci_conn_is_down(c))
-                return;
-        }
-        rrpc_tcp_join_done(c, tc, RRPCI_CLS_CONTROL);
+        memcpy(tc->secret, p + RRPCI_HELLO_SIZE, TCP_SECRET_SIZE);
+        rrpci_conn_established(c);
         return;
     }
-    if (h->type == RRPCI_T_JOIN_ACK && ch->cls != RRPCI_CLS_CONTROL && tc->hello_done &&
-        !(tc->joined & (1u << ch->cls))) {
-        rrpc_tcp_join_done(c, tc, ch->cls);
+    if (h->type == RRPCI_T_JOIN && ch->first && tc->hello_done && h->len == 0 &&
+        h->cls != RRPCI_CLS_LOW_LATENCY) {
+        rrpc_tcp_attach(c, h->cls);
+        return;
+    }
+    if (h->type == RRPCI_T_JOIN_ACK && !ch->first && ch->fd >= 0 && !ch->attached) {
+        rrpc_tcp_attached(ch);
         return;
     }
     rrpci_conn_down(c, RRPC_E_PROTO, "unexpected handshake frame from the passive side");
@@ -164,31 +264,29 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
     struct sockaddr_storage ss, src;
     socklen_t sl, srcl = 0;
     const char *why = NULL;
+    rrpc_tcp_chan_init(&tc->first, c, RRPCI_CLS_LOW_LATENCY, true, -1, false);
     int rr = rrpc_tcp_resolve(u->host, u->port, false, &ss, &sl, &why);
     if (rr < 0)
         return rrpci_set_error(ctx, rr, "cannot resolve \"%s\": %s", u->host, why);
     if (u->src[0] && (rr = rrpc_tcp_resolve(u->src, 0, false, &src, &srcl, &why)) < 0)
         return rrpci_set_error(ctx, rr, "cannot resolve ?src=%s: %s", u->src, why);
-    for (int i = 0; i < NCLS; i++)
-        tc->ch[i].fd = -1;
-    for (int i = 0; i < NCLS; i++) {
-        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));
-        rrpc_tcp_chan_init(&tc->ch[i], c, i, fd, false);
-        rrpc_tcp_sock_setup(fd);
-        int r = rrpc_tcp_set_tos(fd, rrpci_ctx_class_dscp(ctx, i));
-        if (r < 0)
-            return rrpci_set_error(ctx, r, "cannot set the DSCP of class %s: %s",
-                                   rrpci_class_name(i), strerror(-r));
-        if (srcl && bind(fd, (struct sockaddr *)&src, srcl) < 0)
-            return rrpci_set_error(ctx, -errno, "cannot bind to ?src=%s: %s", u->src,
-                                   strerror(errno));
-        if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
-            return rrpci_set_error(ctx, -errno, "cannot connect to %s:%d: %s", u->host, u->port,
-                                   strerror(errno));
-        rrpci_io_start(rrpci_ctx_loop(ctx), &tc->ch[i].wio);
-    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return rrpci_set_error(ctx, -errno, "socket: %s", strerror(errno));
+    rrpc_tcp_chan_fd(&tc->first, fd, false);
+    rrpc_tcp_sock_setup(fd);
+    int r = rrpc_tcp_set_tos(fd, rrpc_tcp_first_dscp(ctx));
+    if (r < 0)
+        return rrpci_set_error(ctx, r, "cannot set the DSCP of class %s: %s",
+                               rrpci_class_name(RRPCI_CLS_LOW_LATENCY), strerror(-r));
+    tc->bind_src = srcl != 0;
+    if (srcl && (r = bind_no_port(fd, &src, srcl)) < 0)
+        return rrpci_set_error(ctx, r, "cannot bind to ?src=%s: %s", u->src, strerror(-r));
+    if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
+        return rrpci_set_error(ctx, -errno, "cannot connect to %s:%d: %s%s", u->host, u->port,
+                               strerror(errno),
+                               errno == EADDRNOTAVAIL ? " (out of local ports to the server)" : "");
+    rrpci_io_start(rrpci_ctx_loop(ctx), &tc->first.wio);
     struct rrpci_hello hello;
     rrpci_conn_hello_local(c, &hello);
     uint8_t hb[RRPCI_HELLO_SIZE];
@@ -196,16 +294,24 @@ static int tcp_connect(rrpc_conn *c, const struct rrpci_uri *u)
     struct rrpci_msg *m = rrpc_tcp_hs_msg(RRPCI_T_HELLO, RRPCI_CLS_CONTROL, hb, sizeof(hb));
     if (!m)
         return -ENOMEM;
-    rrpc_tcp_push(&tc->ch[0], ctx, m);
+    rrpc_tcp_push(&tc->first, ctx, m);
     return 0;
 }
 
+/* The DSCP on the socket class @cls travels on; a class whose own socket
+ * is not open yet reports the DSCP that socket will be given. */
 static int tcp_class_dscp(rrpc_conn *c, int cls, int *ret)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    int fd = tc->ch[cls].fd;
-    if (fd < 0)
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    if (tc->first.fd < 0)
         return RRPC_E_CLOSED;
+    const struct tcp_chan *ch = rrpc_tcp_class_shares(ctx, cls) ? &tc->first : tc->own[cls];
+    if (!ch || ch->fd < 0) {
+        *ret = rrpci_ctx_class_dscp(ctx, cls);
+        return 0;
+    }
+    int fd = ch->fd;
     int tos = 0;
     socklen_t tl = sizeof(tos);
     struct sockaddr_storage ss;
@@ -227,7 +333,7 @@ static int tcp_peer_name(rrpc_conn *c, char *buf, size_t len)
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
-    if (tc->ch[0].fd >= 0 && getpeername(tc->ch[0].fd, (struct sockaddr *)&ss, &sl) == 0)
+    if (tc->first.fd >= 0 && getpeername(tc->first.fd, (struct sockaddr *)&ss, &sl) == 0)
         getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV);
     snprintf(buf, len, "%s:%s", host, port);

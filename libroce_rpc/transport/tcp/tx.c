@@ -68,13 +68,23 @@ static int chan_write(struct tcp_chan *ch)
 void rrpc_tcp_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
 {
     m->next = NULL;
+    ch->tx_bytes += RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
+    if (!ch->first && !ch->attached && m->h.type != RRPCI_T_JOIN &&
+        m->h.type != RRPCI_T_JOIN_ACK) {
+        /* Not attached yet: the class's frames keep their order here. */
+        if (ch->heldt)
+            ch->heldt->next = m;
+        else
+            ch->heldh = m;
+        ch->heldt = m;
+        return;
+    }
     bool queued = ch->txh != NULL;
     if (ch->txt)
         ch->txt->next = m;
     else
         ch->txh = m;
     ch->txt = m;
-    ch->tx_bytes += RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
     if (!ch->connected)
         return; /* written once the connect completes */
     if (queued)
@@ -85,6 +95,29 @@ void rrpc_tcp_push(struct tcp_chan *ch, rrpc_ctx *ctx, struct rrpci_msg *m)
     } else if (r < 0 && ch->conn) {
         rrpci_conn_down(ch->conn, RRPC_E_CONN_LOST, "write to the peer failed");
     }
+}
+
+void rrpc_tcp_flush(struct tcp_chan *ch)
+{
+    rrpc_conn *c = ch->conn;
+    struct rrpci_evloop *loop = rrpci_ctx_loop(rrpci_conn_ctx(c));
+    if (!ch->connected)
+        return;
+    int r = chan_write(ch);
+    if (r == -EAGAIN) {
+        rrpci_io_start(loop, &ch->wio);
+        return;
+    }
+    rrpci_io_stop(loop, &ch->wio);
+    if (r < 0) {
+        rrpci_conn_down(c, RRPC_E_CONN_LOST, "write to the peer failed");
+        return;
+    }
+    unsigned want = ch->want_writable;
+    ch->want_writable = 0;
+    for (int cls = 0; cls < NCLS && !rrpci_conn_is_down(c); cls++)
+        if (want & (1u << cls))
+            rrpci_conn_writable(c, cls);
 }
 
 /* A handshake frame built by the transport itself. */
@@ -103,12 +136,38 @@ struct rrpci_msg *rrpc_tcp_hs_msg(uint8_t type, int cls, const void *payload, si
     return m;
 }
 
-int rrpc_tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
+/* The socket a frame of class @cls goes on: the first socket, or the
+ * class's own one, which the first frame that needs it sets going (the
+ * active side opens it; the passive side asks for it with a JOIN on the
+ * first socket).  NULL when the connection went down meanwhile. */
+static struct tcp_chan *route(rrpc_conn *c, int cls, uint8_t type)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
-    struct tcp_chan *ch = &tc->ch[cls];
+    rrpc_ctx *ctx = rrpci_conn_ctx(c);
+    if (rrpc_tcp_conn_frame(type) || rrpc_tcp_class_shares(ctx, cls))
+        return &tc->first;
+    if (tc->own[cls])
+        return tc->own[cls];
+    if (!rrpci_conn_passive(c))
+        return rrpc_tcp_attach(c, cls) == 0 ? tc->own[cls] : NULL;
+    struct tcp_chan *ch = rrpc_tcp_own(c, cls);
+    struct rrpci_msg *ask = ch ? rrpc_tcp_hs_msg(RRPCI_T_JOIN, cls, NULL, 0) : NULL;
+    if (!ask) {
+        rrpci_conn_down(c, -ENOMEM, "out of memory for a class's socket");
+        return NULL;
+    }
+    rrpci_timer_start(&ch->attach_timer);
+    rrpc_tcp_push(&tc->first, ctx, ask);
+    return rrpci_conn_is_down(c) ? NULL : ch;
+}
+
+int rrpc_tcp_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
+{
+    struct tcp_chan *ch = route(c, cls, m->h.type);
+    if (!ch)
+        return RRPC_E_CLOSED;
     if (ch->tx_bytes > TX_HIGH) {
-        ch->want_writable = true;
+        ch->want_writable |= 1u << cls;
         return -EAGAIN;
     }
     rrpc_tcp_push(ch, rrpci_conn_ctx(c), m);
@@ -120,32 +179,23 @@ void rrpc_tcp_writable_cb(struct rrpci_io *w, unsigned revents)
     struct tcp_chan *ch = w->data;
     rrpc_conn *c = ch->conn;
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     if (!ch->connected) {
         int err = 0;
         socklen_t el = sizeof(err);
         getsockopt(ch->fd, SOL_SOCKET, SO_ERROR, &err, &el);
         if (err) {
-            char why[128];
-            snprintf(why, sizeof(why), "connect failed: %s", strerror(err));
+            char why[160];
+            if (ch->first)
+                snprintf(why, sizeof(why), "connect failed: %s", strerror(err));
+            else
+                snprintf(why, sizeof(why), "cannot open the %s class's socket: connect failed: %s",
+                         rrpci_class_name(ch->cls), strerror(err));
             rrpci_set_error(ctx, -err, "%s", why);
             rrpci_conn_down(c, -err, why);
             return;
         }
         ch->connected = true;
-        rrpci_io_start(loop, &ch->rio);
+        rrpci_io_start(rrpci_ctx_loop(ctx), &ch->rio);
     }
-    int r = chan_write(ch);
-    if (r == -EAGAIN)
-        return;
-    rrpci_io_stop(loop, &ch->wio);
-    if (r < 0) {
-        rrpci_conn_down(c, RRPC_E_CONN_LOST, "write to the peer failed");
-        return;
-    }
-    if (ch->want_writable) {
-        ch->want_writable = false;
-        rrpci_conn_writable(c, ch->cls);
-    }
+    rrpc_tcp_flush(ch);
 }
-
