@@ -281,12 +281,31 @@ static const struct rrpci_conf_field fields[] = {
             "one closes the session"},
     {.name = "max_connections", RRPCI_CONF_INT(S, max_connections), .def = 4096, .min = 1,
      .max = 1000000,
-     .doc = "sessions at once; at the cap a new one evicts the oldest session that has not "
-            "authenticated yet, or is closed at accept when every session has"},
+     .doc = "sessions at once; the last eighth is kept for source addresses holding no "
+            "session; at the cap a new session evicts one that has not authenticated yet (of "
+            "the address holding the most, without a TLS handshake first, then the one "
+            "silent longest; only from its own address or one holding at least as many), or "
+            "is closed at accept when there is none"},
     {.name = "max_connections_per_source", RRPCI_CONF_INT(S, max_connections_per_source),
      .def = 1024, .min = 1, .max = 1000000,
      .doc = "sessions at once from one source address; more from that address are closed at "
             "accept"},
+    {.name = "max_sessions_per_principal", RRPCI_CONF_INT(S, max_sessions_per_principal),
+     .def = 1024, .min = 1, .max = 1000000,
+     .doc = "authenticated sessions of one principal at once; a hello beyond is refused "
+            "(limit) and the session closed"},
+    {.name = "max_held_per_principal", RRPCI_CONF_INT(S, max_held_per_principal),
+     .def = 16 << 20, .min = 2 << 20, .max = (int64_t)1 << 40,
+     .doc = "bytes the sessions of one principal may make rrpcd hold in partly received "
+            "requests and answers not sent yet; beyond, an answer is refused (busy) and a "
+            "session whose request would grow past it is closed"},
+    {.name = "max_held_total", RRPCI_CONF_INT(S, max_held_total), .def = 256 << 20,
+     .min = 2 << 20, .max = (int64_t)1 << 40,
+     .doc = "the same for every session together (anonymous ones included)"},
+    {.name = "max_registers_per_s", RRPCI_CONF_INT(S, max_registers_per_s), .def = 20,
+     .min = 1, .max = 100000,
+     .doc = "registers one principal may send a second (bursts of twice that); more are "
+            "refused (busy) naming the setting: each register writes etcd's history"},
     {.name = "max_registrations", RRPCI_CONF_INT(S, max_registrations), .def = 65536, .min = 1,
      .max = 1000000, .doc = "registrations at once, all services together"},
     {.name = "max_instances_per_service", RRPCI_CONF_INT(S, max_instances_per_service),
@@ -308,6 +327,13 @@ static const struct rrpci_conf_field fields[] = {
      .check = check_prefix,
      .doc = "key prefix of the registry on etcd (begins with /, at most 199 printable "
             "characters)"},
+    {.name = "etcd_compact_interval_s", RRPCI_CONF_INT(S, etcd_compact_interval_s),
+     .def = 300, .min = 0, .max = 86400,
+     .doc = "with the registry on etcd: every this many seconds rrpcd compacts etcd's history "
+            "up to the revision it saw one interval before (etcd compacts its whole keyspace, "
+            "not a prefix; with several rrpcd each does, which is harmless); 0: rrpcd does "
+            "not, and etcd's own --auto-compaction-retention must be on, or register/unregister "
+            "churn grows its database until NOSPACE"},
     {.name = "etcd_cert", RRPCI_CONF_TEXT(S, etcd_cert),
      .doc = "PEM client certificate rrpcd presents to etcd (then https)"},
     {.name = "etcd_key", RRPCI_CONF_TEXT(S, etcd_key), .def_doc = "the etcd_cert file",

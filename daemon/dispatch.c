@@ -36,6 +36,16 @@ static void op_hello(struct conn *c, uint64_t id, const msgpack_object *m)
                      "present a client certificate signed by the broker's CA, or a token");
         return;
     }
+    if (!c->pr) {
+        char why[400];
+        c->pr = admit_principal_get(c->srv, c->principal, why, sizeof(why));
+        if (!c->pr) {
+            c->authed = false;
+            answer_fatal(c, id, CTL_ERR_LIMIT, why);
+            return;
+        }
+        c->pr->held += c->held; /* from now on its principal's too */
+    }
     LOG(LOG_INFO, "%s: authenticated as '%s' (%s)", c->peer, c->principal,
         tok ? "token" : "certificate");
     struct answer a;
@@ -85,6 +95,16 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
     if (!acl_allows(cfg, rrpci_ctl_op_name(CTL_OP_REGISTER), service, c->principal)) {
         LOG(LOG_NOTICE, "%s: '%s' may not register '%s'", c->peer, c->principal, service);
         answer_error(c, id, CTL_ERR_DENIED, "the ACL does not let this principal register it");
+        return;
+    }
+    /* Each register writes etcd's history (or churns the registry): one principal
+     * may not do it faster than max_registers_per_s. */
+    if (!admit_register_rate(c->srv, c->pr)) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "principal '%s' sends registers faster than %d a second "
+                 "(max_registers_per_s); try again in a second", c->principal,
+                 cfg->max_registers_per_s);
+        answer_error(c, id, CTL_ERR_BUSY, msg);
         return;
     }
     if (eps->via.array.size > (uint32_t)cfg->max_endpoints_per_registration) {

@@ -14,6 +14,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <time.h>
+
 #include "etcd.h"
 
 struct etcd {
@@ -25,6 +27,7 @@ struct etcd {
     size_t len, cap;
     bool too_big;
     long timeout_ms;
+    int64_t deadline_ms;   /* CLOCK_MONOTONIC ms no request may run past; 0: none */
     char *user, *password; /* etcd's own authentication, or NULL */
     char *token;           /* what /v3/auth/authenticate gave; NULL: none yet */
     long status;           /* the HTTP status of the last answer */
@@ -50,6 +53,18 @@ const char *etcd_error(const struct etcd *e)
 bool etcd_timed_out(const struct etcd *e)
 {
     return e->timed_out;
+}
+
+static int64_t mono_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void etcd_set_deadline(struct etcd *e, int64_t mono_ms)
+{
+    e->deadline_ms = mono_ms;
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
@@ -189,6 +204,19 @@ static int call_at(struct etcd *e, const char *path, json_object *req, json_obje
         char url[600];
         snprintf(url, sizeof(url), "%s%s", e->urls[e->cur], path);
         curl_easy_setopt(e->curl, CURLOPT_URL, url);
+        long t = e->timeout_ms;
+        if (e->deadline_ms) {
+            int64_t left = e->deadline_ms - mono_now_ms();
+            if (left <= 0) {
+                set_err(e, "%s: no answer within the time the request had", url);
+                e->timed_out = true;
+                break;
+            }
+            if (left < t)
+                t = (long)left;
+        }
+        curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, t);
+        curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, t);
         e->len = 0;
         e->too_big = false;
         CURLcode cc = curl_easy_perform(e->curl);
@@ -719,4 +747,56 @@ out:
         json_tokener_free(w.tok);
     json_object_put(req);
     return r;
+}
+
+int etcd_compact(struct etcd *e, int64_t rev)
+{
+    json_object *req = json_object_new_object();
+    int r = send_req(e, "/v3/kv/compaction", req, req && add(req, "revision", i64str(rev)), NULL);
+    if (r == -EPROTO && strstr(e->err, "required revision has been compacted"))
+        return -EALREADY;
+    return r;
+}
+
+int etcd_defragment(struct etcd *e)
+{
+    json_object *req = json_object_new_object();
+    return send_req(e, "/v3/maintenance/defragment", req, req != NULL, NULL);
+}
+
+int etcd_disarm_nospace(struct etcd *e, int *ret_n)
+{
+    json_object *req = json_object_new_object(), *ans, *alarms;
+    *ret_n = 0;
+    int r = send_req(e, "/v3/maintenance/alarm", req,
+                     req && add(req, "action", json_object_new_string("GET")), &ans);
+    if (r)
+        return r;
+    if (!json_object_object_get_ex(ans, "alarms", &alarms) ||
+        !json_object_is_type(alarms, json_type_array)) {
+        json_object_put(ans); /* none: the gateway leaves "alarms" out */
+        return 0;
+    }
+    for (size_t i = 0; !r && i < json_object_array_length(alarms); i++) {
+        json_object *a = json_object_array_get_idx(alarms, i), *kind, *member;
+        if (!json_object_object_get_ex(a, "alarm", &kind) ||
+            strcmp(json_object_get_string(kind), "NOSPACE") ||
+            !json_object_object_get_ex(a, "memberID", &member))
+            continue;
+        json_object *d = json_object_new_object();
+        r = send_req(e, "/v3/maintenance/alarm", d,
+                     d && add(d, "action", json_object_new_string("DEACTIVATE")) &&
+                         add(d, "memberID", json_object_get(member)) &&
+                         add(d, "alarm", json_object_new_string("NOSPACE")),
+                     NULL);
+        if (!r)
+            (*ret_n)++;
+    }
+    json_object_put(ans);
+    return r;
+}
+
+bool etcd_nospace(const struct etcd *e)
+{
+    return strstr(e->err, "database space exceeded") != NULL;
 }

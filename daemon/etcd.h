@@ -34,6 +34,11 @@ const char *etcd_error(const struct etcd *e);
  * electing a leader does that; a stopped etcd refuses at once). */
 bool etcd_timed_out(const struct etcd *e);
 
+/* From now on no request of @e runs past @mono_ms (CLOCK_MONOTONIC, in ms): each
+ * one's timeout is cut to what is left, and one that has nothing left fails at once
+ * (-EHOSTUNREACH, etcd_timed_out).  0: none (each request has its timeout_ms). */
+void etcd_set_deadline(struct etcd *e, int64_t mono_ms);
+
 /* Every call returns 0, -EHOSTUNREACH (no endpoint answered), -EPROTO (an
  * answer that is not what the gateway sends, or an error it reports, such as
  * "permission denied"), -EACCES (etcd refused the user and password),
@@ -52,6 +57,16 @@ int etcd_delete(struct etcd *e, const char *key);
 typedef int (*etcd_kv_fn)(void *arg, const char *key, const void *val, size_t len);
 int etcd_range_prefix(struct etcd *e, const char *prefix, int64_t limit, etcd_kv_fn fn, void *arg,
                       int64_t *ret_rev);
+
+/* Compacts etcd's history (all of it: etcd compacts by revision, not by prefix) up to
+ * @rev; -EALREADY when it was compacted further already. */
+int etcd_compact(struct etcd *e, int64_t rev);
+/* Defragments the member that answers (it gives back what compaction freed). */
+int etcd_defragment(struct etcd *e);
+/* Disarms every NOSPACE alarm; *@ret_n: how many there were. */
+int etcd_disarm_nospace(struct etcd *e, int *ret_n);
+/* Whether the last call failed because etcd is out of space (its NOSPACE alarm). */
+bool etcd_nospace(const struct etcd *e);
 
 enum etcd_event { ETCD_PUT, ETCD_DELETE };
 /* Called for each change (a DELETE has no value: @val "" and @len 0, also when

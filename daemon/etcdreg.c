@@ -37,7 +37,7 @@
 #define QUEUE_MAX 65536       /* events between the threads and the loop */
 #define JOBS_MAX 16384        /* writes waiting for the writer thread */
 #define OP_TIMEOUT_MS 2000    /* each request to one etcd endpoint */
-#define PUT_BUDGET_MS 8000    /* a register's write is tried again for this long */
+#define PUT_BUDGET_MS 8000    /* a register is answered within this long of its arrival */
 #define DOWN_GRACE_MS 5000    /* a watch down for longer makes rrpcd degraded */
 #define RETRY_MS 1000         /* between two attempts of the watch thread */
 #define SESSION_TTL_S 10      /* this rrpcd's lease; kept alive every third of it */
@@ -52,6 +52,7 @@ enum ev_type {
     EV_PUT_DONE,   /* a JOB_PUT's result */
     EV_LEASE,      /* the writer holds a new lease (@lease; @replaced: another was lost) */
     EV_LEASE_DONE, /* a keep-alive of the lease or a delete: @err */
+    EV_SPACE_OK,   /* after NOSPACE: the writer compacted, defragmented and disarmed */
 };
 
 struct event {
@@ -66,6 +67,7 @@ struct event {
     uint64_t reg_id, serial, req_id; /* serial 0: nobody waits for the answer */
     int64_t lease;
     bool replaced;
+    bool nospace; /* EV_PUT_DONE: etcd refused it for want of space (its NOSPACE alarm) */
 };
 
 enum job_type { JOB_PUT, JOB_DELETE };
@@ -74,6 +76,7 @@ struct job {
     struct job *next;
     enum job_type type;
     uint64_t reg_id, serial, req_id;
+    int64_t deadline_ms; /* JOB_PUT: monotonic; etcd took it by then, or it failed */
     char key[300];
     json_object *val; /* JOB_PUT: the value, "lease" added by the writer */
 };
@@ -102,6 +105,13 @@ static int64_t w_lease, w_ka_due, w_ka_ok; /* the writer's: its lease, next keep
 static int64_t logged_ms;    /* when being degraded was last logged */
 #define LOG_EVERY_MS 30000   /* while degraded, the reason is logged again this often */
 static char degraded_why[300] = "not synchronized with etcd yet";
+/* etcd out of space: degraded until the writer freed space and disarmed the alarm
+ * (a working keep-alive does not end it: keep-alives need no space). */
+static bool nospace;
+#define RECOVER_EVERY_MS 5000 /* the writer tries to free space this often */
+/* The writer's: compactions (etcd_compact_interval_s) and NOSPACE recovery. */
+static int64_t w_compact_due, w_compact_rev, w_compacted, w_recover_due;
+static bool w_nospace;
 
 static const char *etcd_store_degraded(struct store *st)
 {
@@ -409,6 +419,7 @@ static void etcd_store_remove(struct store *st, struct registration *r);
 static void lease_done(const struct event *e);
 static void lease_new(const struct event *e);
 static void reput_owned(bool stale_only);
+static void write_ok(void);
 
 static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
 {
@@ -451,6 +462,11 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             break;
         case EV_LEASE_DONE:
             lease_done(e);
+            break;
+        case EV_SPACE_OK:
+            nospace = false;
+            write_ok();
+            reput_owned(false); /* what failed to go in meanwhile */
             break;
         case EV_DOWN:
             if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
@@ -537,12 +553,13 @@ static int ensure_lease(void)
     return 0;
 }
 
-/* A put under the writer's lease; tried again while etcd times out, for
- * PUT_BUDGET_MS at most, and with a new lease when etcd no longer knows ours. */
+/* A put under the writer's lease; tried again while etcd times out, until the
+ * job's deadline (PUT_BUDGET_MS from the register's arrival: the time it waited
+ * for the writer counts), and with a new lease when etcd no longer knows ours. */
 static void do_put(struct job *j, struct event *ev)
 {
-    int64_t t0 = mono_ms();
     int e;
+    etcd_set_deadline(ops, j->deadline_ms);
     for (;;) {
         e = ensure_lease();
         if (!e) {
@@ -558,11 +575,90 @@ static void do_put(struct job *j, struct event *ev)
                 continue;
             }
         }
-        if (!worth_again(e) || stop_flag || mono_ms() - t0 >= PUT_BUDGET_MS)
+        if (!worth_again(e) || stop_flag || mono_ms() >= j->deadline_ms)
             break;
         LOG(LOG_WARNING, "etcd: %s; trying the write again", etcd_error(ops));
     }
+    etcd_set_deadline(ops, 0);
     ev->err = e;
+    if (e && etcd_nospace(ops)) {
+        ev->nospace = true;
+        if (!w_nospace)
+            w_recover_due = mono_ms(); /* at once */
+        w_nospace = true;
+    }
+}
+
+static int range_nothing(void *arg, const char *key, const void *val, size_t len)
+{
+    (void)arg, (void)key, (void)val, (void)len;
+    return 0;
+}
+
+/* etcd's revision now (a range of the prefix, one key at most). */
+static int current_rev(int64_t *ret)
+{
+    return etcd_range_prefix(ops, cfg->etcd_prefix, 1, range_nothing, NULL, ret);
+}
+
+/*
+ * Every etcd_compact_interval_s: compacts etcd's history up to the revision
+ * seen one interval before (so watchers have an interval to catch up; this
+ * rrpcd's watch, should it fall behind, ranges again).  Registrations churned
+ * by register/unregister leave nothing behind for longer than two intervals.
+ */
+static void compact_history(void)
+{
+    int64_t rev;
+    int e = current_rev(&rev);
+    if (!e && w_compact_rev > w_compacted) {
+        e = etcd_compact(ops, w_compact_rev);
+        if (!e || e == -EALREADY)
+            w_compacted = w_compact_rev;
+        if (!e) {
+            metrics_etcd_compaction();
+            LOG(LOG_INFO, "etcd: compacted the history up to revision %" PRId64, w_compact_rev);
+        } else if (e == -EALREADY) {
+            e = 0; /* compacted further already (another rrpcd, or etcd's own) */
+        }
+    }
+    if (e)
+        LOG(LOG_WARNING, "etcd: cannot compact its history (%s); again in %d s",
+            etcd_error(ops), cfg->etcd_compact_interval_s);
+    else
+        w_compact_rev = rev;
+    w_compact_due = mono_ms() + (int64_t)cfg->etcd_compact_interval_s * 1000;
+}
+
+/*
+ * etcd refused a write for want of space: compacts its history to now,
+ * defragments it and disarms the NOSPACE alarm, as a person would; the loop
+ * hears when that worked.  When the space is taken by live keys, compaction
+ * frees nothing, the next write fails again, and this runs again.
+ */
+static void recover_space(void)
+{
+    int64_t rev;
+    int n = 0;
+    int e = current_rev(&rev);
+    if (!e && (e = etcd_compact(ops, rev)) == -EALREADY)
+        e = 0;
+    if (!e)
+        e = etcd_defragment(ops);
+    if (!e)
+        e = etcd_disarm_nospace(ops, &n);
+    w_recover_due = mono_ms() + RECOVER_EVERY_MS;
+    if (e) {
+        LOG(LOG_WARNING, "etcd: out of space, and freeing it failed (%s); again in %d s",
+            etcd_error(ops), RECOVER_EVERY_MS / 1000);
+        return;
+    }
+    LOG(LOG_NOTICE, "etcd: out of space: compacted the history up to revision %" PRId64
+        ", defragmented, disarmed %d NOSPACE alarm(s)", rev, n);
+    w_nospace = false;
+    struct event *ev = event_new(EV_SPACE_OK);
+    if (ev)
+        push_event(ev);
 }
 
 /* Keeps the writer's lease alive; a lease etcd lost is replaced at once.  A failure
@@ -596,7 +692,9 @@ static void *writer_main(void *arg)
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&mu);
-        while (!j_head && !stop_flag && !(w_lease && mono_ms() >= w_ka_due)) {
+        while (!j_head && !stop_flag && !(w_lease && mono_ms() >= w_ka_due) &&
+               !(w_compact_due && mono_ms() >= w_compact_due) &&
+               !(w_nospace && mono_ms() >= w_recover_due)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1; /* the keep-alive's time is looked at every second */
@@ -614,8 +712,17 @@ static void *writer_main(void *arg)
             j_len--;
         }
         pthread_mutex_unlock(&mu);
+        /* A register waits for this keep-alive: it counts against its deadline. */
+        if (j && j->type == JOB_PUT)
+            etcd_set_deadline(ops, j->deadline_ms);
         if (w_lease && mono_ms() >= w_ka_due)
             keepalive();
+        etcd_set_deadline(ops, 0);
+        /* Upkeep only while no register waits: it has no deadline of its own. */
+        if (!j && w_nospace && mono_ms() >= w_recover_due)
+            recover_space();
+        if (!j && w_compact_due && mono_ms() >= w_compact_due)
+            compact_history();
         if (!j)
             continue;
         struct event *ev = event_new(j->type == JOB_PUT ? EV_PUT_DONE : EV_LEASE_DONE);
@@ -679,6 +786,8 @@ static int queue_put(struct registration *r, uint64_t serial, uint64_t req_id)
         return -ENOMEM;
     }
     j->type = JOB_PUT;
+    /* The keep-alive the writer may be in counts too: leave it its time. */
+    j->deadline_ms = mono_ms() + PUT_BUDGET_MS;
     j->reg_id = r->id;
     j->serial = serial;
     j->req_id = req_id;
@@ -713,7 +822,7 @@ static void lease_done(const struct event *e)
 {
     if (e->err)
         went_down(e->why);
-    else
+    else if (!nospace)
         write_ok();
 }
 
@@ -742,7 +851,16 @@ static void put_done(const struct event *e)
         }
         return;
     }
-    went_down(e->why);
+    if (e->nospace) {
+        char why[sizeof(((struct event *)0)->why)];
+        snprintf(why, sizeof(why), "etcd is out of space (its NOSPACE alarm: the backend "
+                 "quota is full); rrpcd compacts and defragments it and disarms the alarm by "
+                 "itself; if that frees nothing, raise etcd's --quota-backend-bytes");
+        nospace = true;
+        went_down(why);
+    } else {
+        went_down(e->why);
+    }
     if (!e->serial)
         return; /* ours stays; the next resync or lease writes it again */
     if (r && r->etcd_pending)
@@ -853,6 +971,8 @@ int etcdreg_start(struct ev_loop *l, const struct config *c, struct registry *re
         return -r;
     }
     thread_running = true;
+    if (cfg->etcd_compact_interval_s > 0)
+        w_compact_due = mono_ms() + 1000; /* the first notes the revision to compact to */
     if ((r = pthread_create(&writer, NULL, writer_main, NULL))) {
         LOG(LOG_ERR, "etcd: cannot start the writer thread: %s", strerror(r));
         return -r;

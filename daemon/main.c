@@ -30,12 +30,93 @@ void log_open(bool sys, int level)
         openlog("rrpcd", LOG_PID, LOG_DAEMON);
 }
 
+/* Whether the code point @u must not reach a log as it is: C1 controls, the
+ * marks and overrides of bidirectional text, line and paragraph separators. */
+static bool log_hides(uint32_t u)
+{
+    return (u >= 0x80 && u <= 0x9f) || u == 0x061c || u == 0x200e || u == 0x200f ||
+           (u >= 0x2028 && u <= 0x202e) || (u >= 0x2066 && u <= 0x2069) || u == 0xfeff;
+}
+
+/* The length of the well-formed UTF-8 sequence at @p (of @n bytes) and its
+ * code point, or 0 when it is not one (overlong, surrogate, beyond U+10FFFF,
+ * cut short). */
+static size_t utf8_seq(const unsigned char *p, size_t n, uint32_t *ret_u)
+{
+    size_t len;
+    uint32_t u, min;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        len = 2, u = p[0] & 0x1f, min = 0x80;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        len = 3, u = p[0] & 0x0f, min = 0x800;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        len = 4, u = p[0] & 0x07, min = 0x10000;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        u = u << 6 | (p[i] & 0x3f);
+    }
+    if (u < min || u > 0x10ffff || (u >= 0xd800 && u <= 0xdfff))
+        return 0;
+    *ret_u = u;
+    return len;
+}
+
+size_t log_escape(const char *in, char *out, size_t outlen)
+{
+    const unsigned char *p = (const unsigned char *)in;
+    size_t n = strlen(in), o = 0;
+    if (!outlen)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        char esc[16];
+        size_t take = 1;
+        uint32_t u = 0;
+        const char *put = esc;
+        size_t plen;
+        if (p[i] == '\\') {
+            put = "\\\\";
+            plen = 2;
+        } else if (p[i] >= 0x20 && p[i] < 0x7f) {
+            put = (const char *)p + i;
+            plen = 1;
+        } else if (p[i] >= 0x80 && (take = utf8_seq(p + i, n - i, &u)) != 0) {
+            if (log_hides(u)) {
+                plen = (size_t)snprintf(esc, sizeof(esc), "\\u{%04x}", (unsigned)u);
+            } else {
+                put = (const char *)p + i;
+                plen = take;
+            }
+        } else {
+            take = 1; /* a control character, or a byte of no well-formed sequence */
+            plen = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", p[i]);
+        }
+        if (o + plen >= outlen)
+            break; /* cut at a whole character */
+        memcpy(out + o, put, plen);
+        o += plen;
+        i += take;
+    }
+    out[o] = 0;
+    return o;
+}
+
+/* Every line goes through log_escape: the strings a peer chose (service
+ * names, principals, messages) reach the log only as printable text. */
 void log_msg(int level, const char *fmt, ...)
 {
+    char raw[2048], line[4096];
     va_list ap;
     va_start(ap, fmt);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    va_end(ap);
+    log_escape(raw, line, sizeof(line));
     if (use_syslog) {
-        vsyslog(level, fmt, ap);
+        syslog(level, "%s", line);
     } else {
         static const char *const names[] = { "emerg", "alert", "crit", "error",
                                               "warning", "notice", "info", "debug" };
@@ -45,12 +126,9 @@ void log_msg(int level, const char *fmt, ...)
         clock_gettime(CLOCK_REALTIME, &ts);
         localtime_r(&ts.tv_sec, &tm);
         strftime(t, sizeof(t), "%Y-%m-%d %H:%M:%S", &tm);
-        fprintf(stderr, "%s.%03ld rrpcd %s: ", t, ts.tv_nsec / 1000000,
-                names[level & 7]);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        fprintf(stderr, "%s.%03ld rrpcd %s: %s\n", t, ts.tv_nsec / 1000000, names[level & 7],
+                line);
     }
-    va_end(ap);
 }
 
 static void usage(FILE *fp)

@@ -29,6 +29,7 @@ static const char *const refusal_names[] = {
     [REFUSED_MAX_CONNECTIONS] = "max_connections",
     [REFUSED_PER_SOURCE] = "max_connections_per_source",
     [REFUSED_NO_MEMORY] = "out_of_memory",
+    [REFUSED_RESERVED] = "reserved_for_new_sources",
 };
 #define NREFUSALS (sizeof(refusal_names) / sizeof(refusal_names[0]))
 static const char *const etcd_error_names[] = { [ETCD_ERROR_WATCH] = "watch",
@@ -38,7 +39,8 @@ static const char *const etcd_error_names[] = { [ETCD_ERROR_WATCH] = "watch",
 static _Atomic uint64_t requests[NOPS][NRESULTS];
 static _Atomic uint64_t refusals[NREFUSALS];
 static _Atomic uint64_t etcd_errors[NETCD];
-static _Atomic uint64_t tickets, tls_failures;
+static _Atomic uint64_t tickets, tls_failures, evictions, held_refusals, etcd_compactions;
+static _Atomic int64_t held_bytes;
 static _Atomic int64_t sessions, services, instances;
 static _Atomic int etcd_degraded = 1; /* until the first synchronization */
 static bool etcd_on;
@@ -77,6 +79,21 @@ void metrics_refused(enum metrics_refusal why)
     ADD(refusals[why], 1);
 }
 
+void metrics_evicted(void)
+{
+    ADD(evictions, 1);
+}
+
+void metrics_held(size_t bytes)
+{
+    atomic_store_explicit(&held_bytes, (int64_t)bytes, memory_order_relaxed);
+}
+
+void metrics_held_refused(void)
+{
+    ADD(held_refusals, 1);
+}
+
 void metrics_registry(int d_services, int d_instances)
 {
     ADD(services, d_services);
@@ -91,6 +108,11 @@ void metrics_etcd_degraded(bool d)
 void metrics_etcd_error(enum metrics_etcd_error what)
 {
     ADD(etcd_errors[what], 1);
+}
+
+void metrics_etcd_compaction(void)
+{
+    ADD(etcd_compactions, 1);
 }
 
 /* ---- the text, and the server ------------------------------------------------- */
@@ -124,6 +146,16 @@ static int text(void *user, char **ret_text, size_t *ret_len)
     for (size_t i = 0; i < NREFUSALS; i++)
         fprintf(f, "rrpcd_sessions_refused_total{reason=\"%s\"} %llu\n", refusal_names[i],
                 (unsigned long long)GET(refusals[i]));
+    family(f, "rrpcd_sessions_evicted_total", "counter",
+           "Sessions that had not authenticated closed to make room at max_connections.");
+    fprintf(f, "rrpcd_sessions_evicted_total %llu\n", (unsigned long long)GET(evictions));
+    family(f, "rrpcd_held_bytes", "gauge",
+           "Bytes of partly received requests and unsent answers, all sessions.");
+    fprintf(f, "rrpcd_held_bytes %lld\n", (long long)GET(held_bytes));
+    family(f, "rrpcd_held_refusals_total", "counter",
+           "Answers refused and sessions closed for what they would make rrpcd hold "
+           "(max_held_per_principal, max_held_total).");
+    fprintf(f, "rrpcd_held_refusals_total %llu\n", (unsigned long long)GET(held_refusals));
     family(f, "rrpcd_tls_handshake_failures_total", "counter",
            "TLS handshakes that failed (bad or unknown client certificate, not TLS 1.3, ...).");
     fprintf(f, "rrpcd_tls_handshake_failures_total %llu\n",
@@ -148,6 +180,11 @@ static int text(void *user, char **ret_text, size_t *ret_len)
         for (size_t i = 0; i < NETCD; i++)
             fprintf(f, "rrpcd_etcd_errors_total{op=\"%s\"} %llu\n", etcd_error_names[i],
                     (unsigned long long)GET(etcd_errors[i]));
+        family(f, "rrpcd_etcd_compactions_total", "counter",
+               "Compactions of etcd's history this rrpcd made (etcd_compact_interval_s, and "
+               "after NOSPACE).");
+        fprintf(f, "rrpcd_etcd_compactions_total %llu\n",
+                (unsigned long long)GET(etcd_compactions));
     }
     if (fclose(f) || !buf) {
         free(buf);

@@ -36,6 +36,8 @@ struct config {
     int64_t ticket_lifetime_ms, lease_ms, idle_timeout_ms, auth_timeout_ms;
     int auth_max_frame; /* bytes a frame may have before hello succeeds */
     int max_connections, max_connections_per_source, max_registrations;
+    int max_sessions_per_principal, max_registers_per_s;
+    int64_t max_held_per_principal, max_held_total; /* bytes */
     int max_instances_per_service, max_endpoints_per_registration;
     bool syslog;
     int log_level;
@@ -48,6 +50,7 @@ struct config {
     char etcd_hosts[ETCD_MAX_ENDPOINTS][300];
     size_t n_etcd;
     char etcd_prefix[200];
+    int etcd_compact_interval_s; /* 0: rrpcd does not compact etcd's history */
     char etcd_cert[1024], etcd_key[1024], etcd_ca[1024], etcd_user[256], etcd_password_file[1024];
     /* metrics_listen = HOST:PORT: GET /metrics over HTTP (metrics.c); "" off. */
     char metrics_listen[300], metrics_port_file[1024];
@@ -90,6 +93,13 @@ const char *token_principal(const struct config *c, const char *token, size_t le
 /* ---- logging (main.c) -------------------------------------------------- */
 
 void log_open(bool use_syslog, int level);
+/* Copies @in to @out (@outlen bytes, NUL-terminated; cut at a whole character)
+ * as printable text: a control byte, DEL or a byte of no well-formed UTF-8
+ * sequence becomes \xNN, a C1 control, a bidirectional mark or override
+ * (U+202E...), a line separator or U+FEFF becomes \u{NNNN}, a backslash
+ * \\; other UTF-8 stays.  Returns the length written.  log_msg passes every
+ * line through it. */
+size_t log_escape(const char *in, char *out, size_t outlen);
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 extern int log_level;
 #define LOG(level, ...)                                                                       \
@@ -281,7 +291,8 @@ void server_stop(struct server *srv);
 
 /* ---- rrpcd's own metrics (metrics.c) ------------------------------------------- */
 
-enum metrics_refusal { REFUSED_MAX_CONNECTIONS, REFUSED_PER_SOURCE, REFUSED_NO_MEMORY };
+enum metrics_refusal { REFUSED_MAX_CONNECTIONS, REFUSED_PER_SOURCE, REFUSED_NO_MEMORY,
+                       REFUSED_RESERVED };
 enum metrics_etcd_error { ETCD_ERROR_WATCH, ETCD_ERROR_WRITE };
 /* With metrics_listen set, serves GET /metrics on a thread of its own (and writes
  * metrics_port_file); 0 or a negative code, logged with the address. */
@@ -298,9 +309,17 @@ void metrics_tls_failure(void);
 void metrics_sessions(int n);
 /* A connection closed at accept. */
 void metrics_refused(enum metrics_refusal why);
+/* An anonymous session closed to make room for a new one at max_connections. */
+void metrics_evicted(void);
+/* Bytes of partly received requests and unsent answers, all sessions. */
+void metrics_held(size_t bytes);
+/* A session closed, or an answer refused, for what it would make rrpcd hold. */
+void metrics_held_refused(void);
 void metrics_registry(int d_services, int d_instances);
 void metrics_etcd_degraded(bool degraded);
 void metrics_etcd_error(enum metrics_etcd_error what);
+/* rrpcd compacted etcd's history. */
+void metrics_etcd_compaction(void);
 
 
 #endif

@@ -29,22 +29,6 @@ static void accept_resume_cb(struct ev_loop *l, ev_timer *w, int revents)
     ev_io_start(srv->loop, &srv->accept_w);
 }
 
-/*
- * At max_connections: closes the oldest session that has not authenticated,
- * so anonymous sessions can never push out authenticated ones (nor keep a
- * new client out for longer than one auth_timeout_ms).  False when every
- * session has authenticated.
- */
-static bool evict_anonymous(struct server *srv)
-{
-    for (struct conn *c = srv->conns; c; c = c->next)
-        if (!c->authed) {
-            session_close(c, "evicted: max_connections reached and it had not authenticated");
-            return true;
-        }
-    return false;
-}
-
 static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
 {
     (void)l, (void)revents;
@@ -83,12 +67,25 @@ static void accept_cb(struct ev_loop *l, ev_io *w, int revents)
             close(fd);
             continue;
         }
-        if (srv->n_conns >= srv->cfg->max_connections && !evict_anonymous(srv)) {
-            metrics_refused(REFUSED_MAX_CONNECTIONS);
-            admit_log_refusal(srv, peer, "max_connections reached, every session authenticated");
-            admit_source_put(srv, src);
-            close(fd);
-            continue;
+        /* The last eighth of the slots is kept for addresses holding none: an
+         * address that holds sessions gets one there only in place of an
+         * anonymous session of its own (or of an address holding as many). */
+        int max = srv->cfg->max_connections, limit = src->n == 1 ? max : max - max / 8;
+        if (srv->n_conns >= limit) {
+            struct conn *victim = admit_pick_victim(srv, src);
+            if (!victim) {
+                bool reserved = srv->n_conns < max;
+                metrics_refused(reserved ? REFUSED_RESERVED : REFUSED_MAX_CONNECTIONS);
+                admit_log_refusal(srv, peer, reserved
+                                      ? "the last eighth of max_connections is kept for "
+                                        "addresses holding no session, and this one holds some"
+                                      : "max_connections reached, and no session that has not "
+                                        "authenticated can make room for it");
+                admit_source_put(srv, src);
+                close(fd);
+                continue;
+            }
+            admit_evict(srv, victim, peer);
         }
         if (!session_new(srv, fd, src, peer)) {
             metrics_refused(REFUSED_NO_MEMORY);
@@ -114,6 +111,8 @@ static void sweep_cb(struct ev_loop *l, ev_timer *w, int revents)
     (void)l, (void)revents;
     struct server *srv = w->data;
     registry_sweep(srv->reg, mono_ms(), expired, srv->st);
+    if (mono_ms() - srv->principals_swept_ms >= 10000)
+        admit_principals_sweep(srv);
 }
 
 /* ---- start / stop --------------------------------------------------------------- */
@@ -283,6 +282,12 @@ void server_stop(struct server *srv)
     }
     watch_free(srv->watch);
     SSL_CTX_free(srv->sslctx);
+    for (size_t b = 0; b < PRINCIPAL_BUCKETS; b++)
+        while (srv->principals[b]) { /* every session is closed: each holds nothing */
+            struct principal *pr = srv->principals[b];
+            srv->principals[b] = pr->next;
+            free(pr);
+        }
     for (size_t b = 0; b < SOURCE_BUCKETS; b++)
         while (srv->sources[b]) { /* every session is closed: none is left */
             struct source *s = srv->sources[b];

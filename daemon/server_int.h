@@ -32,6 +32,8 @@
 #include "rrpcd.h"
 
 #define SOURCE_BUCKETS 1024
+#define PRINCIPAL_BUCKETS 1024
+#define EVICT_LOG_EVERY_MS 10000 /* evictions are logged at most this often, with a count */
 
 /* The sessions of one source address (for max_connections_per_source). */
 struct source {
@@ -39,6 +41,22 @@ struct source {
     int family;
     uint8_t addr[16];
     int n;
+};
+
+/*
+ * What one authenticated principal holds (admit.c): its sessions
+ * (max_sessions_per_principal), the bytes its sessions make rrpcd hold
+ * (partly received requests, answers not sent yet: max_held_per_principal),
+ * and its register rate (max_registers_per_s, a token bucket).  Kept while
+ * it has sessions or bytes, or its bucket is not full.
+ */
+struct principal {
+    struct principal *next;
+    int sessions;
+    size_t held;
+    double reg_tokens;
+    int64_t reg_ms; /* when reg_tokens was last brought up to date */
+    char name[256];
 };
 
 struct server {
@@ -60,6 +78,11 @@ struct server {
     void (*handle_frame)(struct conn *c, const uint8_t *buf, size_t len);
     int64_t refusal_logged_ms; /* admit.c: the last refusal logged, and those since */
     unsigned refusals_quiet;
+    int64_t evict_logged_ms; /* admit.c: the last eviction logged, and those since */
+    unsigned evictions_quiet;
+    struct principal *principals[PRINCIPAL_BUCKETS];
+    size_t held; /* bytes of partly received requests and unsent answers, all sessions */
+    int64_t principals_swept_ms;
 };
 
 /*
@@ -76,6 +99,9 @@ struct conn {
     int fd;
     SSL *ssl;
     struct source *src;
+    struct principal *pr; /* once authenticated */
+    int64_t last_rx_ms;   /* monotonic: accept, or the last time bytes came */
+    size_t held;          /* what of srv->held is this session's: frame_cap + wcap */
     bool handshaken, closing, draining;
     bool authed;
     bool idle_timer; /* the timer has been switched to the idle timeout */
@@ -100,6 +126,34 @@ struct source *admit_source_get(struct server *srv, const struct sockaddr_storag
 void admit_source_put(struct server *srv, struct source *s);
 /* A refusal at accept, logged at most once a second with the number left unlogged. */
 void admit_log_refusal(struct server *srv, const char *peer, const char *why);
+/*
+ * At the session cap, the session to close for a new one from @src (already
+ * counted in @src->n): an anonymous session of @src itself or of an address
+ * holding at least as many; of those, one of the address holding the most,
+ * then one without a TLS handshake, then the one silent longest.  NULL when
+ * there is none (every candidate authenticated).
+ */
+struct conn *admit_pick_victim(struct server *srv, const struct source *src);
+/* Closes @victim for a new session from @peer; logs it at most once per
+ * EVICT_LOG_EVERY_MS with the count since, and counts it in the metrics. */
+void admit_evict(struct server *srv, struct conn *victim, const char *peer);
+/* Counts an authenticated session of @name: its entry, or NULL with the reason in
+ * @why (max_sessions_per_principal, or no memory). */
+struct principal *admit_principal_get(struct server *srv, const char *name, char *why,
+                                      size_t whylen);
+/* The session of @pr ended (NULL: nothing). */
+void admit_principal_put(struct server *srv, struct principal *pr);
+/* Frees entries that hold nothing and whose bucket is full again (called now and then). */
+void admit_principals_sweep(struct server *srv);
+/* Whether @pr may register now (a token of its bucket taken); false past
+ * max_registers_per_s. */
+bool admit_register_rate(struct server *srv, struct principal *pr);
+/* Whether @c may hold @more bytes more (partly received request, answer): within
+ * max_held_per_principal for its principal and max_held_total for all; false with
+ * the reason in @why. */
+bool admit_hold_ok(struct conn *c, size_t more, char *why, size_t whylen);
+/* @c now holds @held bytes (its frame buffer's and write buffer's sizes). */
+void admit_held(struct conn *c, size_t held);
 
 /* ---- session.c --------------------------------------------------------------- */
 
@@ -123,6 +177,7 @@ struct answer {
     msgpack_sbuffer sb;
     msgpack_packer pk;
     uint64_t id;
+    bool ok; /* only ok answers can be refused for what they would make rrpcd hold */
 };
 void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n);
 /* Queues it to @c (or, above the frame limit, an error instead). */

@@ -24,6 +24,7 @@
 
 #define MAX_WBUF (4u << 20)     /* stop reading while this much waits to go out */
 #define FRAME_MIN_CAP 4096u     /* a frame buffer starts this small and grows as bytes come */
+#define WBUF_KEEP (64u << 10)   /* a write buffer larger than this is freed once flushed */
 
 static void conn_drive(struct conn *c);
 
@@ -44,6 +45,8 @@ void session_close(struct conn *c, const char *why)
     close(c->fd);
     free(c->frame);
     free(c->wbuf);
+    admit_held(c, 0);
+    admit_principal_put(c->srv, c->pr);
     struct server *srv = c->srv;
     if (c->prev)
         c->prev->next = c->next;
@@ -102,6 +105,8 @@ static void conn_linger(struct conn *c, const char *why)
 static void conn_io_cb(struct ev_loop *l, ev_io *w, int revents)
 {
     struct conn *c = w->data;
+    if (revents & EV_READ)
+        c->last_rx_ms = mono_ms(); /* not silent: the last to be evicted at the cap */
     if (c->draining) {
         char buf[4096];
         ssize_t n;
@@ -127,18 +132,26 @@ const char *session_ssl_reason(void)
 
 /* ---- answers ---------------------------------------------------------------- */
 
+/* The write buffer's size once @len more bytes are in it. */
+static size_t wbuf_cap_for(const struct conn *c, size_t len)
+{
+    size_t cap = c->wcap ? c->wcap : 4096;
+    while (cap - c->wlen < len)
+        cap *= 2;
+    return cap;
+}
+
 static int wbuf_write(void *data, const char *buf, size_t len)
 {
     struct conn *c = data;
     if (c->wcap - c->wlen < len) {
-        size_t cap = c->wcap ? c->wcap : 4096;
-        while (cap - c->wlen < len)
-            cap *= 2;
+        size_t cap = wbuf_cap_for(c, len);
         uint8_t *n = realloc(c->wbuf, cap);
         if (!n)
             return -1;
         c->wbuf = n;
         c->wcap = cap;
+        admit_held(c, c->frame_cap + c->wcap);
     }
     memcpy(c->wbuf + c->wlen, buf, len);
     c->wlen += len;
@@ -150,6 +163,7 @@ void answer_begin(struct answer *a, uint64_t id, bool ok, uint32_t n)
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
     a->id = id;
+    a->ok = ok;
     msgpack_pack_map(&a->pk, 3 + n);
     pk_str(&a->pk, CTL_K_V);
     msgpack_pack_uint32(&a->pk, CTL_VERSION);
@@ -173,6 +187,28 @@ void answer_end(struct conn *c, struct answer *a)
             "instead", c->peer, a->sb.size);
         msgpack_sbuffer_destroy(&a->sb);
         answer_error(c, a->id, CTL_ERR_INTERNAL, "the answer would exceed the 1 MiB frame limit");
+        return;
+    }
+    /* An answer that would make rrpcd hold more than this principal's share, or than
+     * all sessions may, is refused with a short error (errors are always sent). */
+    char why[600];
+    size_t cap = wbuf_cap_for(c, a->sb.size + 4);
+    if (a->ok && a->sb.size > 512 && cap > c->wcap &&
+        !admit_hold_ok(c, cap - c->wcap, why, sizeof(why))) {
+        metrics_held_refused();
+        /* A client asking on and on must not become a flood of log lines. */
+        static int64_t logged_ms;
+        static unsigned quiet;
+        if (logged_ms && mono_ms() - logged_ms < 1000) {
+            quiet++;
+        } else {
+            LOG(LOG_NOTICE, "%s: an answer of %zu bytes refused (%u more not logged): %s",
+                c->peer, a->sb.size, quiet, why);
+            logged_ms = mono_ms();
+            quiet = 0;
+        }
+        msgpack_sbuffer_destroy(&a->sb);
+        answer_error(c, a->id, CTL_ERR_BUSY, why);
         return;
     }
     uint8_t hdr[4];
@@ -210,6 +246,10 @@ int session_push(struct conn *c, const void *buf, size_t len)
         return -E2BIG;
     if (c->wlen - c->woff > WATCH_BACKLOG)
         return -EAGAIN;
+    char why[600];
+    size_t cap = wbuf_cap_for(c, len + 4);
+    if (cap > c->wcap && !admit_hold_ok(c, cap - c->wcap, why, sizeof(why)))
+        return -EAGAIN; /* the push waits until there is room */
     uint8_t hdr[4];
     rrpci_put_le32(hdr, (uint32_t)len);
     if (wbuf_write(c, (const char *)hdr, 4) || wbuf_write(c, buf, len)) {
@@ -221,6 +261,18 @@ int session_push(struct conn *c, const void *buf, size_t len)
     return 0;
 }
 
+
+/* Whether @c's request may grow by @more bytes; if not, the session is closed
+ * with the reason (it chose to send a request larger than its share). */
+static bool session_hold(struct conn *c, size_t more)
+{
+    char why[600];
+    if (admit_hold_ok(c, more, why, sizeof(why)))
+        return true;
+    metrics_held_refused();
+    answer_fatal(c, 0, CTL_ERR_LIMIT, why);
+    return false;
+}
 
 /* Feeds received bytes to the frame reader. */
 void session_feed(struct conn *c, const uint8_t *p, size_t n)
@@ -260,14 +312,18 @@ void session_feed(struct conn *c, const uint8_t *p, size_t n)
             }
             /* The buffer grows with the bytes that arrive, not with the
              * length announced. */
-            c->frame_cap = len < FRAME_MIN_CAP ? len : FRAME_MIN_CAP;
-            if (c->frame_cap < n)
-                c->frame_cap = n;
-            c->frame = malloc(c->frame_cap);
+            size_t fcap = len < FRAME_MIN_CAP ? len : FRAME_MIN_CAP;
+            if (fcap < n)
+                fcap = n;
+            if (!session_hold(c, fcap))
+                return;
+            c->frame = malloc(fcap);
             if (!c->frame) {
                 c->closing = true;
                 return;
             }
+            c->frame_cap = fcap;
+            admit_held(c, c->frame_cap + c->wcap);
             c->frame_len = len;
             c->frame_got = 0;
             continue;
@@ -279,6 +335,8 @@ void session_feed(struct conn *c, const uint8_t *p, size_t n)
                 cap = c->frame_got + k;
             if (cap > c->frame_len)
                 cap = c->frame_len;
+            if (!session_hold(c, cap - c->frame_cap))
+                return;
             uint8_t *nf = realloc(c->frame, cap);
             if (!nf) {
                 c->closing = true; /* out of memory: drop the client, not the daemon */
@@ -286,6 +344,7 @@ void session_feed(struct conn *c, const uint8_t *p, size_t n)
             }
             c->frame = nf;
             c->frame_cap = cap;
+            admit_held(c, c->frame_cap + c->wcap);
         }
         memcpy(c->frame + c->frame_got, p, k);
         c->frame_got += k;
@@ -295,6 +354,8 @@ void session_feed(struct conn *c, const uint8_t *p, size_t n)
             c->srv->handle_frame(c, c->frame, c->frame_len);
             free(c->frame);
             c->frame = NULL;
+            c->frame_cap = 0;
+            admit_held(c, c->wcap);
             c->hdr_got = 0;
         }
     }
@@ -365,6 +426,12 @@ static void conn_drive(struct conn *c)
             c->woff += n;
         }
         c->woff = c->wlen = 0;
+        if (c->wcap > WBUF_KEEP) { /* a large answer went: give its buffer back */
+            free(c->wbuf);
+            c->wbuf = NULL;
+            c->wcap = 0;
+            admit_held(c, c->frame_cap);
+        }
         if (c->closing) {
             session_close(c, NULL);
             return;
@@ -428,6 +495,7 @@ struct conn *session_new(struct server *srv, int fd, struct source *src, const c
     SSL_set_accept_state(ssl);
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->serial = ++srv->serials;
+    c->last_rx_ms = mono_ms();
     c->prev = srv->conns_tail; /* the newest goes last: eviction looks from the head */
     if (srv->conns_tail)
         srv->conns_tail->next = c;

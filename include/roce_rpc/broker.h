@@ -194,7 +194,10 @@ RRPC_API int rrpc_ticket_verifier_set_instance(rrpc_ticket_verifier *v,
  * identity presented, signed by a key @v does not accept (unknown, or
  * rotated out), bad signature, for another service, for another server
  * instance (or for none when @v has one), issued to another identity than
- * the one presented, expired, replayed, replay cache full, no keys yet.
+ * the one presented, expired, replayed, the client identity's share of the
+ * replay cache full (256 tickets a second over the ticket lifetime + skew,
+ * 16..16384; RRPC_TICKET_RATE for the gates of rrpc_broker_gate; other
+ * clients are still accepted), no keys yet.
  * When accepted and @principal is non-NULL it receives the principal (256
  * bytes).  Thread-safe.
  */

@@ -62,6 +62,14 @@ RRPC_API int rrpc_broker_open(const char *addr, const rrpc_broker_opts *opts,
         rrpc_config_destroy(env);
         b->log_level = (int)level;
     }
+    /* RRPC_TICKET_RATE: the share of each client in the replay cache of the gates made
+     * through this handle (libroce_rpc's table of tunables checks it). */
+    rrpc_config *tun = NULL;
+    long rate = 0;
+    if (rrpc_config_create(&tun) == 0)
+        (void)rrpc_config_get(tun, "RRPC_TICKET_RATE", &rate);
+    rrpc_config_destroy(tun);
+    b->ticket_rate = rate > 0 ? (int)rate : 256;
     int r;
     if ((r = rrpci_parse_addrs(b, addr)))
         goto err;

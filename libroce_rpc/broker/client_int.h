@@ -43,6 +43,10 @@
 #define HOST_MAX 256
 #define WHY_MAX 240  /* one broker's reason in the error of a list that failed */
 
+/* Sets how many tickets a second one client identity may use on @v (its share of the
+ * replay cache: @per_s times the ticket lifetime + skew, 16..16384).  ticket.c. */
+void rrpci_ticket_verifier_set_rate(rrpc_ticket_verifier *v, int per_s);
+
 /* A context's gate, and its registration when it has one (gate.c, lease.c). */
 struct reg {
     struct reg *next;
@@ -81,6 +85,7 @@ struct rrpc_broker {
     char server_name[HOST_MAX];
     char *token;
     int timeout_ms, skew_ms;
+    int ticket_rate; /* RRPC_TICKET_RATE, for the gates made through this handle */
     rrpc_log_fn log;
     void *log_user;
     int log_level;

@@ -52,6 +52,8 @@ int rrpci_gate_locked(struct rrpc_broker *b, rrpc_ctx *ctx, const char *service,
     int r = rrpc_ticket_verifier_create(service, b->skew_ms, &g->v);
     if (!r)
         r = rrpc_ticket_verifier_set_instance(g->v, g->instance);
+    if (!r)
+        rrpci_ticket_verifier_set_rate(g->v, b->ticket_rate);
     if (!r) {
         r = rrpc_ctx_require_ticket(ctx, rrpc_ticket_verify_cb, g->v);
         if (r)

@@ -20,6 +20,8 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/error.h>
 
+#include "broker/client_int.h"
+
 #define TICKET_MAGIC "RTKT"
 #define TICKET_V3 3
 #define OFF_NONCE 16
@@ -27,9 +29,25 @@
 #define OFF_KEY_ID 48
 #define TICKET_HDR 56
 #define SIG_LEN 64
-/* A nonce is remembered until its ticket's expiry + skew; at most this many. */
+/*
+ * A nonce is remembered until its ticket's expiry + skew.  Each client
+ * identity (the principal a ticket was issued to) has a share of the cache:
+ * rate tickets a second (REPLAY_RATE unless set: RRPC_TICKET_RATE through
+ * rrpc_broker_gate) over the longest a ticket is remembered
+ * (ticket lifetime + skew, as seen in the tickets verified), at least
+ * REPLAY_SHARE_MIN, at most REPLAY_SHARE_MAX.  A client whose share is full is refused; others are not.
+ * All identities together hold at most REPLAY_MAX: when that is reached, an
+ * identity below its fair part (REPLAY_MAX / identities) takes the place of
+ * the oldest nonce of the identity holding the most, whose tickets expiring
+ * before that nonce's are refused from then on (its floor), so no replay
+ * gets through.
+ */
 #define REPLAY_MAX 65536
 #define REPLAY_BUCKETS 4096
+#define REPLAY_RATE 256 /* tickets a second one identity may use, sustained (default) */
+#define REPLAY_SHARE_MIN 16
+#define REPLAY_SHARE_MAX 16384
+#define IDENT_BUCKETS 256
 
 struct rrpc_ticket_key {
     EVP_PKEY *pkey;
@@ -37,10 +55,24 @@ struct rrpc_ticket_key {
     uint8_t id[RRPC_TICKET_KEY_ID_LEN];
 };
 
+struct ident;
+
 struct nonce_ent {
-    struct nonce_ent *next;
+    struct nonce_ent *next;              /* in its bucket */
+    struct nonce_ent *iprev, *inext;     /* its identity's, oldest first */
+    struct ident *id;
     int64_t until_ms;
     uint8_t nonce[RRPC_TICKET_NONCE_LEN];
+};
+
+/* A client identity's part of the replay cache. */
+struct ident {
+    struct ident *next;
+    struct nonce_ent *head, *tail; /* its nonces, oldest first */
+    size_t n;
+    int64_t floor_ms; /* its tickets remembered until no later than this are refused */
+    size_t len;
+    char name[256];
 };
 
 struct vkey {
@@ -60,6 +92,11 @@ struct rrpc_ticket_verifier {
     size_t n_nonces;
     int64_t next_prune_ms;
     struct nonce_ent *bucket[REPLAY_BUCKETS];
+    struct ident *idents[IDENT_BUCKETS];
+    size_t n_idents;
+    struct ident *in_use; /* the identity a verify is working on: prune keeps it */
+    int64_t window_ms;  /* the longest a nonce was remembered for: lifetime + skew */
+    int rate;           /* tickets a second one identity may use: its share */
 };
 
 static int64_t now_ms(void)
@@ -393,6 +430,7 @@ RRPC_API int rrpc_ticket_verifier_create(const char *service, int skew_ms,
     memcpy(v->service, service, sl);
     v->service_len = sl;
     v->skew_ms = skew_ms;
+    v->rate = REPLAY_RATE;
     *ret_v = v;
     return 0;
 }
@@ -447,6 +485,66 @@ static unsigned bucket_of(const uint8_t *nonce)
     return ((unsigned)nonce[0] | (unsigned)nonce[1] << 8) % REPLAY_BUCKETS;
 }
 
+static unsigned ident_hash(const uint8_t *name, size_t len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ name[i]) * 16777619u;
+    return h % IDENT_BUCKETS;
+}
+
+/* The identity @name (@len bytes); made when @make.  NULL without memory. */
+static struct ident *ident_get(rrpc_ticket_verifier *v, const uint8_t *name, size_t len,
+                               bool make)
+{
+    unsigned b = ident_hash(name, len);
+    for (struct ident *d = v->idents[b]; d; d = d->next)
+        if (d->len == len && !memcmp(d->name, name, len))
+            return d;
+    if (!make)
+        return NULL;
+    struct ident *d = calloc(1, sizeof(*d));
+    if (!d)
+        return NULL;
+    memcpy(d->name, name, len);
+    d->len = len;
+    d->next = v->idents[b];
+    v->idents[b] = d;
+    v->n_idents++;
+    return d;
+}
+
+static void ident_drop_if_empty(rrpc_ticket_verifier *v, struct ident *d, int64_t now)
+{
+    if (d->n || d->floor_ms >= now || d == v->in_use)
+        return;
+    for (struct ident **pp = &v->idents[ident_hash((const uint8_t *)d->name, d->len)]; *pp;
+         pp = &(*pp)->next)
+        if (*pp == d) {
+            *pp = d->next;
+            break;
+        }
+    v->n_idents--;
+    free(d);
+}
+
+/* Unlinks @e from its identity's list (not from its bucket) and frees it. */
+static void nonce_free(rrpc_ticket_verifier *v, struct nonce_ent *e)
+{
+    struct ident *d = e->id;
+    if (e->iprev)
+        e->iprev->inext = e->inext;
+    else
+        d->head = e->inext;
+    if (e->inext)
+        e->inext->iprev = e->iprev;
+    else
+        d->tail = e->iprev;
+    d->n--;
+    v->n_nonces--;
+    free(e);
+}
+
 static void prune(rrpc_ticket_verifier *v, int64_t now)
 {
     for (unsigned i = 0; i < REPLAY_BUCKETS; i++) {
@@ -455,14 +553,52 @@ static void prune(rrpc_ticket_verifier *v, int64_t now)
             struct nonce_ent *e = *pp;
             if (e->until_ms < now) {
                 *pp = e->next;
-                free(e);
-                v->n_nonces--;
+                nonce_free(v, e);
             } else {
                 pp = &e->next;
             }
         }
     }
+    for (unsigned i = 0; i < IDENT_BUCKETS; i++)
+        for (struct ident *d = v->idents[i], *n; d; d = n) {
+            n = d->next;
+            ident_drop_if_empty(v, d, now);
+        }
     v->next_prune_ms = now + 1000;
+}
+
+/* Removes the oldest nonce of the identity holding the most (of those, the one with
+ * the oldest nonce), raising its floor. */
+static void evict_from_largest(rrpc_ticket_verifier *v)
+{
+    struct ident *big = NULL;
+    for (unsigned i = 0; i < IDENT_BUCKETS; i++)
+        for (struct ident *d = v->idents[i]; d; d = d->next)
+            if (d->head && (!big || d->n > big->n ||
+                            (d->n == big->n && d->head->until_ms < big->head->until_ms)))
+                big = d;
+    if (!big)
+        return;
+    struct nonce_ent *e = big->head;
+    if (e->until_ms > big->floor_ms)
+        big->floor_ms = e->until_ms;
+    for (struct nonce_ent **pp = &v->bucket[bucket_of(e->nonce)]; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    nonce_free(v, e);
+}
+
+/* The share of one identity: rate a second over the window, within the bounds. */
+static size_t share_of(const rrpc_ticket_verifier *v)
+{
+    int64_t s = (int64_t)v->rate * (v->window_ms / 1000 + 1);
+    if (s < REPLAY_SHARE_MIN)
+        s = REPLAY_SHARE_MIN;
+    if (s > REPLAY_SHARE_MAX)
+        s = REPLAY_SHARE_MAX;
+    return (size_t)s;
 }
 
 static int refuse(char *why, size_t whylen, const char *fmt, ...)
@@ -482,6 +618,13 @@ static void hex8(char out[17], const uint8_t *id)
 {
     for (int i = 0; i < 8; i++)
         snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+void rrpci_ticket_verifier_set_rate(rrpc_ticket_verifier *v, int per_s)
+{
+    pthread_mutex_lock(&v->lock);
+    v->rate = per_s < 1 ? 1 : per_s > REPLAY_SHARE_MAX ? REPLAY_SHARE_MAX : per_s;
+    pthread_mutex_unlock(&v->lock);
 }
 
 RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, size_t len,
@@ -587,14 +730,44 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
             goto out;
         }
     }
-    if (v->n_nonces >= REPLAY_MAX) {
+    struct ident *d = ident_get(v, tp, t.pl, true);
+    v->in_use = d; /* a new one is empty: the prunes below must not free it */
+    if (!d) {
+        r = refuse(why, whylen, "out of memory for the replay cache");
+        goto out;
+    }
+    if (until <= d->floor_ms) {
+        r = refuse(why, whylen, "ticket of '%.*s' issued before the replay cache had to forget "
+                   "some of its nonces (the cache was full); look the service up again for a "
+                   "fresh ticket", (int)t.pl, (const char *)tp);
+        goto out;
+    }
+    if (until - now > v->window_ms)
+        v->window_ms = until - now;
+    size_t share = share_of(v);
+    if (d->n >= share) {
         prune(v, now);
-        if (v->n_nonces >= REPLAY_MAX) {
-            r = refuse(why, whylen, "replay cache full (%d live tickets); try again", REPLAY_MAX);
+        if (d->n >= share) {
+            r = refuse(why, whylen, "replay cache share of client '%.*s' full (%zu live "
+                       "tickets: %d a second over a ticket's lifetime + skew); this client "
+                       "connects too often: try again when its tickets expire",
+                       (int)t.pl, (const char *)tp, d->n, v->rate);
             goto out;
         }
     }
-    struct nonce_ent *e = malloc(sizeof(*e));
+    if (v->n_nonces >= REPLAY_MAX) {
+        prune(v, now);
+        if (v->n_nonces >= REPLAY_MAX) {
+            if (d->n >= REPLAY_MAX / (v->n_idents ? v->n_idents : 1)) {
+                r = refuse(why, whylen, "replay cache full (%d live tickets) and client "
+                           "'%.*s' holds its fair part (%zu); try again when its tickets "
+                           "expire", REPLAY_MAX, (int)t.pl, (const char *)tp, d->n);
+                goto out;
+            }
+            evict_from_largest(v);
+        }
+    }
+    struct nonce_ent *e = calloc(1, sizeof(*e));
     if (!e) {
         r = refuse(why, whylen, "out of memory for the replay cache");
         goto out;
@@ -603,12 +776,21 @@ RRPC_API int rrpc_ticket_verify(rrpc_ticket_verifier *v, const void *ticket, siz
     e->until_ms = until;
     e->next = v->bucket[b];
     v->bucket[b] = e;
+    e->id = d;
+    e->iprev = d->tail;
+    if (d->tail)
+        d->tail->inext = e;
+    else
+        d->head = e;
+    d->tail = e;
+    d->n++;
     v->n_nonces++;
     if (principal) {
         memcpy(principal, tp, t.pl);
         principal[t.pl] = 0;
     }
 out:
+    v->in_use = NULL;
     pthread_mutex_unlock(&v->lock);
     return r;
 }
@@ -631,6 +813,12 @@ RRPC_API void rrpc_ticket_verifier_destroy(rrpc_ticket_verifier *v)
             e = n;
         }
     }
+    for (unsigned i = 0; i < IDENT_BUCKETS; i++)
+        while (v->idents[i]) {
+            struct ident *d = v->idents[i];
+            v->idents[i] = d->next;
+            free(d);
+        }
     for (size_t j = 0; j < v->n_keys; j++)
         EVP_PKEY_free(v->keys[j].pkey);
     pthread_mutex_destroy(&v->lock);

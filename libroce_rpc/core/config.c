@@ -55,6 +55,11 @@ static const struct rrpci_conf_field core_fields[] = {
     {.name = "RRPC_MAX_CONNS_PER_SOURCE", RRPCI_CONF_INT(C, max_conns_per_source), .def = 64,
      .min = 1, .max = 1000000,
      .doc = "server side: connections held at once from one peer address"},
+    {.name = "RRPC_TICKET_RATE", RRPCI_CONF_INT(C, ticket_rate), .def = 256, .min = 1,
+     .max = 16384,
+     .doc = "server side, broker gates (rrpc_broker_gate): tickets a second one client identity "
+            "may use; its share of the replay cache is this times the ticket lifetime + skew "
+            "(16..16384 tickets), and a client past its share is refused, not the others"},
     {.name = "RRPC_MAX_CONNS_PER_PRINCIPAL", RRPCI_CONF_INT(C, max_conns_per_principal),
      .def = 64, .min = 1, .max = 1000000,
      .doc = "server side, with tickets: connections held at once authenticated as one principal "

@@ -45,6 +45,7 @@ struct rrpci_config {
     int auth_timeout_ms;      /* passive: accept to authenticated (or up without tickets) */
     int max_conns;            /* passive connections held at once (0: from RLIMIT_NOFILE) */
     int max_conns_per_source; /* ... from one peer address */
+    int ticket_rate;          /* broker gates: tickets a second one client may use */
     int max_conns_per_principal; /* ... authenticated as one principal */
     int conns_reserve_pct;    /* share of max_conns kept for addresses holding none */
     int idle_evict_ms;        /* no tickets: idle this long, a connection may make room */

@@ -66,6 +66,7 @@ struct etcd_member {
      * cluster's --initial-cluster; empty: a cluster of one, named "t". */
     char name[16];
     char cluster[400];
+    const char *quota; /* --quota-backend-bytes, or NULL: etcd's default */
 };
 
 /*
@@ -121,7 +122,8 @@ static inline int etcd_member_start(struct etcd_member *m)
               "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
               /* a shared 2-CPU test machine: slow heartbeats must not
                * look like a dead leader (etcd's defaults: 100 and 1000 ms) */
-              "--heartbeat-interval", "250", "--election-timeout", "2500", (char *)NULL);
+              "--heartbeat-interval", "250", "--election-timeout", "2500",
+              m->quota ? "--quota-backend-bytes" : (char *)NULL, m->quota, (char *)NULL);
         _exit(127);
     }
     return m->pid > 0 ? 0 : -1;

@@ -770,6 +770,379 @@ static void test_watches_beyond_the_per_session_cap_are_refused(void **state)
     raw_close(&t);
 }
 
+/* ---- the log ------------------------------------------------------------------- */
+
+/* The whole of rrpcd.log, NUL-terminated (the caller frees it). */
+static char *read_log(size_t *ret_len)
+{
+    char p[300];
+    snprintf(p, sizeof(p), "%s/rrpcd.log", dir);
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+    }
+    fclose(f);
+    buf[len] = 0;
+    *ret_len = len;
+    return buf;
+}
+
+/*
+ * A client chooses a service name with a right-to-left override (U+202E), an
+ * invalid UTF-8 byte, a C1 control (CSI, U+009B) and a line separator
+ * (U+2028), which rrpcd takes (control bytes below 0x20 it refuses); the ACL
+ * refuses it
+ * and rrpcd logs the refusal with the name escaped: none of those bytes
+ * reaches the log (they did, verbatim).
+ */
+static void test_peer_chosen_bytes_reach_the_log_escaped(void **state)
+{
+    (void)state;
+    start_daemon(NULL);
+    struct raw t;
+    assert_int_equal(raw_open(&t, "kv-client", NULL), 0); /* may look up, not register */
+    assert_int_equal(raw_hello(&t), 0);
+    char err[64] = "";
+    const char *evil = "gpj.\xe2\x80\xae" "exe\xff\xc2\x9b" "31mred\xe2\x80\xa8" "forged line";
+    assert_int_equal(raw_register_big(&t, evil, 1, 9, err, sizeof(err)), -1);
+    assert_string_equal(err, "denied");
+    raw_close(&t);
+    stop_daemon(); /* the log is complete */
+    size_t len;
+    char *log = read_log(&len);
+    char *line = strstr(log, "may not register");
+    assert_non_null(line);
+    *strchrnul(line, '\n') = 0;
+    print_message("logged: %s\n", line);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)log[i] == 0xff)
+            fail_msg("a raw byte 0x%02x the client chose is in the log", (unsigned char)log[i]);
+    assert_null(strstr(log, "\xe2\x80\xae"));
+    assert_null(strstr(log, "\xc2\x9b"));
+    assert_null(strstr(log, "\xe2\x80\xa8"));
+    assert_non_null(strstr(line, "gpj.\\u{202e}exe\\xff\\u{009b}31mred\\u{2028}forged line"));
+    free(log);
+}
+
+/* ---- fair admission (issue #28, points 1 and 5) ------------------------------------ */
+
+#define CHURN_SOURCES 10
+#define CHURN_HELD 150
+
+/*
+ * The attacker of point 5: raw TCP connections from 127.0.0.2..11, opened as
+ * fast as it can, each closed when CHURN_HELD newer ones are open (rrpcd's
+ * cap is 100: every new one takes a slot).  Runs until killed.
+ */
+static void churn_main(void)
+{
+    int ring[CHURN_HELD];
+    for (int i = 0; i < CHURN_HELD; i++)
+        ring[i] = -1;
+    for (unsigned n = 0;; n++) {
+        int slot = (int)(n % CHURN_HELD);
+        if (ring[slot] >= 0)
+            close(ring[slot]);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.0.%u", 2 + n % CHURN_SOURCES);
+        struct sockaddr_in b = { .sin_family = AF_INET };
+        inet_pton(AF_INET, src, &b.sin_addr);
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)daemon_port) };
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&b, sizeof(b)) ||
+            connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+            if (fd >= 0)
+                close(fd);
+            fd = -1;
+        }
+        ring[slot] = fd;
+    }
+}
+
+/* How many lines of rrpcd.log hold @needle. */
+static int log_count(const char *needle)
+{
+    size_t len;
+    char *log = read_log(&len);
+    int n = 0;
+    for (char *p = log; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(log);
+    return n;
+}
+
+/*
+ * Raw TCP connect/close churn from ten addresses at the session cap (100):
+ * a client on an eleventh address still opens a session and looks up,
+ * nearly every time (it had 1 ok in 1,413 attempts): the sessions evicted
+ * for the churn are those of the addresses that hold the most, the ones
+ * silent longest.  Evictions are logged at most once per 10 s, with a count.
+ */
+static void test_connect_churn_at_the_cap_does_not_lock_out_lookups(void **state)
+{
+    (void)state;
+    const char *sets[] = { "max_connections=100", "log_level=info", NULL };
+    char log[300];
+    snprintf(log, sizeof(log), "%s/rrpcd.log", dir);
+    unlink(log); /* this test counts its own lines */
+    start_daemon(sets);
+    pid_t churn = fork();
+    assert_true(churn >= 0);
+    if (churn == 0) {
+        churn_main();
+        _exit(0);
+    }
+    sleep_ms(500); /* the cap is reached */
+    char ca[300], cert[300], key[300];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/kv-client.crt", dir);
+    snprintf(key, sizeof(key), "%s/kv-client.key", dir);
+    rrpc_broker_opts o = { .ca_file = ca, .cert_file = cert, .key_file = key,
+                           .timeout_ms = 2000 };
+    int ok = 0, failed = 0;
+    char last[512] = "";
+    int64_t until = now_ms() + 5000;
+    while (now_ms() < until) {
+        rrpc_broker *b = NULL;
+        rrpc_service_info *info;
+        int r = rrpc_broker_open(addr, &o, &b);
+        if (!r)
+            r = rrpc_broker_lookup(b, "nothing-registered", &info) == -ENOENT ? 0 : -1;
+        if (r) {
+            failed++;
+            snprintf(last, sizeof(last), "%s", rrpc_broker_last_error(b));
+        } else {
+            ok++;
+        }
+        rrpc_broker_close(b);
+    }
+    kill(churn, SIGKILL);
+    waitpid(churn, NULL, 0);
+    sleep_ms(200);
+    stop_daemon(); /* the log is complete */
+    int lines = log_count("evicted");
+    print_message("lookups during the churn: %d ok, %d failed (last: %s); %d eviction log "
+                  "lines\n", ok, failed, last, lines);
+    if (ok < 20 || failed * 10 > ok)
+        fail_msg("churn at the cap locked out lookups: %d ok, %d failed (%s)", ok, failed,
+                 last);
+    assert_true(lines >= 1);
+    assert_true(lines <= 2); /* at most one per 10 s: the first, and maybe one more */
+}
+
+/*
+ * Authenticated sessions from four addresses take what they can of 16 slots:
+ * the last eighth (2) stays for addresses that hold none, so two clients
+ * from new addresses still get in (every slot was taken before); a third
+ * finds the cap and is refused.
+ */
+static void test_the_last_slots_are_kept_for_addresses_holding_none(void **state)
+{
+    (void)state;
+    const char *sets[] = { "max_connections=16", NULL };
+    start_daemon(sets);
+    struct raw s[16];
+    int n = 0;
+    for (; n < 16; n++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.0.%d", 2 + n % 4);
+        if (raw_open(&s[n], "kv-client", src) || raw_hello(&s[n])) {
+            raw_close(&s[n]);
+            break;
+        }
+    }
+    print_message("the four addresses got %d sessions of 16\n", n);
+    assert_int_equal(n, 14);
+    struct raw a, b, c;
+    assert_int_equal(raw_open(&a, "kv-client", "127.0.0.1"), 0);
+    assert_int_equal(raw_hello(&a), 0);
+    assert_int_equal(raw_open(&b, "kv-client", "127.0.0.6"), 0);
+    assert_int_equal(raw_hello(&b), 0);
+    raw_open(&c, "kv-client", "127.0.0.7");
+    assert_true(ended_by_daemon(c.fd));
+    raw_close(&c);
+    raw_close(&a);
+    raw_close(&b);
+    for (int i = 0; i < n; i++)
+        raw_close(&s[i]);
+}
+
+/* max_sessions_per_principal: the fourth hello of one principal is refused
+ * (limit, naming the setting) and its session closed; another principal is not. */
+static void test_sessions_beyond_the_per_principal_cap_are_refused(void **state)
+{
+    (void)state;
+    const char *sets[] = { "max_sessions_per_principal=3", NULL };
+    start_daemon(sets);
+    struct raw s[3], fourth, other;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(raw_hello(&s[i]), 0);
+    }
+    assert_int_equal(raw_open(&fourth, "kv-client", NULL), 0);
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    req_begin(&sb, &pk, "hello", 1, 0);
+    assert_int_equal(raw_rpc(&fourth, &sb, &u, NULL), 0);
+    assert_false(answer_ok(&u));
+    const msgpack_object *e = mget(&u.data, "err"), *m = mget(&u.data, "msg");
+    assert_true(e && e->via.str.size == 5 && !memcmp(e->via.str.ptr, "limit", 5));
+    assert_non_null(m);
+    print_message("the fourth hello: %.*s\n", (int)m->via.str.size, m->via.str.ptr);
+    assert_true(ended_by_daemon(fourth.fd));
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(raw_open(&other, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&other), 0);
+    raw_close(&other);
+    raw_close(&fourth);
+    for (int i = 0; i < 3; i++)
+        raw_close(&s[i]);
+}
+
+/* ---- memory per authenticated session (issue #28, point 6) -------------------------- */
+
+#define HOLD_SESSIONS 100
+
+/*
+ * One principal opens 100 sessions and leaves a request of 1 MiB less a byte
+ * in each (it grew rrpcd's RSS by about 1 MiB a session, held until the idle
+ * timeout): past max_held_per_principal (8 MiB here) its sessions are closed
+ * with the reason, rrpcd's peak RSS grows by less than 30 MB, and another
+ * principal is still served.
+ */
+static void test_partly_sent_requests_of_one_principal_are_bounded(void **state)
+{
+    (void)state;
+    const char *sets[] = { "max_held_per_principal=8388608", NULL };
+    no_asan_quarantine = true;
+    start_daemon(sets);
+    no_asan_quarantine = false;
+    struct raw warm;
+    assert_int_equal(raw_open(&warm, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&warm), 0);
+    long base = proc_kb(daemon_pid, "VmHWM");
+    static struct raw s[HOLD_SESSIONS];
+    const size_t len = 1u << 20;
+    uint8_t *body = calloc(1, len);
+    assert_non_null(body);
+    for (int i = 0; i < HOLD_SESSIONS; i++) {
+        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(raw_hello(&s[i]), 0);
+        uint8_t hdr[4] = { 0, 0, 0x10, 0 }; /* 1 MiB */
+        if (raw_write(&s[i], hdr, 4) == 0)
+            raw_write(&s[i], body, len - 1); /* all but the last byte */
+    }
+    free(body);
+    sleep_ms(500);
+    long peak = proc_kb(daemon_pid, "VmHWM");
+    int closed = 0;
+    for (int i = 0; i < HOLD_SESSIONS; i++)
+        closed += ended_now(s[i].fd);
+    print_message("rrpcd peak RSS: %ld kB before, %ld kB with %d sessions holding 1 MiB less "
+                  "a byte (%d closed)\n", base, peak, HOLD_SESSIONS, closed);
+    /* Another principal is served meanwhile. */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(raw_lookup(&warm, "nothing-registered", &u, NULL), 0);
+    msgpack_unpacked_destroy(&u);
+    for (int i = 0; i < HOLD_SESSIONS; i++)
+        raw_close(&s[i]);
+    raw_close(&warm);
+    if (peak - base > 30 * 1024)
+        fail_msg("rrpcd's peak RSS grew by %ld kB for one principal's partly sent requests "
+                 "(bound 30 MB)", peak - base);
+    assert_true(closed >= HOLD_SESSIONS - 10);
+    stop_daemon();
+    assert_true(log_count("max_held_per_principal") >= 1);
+}
+
+#define UNREAD_SESSIONS 30
+#define UNREAD_LOOKUPS 8
+
+/*
+ * One principal asks for lookup answers of about 1 MiB on 30 sessions, 8 on
+ * each, and never reads them: past max_held_per_principal (4 MiB here) its
+ * answers are refused (busy, with the reason), rrpcd's peak RSS grows by
+ * less than 20 MB (it grew by 33 MB, the rest of the answers waiting in the
+ * kernel's socket buffers), and another principal is still answered.
+ */
+static void test_unread_answers_of_one_principal_are_bounded(void **state)
+{
+    (void)state;
+    const char *sets[] = { "max_instances_per_service=1000", "max_held_per_principal=4194304",
+                           NULL };
+    no_asan_quarantine = true;
+    start_daemon(sets);
+    no_asan_quarantine = false;
+    struct raw srv;
+    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&srv), 0);
+    char err[64] = "";
+    int n = 0;
+    while (n < 80 && raw_register_big(&srv, "big", 64, 255, err, sizeof(err)) == 0)
+        n++;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_true(n >= 10);
+    long base = proc_kb(daemon_pid, "VmHWM");
+
+    static struct raw s[UNREAD_SESSIONS];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    req_begin(&sb, &pk, "lookup", 2, 1);
+    pk_str(&pk, "service");
+    pk_str(&pk, "big");
+    uint8_t hdr[4] = { (uint8_t)sb.size, (uint8_t)(sb.size >> 8), 0, 0 };
+    for (int i = 0; i < UNREAD_SESSIONS; i++) {
+        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        int small = 4096;
+        setsockopt(s[i].fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        assert_int_equal(raw_hello(&s[i]), 0);
+        for (int k = 0; k < UNREAD_LOOKUPS; k++) {
+            assert_int_equal(raw_write(&s[i], hdr, 4), 0);
+            assert_int_equal(raw_write(&s[i], sb.data, sb.size), 0);
+        }
+    }
+    msgpack_sbuffer_destroy(&sb);
+    sleep_ms(1000);
+    long peak = proc_kb(daemon_pid, "VmHWM");
+    print_message("rrpcd peak RSS: %ld kB before, %ld kB with %d sessions not reading %d "
+                  "answers of about 1 MiB (%d registrations)\n", base, peak, UNREAD_SESSIONS,
+                  UNREAD_LOOKUPS, n);
+    /* Another principal is still answered. */
+    struct raw other;
+    assert_int_equal(raw_open(&other, "kv-server", NULL), 0);
+    assert_int_equal(raw_hello(&other), 0);
+    assert_int_equal(raw_lookup(&other, "nothing-registered", &u, NULL), 0);
+    msgpack_unpacked_destroy(&u);
+    raw_close(&other);
+    for (int i = 0; i < UNREAD_SESSIONS; i++)
+        raw_close(&s[i]);
+    raw_close(&srv);
+    if (peak - base > 20 * 1024)
+        fail_msg("rrpcd's peak RSS grew by %ld kB for one principal's unread answers (bound "
+                 "20 MB)", peak - base);
+    stop_daemon();
+    assert_true(log_count("answer of") >= 1); /* "an answer of N bytes refused: ..." */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -785,6 +1158,16 @@ int main(void)
             test_registrations_beyond_the_instance_and_endpoint_caps_are_refused, teardown),
         cmocka_unit_test_teardown(test_watches_beyond_the_per_session_cap_are_refused,
                                   teardown),
+        cmocka_unit_test_teardown(test_peer_chosen_bytes_reach_the_log_escaped, teardown),
+        cmocka_unit_test_teardown(test_connect_churn_at_the_cap_does_not_lock_out_lookups,
+                                  teardown),
+        cmocka_unit_test_teardown(test_the_last_slots_are_kept_for_addresses_holding_none,
+                                  teardown),
+        cmocka_unit_test_teardown(test_sessions_beyond_the_per_principal_cap_are_refused,
+                                  teardown),
+        cmocka_unit_test_teardown(test_partly_sent_requests_of_one_principal_are_bounded,
+                                  teardown),
+        cmocka_unit_test_teardown(test_unread_answers_of_one_principal_are_bounded, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

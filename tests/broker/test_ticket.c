@@ -310,22 +310,84 @@ static void test_rotation_accepts_old_and_new_keys_until_the_old_one_is_dropped(
     rrpc_ticket_verifier_destroy(v);
 }
 
-static void test_many_tickets_fill_and_drain_the_replay_cache(void **state)
+/* Signs and presents a ticket of @who expiring at @expiry with @k into @t. */
+static size_t issue_as(rrpc_ticket_key *k, const char *who, int64_t expiry, uint8_t *t)
+{
+    uint8_t raw[RRPC_TICKET_SIGNED_MAX_LEN];
+    size_t rl, len;
+    assert_int_equal(rrpc_ticket_issue(k, who, "kv-store", inst_a, expiry, NULL, raw,
+                                       sizeof(raw), &rl),
+                     0);
+    assert_int_equal(rrpc_ticket_present(raw, rl, who, t, RRPC_TICKET_MAX_LEN, &len), 0);
+    return len;
+}
+
+/*
+ * A client identity's share is 256 tickets a second (RRPC_TICKET_RATE's
+ * default) over lifetime + skew: with 1 s tickets and 5 s of skew, 256 x 7 =
+ * 1792.  Past it that client is
+ * refused, another is not; later the old nonces have expired and the first
+ * gets in again.
+ */
+static void test_many_tickets_fill_a_clients_share_and_drain(void **state)
 {
     rrpc_ticket_verifier *v = verifier();
     rrpc_ticket_key *k = key_of(seed_a);
-    uint8_t raw[RRPC_TICKET_SIGNED_MAX_LEN], t[RRPC_TICKET_MAX_LEN];
-    size_t rl, len;
+    uint8_t t[RRPC_TICKET_MAX_LEN];
+    char why[256];
+    int ok = 0;
+    size_t len;
     for (int i = 0; i < 3000; i++) {
-        assert_int_equal(rrpc_ticket_issue(k, "alice", "kv-store", inst_a, NOW + 1000, NULL, raw,
-                                           sizeof(raw), &rl),
-                         0);
-        assert_int_equal(rrpc_ticket_present(raw, rl, "alice", t, sizeof(t), &len), 0);
-        assert_int_equal(rrpc_ticket_verify(v, t, len, NOW, NULL, NULL, 0), 0);
+        len = issue_as(k, "alice", NOW + 1000, t);
+        if (rrpc_ticket_verify(v, t, len, NOW, NULL, why, sizeof(why)))
+            break;
+        ok++;
     }
-    /* Later, the old nonces have expired and are pruned; new tickets pass. */
-    len = make(t, seed_a, "kv-store", NOW + 100000);
+    assert_int_equal(ok, 1792);
+    assert_non_null(strstr(why, "replay cache share of client 'alice' full"));
+    len = issue_as(k, "bob", NOW + 1000, t);
+    assert_int_equal(rrpc_ticket_verify(v, t, len, NOW, NULL, why, sizeof(why)), 0);
+    len = issue_as(k, "alice", NOW + 100000, t);
     assert_int_equal(rrpc_ticket_verify(v, t, len, NOW + 60000, NULL, NULL, 0), 0);
+    rrpc_ticket_key_free(k);
+    rrpc_ticket_verifier_destroy(v);
+}
+
+/*
+ * The whole cache full (four clients of hour-long tickets, 16384 each): a
+ * fifth client still gets in, in place of the oldest nonce of the largest
+ * holder, whose tickets expiring no later than that one are refused from
+ * then on: the forgotten nonce cannot be replayed.  (c0's nonces are the
+ * oldest of the four.)
+ */
+static void test_a_full_cache_still_admits_a_client_below_its_fair_part(void **state)
+{
+    rrpc_ticket_verifier *v = verifier();
+    rrpc_ticket_key *k = key_of(seed_a);
+    uint8_t t[RRPC_TICKET_MAX_LEN], first[RRPC_TICKET_MAX_LEN];
+    char why[256], who[8];
+    size_t len, first_len = 0;
+    for (int c = 0; c < 4; c++) {
+        snprintf(who, sizeof(who), "c%d", c);
+        for (int i = 0; i < 16384; i++) {
+            len = issue_as(k, who, NOW + 3600000 + c * 100000 + i, t);
+            if (c == 0 && i == 0) {
+                memcpy(first, t, len);
+                first_len = len;
+            }
+            assert_int_equal(rrpc_ticket_verify(v, t, len, NOW, NULL, why, sizeof(why)), 0);
+        }
+    }
+    len = issue_as(k, "c0", NOW + 3700000, t);
+    assert_int_equal(rrpc_ticket_verify(v, t, len, NOW, NULL, why, sizeof(why)), RRPC_E_TICKET);
+    assert_non_null(strstr(why, "share of client 'c0' full"));
+    len = issue_as(k, "late", NOW + 3600000, t);
+    if (rrpc_ticket_verify(v, t, len, NOW, NULL, why, sizeof(why)))
+        fail_msg("late: %s", why);
+    /* c0's first nonce was forgotten: its ticket is refused all the same. */
+    assert_int_equal(rrpc_ticket_verify(v, first, first_len, NOW, NULL, why, sizeof(why)),
+                     RRPC_E_TICKET);
+    assert_non_null(strstr(why, "had to forget"));
     rrpc_ticket_key_free(k);
     rrpc_ticket_verifier_destroy(v);
 }
@@ -508,7 +570,8 @@ int main(void)
         cmocka_unit_test(test_issue_and_present_check_their_arguments),
         cmocka_unit_test(test_verifier_without_keys_refuses_until_it_gets_them),
         cmocka_unit_test(test_rotation_accepts_old_and_new_keys_until_the_old_one_is_dropped),
-        cmocka_unit_test(test_many_tickets_fill_and_drain_the_replay_cache),
+        cmocka_unit_test(test_many_tickets_fill_a_clients_share_and_drain),
+        cmocka_unit_test(test_a_full_cache_still_admits_a_client_below_its_fair_part),
         cmocka_unit_test(test_ticket_for_an_instance_is_accepted_once_by_that_instance_only),
         cmocka_unit_test(test_instance_verifier_refuses_tickets_bound_to_no_instance),
         cmocka_unit_test(test_msgpack_precheck_refuses_lying_containers),

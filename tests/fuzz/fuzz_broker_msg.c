@@ -142,8 +142,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     snprintf(c.peer, sizeof(c.peer), "fuzz:1");
     snprintf(c.cert_cn, sizeof(c.cert_cn), "fuzz");
     if (d[0] & 0x80) {
+        char why[400];
         c.authed = true;
         snprintf(c.principal, sizeof(c.principal), "fuzz");
+        if (!(c.pr = admit_principal_get(srv, c.principal, why, sizeof(why))))
+            abort();
     }
     d++;
     n--;
@@ -165,6 +168,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     watch_conn_gone(srv->watch, &c); /* its subscriptions (op "watch") */
     free(c.frame);
     free(c.wbuf);
+    admit_held(&c, 0);
+    admit_principal_put(srv, c.pr);
+    for (size_t b = 0; b < PRINCIPAL_BUCKETS; b++)
+        while (srv->principals[b]) {
+            struct principal *pr = srv->principals[b];
+            srv->principals[b] = pr->next;
+            free(pr);
+        }
     registry_listen(srv->reg, NULL, NULL);
     watch_free(srv->watch);
     registry_free(srv->reg);
