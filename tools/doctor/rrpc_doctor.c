@@ -425,7 +425,9 @@ static void check_classes(void)
  * /usr/sbin and /sbin, which a user's PATH often lacks), 124 when it ran longer than 5 s. */
 static int run_dcb(const char *const *args, char *out, size_t size)
 {
-    const char *argv[16] = {"dcb"};
+    /* RRPC_DOCTOR_DCB: the dcb to run instead (another install, or a test's stand-in). */
+    const char *cmd = getenv("RRPC_DOCTOR_DCB");
+    const char *argv[16] = {cmd && *cmd ? cmd : "dcb"};
     int na = 1;
     while (args[na - 1] && na < 15) {
         argv[na] = args[na - 1];
@@ -451,9 +453,11 @@ static int run_dcb(const char *const *args, char *out, size_t size)
         close(pfd[0]);
         close(pfd[1]);
         setenv("LC_ALL", "C", 1);
-        execvp("dcb", (char *const *)argv);
-        execv("/usr/sbin/dcb", (char *const *)argv);
-        execv("/sbin/dcb", (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
+        if (!strchr(argv[0], '/')) {
+            execv("/usr/sbin/dcb", (char *const *)argv);
+            execv("/sbin/dcb", (char *const *)argv);
+        }
         _exit(127);
     }
     close(pfd[1]);
@@ -1589,6 +1593,8 @@ static void usage(FILE *o)
           "  --cert FILE, --key FILE  client certificate/key, for a broker that requires one\n"
           "  --server-name NAME   name expected in the broker's certificate (default: HOST)\n"
           "  --timeout MS         connect/handshake timeout (default 3000)\n"
+          "  --dcb-netdev IF      also check DCB (PFC, DSCP trust, ETS) of IF, a netdev no\n"
+          "                       RDMA port uses (the RoCE ports' netdevs are always checked)\n"
           "  -h, --help           this text\n"
           "  -V, --version        print the version and exit\n"
           "\n"
@@ -1598,7 +1604,7 @@ static void usage(FILE *o)
 
 int main(int argc, char **argv)
 {
-    enum { O_JSON = 256, O_BROKER, O_CA, O_CERT, O_KEY, O_SNI, O_TIMEOUT, O_TRANSPORT };
+    enum { O_JSON = 256, O_BROKER, O_CA, O_CERT, O_KEY, O_SNI, O_TIMEOUT, O_TRANSPORT, O_DCB_NETDEV };
     static const struct option lo[] = {
         {"json", no_argument, NULL, O_JSON},
         {"transport", required_argument, NULL, O_TRANSPORT},
@@ -1609,6 +1615,7 @@ int main(int argc, char **argv)
         {"key", required_argument, NULL, O_KEY},
         {"server-name", required_argument, NULL, O_SNI},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"dcb-netdev", required_argument, NULL, O_DCB_NETDEV},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -1616,6 +1623,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a broker that resets the TLS session is a finding, not a crash */
     bool json = false, verbose = false, tcp = false;
     struct broker_opts bo = {.timeout_ms = 3000};
+    const char *dcb_netdev = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "hvV", lo, NULL)) != -1) {
         switch (c) {
@@ -1633,6 +1641,13 @@ int main(int argc, char **argv)
         case O_CERT: bo.cert = optarg; break;
         case O_KEY: bo.key = optarg; break;
         case O_SNI: bo.server_name = optarg; break;
+        case O_DCB_NETDEV:
+            if (!*optarg || strlen(optarg) >= IF_NAMESIZE || strchr(optarg, '/')) {
+                fprintf(stderr, "rrpc-doctor: --dcb-netdev wants a network interface name\n");
+                return 2;
+            }
+            dcb_netdev = optarg;
+            break;
         case O_TIMEOUT: {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -1672,6 +1687,8 @@ int main(int argc, char **argv)
     else {
         check_classes();
         check_devices();
+        if (dcb_netdev)
+            check_dcb(dcb_netdev);
     }
     check_memlock(!tcp);
     if (bo.addr)
