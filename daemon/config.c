@@ -333,7 +333,8 @@ static const struct rrpci_conf_field fields[] = {
      .doc = "once serving metrics, write their port to this file; needs metrics_listen"},
     {.name = "metrics_max_connections", RRPCI_CONF_INT(S, metrics_max_connections), .def = 8,
      .min = 1, .max = 1024,
-     .doc = "HTTP connections to metrics_listen held at once; more wait in the listen backlog"},
+     .doc = "HTTP connections to metrics_listen held at once; at the limit a new one takes "
+            "the place of the oldest without a whole request head"},
     {.name = "metrics_timeout_s", RRPCI_CONF_INT(S, metrics_timeout_s), .def = 10, .min = 1,
      .max = 3600, .doc = "an HTTP connection to metrics_listen without progress this long is "
                          "closed"},

@@ -19,6 +19,7 @@ import hashlib
 import os
 import sys
 import time
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -34,24 +35,25 @@ PAGE_SHAPE = (2, 8, 64)                     # one KV page: K and V, 8 heads x 64
 SRC_PAGES, DST_PAGES = 256, 512             # 2 KiB pages
 
 
-def sha(a):
-    return hashlib.sha256(memoryview(np.ascontiguousarray(a)).cast("B")).hexdigest()
+def sha(a: Any) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
-def serve(ctx, uri):
-    """The receiving side: a tensor server and a KV pool; returns the listener."""
+def serve(ctx: roce_rpc.Context, uri: str) -> Tuple[roce_rpc.Listener, Any]:
+    """The receiving side: a tensor server and a KV pool; returns the
+    listener and what must stay alive while it serves."""
     lis = ctx.listen(uri)
-    received = {}
+    received: Dict[str, Any] = {}
     # each tensor lands in a new numpy array; on_tensor runs once all its bytes are in
     tensors = ctx.serve_tensors(on_tensor=lambda conn, name, arr: received.update({name: arr}))
     pool = ctx.kv_pool(np.zeros((DST_PAGES,) + PAGE_SHAPE, np.float16))
 
     @ctx.handler("kv.token", request=True)
-    def kv_token(req, data):
+    def kv_token(req: roce_rpc.Request, data: bytes) -> bytes:
         return pool.token(req.conn).to_bytes()
 
     @ctx.handler("tensor.verify")
-    def tensor_verify(data):
+    def tensor_verify(data: bytes) -> bytes:
         name, digest = data.decode().split()
         arr = received.pop(name)  # the sender's send_tensor returned: it is here
         if sha(arr) != digest:
@@ -59,20 +61,19 @@ def serve(ctx, uri):
         return ("%s %s %s" % (name, arr.dtype, arr.shape)).encode()
 
     @ctx.handler("kv.verify")
-    def kv_verify(data):
+    def kv_verify(data: bytes) -> bytes:
         bad = 0
         for line in data.decode().splitlines():
             page, digest = line.split()
-            bad += sha(pool.page(int(page))) != digest
+            bad += int(sha(pool.page(int(page))) != digest)
         if bad:
             raise roce_rpc.RrpcError(11, "%d KV pages differ" % bad)
         return b"ok"
 
-    lis.keep = (tensors, pool, received)
-    return lis
+    return lis, (tensors, pool, received)
 
 
-def client(ctx, uri):
+def client(ctx: roce_rpc.Context, uri: str) -> None:
     conn = ctx.connect(uri, timeout=15)
     print("connected to %s over %s" % (uri, conn.transport))
 
@@ -106,14 +107,14 @@ def client(ctx, uri):
     conn.close()
 
 
-def main():
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uri", default="tcp://127.0.0.1:0")
     ap.add_argument("--mode", choices=["both", "server", "client"], default="both")
     args = ap.parse_args()
     if args.mode == "server":
         with roce_rpc.Context() as ctx:
-            lis = serve(ctx, args.uri)
+            lis, _keep = serve(ctx, args.uri)
             print("serving on", lis.uri, flush=True)
             try:
                 while True:
@@ -126,7 +127,7 @@ def main():
             client(ctx, args.uri)
         return 0
     with roce_rpc.Context() as sctx, roce_rpc.Context() as cctx:
-        lis = serve(sctx, args.uri)
+        lis, _keep = serve(sctx, args.uri)
         client(cctx, lis.uri)
     print("python_tensor: OK")
     return 0

@@ -15,6 +15,7 @@ PKGS="meson ninja-build pkg-config gcc scdoc man-db libev-dev libmsgpack-dev lib
       libcurl4-openssl-dev libjson-c-dev libinih-dev etcd-server
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       python3 python3-dev python3-cffi python3-numpy python3-pytest python3-pytest-asyncio python3-mesonpy python3-venv python3-pip patchelf
+      python3-msgpack mypy
       iperf3 sockperf qperf ucx-utils python3-matplotlib"  # the last line: the bench's peers and plots
 # The test run also uses torch, where the Python suite checks DLPack with real torch tensors,
 # Prometheus' own tools, which read the metrics text, and tshark, which reads captures

@@ -143,6 +143,7 @@ typedef struct rrpc_register_opts {
     uint64_t reserved[3];
 } rrpc_register_opts;
 #define RRPC_HANDLER_ON_WORKER ...
+#define RRPC_HANDLER_CREDIT_ON_ANSWER ...
 int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn,
                        void *user, const rrpc_register_opts *opts);
 int rrpc_unregister(rrpc_ctx *ctx, const char *method);

@@ -7,8 +7,10 @@
 #           install; one echo over tcp) and the pytest suite.
 #   pip:    copy the source tree (no build directories), make a venv with
 #           /usr/bin/python3 -m venv --system-site-packages, run
-#           `pip install --no-build-isolation` on the copy, delete the copy,
-#           then the same checks with the venv's python.
+#           `pip install --no-build-isolation` on the copy; check what the
+#           wheel installed (the package and rrpc-make-dev-certs, nothing
+#           else) and what pip says in a venv without meson-python; delete
+#           the copy, then the same checks with the venv's python.
 # Exit 77 (skipped) with the reason when a Debian package is missing.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +48,33 @@ pip)
   (cd "$TMP" && "$ROOT/bin/python" -m pip install --no-build-isolation --no-index --no-cache-dir \
      --disable-pip-version-check -q "$TMP/src") > "$TMP/pip.log" 2>&1 ||
     { cat "$TMP/pip.log"; echo "python install test: pip install failed" >&2; exit 1; }
-  rm -rf "$TMP/src"  # the installed package needs neither its source nor its build tree
+  # The wheel holds what Python needs (issue #32): the package, and the
+  # rrpc-make-dev-certs script docs/python.md names; no C headers, .pc
+  # files, shared libraries besides the extension, C tools, man pages.
+  EXTRA=$(cd "$ROOT" && find . \( -name '*.h' -o -name '*.pc' -o -name 'libroce_rpc*' \
+            -o -name 'rrpcd*' -o -name 'rrpc-bench' -o -name 'rrpc-doctor' -o -name '*.[1-8]' \
+            -o -name '*.mesonpy.libs' -o -name 'plot.py' \) -print)
+  [ -z "$EXTRA" ] || { echo "python install test: the wheel installed what Python does not need:" \
+                             $EXTRA >&2; exit 1; }
+  NEWBIN=$(cd "$ROOT/bin" && ls | grep -v -e '^python' -e '^pip' -e '^activate' -e '^Activate' | tr '\n' ' ')
+  [ "$NEWBIN" = "rrpc-make-dev-certs " ] ||
+    { echo "python install test: VENV/bin holds '$NEWBIN', not 'rrpc-make-dev-certs' only" >&2; exit 1; }
+  grep -q 'VENV/bin` gains `rrpc-make-dev-certs` only' "$TOP/docs/python.md" ||
+    { echo "python install test: docs/python.md does not say what VENV/bin gains" >&2; exit 1; }
+  # Without the build backend: a few lines saying what to install, not
+  # pip's traceback of the failed import (a venv that sees no Debian package).
+  "$PY" -m venv "$TMP/bare"
+  (cd "$TMP" && "$TMP/bare/bin/python" -m pip install --no-build-isolation --no-index \
+     --no-cache-dir --disable-pip-version-check "$TMP/src") > "$TMP/bare.log" 2>&1 &&
+    { cat "$TMP/bare.log"; echo "python install test: pip install without mesonpy succeeded?" >&2; exit 1; }
+  if ! grep -q 'cannot import mesonpy (pip: meson-python), cffi' "$TMP/bare.log" ||
+     ! grep -q 'apt-get install python3-mesonpy python3-cffi' "$TMP/bare.log" ||
+     grep -q 'Traceback' "$TMP/bare.log" || [ "$(wc -l < "$TMP/bare.log")" -gt 30 ]; then
+    cat "$TMP/bare.log"
+    echo "python install test: pip without the build backend does not say what to install" >&2
+    exit 1
+  fi
+  rm -rf "$TMP/src" "$TMP/bare"  # the installed package needs neither its source nor its build tree
   RUN="$ROOT/bin/python -s"
   ;;
 *) echo "usage: $0 BUILD_DIR prefix|pip" >&2; exit 2 ;;

@@ -467,6 +467,22 @@ typedef int (*rrpc_ticket_verify_fn)(void *user, const void *ticket, size_t len,
                                      size_t whylen);
 RRPC_API int rrpc_ctx_require_ticket(rrpc_ctx *ctx, rrpc_ticket_verify_fn fn, void *user);
 
+/* The longest principal rrpc_ctx_ticket_principal takes, in bytes. */
+#define RRPC_PRINCIPAL_MAX 127
+
+/*
+ * From inside @ctx's rrpc_ticket_verify_fn only: names the principal (the
+ * client identity, 1..RRPC_PRINCIPAL_MAX bytes, copied) the ticket being
+ * verified belongs to.  Once its ticket is accepted, the connection counts
+ * against that principal's cap, RRPC_MAX_CONNS_PER_PRINCIPAL (beyond it the
+ * connection is refused with RRPC_E_LIMIT and the reason), and no longer
+ * against its address's RRPC_MAX_CONNS_PER_SOURCE, so one principal cannot
+ * lock out the other clients of its address.  A verifier that names none
+ * keeps the address's cap for all.  Errors: -EINVAL (NULL, empty or too
+ * long), -EPERM (not called from the verifier of @ctx), -ENOMEM.
+ */
+RRPC_API int rrpc_ctx_ticket_principal(rrpc_ctx *ctx, const char *principal);
+
 /*
  * Client side: as rrpc_connect_sync, and presents @ticket (@len bytes, 1..4096,
  * copied) as the connection's first message.  Returns 0 once the server

@@ -67,8 +67,19 @@ typedef struct rrpc_register_opts {
 #define RRPC_HANDLER_ON_WORKER 0x1ull
 
 /*
+ * The request keeps its credit until it is answered (rrpc_respond or
+ * rrpc_respond_error, from any thread), not until the handler returns: for
+ * a handler that answers later (an asyncio task, a thread pool), so a
+ * caller holds at most its credit window of unanswered requests per class
+ * at the server.  A request never answered keeps its credit until its
+ * connection goes down.  Not with RRPC_HANDLER_ON_WORKER (-EINVAL).
+ */
+#define RRPC_HANDLER_CREDIT_ON_ANSWER 0x2ull
+
+/*
  * rrpc_register with options.  Errors: those of rrpc_register, -EINVAL
- * (unknown flags, non-zero reserved words), or the error of starting the
+ * (unknown flags, both RRPC_HANDLER_ON_WORKER and
+ * RRPC_HANDLER_CREDIT_ON_ANSWER, non-zero reserved words), or the error of starting the
  * worker threads.
  */
 RRPC_API int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_fn fn,
@@ -86,9 +97,12 @@ RRPC_API int rrpc_respond(rrpc_request *req, const void *data, size_t len);
 
 /*
  * Fails @req with the application code @code (> 0) and the message @msg
- * (may be NULL; copied, truncated to 1024 bytes).  Frees @req.  Errors as
- * rrpc_respond, and -EINVAL when @code <= 0 (the request is then failed with
- * code 1 so the caller still gets an answer).
+ * (may be NULL; copied, truncated to 1024 bytes).  Frees @req.  @code may
+ * also be RRPC_E_LIMIT: the server refuses the request for load (the
+ * caller's call fails with RRPC_E_LIMIT and @msg, as when the handler
+ * workers' queue is full).  Errors as rrpc_respond, and -EINVAL when @code
+ * is any other value <= 0 (the request is then failed with code 1 so the
+ * caller still gets an answer).
  */
 RRPC_API int rrpc_respond_error(rrpc_request *req, int code, const char *msg);
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Admission of passive connections: the per-source and total caps. */
+/* Admission of passive connections: the per-source and total caps, shared
+ * fairly between addresses (docs/protocol.md §6.5). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,23 +32,199 @@ static bool addr_key(const struct sockaddr *sa, uint8_t key[16], char *text, siz
     return false;
 }
 
-/* Passive connections held now, those from @key, and the oldest one that
- * has not authenticated (nor come up, on a server without tickets). */
-static void count_passive(rrpc_ctx *ctx, const uint8_t *key, int *total, int *same,
-                          rrpc_conn **oldest_unauth)
+/* Admission's log: at most one line per ADMIT_LOG_INTERVAL_S, with the
+ * counts since the last one, so a peer that churns connections cannot make
+ * the server log once per connection. */
+#define ADMIT_LOG_INTERVAL_S 10.0
+
+static void admit_log(rrpc_ctx *ctx, bool evicted, const char *latest)
 {
-    *total = *same = 0;
-    *oldest_unauth = NULL;
-    for (struct rrpci_list *n = ctx->conns.next; n != &ctx->conns; n = n->next) {
-        rrpc_conn *c = rrpci_container_of(n, rrpc_conn, link);
-        if (!c->passive || rrpci_conn_is_down(c))
-            continue;
-        (*total)++;
-        if (key && c->has_src && memcmp(c->src, key, 16) == 0)
-            (*same)++;
-        if (!rrpci_conn_reached_up(c) && !*oldest_unauth)
-            *oldest_unauth = c; /* the list is in order of arrival */
+    struct rrpci_guard *g = &ctx->guard;
+    if (evicted)
+        g->log_evicted++;
+    else
+        g->log_refused++;
+    double now = rrpci_ctx_now(ctx);
+    if (g->log_t0 != 0 && now - g->log_t0 < ADMIT_LOG_INTERVAL_S)
+        return;
+    RRPCI_LOG(ctx, LOG_NOTICE,
+              "admission: %u connection(s) closed to make room and %u refused since the last "
+              "such line (at most one each %.0f s); latest: %s",
+              g->log_evicted, g->log_refused, ADMIT_LOG_INTERVAL_S, latest);
+    g->log_t0 = now;
+    g->log_evicted = g->log_refused = 0;
+}
+
+/* Whether @c may be closed to admit another: it has not authenticated (nor
+ * come up, without tickets); or, on a server without tickets (where no
+ * connection is anyone's in particular), nothing was asked or answered on it
+ * for RRPC_IDLE_EVICT_MS and nothing waits on it. */
+static bool unauthenticated(const rrpc_conn *c)
+{
+    return !rrpci_conn_reached_up(c);
+}
+
+static bool idle(const rrpc_conn *c, double now)
+{
+    const rrpc_ctx *ctx = c->ctx;
+    return !ctx->ticket_fn && ctx->cfg.idle_evict_ms > 0 && rrpci_conn_is_up(c) &&
+           now - c->last_data >= ctx->cfg.idle_evict_ms / 1000.0 && c->answer_bytes == 0 &&
+           c->pending.count == 0;
+}
+
+static bool same_src(const rrpc_conn *c, const uint8_t *key)
+{
+    return key && c->has_src && memcmp(c->src, key, 16) == 0;
+}
+
+#define PASSIVE_EACH(ctx, c)                                                                     \
+    for (struct rrpci_list *n_ = (ctx)->conns.next; n_ != &(ctx)->conns; n_ = n_->next)         \
+        for (rrpc_conn *c = rrpci_container_of(n_, rrpc_conn, link); c; c = NULL)               \
+            if (c->passive && !rrpci_conn_is_down(c))
+
+/* Connections from @key held now (all when @key is NULL).  For an address,
+ * those authenticated as a named principal count against that principal's
+ * cap instead (rrpci_admit_principal), so one principal cannot lock out the
+ * other clients of its address. */
+static int count_from(rrpc_ctx *ctx, const uint8_t *key)
+{
+    int n = 0;
+    PASSIVE_EACH(ctx, c)
+    if (!key || (same_src(c, key) && !(c->principal && rrpci_conn_reached_up(c))))
+        n++;
+    return n;
+}
+
+int rrpci_admit_principal(rrpc_conn *c, char *why, size_t whylen)
+{
+    rrpc_ctx *ctx = c->ctx;
+    if (!c->principal)
+        return 0;
+    int n = 0;
+    PASSIVE_EACH(ctx, o)
+    if (o != c && o->principal && rrpci_conn_reached_up(o) && strcmp(o->principal, c->principal) == 0)
+        n++;
+    if (n < ctx->cfg.max_conns_per_principal)
+        return 0;
+    snprintf(why, whylen, "principal \"%.64s\" holds its maximum of %d connections "
+             "(RRPC_MAX_CONNS_PER_PRINCIPAL); close one first", c->principal,
+             ctx->cfg.max_conns_per_principal);
+    ctx->guard.refused_principal++;
+    admit_log(ctx, false, why);
+    return RRPC_E_LIMIT;
+}
+
+/* The connection to close for a new one, or NULL: among those from @key
+ * (all when NULL), the oldest unauthenticated one; else, without tickets,
+ * an idle one of the address that holds the most (the longest idle of it),
+ * so the peer holding many gives way before one holding few. */
+static rrpc_conn *victim(rrpc_ctx *ctx, const uint8_t *key, bool *ret_idle)
+{
+    double now = rrpci_ctx_now(ctx);
+    PASSIVE_EACH(ctx, c)
+    if ((!key || same_src(c, key)) && unauthenticated(c)) {
+        *ret_idle = false;
+        return c; /* the list is in order of arrival */
     }
+    rrpc_conn *best = NULL;
+    int best_n = 0;
+    PASSIVE_EACH(ctx, c)
+    {
+        if ((key && !same_src(c, key)) || !idle(c, now))
+            continue;
+        int n = key || !c->has_src ? 1 : count_from(ctx, c->src);
+        if (!best || n > best_n || (n == best_n && c->last_data < best->last_data)) {
+            best = c;
+            best_n = n;
+        }
+    }
+    *ret_idle = true;
+    return best;
+}
+
+/* The oldest connection that has not authenticated, from any address: it
+ * makes room for any new one (a connection that authenticated never does). */
+static rrpc_conn *oldest_unauthenticated(rrpc_ctx *ctx)
+{
+    PASSIVE_EACH(ctx, c)
+    if (unauthenticated(c))
+        return c;
+    return NULL;
+}
+
+/* Closes @v to admit a connection from @text, counting and logging it. */
+static void evict(rrpc_ctx *ctx, rrpc_conn *v, bool was_idle, const char *text, const char *cap)
+{
+    char why[200];
+    snprintf(why, sizeof(why), "closed to make room for a connection from %s at %s: this "
+             "connection %s", text, cap,
+             was_idle ? "was idle (RRPC_IDLE_EVICT_MS)" : "had not authenticated");
+    if (was_idle)
+        ctx->guard.evicted_idle++;
+    else
+        ctx->guard.evicted_unauth++;
+    admit_log(ctx, true, why);
+    rrpci_conn_down(v, RRPC_E_LIMIT, why);
+}
+
+static int refuse(rrpc_ctx *ctx, uint64_t *counter, char *why, const char *text)
+{
+    (*counter)++;
+    char line[400];
+    snprintf(line, sizeof(line), "refused a connection from %s: %s", text, why);
+    admit_log(ctx, false, line);
+    return RRPC_E_LIMIT;
+}
+
+/*
+ * Fair admission (docs/protocol.md §6.5): at most RRPC_MAX_CONNS_PER_SOURCE
+ * from one address; the last RRPC_CONNS_RESERVE_PCT of RRPC_MAX_CONNS only
+ * for addresses that hold none; at either cap a connection that has not
+ * authenticated (then, without tickets, an idle one) makes room before the
+ * new one is refused.
+ */
+static int admit(rrpc_ctx *ctx, const uint8_t *key, const char *text, char *why, size_t whylen)
+{
+    const struct rrpci_config *cfg = &ctx->cfg;
+    int total = count_from(ctx, NULL), same = key ? count_from(ctx, key) : 0;
+    int reserve = (int)((long long)cfg->max_conns * cfg->conns_reserve_pct / 100);
+    bool was_idle;
+    rrpc_conn *v;
+    if (key && same >= cfg->max_conns_per_source) {
+        if ((v = victim(ctx, key, &was_idle))) {
+            evict(ctx, v, was_idle, text, "RRPC_MAX_CONNS_PER_SOURCE");
+            return 0;
+        }
+        snprintf(why, whylen, "too many connections from %s: the server holds at most %d per "
+                 "address (RRPC_MAX_CONNS_PER_SOURCE), all of them in use", text,
+                 cfg->max_conns_per_source);
+        return refuse(ctx, &ctx->guard.refused_source, why, text);
+    }
+    if (same > 0 && total >= cfg->max_conns - reserve) {
+        /* The reserve is for addresses that hold nothing yet: this one
+         * gets a place only by giving one of its own. */
+        v = victim(ctx, key, &was_idle);
+        if (!v && (v = oldest_unauthenticated(ctx)))
+            was_idle = false;
+        if (v) {
+            evict(ctx, v, was_idle, text, "RRPC_CONNS_RESERVE_PCT");
+            return 0;
+        }
+        snprintf(why, whylen, "%s already holds %d connection(s) and the server's last %d of "
+                 "RRPC_MAX_CONNS=%d places are kept for addresses that hold none "
+                 "(RRPC_CONNS_RESERVE_PCT)", text, same, reserve, cfg->max_conns);
+        return refuse(ctx, &ctx->guard.refused_full, why, text);
+    }
+    if (total >= cfg->max_conns) {
+        if ((v = victim(ctx, NULL, &was_idle))) {
+            evict(ctx, v, was_idle, text, "RRPC_MAX_CONNS");
+            return 0;
+        }
+        snprintf(why, whylen, "the server holds its maximum of %d connections (RRPC_MAX_CONNS), "
+                 "all of them authenticated or in use", cfg->max_conns);
+        return refuse(ctx, &ctx->guard.refused_full, why, text);
+    }
+    return 0;
 }
 
 int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_conn **ret,
@@ -57,27 +234,9 @@ int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_co
     uint8_t key[16];
     char text[INET6_ADDRSTRLEN];
     bool has = addr_key(peer, key, text, sizeof(text));
-    int total, same;
-    rrpc_conn *unauth;
-    count_passive(ctx, has ? key : NULL, &total, &same, &unauth);
-    if (has && same >= ctx->cfg.max_conns_per_source) {
-        snprintf(why, whylen, "too many connections from %s: the server holds at most %d per "
-                 "address (RRPC_MAX_CONNS_PER_SOURCE)", text, ctx->cfg.max_conns_per_source);
-        RRPCI_LOG(ctx, LOG_NOTICE, "refused a connection: %s", why);
-        return RRPC_E_LIMIT;
-    }
-    if (total >= ctx->cfg.max_conns) {
-        if (!unauth) {
-            snprintf(why, whylen, "the server holds its maximum of %d connections "
-                     "(RRPC_MAX_CONNS), all of them authenticated", ctx->cfg.max_conns);
-            RRPCI_LOG(ctx, LOG_WARNING, "refused a connection from %s: %s", text, why);
-            return RRPC_E_LIMIT;
-        }
-        RRPCI_LOG(ctx, LOG_NOTICE, "at RRPC_MAX_CONNS=%d: closing the oldest connection that "
-                  "has not authenticated, for one from %s", ctx->cfg.max_conns, text);
-        rrpci_conn_down(unauth, RRPC_E_LIMIT, "closed to make room: the server is at "
-                        "RRPC_MAX_CONNS and this connection had not authenticated");
-    }
+    int r = admit(ctx, has ? key : NULL, text, why, whylen);
+    if (r < 0)
+        return r;
     rrpc_conn *c = rrpci_conn_alloc(ctx, l->ops, l->fn, l->user, ctx->cfg.auth_timeout_ms);
     if (!c) {
         snprintf(why, whylen, "server out of memory");

@@ -55,6 +55,20 @@ static const struct rrpci_conf_field core_fields[] = {
     {.name = "RRPC_MAX_CONNS_PER_SOURCE", RRPCI_CONF_INT(C, max_conns_per_source), .def = 64,
      .min = 1, .max = 1000000,
      .doc = "server side: connections held at once from one peer address"},
+    {.name = "RRPC_MAX_CONNS_PER_PRINCIPAL", RRPCI_CONF_INT(C, max_conns_per_principal),
+     .def = 64, .min = 1, .max = 1000000,
+     .doc = "server side, with tickets: connections held at once authenticated as one principal "
+            "(as the ticket verifier names it); these no longer count against their address's "
+            "RRPC_MAX_CONNS_PER_SOURCE"},
+    {.name = "RRPC_CONNS_RESERVE_PCT", RRPCI_CONF_INT(C, conns_reserve_pct), .def = 25, .min = 0,
+     .max = 90,
+     .doc = "server side: share of RRPC_MAX_CONNS, percent, kept for peer addresses that hold "
+            "no connection; an address that holds one gets a new one only below the rest"},
+    {.name = "RRPC_IDLE_EVICT_MS", RRPCI_CONF_INT(C, idle_evict_ms), .def = 2000, .min = 0,
+     .max = 86400000,
+     .doc = "server side, without tickets: a connection with nothing asked or answered this "
+            "long may be closed, the longest idle first, to admit a new one at a cap, ms "
+            "(0: never)"},
     {.name = "RRPC_MAX_GRANTS", RRPCI_CONF_INT(C, max_grants), .def = 65536, .min = 1,
      .max = 16777216,
      .doc = "grants (rrpc_grant) alive at once on a context; rrpc_grant refuses more with "
@@ -63,6 +77,11 @@ static const struct rrpci_conf_field core_fields[] = {
      .min = 65536, .max = 1LL << 40,
      .doc = "answer bytes queued for a peer that does not take them; above it its requests' "
             "credit is held back and its one-sided reads are refused"},
+    {.name = "RRPC_MAX_ANSWER_BYTES", RRPCI_CONF_INT(C, max_answer_bytes), .def = 64L << 20,
+     .min = 65536, .max = 1LL << 40,
+     .doc = "answer bytes queued for all peers together; above it a peer holding more than "
+            "its share (this / peers holding answers) is held back as by "
+            "RRPC_MAX_ANSWER_BACKLOG"},
     {.name = "RRPC_SYNC_SPIN_US", RRPCI_CONF_INT(C, sync_spin_us), .def = 50, .min = 0,
      .max = 100000,
      .doc = "thread mode: a blocking (_sync) call watches for its answer this long before it "
@@ -94,14 +113,24 @@ static const struct rrpci_conf_field core_fields[] = {
             "request is answered RRPC_E_LIMIT (one request is always taken)"},
     {.name = "RRPC_METRICS_MAX_CONNS", RRPCI_CONF_INT(C, metrics_max_conns), .def = 8, .min = 1,
      .max = 1024,
-     .doc = "metrics_listen: HTTP connections held at once; more wait in the kernel's backlog"},
+     .doc = "metrics_listen: HTTP connections held at once; at the limit a new one takes the "
+            "place of the oldest without a whole request head"},
     {.name = "RRPC_METRICS_TIMEOUT_S", RRPCI_CONF_INT(C, metrics_timeout_s), .def = 10,
      .min = 1, .max = 3600,
      .doc = "metrics_listen: an HTTP connection without progress this long is closed, s"},
+    {.name = "RRPC_METRICS_HEADER_TIMEOUT_S", RRPCI_CONF_INT(C, metrics_header_timeout_s),
+     .def = 5, .min = 1, .max = 3600,
+     .doc = "metrics_listen: a request head must arrive whole within this long of the "
+            "connection's accept (or of its previous answer), s; sending slowly does not "
+            "extend it"},
     {.name = "RRPC_TENSOR_MAX_BYTES", RRPCI_CONF_UINT(C, tensor_max_bytes), .def = 1L << 30,
      .min = 1, .max = 0x7fffffffffffffffLL,
      .doc = "tensor servers: bytes of offered tensors accepted and not yet arrived, over all "
             "connections (rrpc_tensor_server_opts.max_bytes overrides it)"},
+    {.name = "RRPC_TENSOR_MAX_PENDING", RRPCI_CONF_INT(C, tensor_max_pending), .def = 4096,
+     .min = 4, .max = 1000000,
+     .doc = "tensor servers: offers accepted and not yet done (of any size, zero elements "
+            "too), over all connections; one connection may hold a quarter of them"},
     /* Text, from code only: an RRPC_* variable reaches every context of a
      * process, and every one would try to listen on the same address. */
     {.name = "metrics_listen", RRPCI_CONF_TEXT(C, metrics_listen), .def_text = "",

@@ -72,6 +72,7 @@ void rrpci_conn_unref(rrpc_conn *c)
     if (--c->refs > 0)
         return;
     free(c->ticket);
+    free(c->principal);
     free(c->priv);
     free(c);
 }
@@ -163,6 +164,7 @@ rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops
     c->fn = fn;
     c->user = user;
     c->next_id = 1;
+    c->last_data = rrpci_ctx_now(ctx);
     uint32_t w[RRPCI_MAX_CLASSES];
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
         w[i] = ctx->cls[i].weight;
@@ -281,7 +283,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         }
         c->cls[i].head = c->cls[i].tail = NULL;
     }
-    c->answer_bytes = 0;
+    rrpci_conn_answers_drop(c);
     int status = reason == RRPC_E_CLOSED ? RRPC_E_CLOSED : RRPC_E_CONN_LOST;
     struct rrpci_idnode *n;
     while ((n = rrpci_idmap_pop(&c->pending)))

@@ -45,7 +45,11 @@ struct rrpci_config {
     int auth_timeout_ms;      /* passive: accept to authenticated (or up without tickets) */
     int max_conns;            /* passive connections held at once (0: from RLIMIT_NOFILE) */
     int max_conns_per_source; /* ... from one peer address */
+    int max_conns_per_principal; /* ... authenticated as one principal */
+    int conns_reserve_pct;    /* share of max_conns kept for addresses holding none */
+    int idle_evict_ms;        /* no tickets: idle this long, a connection may make room */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
+    long max_answer_bytes;    /* ... for all peers together; above it, shares (send.c) */
     int max_grants;           /* grants alive at once on the context (RRPC_MAX_GRANTS) */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
@@ -53,9 +57,11 @@ struct rrpci_config {
     int busy_poll_min_share_pct; /* below this share of the time it polls, it stops (contention) */
     int metrics_max_conns;    /* metrics_listen: HTTP connections held at once */
     int metrics_timeout_s;    /* ... each closed after this long without progress */
+    int metrics_header_timeout_s; /* ... a request head must arrive whole within this */
     int handler_threads;      /* threads of the RRPC_HANDLER_ON_WORKER handlers */
     long handler_queue_bytes; /* request bytes they may hold; above it requests are refused */
     uint64_t tensor_max_bytes; /* tensor servers: offered bytes not yet arrived */
+    int tensor_max_pending;    /* tensor servers: offers accepted and not yet done */
     char metrics_listen[RRPCI_TEXT_MAX]; /* serve GET /metrics here; "": off */
     /* Each transport's own values, by slot (transport/tunables.h). */
     _Alignas(max_align_t) unsigned char tp[RRPCI_CONF_NSLOTS][RRPCI_CONF_SLOT_BYTES];
@@ -117,11 +123,27 @@ struct rrpc_ctx {
     void *notify_user;
     rrpc_ticket_verify_fn ticket_fn;
     void *ticket_user;
+    rrpc_conn *verifying; /* whose ticket ticket_fn is deciding on, or NULL */
     rrpc_log_fn log_fn;
     void *log_user;
     int log_max;
     struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/metrics_serve.c), or NULL */
     struct rrpci_workers *workers;    /* handler workers (core/workers.c), or NULL */
+    /* What peers make the context hold, and what was refused or evicted for
+     * it (core/admit.c, send.c, xfer/tensor.c; the metrics text), under the
+     * lock. */
+    struct rrpci_guard {
+        uint64_t evicted_unauth, evicted_idle; /* closed at a cap to admit another */
+        uint64_t refused_source, refused_full; /* refused at accept */
+        uint64_t refused_principal; /* refused at its ticket: its principal's cap */
+        size_t answer_bytes;     /* every connection's answer_bytes together */
+        uint32_t answer_holders; /* connections with answer bytes queued */
+        uint64_t answer_holds;   /* requests held back, READs refused: RRPC_MAX_ANSWER_BYTES */
+        uint64_t tensor_pending; /* tensor offers accepted and not yet done */
+        uint64_t tensor_refusals; /* offers refused at RRPC_TENSOR_MAX_PENDING */
+        double log_t0;           /* admission's log: one line per interval, with counts */
+        uint32_t log_evicted, log_refused;
+    } guard;
 };
 
 struct rrpc_listener {
@@ -155,6 +177,7 @@ struct rrpc_conn {
     bool has_src;        /* passive: @src holds the peer's address */
     uint8_t src[16];     /* IPv6, or IPv4 mapped: the per-source connection cap */
     bool ticket_acked;   /* passive, no ticket required: the one TICKET was acknowledged */
+    char *principal;     /* passive: as its ticket's verifier named it, or NULL */
     size_t answer_bytes; /* RESPONSE / OS_ACK bytes queued here, not yet taken by the transport */
     uint8_t *ticket;     /* active side: presented as the first message */
     size_t ticket_len;
@@ -179,6 +202,7 @@ struct rrpc_conn {
      * all arrived within the keepalive timeout. */
     struct rrpci_timer ka_timer;
     double last_rx, ka_sent; /* rrpci_ctx_now() */
+    double last_data;        /* a request or an answer last arrived (accept at first) */
     bool ka_probe_out;
     rrpc_conn_stat stats; /* its counters (core/stats.c), under the lock */
     int peer_slot;        /* its peer's slot in ctx->peers + 1; 0: it never came up */
@@ -305,6 +329,13 @@ void rrpci_conn_release_user(rrpc_conn *c);
 /* More answer bytes are queued for the peer than RRPC_MAX_ANSWER_BACKLOG:
  * it does not take what it asked for. */
 bool rrpci_conn_backlogged(const rrpc_conn *c);
+/* Its ticket was accepted: 0, or RRPC_E_LIMIT with the reason in @why when
+ * its principal holds RRPC_MAX_CONNS_PER_PRINCIPAL already (admit.c). */
+int rrpci_admit_principal(rrpc_conn *c, char *why, size_t whylen);
+/* ... because of the context's RRPC_MAX_ANSWER_BYTES (its share), not its own bound. */
+bool rrpci_conn_over_answer_share(const rrpc_conn *c);
+/* Its queued answers are gone (it went down): out of the context's count. */
+void rrpci_conn_answers_drop(rrpc_conn *c);
 
 /* ---- rpc / one-sided (pending table) ---------------------------------- */
 enum rrpci_pending_kind { RRPCI_PEND_CALL, RRPCI_PEND_OS };
@@ -336,7 +367,9 @@ struct rrpci_pending {
     double t0; /* rrpci_stats_now() when the call was made */
 };
 /* Serves a request; true when a handler worker took it, and with it the
- * request's credit, which its job gives back when it ends (workers.c). */
+ * request's credit, which its job gives back when it ends (workers.c), or
+ * when the method keeps the credit until the answer
+ * (RRPC_HANDLER_CREDIT_ON_ANSWER: rrpc_respond gives it back). */
 bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p);
 /* Answers @req now with @status (0: @msg is the result, else the message);
  * frees @req (rrpc_respond's rules). */

@@ -167,6 +167,33 @@ static void sync_connect_event(rrpc_conn *c, rrpc_conn_event ev, int reason, voi
     }
 }
 
+RRPC_API int rrpc_ctx_ticket_principal(rrpc_ctx *ctx, const char *principal)
+{
+    if (!ctx || !principal)
+        return -EINVAL;
+    size_t n = strnlen(principal, RRPC_PRINCIPAL_MAX + 1);
+    if (n == 0 || n > RRPC_PRINCIPAL_MAX)
+        return rrpci_set_error(ctx, -EINVAL, "a principal has 1..%d bytes",
+                               RRPC_PRINCIPAL_MAX);
+    rrpci_lock(ctx);
+    rrpc_conn *c = ctx->verifying;
+    int r = 0;
+    if (!c || !rrpci_in_callback(ctx)) {
+        r = rrpci_set_error(ctx, -EPERM, "rrpc_ctx_ticket_principal names the principal of the "
+                            "ticket being verified: call it from the rrpc_ticket_verify_fn");
+    } else {
+        char *copy = strndup(principal, n);
+        if (!copy)
+            r = -ENOMEM;
+        else {
+            free(c->principal);
+            c->principal = copy;
+        }
+    }
+    rrpci_unlock(ctx);
+    return r;
+}
+
 static int connect_wait(rrpc_ctx *ctx, const char *uri, int timeout_ms, const void *ticket,
                         size_t ticket_len, rrpc_conn_event_fn fn, void *user,
                         rrpc_conn **ret_conn);

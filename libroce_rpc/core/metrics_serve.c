@@ -57,6 +57,7 @@ int rrpci_serve_start(rrpc_ctx *ctx)
         .listen = ctx->cfg.metrics_listen,
         .max_conns = (unsigned)ctx->cfg.metrics_max_conns,
         .timeout_s = (unsigned)ctx->cfg.metrics_timeout_s,
+        .header_timeout_s = (unsigned)ctx->cfg.metrics_header_timeout_s,
         .text = ctx_text,
         .log = ctx_http_log,
         .user = ctx,

@@ -120,8 +120,17 @@ void rrpci_os_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
     if (rrpci_conn_backlogged(c)) {
         /* 56 bytes asking for up to a frame each: refused while the reader
          * leaves earlier answers waiting (RRPC_MAX_ANSWER_BACKLOG). */
-        os_reply(c, cls, h->id, RRPC_E_LIMIT,
-                 "READ refused: the target's answers to this reader are not being taken");
+        if (rrpci_conn_over_answer_share(c)) {
+            c->ctx->guard.answer_holds++;
+            os_reply(c, cls, h->id, RRPC_E_LIMIT,
+                     "READ refused: the target holds RRPC_MAX_ANSWER_BYTES of answers its "
+                     "readers have not taken, and this reader more than its share; take the "
+                     "answers before asking for more");
+        } else {
+            os_reply(c, cls, h->id, RRPC_E_LIMIT,
+                     "READ refused: the target's answers to this reader are not being taken "
+                     "(RRPC_MAX_ANSWER_BACKLOG)");
+        }
         return;
     }
     rrpc_region *r = rrpci_access_check(c, cls, oh.key, oh.addr, oh.len, RRPC_ACCESS_REMOTE_READ,

@@ -26,12 +26,17 @@ static void protocol_error(rrpc_conn *c, int code, const char *why)
 
 /* The passive side refuses: the reason goes to the peer in an ERROR frame,
  * and the connection closes shortly after, once the frame has gone out. */
-static void refuse(rrpc_conn *c, const char *why)
+static void refuse_code(rrpc_conn *c, int code, const char *why)
 {
     RRPCI_LOG(c->ctx, LOG_NOTICE, "connection refused: %s", why);
-    rrpci_set_error(c->ctx, RRPC_E_TICKET, "connection refused: %s", why);
-    rrpci_send_exempt(c, RRPCI_T_ERROR, RRPC_E_TICKET, why, strlen(why));
+    rrpci_set_error(c->ctx, code, "connection refused: %s", why);
+    rrpci_send_exempt(c, RRPCI_T_ERROR, code, why, strlen(why));
     rrpci_conn_enter(c, RRPCI_EV_TICKET_REFUSED);
+}
+
+static void refuse(rrpc_conn *c, const char *why)
+{
+    refuse_code(c, RRPC_E_TICKET, why);
 }
 
 void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t len)
@@ -52,7 +57,13 @@ static void auth_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const u
         return; /* refusing or closing: on its way out */
     if (c->passive && h->type == RRPCI_T_TICKET && cls == RRPCI_CLS_CONTROL) {
         char why[256] = "";
+        c->ctx->verifying = c; /* for rrpc_ctx_ticket_principal */
         int r = c->ctx->ticket_fn(c->ctx->ticket_user, p, h->len, why, sizeof(why));
+        c->ctx->verifying = NULL;
+        if (r == 0 && rrpci_admit_principal(c, why, sizeof(why)) < 0) {
+            refuse_code(c, RRPC_E_LIMIT, why);
+            return;
+        }
         if (r == 0) {
             if (rrpci_send_exempt(c, RRPCI_T_TICKET_ACK, 0, NULL, 0) == 0)
                 rrpci_conn_announce(c, RRPCI_EV_TICKET_OK);
@@ -132,6 +143,8 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         }
     }
     bool exempt = rrpci_type_is_exempt(h->type);
+    if (!exempt)
+        c->last_data = c->last_rx; /* idleness, for admission (admit.c) */
     if (!exempt && rrpci_credit_rx(&s->credit) < 0) {
         protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
         return;
@@ -190,8 +203,10 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
                        h->type == RRPCI_T_OS_WRITE;
         if (credit_later)
             ;
-        else if (!exempt && request && rrpci_conn_backlogged(c))
+        else if (!exempt && request && rrpci_conn_backlogged(c)) {
             c->cls[cls].held++; /* it does not take its answers: no new requests */
+            c->ctx->guard.answer_holds += rrpci_conn_over_answer_share(c);
+        }
         else if (!exempt)
             rrpci_conn_consumed(c, cls);
         if (h->credits)

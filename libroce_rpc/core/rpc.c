@@ -22,6 +22,7 @@ struct rrpc_request {
     rrpc_conn *conn;
     uint64_t id;
     int cls;
+    bool credit_on_answer; /* RRPC_HANDLER_CREDIT_ON_ANSWER: respond() gives it back */
 };
 
 RRPC_API uint64_t rrpc_method_id(const char *method)
@@ -49,12 +50,17 @@ RRPC_API int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_
     if (r < 0)
         return r;
     uint64_t flags = opts ? opts->flags : 0;
-    if (flags & ~RRPC_HANDLER_ON_WORKER)
+    const uint64_t known = RRPC_HANDLER_ON_WORKER | RRPC_HANDLER_CREDIT_ON_ANSWER;
+    if (flags & ~known)
         return rrpci_set_error(ctx, -EINVAL,
                                "rrpc_register_opts.flags 0x%llx: unknown bits 0x%llx (known: "
-                               "RRPC_HANDLER_ON_WORKER)",
-                               (unsigned long long)flags,
-                               (unsigned long long)(flags & ~RRPC_HANDLER_ON_WORKER));
+                               "RRPC_HANDLER_ON_WORKER, RRPC_HANDLER_CREDIT_ON_ANSWER)",
+                               (unsigned long long)flags, (unsigned long long)(flags & ~known));
+    if ((flags & known) == known)
+        return rrpci_set_error(ctx, -EINVAL,
+                               "RRPC_HANDLER_CREDIT_ON_ANSWER and RRPC_HANDLER_ON_WORKER do not "
+                               "go together (a worker's request keeps its credit until the "
+                               "handler returns): choose one");
     struct method *m = malloc(sizeof(*m) + n + 1);
     if (!m)
         return -ENOMEM;
@@ -142,11 +148,13 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     req->conn = c;
     req->id = h->id;
     req->cls = cls;
+    req->credit_on_answer = (m->flags & RRPC_HANDLER_CREDIT_ON_ANSWER) != 0;
     rrpci_conn_ref(c);
     if (m->flags & RRPC_HANDLER_ON_WORKER)
         return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, h->len, m->name);
+    bool later = req->credit_on_answer; /* @req may be freed by the handler */
     m->fn(req, p, h->len, m->user);
-    return false;
+    return later;
 }
 
 static int respond(rrpc_request *req, int32_t status, const void *data, size_t len)
@@ -154,6 +162,13 @@ static int respond(rrpc_request *req, int32_t status, const void *data, size_t l
     rrpc_conn *c = req->conn;
     rrpc_ctx *ctx = c->ctx;
     rrpci_lock(ctx);
+    if (req->credit_on_answer && rrpci_conn_wire_open(c)) {
+        /* before the answer, so it carries the credit back */
+        if (rrpci_conn_backlogged(c))
+            c->cls[req->cls].held++;
+        else
+            rrpci_conn_consumed(c, req->cls);
+    }
     int r;
     if (!rrpci_conn_takes_frames(c)) {
         r = rrpci_set_error(ctx, RRPC_E_CLOSED,
@@ -191,7 +206,7 @@ RRPC_API int rrpc_respond_error(rrpc_request *req, int code, const char *msg)
     if (!req)
         return -EINVAL;
     size_t len = msg ? strnlen(msg, RRPCI_ERRMSG_WIRE_MAX) : 0;
-    if (code <= 0) {
+    if (code <= 0 && code != RRPC_E_LIMIT) {
         respond(req, 1, msg, len);
         return -EINVAL;
     }

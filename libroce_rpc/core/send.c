@@ -31,9 +31,46 @@ static size_t answer_size(uint8_t type, uint32_t len)
     return type == RRPCI_T_RESPONSE || type == RRPCI_T_OS_ACK ? RRPCI_HDR_SIZE + (size_t)len : 0;
 }
 
+/* Adds @delta (may be negative) to @c's queued answer bytes and the
+ * context's, which counts the connections holding some. */
+static void answers_add(rrpc_conn *c, ptrdiff_t delta)
+{
+    struct rrpci_guard *g = &c->ctx->guard;
+    if (!delta)
+        return;
+    bool had = c->answer_bytes > 0;
+    c->answer_bytes = (size_t)((ptrdiff_t)c->answer_bytes + delta);
+    g->answer_bytes = (size_t)((ptrdiff_t)g->answer_bytes + delta);
+    g->answer_holders += (c->answer_bytes > 0) - had;
+}
+
+void rrpci_conn_answers_drop(rrpc_conn *c)
+{
+    answers_add(c, -(ptrdiff_t)c->answer_bytes);
+}
+
+/* Held back: more than RRPC_MAX_ANSWER_BACKLOG for this peer; or, while all
+ * peers together hold more than RRPC_MAX_ANSWER_BYTES, its share of that
+ * budget (the budget over the peers holding answers, at most 1/256 of it, so
+ * the peers that came late cannot double it).  A peer holding none is never
+ * held back: one that takes its answers goes on.  So the context holds at
+ * most the budget plus, per peer, 1/256 of it and one answer. */
 bool rrpci_conn_backlogged(const rrpc_conn *c)
 {
-    return c->answer_bytes > (size_t)c->ctx->cfg.max_answer_backlog;
+    const rrpc_ctx *ctx = c->ctx;
+    if (c->answer_bytes > (size_t)ctx->cfg.max_answer_backlog)
+        return true;
+    size_t budget = (size_t)ctx->cfg.max_answer_bytes;
+    if (ctx->guard.answer_bytes <= budget || !ctx->guard.answer_holders || !c->answer_bytes)
+        return false;
+    size_t share = budget / ctx->guard.answer_holders;
+    return c->answer_bytes >= (share < budget / 256 ? share : budget / 256);
+}
+
+bool rrpci_conn_over_answer_share(const rrpc_conn *c)
+{
+    return c->answer_bytes <= (size_t)c->ctx->cfg.max_answer_backlog &&
+           rrpci_conn_backlogged(c);
 }
 
 /* The backlog drained: the requests whose credit was held back count as
@@ -86,7 +123,7 @@ void rrpci_conn_flush(rrpc_conn *c)
             rrpci_conn_down(c, r, "the transport failed to send");
             break;
         }
-        c->answer_bytes -= answer; /* taken: the transport owns @m now */
+        answers_add(c, -(ptrdiff_t)answer); /* taken: the transport owns @m now */
         rrpci_stats_frame_out(c, len);
         if (!exempt && s->stall_t0 != 0)
             rrpci_stats_credit_sent(c->ctx, cls, s);
@@ -108,7 +145,7 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
     m->h.cls = (uint8_t)cls;
     m->h.len = (uint32_t)rrpci_msg_payload_len(m);
     m->next = NULL;
-    c->answer_bytes += answer_size(m->h.type, m->h.len);
+    answers_add(c, (ptrdiff_t)answer_size(m->h.type, m->h.len));
     if (rrpci_type_is_exempt(m->h.type)) {
         m->next = s->head; /* control frames jump the queue */
         s->head = m;

@@ -479,6 +479,42 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
     return 0;
 }
 
+static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
+{
+    put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
+        (unsigned long long)v);
+}
+
+/* What peers make the context hold and what was refused or evicted for it
+ * (struct rrpci_guard), appended at @used of @buf; the length it needs. */
+static size_t render_guard(const struct rrpci_guard *g, char *buf, size_t len, size_t used)
+{
+    struct out o = {.buf = buf, .len = len, .used = used};
+    const char *ev = "rrpc_connections_evicted_total";
+    put(&o, "# HELP %s Connections closed at a cap to admit another, by why they could go.\n"
+        "# TYPE %s counter\n%s{reason=\"unauthenticated\"} %llu\n%s{reason=\"idle\"} %llu\n",
+        ev, ev, ev, (unsigned long long)g->evicted_unauth, ev,
+        (unsigned long long)g->evicted_idle);
+    const char *rf = "rrpc_connections_refused_total";
+    put(&o, "# HELP %s Connections refused at accept (or at their ticket), by cap.\n"
+        "# TYPE %s counter\n%s{reason=\"per_source\"} %llu\n%s{reason=\"full\"} %llu\n"
+        "%s{reason=\"per_principal\"} %llu\n",
+        rf, rf, rf, (unsigned long long)g->refused_source, rf,
+        (unsigned long long)g->refused_full, rf, (unsigned long long)g->refused_principal);
+    gauge(&o, "rrpc_answer_queued_bytes",
+          "Answer bytes queued for peers that have not taken them (RRPC_MAX_ANSWER_BYTES).",
+          g->answer_bytes);
+    single(&o, "rrpc_answer_budget_holds_total",
+           "Requests held back and READs refused because the peer held more than its share "
+           "of RRPC_MAX_ANSWER_BYTES.", g->answer_holds);
+    gauge(&o, "rrpc_tensor_offers_pending",
+          "Tensor offers accepted and not yet done (RRPC_TENSOR_MAX_PENDING).",
+          g->tensor_pending);
+    single(&o, "rrpc_tensor_offers_refused_total",
+           "Tensor offers refused at RRPC_TENSOR_MAX_PENDING.", g->tensor_refusals);
+    return o.used;
+}
+
 RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len)
 {
     if (!ctx || !ret_len || (len && !buf))
@@ -490,8 +526,16 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
     rrpci_lock(ctx); /* one snapshot of both: the classes and the peers agree */
     ctx_snapshot(ctx, &st);
     size_t n = peer_snapshot(ctx, peers);
+    struct rrpci_guard g = ctx->guard;
     pthread_mutex_unlock(&ctx->lock); /* as rrpc_ctx_stats */
-    int r = rrpci_stats_render(&st, peers, n, buf, len, ret_len);
+    size_t used = 0;
+    rrpci_stats_render(&st, peers, n, buf, len, &used);
     free(peers);
-    return r;
+    *ret_len = render_guard(&g, buf, len, used);
+    if (*ret_len >= len) { /* cut (or only sized, with @len 0) */
+        if (len)
+            buf[len - 1] = 0;
+        return -ENOBUFS;
+    }
+    return 0;
 }

@@ -4,12 +4,18 @@
  * its own: a context with metrics_listen set (core/ctx.c) and rrpcd
  * (daemon/metrics.c) serve their Prometheus text with it.
  *
- * What a client can make it hold is bounded: at most max_conns connections
- * (beyond them new ones wait in the kernel's backlog until one closes), each
- * closed after timeout_s without progress, each with libmicrohttpd's default
- * 32 KiB of buffers (a longer request head gets 431).  Only /metrics exists
- * (404 elsewhere) and only GET and HEAD are served there (405 with Allow).
- * Idle, the thread sleeps in epoll_wait with no timeout: no wake-ups.
+ * What a client can make it hold is bounded, and no client can make a scrape
+ * wait: at most max_conns connections; at that limit a new connection is
+ * taken at once and the oldest one without a whole request head (partial, or
+ * idle between requests) is closed for it (only when every place is
+ * answering a request is the new one closed).  A request head must arrive
+ * whole within header_timeout_s of the accept or of the previous answer,
+ * however slowly it trickles; an answer must be taken within timeout_s; a
+ * connection without progress for timeout_s is closed; each holds
+ * libmicrohttpd's default 32 KiB of buffers (a longer request head gets 431).
+ * Only /metrics exists (404 elsewhere) and only GET and HEAD are served
+ * there (405 with Allow).  Idle, both threads (MHD's and the deadline
+ * sweeper) sleep with no timeout: no wake-ups.
  */
 #ifndef RRPCI_METRICS_HTTP_H
 #define RRPCI_METRICS_HTTP_H
@@ -35,7 +41,10 @@ typedef void (*rrpci_mhttp_log_fn)(void *user, const char *msg);
 struct rrpci_mhttp_opts {
     const char *listen; /* HOST:PORT or [IPv6]:PORT, HOST required; port 0: a free one */
     unsigned max_conns; /* connections held at once, >= 1 */
-    unsigned timeout_s; /* a connection without progress this long is closed, >= 1 */
+    unsigned timeout_s; /* a connection without progress this long is closed, >= 1; and an
+                         * answer not taken this long after its request */
+    unsigned header_timeout_s; /* a request head must arrive whole this long after the
+                                * accept (or the previous answer); 0: min(timeout_s, 5) */
     rrpci_mhttp_text_fn text;
     rrpci_mhttp_log_fn log; /* may be NULL */
     void *user;             /* for text and log */
@@ -45,7 +54,10 @@ struct rrpci_mhttp;
 
 /*
  * Checks the form of @listen (HOST:PORT or [IPv6]:PORT, a host given, a
- * decimal port 0..65535), not whether it binds.  0, or -EINVAL with the
+ * decimal port 0..65535), not whether it binds.  The host is a name, an IPv4
+ * address written in full (a.b.c.d) or an IPv6 address; every address only
+ * when said (0.0.0.0, [::]): "*", "0" and other shortened IPv4 forms are
+ * refused.  0, or -EINVAL with the
  * reason (words that follow "metrics_listen=VALUE: ") in @why.
  */
 int rrpci_mhttp_check_listen(const char *listen, char *why, size_t whylen);

@@ -393,6 +393,7 @@ struct rrpc_tensor_server {
     struct rx *rxs;
     uint64_t max_bytes; /* the budget for offered tensors */
     uint64_t held;      /* bytes of the offers accepted and still arriving */
+    uint32_t pending;   /* offers accepted and not done: RRPC_TENSOR_MAX_PENDING */
     bool sender_order;  /* RRPC_TENSOR_SERVE_SENDER_ORDER */
 };
 
@@ -423,11 +424,43 @@ static int budget_take(rrpc_tensor_server *srv, const char *name, uint64_t bytes
     return 0;
 }
 
-/* Frees @rx (unlinked) and returns its bytes to the budget. */
+/* Frees @rx (unlinked) and returns its bytes and its place to the budget. */
 static void rx_free(rrpc_tensor_server *srv, struct rx *rx)
 {
     srv->held -= rx->bytes;
+    srv->pending--;
+    srv->ctx->guard.tensor_pending--;
     free(rx);
+}
+
+/*
+ * Offers are counted as well as sized: an offer of zero elements takes no
+ * bytes but is held until its "done".  At most RRPC_TENSOR_MAX_PENDING over
+ * all connections, a quarter of them per connection, so one peer cannot
+ * take every place.  0, or -ENOBUFS with the reason set.
+ */
+static int count_take(rrpc_tensor_server *srv, rrpc_conn *conn)
+{
+    rrpc_ctx *ctx = srv->ctx;
+    uint32_t max = (uint32_t)ctx->cfg.tensor_max_pending, share = max / 4, mine = 0;
+    for (struct rx *rx = srv->rxs; rx && mine < share; rx = rx->next)
+        mine += rx->conn == conn;
+    if (srv->pending < max && mine < share) {
+        srv->pending++;
+        ctx->guard.tensor_pending++;
+        return 0;
+    }
+    ctx->guard.tensor_refusals++;
+    if (mine >= share)
+        return rrpci_set_error(ctx, -ENOBUFS,
+                               "tensor offer refused: this connection already has %u offers "
+                               "accepted and not done, its share (a quarter) of the "
+                               "receiver's RRPC_TENSOR_MAX_PENDING=%u; send \"done\" for those "
+                               "first",
+                               mine, max);
+    return rrpci_set_error(ctx, -ENOBUFS,
+                           "tensor offer refused: the receiver holds RRPC_TENSOR_MAX_PENDING=%u "
+                           "offers accepted and not done; send when those have landed", max);
 }
 
 static int reply(rrpc_request *req, int64_t status, const char *msg, uint64_t id,
@@ -522,8 +555,15 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
         refuse(req, -EINVAL);
         return;
     }
+    r = count_take(srv, conn);
+    if (r < 0) {
+        refuse(req, r);
+        return;
+    }
     struct rx *rx = calloc(1, sizeof(*rx));
     if (!rx) {
+        srv->pending--;
+        srv->ctx->guard.tensor_pending--;
         rrpci_set_error(srv->ctx, -ENOMEM, "out of memory for a tensor offer");
         refuse(req, -ENOMEM);
         return;
@@ -535,7 +575,7 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
     r = rrpc_tensor_init(&in, (int)dtype, (int)(slen / 8), dims, NULL, 0);
     if (r < 0) {
         rrpci_set_error(srv->ctx, r, "tensor offer \"%s\": bad dtype or shape", rx->name);
-        free(rx);
+        rx_free(srv, rx); /* no bytes taken yet */
         refuse(req, r);
         return;
     }
@@ -549,7 +589,7 @@ static void h_offer(rrpc_request *req, const void *p, size_t len, void *user)
     uint64_t need = rrpc_tensor_nbytes(&in);
     r = budget_take(srv, rx->name, need);
     if (r < 0) {
-        free(rx);
+        rx_free(srv, rx); /* no bytes taken yet */
         refuse(req, r);
         return;
     }

@@ -2531,14 +2531,86 @@ static void test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_wi
     rrpc_ctx_destroy(s);
 }
 
+/* RRPC_HANDLER_CREDIT_ON_ANSWER: a handler that keeps its requests to
+ * answer later holds their credit until it does (issue #28: an asyncio
+ * handler gave it back at once, so a caller could pile up any number). */
+static struct {
+    rrpc_request *held[8];
+    int n;
+} D;
+
+static void h_keep(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)p, (void)len, (void)user;
+    lock();
+    if (D.n < 8)
+        D.held[D.n++] = req;
+    else
+        rrpc_respond_error(req, 9, "more requests than the credit window");
+    unlock();
+}
+
+/* Answers what h_keep holds: the first with RRPC_E_LIMIT, the others with 4 bytes. */
+static int answer_kept(int refuse_first)
+{
+    lock();
+    int n = D.n;
+    for (int i = 0; i < n; i++) {
+        uint32_t v = 0;
+        if (refuse_first && i == 0)
+            assert_int_equal(rrpc_respond_error(D.held[i], RRPC_E_LIMIT, "too busy: later"), 0);
+        else
+            assert_int_equal(rrpc_respond(D.held[i], &v, sizeof(v)), 0);
+    }
+    D.n = 0;
+    unlock();
+    return n;
+}
+
+static void test_a_handler_answering_later_holds_its_credit_until_it_answers(void **state)
+{
+    (void)state;
+    char curi[300];
+    rrpc_ctx *s = worker_server(NULL, 2, curi, sizeof(curi)); /* 2 bulk credits */
+    memset(&D, 0, sizeof(D));
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_CREDIT_ON_ANSWER};
+    assert_int_equal(rrpc_register_with(s, "keep", h_keep, NULL, &ro), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rrpc_call(c, "keep", "x", 1, &bulk, block_done, NULL), 0);
+    for (int i = 0; i < 200 && server_requests(s) < 2; i++)
+        usleep(10000);
+    usleep(200000); /* long enough for the rest to arrive, were credit returned */
+    assert_int_equal(server_requests(s), 2);
+    int answered = answer_kept(1); /* one refused with RRPC_E_LIMIT, one answered */
+    while (answered < 5) {
+        for (int i = 0; i < 500 && server_requests(s) < (uint64_t)answered + 1; i++)
+            usleep(10000);
+        usleep(50000);
+        answered += answer_kept(0);
+    }
+    assert_int_equal(wait_for(&W.answered, 4, 20000), 4);
+    assert_int_equal(W.refused, 1);
+    assert_string_equal(W.refusal, "too busy: later");
+    assert_int_equal(W.bad, 0);
+    assert_int_equal(server_requests(s), 5);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
 static void test_register_with_refuses_unknown_flags_and_reserved_words(void **state)
 {
     (void)state;
     rrpc_ctx *s;
     assert_int_equal(rrpc_ctx_create(&s), 0);
-    rrpc_register_opts o = {.flags = 0x2};
+    rrpc_register_opts o = {.flags = 0x4};
     assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
     assert_non_null(strstr(rrpc_ctx_last_error(s), "unknown bits"));
+    o = (rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER | RRPC_HANDLER_CREDIT_ON_ANSWER};
+    assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
+    assert_non_null(strstr(rrpc_ctx_last_error(s), "do not go together"));
     o = (rrpc_register_opts){.reserved = {0, 1}};
     assert_int_equal(rrpc_register_with(s, "m", h_echo, NULL, &o), -EINVAL);
     o = (rrpc_register_opts){.flags = RRPC_HANDLER_ON_WORKER};
@@ -2639,6 +2711,7 @@ int main(void)
         cmocka_unit_test(test_a_worker_handler_that_holds_its_request_holds_no_other_call),
         cmocka_unit_test(test_worker_requests_beyond_the_queue_bound_are_refused_with_the_reason),
         cmocka_unit_test(test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_window),
+        cmocka_unit_test(test_a_handler_answering_later_holds_its_credit_until_it_answers),
         cmocka_unit_test(test_register_with_refuses_unknown_flags_and_reserved_words),
         cmocka_unit_test(test_a_cancelled_call_completes_once_and_its_late_answer_is_dropped),
         cmocka_unit_test(test_a_zeroed_options_struct_means_the_default_class_not_control),

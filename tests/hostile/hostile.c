@@ -543,6 +543,315 @@ static void test_a_peer_withholding_credit_cannot_grow_the_answer_queue(void **s
     server_stop(&s);
 }
 
+/* ---- issue 28: fair admission, and one budget for the answers of all peers ---------------- */
+
+static int admission_lines;
+
+static void count_admission_lines(int level, const char *msg, void *user)
+{
+    if (strstr(msg, "refused a connection") || strstr(msg, "closed to make room") ||
+        strstr(msg, "admission:"))
+        __atomic_add_fetch(&admission_lines, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Whether the server's metrics text has the line @line. */
+static bool metrics_have(rrpc_ctx *ctx, const char *line)
+{
+    static char text[1 << 18];
+    size_t n;
+    assert_int_equal(rrpc_ctx_stats_text(ctx, text, sizeof(text), &n), 0);
+    char want[200];
+    snprintf(want, sizeof(want), "\n%s\n", line);
+    return strstr(text, want) != NULL;
+}
+
+/* The value of the series @series ("name" or "name{labels}") in the server's
+ * metrics text, or -1. */
+static long long metrics_value(rrpc_ctx *ctx, const char *series)
+{
+    static char text[1 << 18];
+    size_t n;
+    assert_int_equal(rrpc_ctx_stats_text(ctx, text, sizeof(text), &n), 0);
+    char want[200];
+    snprintf(want, sizeof(want), "\n%s ", series);
+    const char *at = strstr(text, want);
+    return at ? strtoll(at + strlen(want), NULL, 10) : -1;
+}
+
+/*
+ * Ten addresses (127.0.0.2 .. 127.0.0.11) each open keep-alive connections
+ * until the server refuses them, to a server holding at most 40 (16 per
+ * address).  Before, they took all 40 ("maximum of 40 connections ... all
+ * authenticated") and a client from an eleventh address was refused for as
+ * long as they liked; now the last quarter of the places is kept for
+ * addresses holding none, so the attackers hold 30 and the client gets in.
+ * Their refusals are logged once, with a count, not once each.
+ */
+static void test_ten_addresses_cannot_lock_out_a_client_from_an_eleventh(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_MAX_CONNS=40", "RRPC_MAX_CONNS_PER_SOURCE=16", NULL };
+    server_start(&s, false, env);
+    __atomic_store_n(&admission_lines, 0, __ATOMIC_SEQ_CST);
+    rrpc_ctx_set_log(s.ctx, LOG_NOTICE, count_admission_lines, NULL);
+    static struct raw_conn rc[160];
+    int held = 0, refused = 0;
+    for (int round = 0; round < 16; round++)
+        for (int a = 0; a < 10; a++) {
+            char src[32];
+            snprintf(src, sizeof(src), "127.0.0.%d", a + 2);
+            if (handshake_from(&rc[held], src, s.port, 64, NULL) == 0) {
+                held++;
+            } else {
+                raw_close(&rc[held]);
+                refused++;
+            }
+        }
+    int alive = 0; /* a slow run lets an address's idle ones make room for its later ones */
+    for (int i = 0; i < held; i++) { /* they keep their connections alive */
+        uint8_t hdr[32];
+        raw_header(hdr, 14 /*KEEPALIVE*/, 0, 0, 0, 0, 0, 0);
+        if (!closed_by_server(rc[i].fd[0], 0) && send(rc[i].fd[0], hdr, 32, MSG_NOSIGNAL) == 32)
+            alive++;
+    }
+    print_message("10 addresses: %d connections came up, %d held, %d refused\n", held, alive,
+                  refused);
+    rrpc_ctx *cc = client_ctx(); /* from 127.0.0.1 */
+    rrpc_conn_close(client_ok(cc, &s, false));
+    rrpc_ctx_destroy(cc);
+    int lines = __atomic_load_n(&admission_lines, __ATOMIC_SEQ_CST);
+    print_message("%d log lines about admission for %d refusals\n", lines, refused);
+    assert_true(alive <= 30);
+    if (lines > 2)
+        fail_msg("admission logged %d lines for %d refusals (one per interval wanted)", lines,
+                 refused);
+    char want[100]; /* 16 tries per address never reach the per-address cap */
+    snprintf(want, sizeof(want), "rrpc_connections_refused_total{reason=\"full\"} %d", refused);
+    assert_true(metrics_have(s.ctx, want));
+    for (int i = 0; i < held; i++)
+        raw_close(&rc[i]);
+    server_stop(&s);
+}
+
+/*
+ * One address holds every connection it may (8) and leaves them idle: a
+ * client from the same address is no longer refused ("too many connections
+ * from 127.0.0.1"): the attacker's longest idle connection makes room, and
+ * the eviction is counted.  An attacker busy with calls would not be idle;
+ * one that only sends keepalives is.
+ */
+static void test_one_address_cannot_lock_out_other_clients_on_it(void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_MAX_CONNS_PER_SOURCE=8", "RRPC_IDLE_EVICT_MS=200", NULL };
+    server_start(&s, false, env);
+    struct raw_conn rc[20];
+    int held = 0;
+    for (int i = 0; i < 20; i++) {
+        if (handshake_from(&rc[held], "127.0.0.1", s.port, 64, NULL) == 0)
+            held++;
+        else
+            raw_close(&rc[held]);
+    }
+    /* At most 8 at once (a slow run may let its own idle ones make room for
+     * its later ones: those are closed). */
+    int alive = 0;
+    for (int i = 0; i < held; i++)
+        alive += !closed_by_server(rc[i].fd[0], 0);
+    print_message("one address: %d of 20 connections came up, %d still held\n", held, alive);
+    assert_true(alive <= 8);
+    usleep(400 * 1000); /* twice RRPC_IDLE_EVICT_MS */
+    long long evicted_idle =
+        metrics_value(s.ctx, "rrpc_connections_evicted_total{reason=\"idle\"}");
+    for (int i = 0; i < held; i++) { /* keepalives do not make a connection busy */
+        uint8_t hdr[32];
+        raw_header(hdr, 14 /*KEEPALIVE*/, 0, 0, 0, 0, 0, 0);
+        send(rc[i].fd[0], hdr, 32, MSG_NOSIGNAL);
+    }
+    rrpc_ctx *cc = client_ctx(); /* from 127.0.0.1 too */
+    rrpc_conn *c = client_ok(cc, &s, false);
+    long long before = evicted_idle, now =
+        metrics_value(s.ctx, "rrpc_connections_evicted_total{reason=\"idle\"}");
+    print_message("idle connections closed to make room: %lld while it filled, %lld in all\n",
+                  before, now);
+    assert_true(now == before + 1); /* the client's: one of the attacker's went */
+    /* The client, now holding a place, is itself not taken while it works. */
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cc);
+    for (int i = 0; i < held; i++)
+        raw_close(&rc[i]);
+    server_stop(&s);
+}
+
+/* A verifier that takes tickets "user:NAME" and names NAME as their principal
+ * (as the broker's gate names the ticket's client). */
+static int verify_named(void *user, const void *t, size_t len, char *why, size_t whylen)
+{
+    rrpc_ctx *ctx = user;
+    char name[64];
+    if (len < 6 || len >= sizeof(name) + 5 || memcmp(t, "user:", 5) != 0) {
+        snprintf(why, whylen, "not a user ticket");
+        return RRPC_E_TICKET;
+    }
+    memcpy(name, (const char *)t + 5, len - 5);
+    name[len - 5] = 0;
+    return rrpc_ctx_ticket_principal(ctx, name);
+}
+
+/*
+ * With tickets: one principal (mallory) opens 20 connections from 127.0.0.1
+ * to a server allowing 8 per address and 8 per principal; before, her 8
+ * filled the address's cap and alice, on the same address, was refused
+ * ("too many connections from 127.0.0.1").  Now authenticated connections
+ * count against their principal: mallory is refused past her 8, with the
+ * reason, and alice gets in.
+ */
+static void test_one_principal_cannot_lock_out_another_on_its_address(void **state)
+{
+    struct server s = { 0 };
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_MAX_CONNS_PER_SOURCE", "8"), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_MAX_CONNS_PER_PRINCIPAL", "8"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &s.ctx), 0);
+    rrpc_config_destroy(cfg);
+    assert_int_equal(rrpc_register(s.ctx, "echo", h_echo, NULL), 0);
+    assert_int_equal(rrpc_ctx_require_ticket(s.ctx, verify_named, s.ctx), 0);
+    assert_int_equal(rrpc_ctx_ticket_principal(s.ctx, "x"), -EPERM); /* not from a verifier */
+    assert_int_equal(rrpc_listen(s.ctx, "tcp://127.0.0.1:0", on_event, &s, &s.l), 0);
+    snprintf(s.uri, sizeof(s.uri), "tcp://127.0.0.1:%d", rrpc_listener_port(s.l));
+    assert_int_equal(rrpc_ctx_start_thread(s.ctx), 0);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *m[20];
+    int held = 0, by_principal = 0;
+    char why[256] = "";
+    for (int i = 0; i < 20; i++) {
+        rrpc_conn *c = NULL;
+        int r = rrpc_connect_ticket(cc, s.uri, "user:mallory", 12, 10000, NULL, NULL, &c);
+        if (r == 0) {
+            m[held++] = c;
+            continue;
+        }
+        by_principal += strstr(rrpc_ctx_last_error(cc), "RRPC_MAX_CONNS_PER_PRINCIPAL") != NULL;
+        if (!why[0] || !strstr(why, "RRPC_MAX_CONNS_PER_PRINCIPAL"))
+            snprintf(why, sizeof(why), "%s: %s", rrpc_err_name(r), rrpc_ctx_last_error(cc));
+    }
+    print_message("mallory holds %d of 20; refused: %s\n", held, why);
+    assert_int_equal(held, 8);
+    assert_non_null(strstr(why, "RRPC_MAX_CONNS_PER_PRINCIPAL"));
+    assert_non_null(strstr(why, "RRPC_E_LIMIT"));
+    rrpc_conn *alice = NULL;
+    int r = rrpc_connect_ticket(cc, s.uri, "user:alice", 10, 10000, NULL, NULL, &alice);
+    if (r)
+        fail_msg("alice, on mallory's address, was refused: %s: %s", rrpc_err_name(r),
+                 rrpc_ctx_last_error(cc));
+    void *out = NULL;
+    size_t len;
+    assert_int_equal(rrpc_call_sync(alice, "echo", "a", 1, NULL, &out, &len), 0);
+    free(out);
+    char want[100];
+    snprintf(want, sizeof(want), "rrpc_connections_refused_total{reason=\"per_principal\"} %d",
+             by_principal);
+    if (by_principal < 1 || !metrics_have(s.ctx, want)) {
+        static char text[1 << 18];
+        size_t n;
+        int rr = rrpc_ctx_stats_text(s.ctx, text, sizeof(text), &n);
+        const char *at = strstr(text, "rrpc_connections_refused_total{reason=\"per_principal");
+        fail_msg("%d refused naming the principal's cap; the metrics (%d, %zu bytes) say: %.80s",
+                 by_principal, rr, n, at ? at : "nothing");
+    }
+    rrpc_conn_close(alice);
+    for (int i = 0; i < held; i++)
+        rrpc_conn_close(m[i]);
+    rrpc_ctx_destroy(cc);
+    rrpc_ctx_destroy(s.ctx);
+    cur = NULL;
+}
+
+/* This process's resident set now (VmRSS), KiB. */
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/*
+ * Twenty connections each ask for 32 one-sided READs of about 1 MiB (56
+ * bytes each) and never read the answers.  Each stays within its own
+ * RRPC_MAX_ANSWER_BACKLOG (16 MiB), but before there was no bound over all
+ * of them: the server grew by about 320 MiB (issue 28: 7.5 -> 335 MB).  Now
+ * RRPC_MAX_ANSWER_BYTES (64 MiB) holds for all peers together: a peer above
+ * its share is refused its READs.
+ */
+static void test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget(
+    void **state)
+{
+    struct server s;
+    server_start(&s, false, NULL);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *legit = client_ok(cc, &s, false);
+    void *tok = NULL;
+    size_t tlen = 0;
+    assert_int_equal(rrpc_call_sync(legit, "token", NULL, 0, NULL, &tok, &tlen), 0);
+    rrpc_token t;
+    assert_int_equal(rrpc_token_decode(tok, tlen, &t), 0);
+    free(tok);
+    hwm_reset();
+    long rss0 = rss_kib(), hwm0 = hwm_kib();
+    enum { NPEERS = 20, NREADS = 32 };
+    static struct raw_conn rc[NPEERS];
+    const int cls = 2; /* bulk */
+    int asked = 0;
+    for (int p = 0; p < NPEERS; p++) {
+        int grant[4];
+        assert_int_equal(handshake_from(&rc[p], "127.0.0.1", s.port, 1, grant), 0);
+        int n = grant[cls] < NREADS ? grant[cls] : NREADS;
+        for (int i = 0; i < n; i++) {
+            uint8_t req[56];
+            raw_header(req, 9 /*OS_READ*/, cls, 0, 7000 + (uint64_t)i, 0, 24, 0);
+            raw_le(req + 32, t.addr, 8);
+            raw_le(req + 40, t.key, 8);
+            raw_le(req + 48, REGION_LEN - 4096, 4);
+            raw_le(req + 52, 0, 4);
+            assert_int_equal(send(rc[p].fd[cls], req, sizeof(req), MSG_NOSIGNAL), 56);
+            asked++;
+        }
+    }
+    /* Wait (at most 5 s) until the server stops growing: it has read them all. */
+    long last = 0;
+    for (int i = 0; i < 50; i++) {
+        usleep(100 * 1000);
+        long now = rss_kib();
+        if (now == last)
+            break;
+        last = now;
+    }
+    long rss1 = rss_kib(), hwm1 = hwm_kib();
+    print_message("%d READs of 1 MiB from %d peers that never read: RSS %ld -> %ld KiB, "
+                  "peak +%ld KiB\n", asked, NPEERS, rss0, rss1, hwm1 - hwm0);
+    if (hwm1 - hwm0 > 128 * 1024)
+        fail_msg("answers to %d peers that never read grew the server by %ld KiB (the budget "
+                 "for all of them is 64 MiB)", NPEERS, hwm1 - hwm0);
+    assert_false(metrics_have(s.ctx, "rrpc_answer_budget_holds_total 0")); /* it refused some */
+    /* Everyone else is still served. */
+    void *out = NULL;
+    size_t len;
+    assert_int_equal(rrpc_call_sync(legit, "echo", "y", 1, NULL, &out, &len), 0);
+    free(out);
+    for (int p = 0; p < NPEERS; p++)
+        raw_close(&rc[p]);
+    rrpc_conn_close(legit);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
 /* ---- B: out of file descriptors ----------------------------------------------------------- */
 
 static double cpu_seconds(void)
@@ -725,6 +1034,10 @@ int main(void)
         cmocka_unit_test(test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline),
         cmocka_unit_test(test_running_out_of_fds_pauses_accepts_and_recovers),
         cmocka_unit_test(test_a_forged_attach_is_refused_and_the_victim_goes_on),
+        cmocka_unit_test(test_ten_addresses_cannot_lock_out_a_client_from_an_eleventh),
+        cmocka_unit_test(test_one_address_cannot_lock_out_other_clients_on_it),
+        cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),
+        cmocka_unit_test(test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,6 +174,115 @@ def test_idle_connections_past_the_limit_do_not_stop_a_scrape():
         assert get_metrics(p)
 
 
+class Trickler:
+    """Slow clients (issue 28, point 2): @n connections to 127.0.0.1:@port, each
+    sending a request head one byte per @every seconds on a thread of its own,
+    never finishing it.  Counts the connections the server closed."""
+
+    HEAD = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 4000 + b"\r\n\r\n"
+
+    def __init__(self, port, n, every):
+        import threading
+        self.port, self.every, self.stop = port, every, threading.Event()
+        self.closed_by_server = 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def run(self):
+        try:
+            sk = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        except OSError:
+            return
+        with sk:
+            for i in range(len(self.HEAD)):
+                if self.stop.is_set():
+                    return
+                try:
+                    sk.sendall(self.HEAD[i:i + 1])
+                except OSError:
+                    break
+                if self.stop.wait(self.every):
+                    return
+            with self.lock:
+                self.closed_by_server += 1
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+def timed_scrape(port, bound):
+    """A scrape answered within @bound seconds (a generous bound: before issue 28
+    they waited 25-88 s or forever behind slow clients); returns its text."""
+    t0 = time.monotonic()
+    try:
+        status, _, body = scrape(port, timeout=bound)
+    except OSError as e:  # socket.timeout, a reset
+        pytest.fail("a scrape got no answer within %d s behind slow clients: %r" % (bound, e))
+    assert status == 200, body
+    print("scrape answered in %.2f s" % (time.monotonic() - t0))
+    return body
+
+
+def test_slow_clients_at_the_connection_limit_do_not_delay_a_scrape():
+    """8 connections (the default limit) each send one byte every 3 s: each is
+    progress, so the idle timeout never ends them, and before, every scrape
+    waited in the backlog until it timed out.  Now a new connection takes the
+    place of the oldest one without a whole request head."""
+    with roce_rpc.Context(config={"metrics_listen": "127.0.0.1:0"}) as c:
+        slow = Trickler(c.metrics_port, 8, 3.0)
+        try:
+            time.sleep(0.5)  # all 8 connected and sent their first byte
+            for _ in range(3):
+                assert "rrpc_calls_total" in timed_scrape(c.metrics_port, 10)
+        finally:
+            slow.close()
+
+
+def test_a_request_head_must_arrive_whole_within_the_header_timeout():
+    """A head trickled one byte per 0.3 s (progress each time) is closed at
+    metrics_header_timeout_s (1 s here), however slowly it comes."""
+    cfg = {"metrics_listen": "127.0.0.1:0", "metrics_header_timeout_s": 1}
+    with roce_rpc.Context(config=cfg) as c:
+        slow = Trickler(c.metrics_port, 2, 0.3)
+        try:
+            for _ in range(100):  # 10 s at most, ten times the deadline
+                if slow.closed_by_server == 2:
+                    break
+                time.sleep(0.1)
+            assert slow.closed_by_server == 2, "a trickled head was held past its deadline"
+        finally:
+            slow.close()
+        assert get_metrics(c.metrics_port)
+
+
+def test_partial_request_heads_then_close_do_not_delay_a_scrape():
+    """72 connections send part of a request head and close: before, they
+    waited in the backlog and drained 8 per timeout (scrapes waited 87 s)."""
+    with roce_rpc.Context(config={"metrics_listen": "127.0.0.1:0"}) as c:
+        for _ in range(72):
+            sk = socket.create_connection(("127.0.0.1", c.metrics_port), timeout=60)
+            sk.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            sk.close()
+        for _ in range(3):
+            assert "rrpc_calls_total" in timed_scrape(c.metrics_port, 10)
+
+
+def test_metrics_listen_binds_only_the_address_written():
+    """There is no implicit every-address bind: "*" and shortened IPv4 forms
+    such as "0" (which inet_aton reads as 0.0.0.0) are refused, saying what to
+    write; 0.0.0.0 binds every IPv4 address because it says so."""
+    for bad in ("*:0", "0:0", "127.1:0"):
+        with pytest.raises(RrpcError) as ei:
+            roce_rpc.Context(config={"metrics_listen": bad})
+        assert "0.0.0.0" in str(ei.value), str(ei.value)
+    with roce_rpc.Context(config={"metrics_listen": "0.0.0.0:0"}) as c:
+        assert get_metrics(c.metrics_port)
+
+
 # ---- rrpcd ------------------------------------------------------------------------
 
 
@@ -287,6 +396,45 @@ def test_rrpcd_metrics_answer_get_only_and_survive_idle_connections(rrpcd):
     finally:
         for sk in idle:
             sk.close()
+
+
+def test_rrpcd_metrics_answer_a_scrape_behind_slow_clients(rrpcd):
+    """rrpcd's endpoint (metrics_max_connections 4, metrics_timeout_s 1): 4
+    connections trickling a head one byte per 0.5 s (progress within the 1 s
+    timeout), and 72 that send part of a head and close."""
+    _, mport, _ = rrpcd
+    slow = Trickler(mport, 4, 0.5)
+    try:
+        time.sleep(0.3)
+        assert "rrpcd_requests_total" in timed_scrape(mport, 10)
+        for _ in range(72):
+            sk = socket.create_connection(("127.0.0.1", mport), timeout=60)
+            sk.sendall(b"GET /metrics HTTP/1.1\r\n")
+            sk.close()
+        assert "rrpcd_requests_total" in timed_scrape(mport, 10)
+    finally:
+        slow.close()
+
+
+def test_rrpcd_check_refuses_the_same_listen_addresses_as_a_context():
+    """One rule for both: rrpcd --check refuses "*:0" and "0:0" alike."""
+    if not os.environ.get("RRPCD"):
+        pytest.skip("RRPCD unset (meson test sets it)")
+    d = tempfile.mkdtemp(prefix="rrpc-metrics-listen-")
+    try:
+        subprocess.run([os.environ["MAKE_CERTS"], d], check=True, stdout=subprocess.DEVNULL)
+        for bad in ("*:0", "0:0"):
+            conf = os.path.join(d, "rrpcd.conf")
+            with open(conf, "w") as f:
+                f.write("listen = 127.0.0.1:0\ncert = {d}/rrpcd.crt\nkey = {d}/rrpcd.key\n"
+                        "ca = {d}/ca.crt\nmetrics_listen = {b}\n".format(d=d, b=bad))
+            p = subprocess.run([os.environ["RRPCD"], "-c", conf, "--check"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            out = p.stdout.decode()
+            assert p.returncode != 0, "rrpcd --check accepted metrics_listen = " + bad
+            assert "0.0.0.0" in out, out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 _GIVEN_PORTS = set()

@@ -61,6 +61,8 @@ static int server_stats(rrpc_conn *c, int *conns, long *rss)
     void *out;
     size_t n;
     int r = rrpc_call_sync(c, "stats", NULL, 0, NULL, &out, &n);
+    if (r)
+        fprintf(stderr, "many_conns: the server's stats call: %s\n", rrpc_err_name(r));
     if (r == 0) {
         char buf[64];
         snprintf(buf, sizeof(buf), "%.*s", (int)n, (char *)out);
@@ -103,6 +105,10 @@ int main(int argc, char **argv)
     setenv("RRPC_TEST_SERVER", "127.0.0.2", 1);
     setenv("RRPC_MAX_CONNS", cap, 1);
     setenv("RRPC_MAX_CONNS_PER_SOURCE", cap, 1);
+    /* One client address on purpose: no share kept for others, and no idle
+     * connection (each made one call) closed to make room for the next. */
+    setenv("RRPC_CONNS_RESERVE_PCT", "0", 1);
+    setenv("RRPC_IDLE_EVICT_MS", "0", 1);
     int fds[2];
     if (pipe(fds))
         return 1;
@@ -115,6 +121,8 @@ int main(int argc, char **argv)
     close(fds[1]);
     unsetenv("RRPC_MAX_CONNS");
     unsetenv("RRPC_MAX_CONNS_PER_SOURCE");
+    unsetenv("RRPC_CONNS_RESERVE_PCT");
+    unsetenv("RRPC_IDLE_EVICT_MS");
     FILE *f = fdopen(fds[0], "r");
     int port = 0;
     if (!f || fscanf(f, "port %d", &port) != 1) {

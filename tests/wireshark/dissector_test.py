@@ -20,6 +20,7 @@ SEND payloads after Wireshark's InfiniBand dissector: every REQUEST names
 one of them, every call is answered with status 0 on its class, ids match.
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -36,6 +37,12 @@ def fnv1a(name):
     for b in name.encode():
         h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+def proto_version():
+    """The wire protocol version the library speaks (core/frame.h)."""
+    text = open(os.path.join(TOP, "libroce_rpc", "core", "frame.h")).read()
+    return re.search(r"#define\s+RRPCI_PROTO_VERSION\s+(\d+)", text).group(1)
 
 
 def fail(msg):
@@ -150,10 +157,11 @@ def main():
                     "rrpc.hello.max_msg", flt="rrpc.type == 1 || rrpc.type == 2")
     if len(hellos) != 4:
         fail("%d hello records, want 4 (two connections)" % len(hellos))
+    ver = proto_version()
     for h in hellos:
-        if h[0] != "1" or h[1] != "16,64,16,8" or h[2] != str(64 << 20):
-            fail("hello record %r, want version 1, credits 16,64,16,8, max_msg %d"
-                 % (h, 64 << 20))
+        if h[0] != ver or h[1] != "16,64,16,8" or h[2] != str(64 << 20):
+            fail("hello record %r, want version %s, credits 16,64,16,8, max_msg %d"
+                 % (h, ver, 64 << 20))
     # One-sided: the WRITE's chunks add up to 256 KiB, the last one notifies
     w = fields(script, cap, "rrpc.os.len", "rrpc.flags.notify", "rrpc.os.imm", "rrpc.class",
                flt="rrpc.type == 8")

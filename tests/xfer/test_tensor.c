@@ -908,6 +908,56 @@ static void test_tensor_offers_beyond_the_budget_are_refused_before_any_allocati
     assert_int_equal(T.allocs, 0);
 }
 
+/*
+ * Issue 28, point 8: an offer of zero elements takes no bytes of the budget,
+ * so 100,000 of them used to queue at the receiver (+48 MB) while
+ * bytes_held stayed 0.  Offers are counted too: one connection gets a
+ * quarter of RRPC_TENSOR_MAX_PENDING (4096), the rest is refused with a
+ * reason, and "done" gives the places back.
+ */
+static void test_tensor_offers_are_counted_so_empty_ones_cannot_pile_up(void **state)
+{
+    enum { N = 3000, SHARE = 4096 / 4 };
+    reserve(0);
+    reset_rx(ALLOC_EXACT, 0);
+    uint64_t *ids = calloc(N, sizeof(*ids));
+    assert_non_null(ids);
+    int accepted = 0, refused = 0;
+    char msg[512], first[512] = "";
+    for (int i = 0; i < N; i++) {
+        uint64_t id = 0;
+        int st = raw_offer("empty", RRPC_DTYPE_U8, 1, (int64_t[]){0}, &id, msg, sizeof(msg));
+        if (st == 0) {
+            ids[accepted++] = id;
+            continue;
+        }
+        assert_int_equal(st, -ENOBUFS);
+        if (!refused++)
+            snprintf(first, sizeof(first), "%s", msg);
+    }
+    printf("# %d empty offers: %d accepted, %d refused: %s\n", N, accepted, refused, first);
+    assert_int_equal(accepted, SHARE);
+    assert_int_equal(refused, N - SHARE);
+    assert_non_null(strstr(first, "RRPC_TENSOR_MAX_PENDING=4096"));
+    assert_int_equal(rrpc_tensor_server_bytes_held(T.srv), 0);
+    char *text = malloc(1 << 20);
+    size_t tl;
+    assert_non_null(text);
+    assert_int_equal(rrpc_ctx_stats_text(T.sctx, text, 1 << 20, &tl), 0);
+    assert_non_null(strstr(text, "\nrrpc_tensor_offers_pending 1024\n"));
+    assert_non_null(strstr(text, "\nrrpc_tensor_offers_refused_total 1976\n"));
+    for (int i = 0; i < accepted; i++)
+        raw_done(ids[i], 0);
+    assert_int_equal(rrpc_ctx_stats_text(T.sctx, text, 1 << 20, &tl), 0);
+    assert_non_null(strstr(text, "\nrrpc_tensor_offers_pending 0\n"));
+    free(text);
+    uint64_t id;
+    assert_int_equal(raw_offer("empty", RRPC_DTYPE_U8, 1, (int64_t[]){0}, &id, msg, sizeof(msg)),
+                     0);
+    raw_done(id, 0);
+    free(ids);
+}
+
 static void test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_done(
     void **state)
 {
@@ -1284,6 +1334,7 @@ int main(void)
         cmocka_unit_test(test_tensor_to_a_peer_that_does_not_serve_fails_with_no_method),
         cmocka_unit_test(test_tensor_offers_beyond_the_budget_are_refused_before_any_allocation),
         cmocka_unit_test(test_tensor_budget_holds_offers_still_arriving_and_frees_them_when_done),
+        cmocka_unit_test(test_tensor_offers_are_counted_so_empty_ones_cannot_pile_up),
         cmocka_unit_test(
             test_tensor_sender_order_offers_give_dense_strides_whatever_the_wire_says),
         cmocka_unit_test(test_kv_random_pairs_land_byte_for_byte),

@@ -11,26 +11,50 @@ RoCEv2, and TCP).  See docs/python.md.
 
         conn = client.connect(lis.uri)
         assert conn.call("echo", b"hi") == b"hi"
+
+The names this module exports are those of __all__ (and of dir()); the
+cffi module stays reachable for experts as roce_rpc.ffi and roce_rpc.lib.
 """
-from ._rrpc import ffi, lib  # noqa: F401  (the cffi module, for experts; not in __all__)
-from . import _core
-from ._core import (Context, Conn, Listener, Region, Request, Token, RrpcError, RpcError,
+from typing import List
+
+from ._rrpc import ffi, lib  # noqa: F401  (roce_rpc.ffi, for experts)
+from ._core import (Context, Conn, Listener, Region, Grant, Request, Token, RrpcError, RpcError,
                     RrpcTimeoutError, RrpcConnectionError, RrpcConnectionRefusedError,
-                    RrpcPermissionError, RrpcValueError,
+                    RrpcPermissionError, RrpcValueError, ErrorCode, QosName, QosClass,
                     strerror, err_name, HANDLER_ERROR, NO_DEADLINE, TOKEN_SIZE, REMOTE_READ,
-                    REMOTE_WRITE, CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND)
+                    REMOTE_WRITE, CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND,
+                    E_PROTO, E_VERSION, E_NO_METHOD, E_BAD_CLASS, E_TOO_BIG, E_ACCESS,
+                    E_CONN_LOST, E_DEADLINE, E_NO_DEVICE, E_URI, E_CLOSED, E_CREDIT,
+                    E_DEADLOCK, E_ARGS, E_TRANSPORT, E_REGION, E_TICKET, E_LIMIT,
+                    E_UNKNOWN_HOST, E_CANCELLED, E_GRANT)
+from ._pack import pack_args, unpack_args
 
 __version__ = "0.2.0"
 
-__all__ = list(_core.__all__) + ["HAVE_TENSOR", "__version__"]
-globals().update({n: getattr(_core, n) for n in _core.__all__ if n.startswith("E_")})
-
 HAVE_TENSOR: bool = hasattr(lib, "rrpc_tensor_send_with")
+HAVE_BROKER: bool = hasattr(lib, "rrpc_broker_open")
+
+__all__ = ["Context", "Conn", "Listener", "Region", "Grant", "Request", "Token", "RrpcError", "RpcError",
+           "RrpcTimeoutError", "RrpcConnectionError", "RrpcConnectionRefusedError",
+           "RrpcPermissionError", "RrpcValueError", "ErrorCode", "QosName", "QosClass",
+           "strerror", "err_name", "HANDLER_ERROR", "NO_DEADLINE", "TOKEN_SIZE", "REMOTE_READ",
+           "REMOTE_WRITE", "CLASS_CONTROL", "CLASS_LOW_LATENCY", "CLASS_BULK",
+           "CLASS_BACKGROUND",
+           "E_PROTO", "E_VERSION", "E_NO_METHOD", "E_BAD_CLASS", "E_TOO_BIG", "E_ACCESS",
+           "E_CONN_LOST", "E_DEADLINE", "E_NO_DEVICE", "E_URI", "E_CLOSED", "E_CREDIT",
+           "E_DEADLOCK", "E_ARGS", "E_TRANSPORT", "E_REGION", "E_TICKET", "E_LIMIT",
+           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT",
+           "pack_args", "unpack_args", "HAVE_TENSOR", "HAVE_BROKER", "__version__"]
+
 if HAVE_TENSOR:
-    from .tensor import (KvPool, KvToken, TensorServer, ReceivePool,  # noqa: F401
+    from .tensor import (KvPool, KvToken, TensorServer, ReceivePool,
                          dtype_to_rrpc, dtype_from_rrpc)
     __all__ += ["KvPool", "KvToken", "TensorServer", "ReceivePool", "dtype_to_rrpc",
                 "dtype_from_rrpc"]
 
-HAVE_BROKER: bool = hasattr(lib, "rrpc_broker_open")
-__all__ += ["HAVE_BROKER"]
+
+def __dir__() -> List[str]:
+    # the public names and the submodules imported so far (aio, broker, ...)
+    import sys
+    subs = [n for n in ("aio", "broker", "tensor") if __name__ + "." + n in sys.modules]
+    return sorted(set(__all__) | set(subs))

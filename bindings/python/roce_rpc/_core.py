@@ -13,58 +13,130 @@ so dropping them in any order is safe.  Every use of a C handle is counted
 deferred until that use ends, and Context.close() waits for every use to end
 before it destroys the C context (which frees what is still open).
 """
+import _thread
 import asyncio
 import collections
 import concurrent.futures
+import enum
 import errno
 import itertools
 import logging
 import math
+import operator
 import threading
 import traceback
+import types
 import weakref
-from typing import Any, Callable, Optional, Tuple, TypeVar, Union
+from typing import (Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union,
+                    get_args, Literal, TYPE_CHECKING)
 
 from ._rrpc import ffi, lib
 
-__all__ = ["Context", "Conn", "Listener", "Region", "Request", "Token",
+if TYPE_CHECKING:  # the tensor module needs numpy: imported when used
+    from .tensor import KvPool, ReceivePool, TensorServer
+
+__all__ = ["Context", "Conn", "Listener", "Region", "Grant", "Request", "Token",
            "RrpcError", "RpcError", "RrpcTimeoutError", "RrpcConnectionError",
            "RrpcConnectionRefusedError", "RrpcPermissionError", "RrpcValueError",
+           "ErrorCode", "QosName", "QosClass",
            "strerror", "err_name", "HANDLER_ERROR", "NO_DEADLINE", "TOKEN_SIZE",
            "REMOTE_READ", "REMOTE_WRITE", "CLASS_CONTROL", "CLASS_LOW_LATENCY", "CLASS_BULK",
-           "CLASS_BACKGROUND"]  # and the E_* codes, added below
+           "CLASS_BACKGROUND",
+           "E_PROTO", "E_VERSION", "E_NO_METHOD", "E_BAD_CLASS", "E_TOO_BIG", "E_ACCESS",
+           "E_CONN_LOST", "E_DEADLINE", "E_NO_DEVICE", "E_URI", "E_CLOSED", "E_CREDIT",
+           "E_DEADLOCK", "E_ARGS", "E_TRANSPORT", "E_REGION", "E_TICKET", "E_LIMIT",
+           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT"]
 
 _Buffer = Any  # bytes, bytearray, memoryview, a numpy array: the buffer protocol
-_QoS = Union[int, str]  # a class number (CLASS_*) or name ("low_latency")
+# The QoS class names rrpc_class_from_name knows: a type checker refuses any
+# other string (qos="bluk"), and so does _qos() at run time (ValueError).
+QosName = Literal["control", "low_latency", "bulk", "background"]
+_QoS = Union[int, QosName]  # a class number (CLASS_*) or name ("low_latency")
+QosClass = _QoS
 _TokenLike = Union["Token", bytes]
 _F = TypeVar("_F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound="_Closable")
 
 log = logging.getLogger("roce_rpc")
 
 # ---- constants --------------------------------------------------------------
 
-_ERR_NAMES = ("PROTO", "VERSION", "NO_METHOD", "BAD_CLASS", "TOO_BIG", "ACCESS",
-              "CONN_LOST", "DEADLINE", "NO_DEVICE", "URI", "CLOSED",
-              "CREDIT", "DEADLOCK", "ARGS", "TRANSPORT", "REGION", "TICKET", "LIMIT",
-              "UNKNOWN_HOST", "CANCELLED", "GRANT")
-for _n in _ERR_NAMES:
-    globals()["E_" + _n] = getattr(lib, "RRPC_E_" + _n)
-    __all__.append("E_" + _n)
+class ErrorCode(enum.IntEnum):
+    """The library's own error codes (include/roce_rpc/error.h, RRPC_E_*).
 
-CLASS_CONTROL = lib.RRPC_CLASS_CONTROL
-CLASS_LOW_LATENCY = lib.RRPC_CLASS_LOW_LATENCY
-CLASS_BULK = lib.RRPC_CLASS_BULK
-CLASS_BACKGROUND = lib.RRPC_CLASS_BACKGROUND
+    An ``int``: ``e.code == ErrorCode.DEADLINE`` and ``e.code ==
+    E_DEADLINE`` both hold.  Negated errno values and a handler's positive
+    codes are plain ints.  The values are checked against the C library
+    when the package is imported.
+    """
 
-REMOTE_READ = lib.RRPC_ACCESS_REMOTE_READ
-REMOTE_WRITE = lib.RRPC_ACCESS_REMOTE_WRITE
-TOKEN_SIZE = lib.RRPC_TOKEN_SIZE
+    PROTO = -1000
+    VERSION = -1001
+    NO_METHOD = -1002
+    BAD_CLASS = -1003
+    TOO_BIG = -1004
+    ACCESS = -1005
+    CONN_LOST = -1006
+    DEADLINE = -1007
+    NO_DEVICE = -1008
+    URI = -1009
+    CLOSED = -1010
+    CREDIT = -1012
+    DEADLOCK = -1013
+    ARGS = -1014
+    TRANSPORT = -1015
+    REGION = -1016
+    TICKET = -1017
+    LIMIT = -1018
+    UNKNOWN_HOST = -1019
+    CANCELLED = -1020
+    GRANT = -1021
 
-NO_DEADLINE = math.inf
+
+for _e in ErrorCode:
+    if getattr(lib, "RRPC_E_" + _e.name) != _e.value:  # pragma: no cover
+        raise ImportError("roce_rpc: ErrorCode.%s is %d but the library's RRPC_E_%s is %d: "
+                          "the package and its extension were built from different sources"
+                          % (_e.name, _e.value, _e.name, getattr(lib, "RRPC_E_" + _e.name)))
+del _e
+
+# The old names of the codes, each the enum member itself.
+E_PROTO = ErrorCode.PROTO
+E_VERSION = ErrorCode.VERSION
+E_NO_METHOD = ErrorCode.NO_METHOD
+E_BAD_CLASS = ErrorCode.BAD_CLASS
+E_TOO_BIG = ErrorCode.TOO_BIG
+E_ACCESS = ErrorCode.ACCESS
+E_CONN_LOST = ErrorCode.CONN_LOST
+E_DEADLINE = ErrorCode.DEADLINE
+E_NO_DEVICE = ErrorCode.NO_DEVICE
+E_URI = ErrorCode.URI
+E_CLOSED = ErrorCode.CLOSED
+E_CREDIT = ErrorCode.CREDIT
+E_DEADLOCK = ErrorCode.DEADLOCK
+E_ARGS = ErrorCode.ARGS
+E_TRANSPORT = ErrorCode.TRANSPORT
+E_REGION = ErrorCode.REGION
+E_TICKET = ErrorCode.TICKET
+E_LIMIT = ErrorCode.LIMIT
+E_UNKNOWN_HOST = ErrorCode.UNKNOWN_HOST
+E_CANCELLED = ErrorCode.CANCELLED
+E_GRANT = ErrorCode.GRANT
+
+CLASS_CONTROL: int = lib.RRPC_CLASS_CONTROL
+CLASS_LOW_LATENCY: int = lib.RRPC_CLASS_LOW_LATENCY
+CLASS_BULK: int = lib.RRPC_CLASS_BULK
+CLASS_BACKGROUND: int = lib.RRPC_CLASS_BACKGROUND
+
+REMOTE_READ: int = lib.RRPC_ACCESS_REMOTE_READ
+REMOTE_WRITE: int = lib.RRPC_ACCESS_REMOTE_WRITE
+TOKEN_SIZE: int = lib.RRPC_TOKEN_SIZE
+
+NO_DEADLINE: float = math.inf
 
 # The code a call fails with when its Python handler raised anything but an
 # RrpcError(code > 0), or returned something that is not a buffer.
-HANDLER_ERROR = 1
+HANDLER_ERROR: int = 1
 
 
 def _s(p):
@@ -92,7 +164,7 @@ class RrpcError(Exception):
     message  the handler's message, or the library's detail (for a call,
              'call "METHOD" failed: ...', as rrpc_call_sync says it)
 
-    RrpcError(code, message) gives the subclass that matches @code, and
+    RrpcError(code, message) gives the subclass that matches code, and
     the subclasses are also Python's built-in exceptions (like OSError(
     errno.ENOENT, ...) gives a FileNotFoundError):
 
@@ -108,9 +180,9 @@ class RrpcError(Exception):
     The OSError ones carry the matching positive .errno (ETIMEDOUT, ...).
     """
 
-    _errno = None  # the OSError subclasses' errno when @code is no errno
+    _errno = None  # the OSError subclasses' errno when code is no errno
 
-    def __new__(cls, code=0, message="", *rest):
+    def __new__(cls, code: int = 0, message: str = "", *rest: Any) -> "RrpcError":
         if cls is RrpcError:
             cls = _ERROR_CLASSES.get(int(code), RrpcError)
         if issubclass(cls, OSError):
@@ -119,9 +191,9 @@ class RrpcError(Exception):
             return super().__new__(cls, eno, message or "")
         return super().__new__(cls, code, message)
 
-    def __init__(self, code=0, message=""):
-        self.code = int(code)
-        self.message = message or ""
+    def __init__(self, code: int = 0, message: str = "") -> None:
+        self.code: int = int(code)
+        self.message: str = message or ""
         super().__init__(self.code, self.message)
         self.args = (self.code, self.message)
 
@@ -129,7 +201,8 @@ class RrpcError(Exception):
         return (type(self), (self.code, self.message))
 
     @property
-    def name(self):
+    def name(self) -> str:
+        """rrpc_err_name(code): "RRPC_E_DEADLINE", "ENOMEM", ..."""
         return err_name(self.code)
 
     def __str__(self):
@@ -200,15 +273,29 @@ def _closed_error(what="object"):
     return RrpcError(lib.RRPC_E_CLOSED, "the %s is closed" % what)
 
 
+_QOS_NAMES = get_args(QosName)
+
+
 def _qos(qos, default):
     if qos is None:
         return default
     if isinstance(qos, str):
-        r = lib.rrpc_class_from_name(qos.encode())
+        r = lib.rrpc_class_from_name(qos.encode()) if qos in _QOS_NAMES else -1
         if r < 0:
-            raise RrpcError(r, "unknown QoS class %r" % qos)
+            import difflib
+            near = difflib.get_close_matches(qos, _QOS_NAMES, 1)
+            raise RrpcError(lib.RRPC_E_BAD_CLASS, "unknown QoS class %r%s: use one of %s, or a "
+                            "class number (CLASS_*)" % (qos, " (did you mean %r?)" % near[0]
+                                                         if near else "",
+                                                         ", ".join(_QOS_NAMES)))
         return r
-    return int(qos)
+    try:
+        if isinstance(qos, bool):
+            raise TypeError
+        return operator.index(qos)
+    except TypeError:
+        raise TypeError("qos must be a class name (%s) or number, not %s"
+                        % (", ".join(_QOS_NAMES), type(qos).__name__)) from None
 
 
 def _deadline_ms(timeout):
@@ -226,7 +313,7 @@ _CALL_SPIN_US = 50  # Conn.call spins this long for its answer before it sleeps
 
 
 def _call_opts(cls, deadline_ms):
-    """The rrpc_call_opts of (@cls, @deadline_ms), made once (read only)."""
+    """The rrpc_call_opts of (cls, deadline_ms), made once (read only)."""
     o = _opts_cache.get((cls, deadline_ms))
     if o is None:
         o = ffi.new("rrpc_call_opts *", [cls, deadline_ms])
@@ -272,7 +359,7 @@ _tls = threading.local()
 
 
 class _InCallback:
-    """Marks the current thread as inside a callback of @core."""
+    """Marks the current thread as inside a callback of core."""
     __slots__ = ("core",)
 
     def __init__(self, core):
@@ -335,10 +422,13 @@ class _Core:
         self.log_fn = None
         self.ctx_ref = None
         self.tasks = set()     # aio: the tasks of async def handlers still running
+        self.tasks_refused = 0  # aio: requests refused E_LIMIT by the task budget
+        self.stop_exc = None   # aio: a handler's KeyboardInterrupt/SystemExit to re-raise
         self.brokers = set()   # roce_rpc.broker: brokers whose ticket gate this context uses
         self.services = weakref.WeakSet()  # broker Services on this context, closed first
         self.aio = None        # the asyncio loop that drives this context (roce_rpc.aio)
         self.kick = None       # aio: asks the driver to run the loop soon
+        self.flush = None      # aio: runs the library's loop once, now
         self.key, self.user = _keep(self)
         self.keys.add(self.key)
 
@@ -369,7 +459,7 @@ class _Core:
                     log.exception("roce_rpc: deferred close failed")
 
     def retire(self, obj, fn):
-        """Marks @obj closed and runs @fn (which releases its C handle) once
+        """Marks obj closed and runs fn (which releases its C handle) once
         no other thread uses a handle of this context."""
         with self.lock:
             if obj._closed:
@@ -391,12 +481,12 @@ class _Core:
         self.keys.discard(key)
 
     def submit(self, conn, keep, start, busy=None, enders=()):
-        """Starts one asynchronous operation on @conn and returns its Future,
-        keep[0].  @keep stays alive until the completion callback; @busy (a
-        Region or pool, if any) is marked in use first; @start(user) makes
+        """Starts one asynchronous operation on conn and returns its Future,
+        keep[0].  keep stays alive until the completion callback; busy (a
+        Region or pool, if any) is marked in use first; start(user) makes
         the C call under the context and returns an RrpcError or None.  On an
         error (or an exception) everything is undone: the Future is no longer
-        pending, @keep is released, and every object of @enders is ended."""
+        pending, keep is released, and every object of enders is ended."""
         fut = keep[0]
         if busy is not None:
             busy._op_begin()
@@ -474,6 +564,117 @@ def _last_line(e):
     return traceback.format_exception_only(type(e), e)[-1].strip()
 
 
+class _TaskBudget:
+    """The asyncio tasks of async def handlers that the process holds
+    (roce_rpc.aio): one budget for every aio context of the process, and a
+    bound per connection.  A request beyond its connection's share is
+    refused with E_LIMIT before its task is made.  The share: per_conn
+    tasks, and, once half the process budget is in use, no more than an
+    equal part of the whole budget among the connections that hold tasks,
+    so peers that flood on many connections leave room for one that holds
+    none.  Changed with roce_rpc.aio.set_task_limits."""
+
+    def __init__(self, process, per_conn):
+        self.lock = threading.Lock()
+        self.process = process
+        self.per_conn = per_conn
+        self.held = 0
+        self.refused = 0
+        self.by_conn = {}  # (core key, conn address) -> tasks held
+
+    def admit(self, core, conn):
+        """None and one task counted for (core, conn), or why it is refused."""
+        k = (core.key, _ptrint(conn))
+        with self.lock:
+            n = self.by_conn.get(k, 0)
+            why = None
+            if n >= self.per_conn:
+                why = ("this connection has %d unfinished async handler tasks at the server, "
+                       "its limit (roce_rpc.aio.set_task_limits(per_conn=%d))"
+                       % (n, self.per_conn))
+            elif self.held >= self.process:
+                why = ("the server process holds %d unfinished async handler tasks, its limit "
+                       "(roce_rpc.aio.set_task_limits(process=%d))" % (self.held, self.process))
+            elif self.held * 2 >= self.process:
+                # an equal part among the busy connections and one more
+                # (room for a connection that holds none yet)
+                share = max(1, self.process // (len(self.by_conn) + 1))
+                if n >= share:
+                    why = ("the server process holds %d of its %d async handler tasks and this "
+                           "connection has %d, its share among %d busy connections"
+                           % (self.held, self.process, n, len(self.by_conn)))
+            if why is not None:
+                self.refused += 1
+                core.tasks_refused += 1
+                return why
+            self.by_conn[k] = n + 1
+            self.held += 1
+            return None
+
+    def release(self, core, conn):
+        k = (core.key, _ptrint(conn))
+        with self.lock:
+            n = self.by_conn.get(k, 0)
+            if n <= 1:
+                self.by_conn.pop(k, None)
+            else:
+                self.by_conn[k] = n - 1
+            if n:
+                self.held -= 1
+
+
+_tasks = _TaskBudget(process=1024, per_conn=64)
+
+# Exceptions a handler raises to stop the program rather than fail a call.
+_STOP_EXCEPTIONS = (KeyboardInterrupt, SystemExit)
+
+
+def _stop_message(method, e):
+    return ("the server is stopping: handler %r raised %s; the call was not served"
+            % (method, _last_line(e)))
+
+
+def _stop_host(core, method, e):
+    """A handler raised KeyboardInterrupt or SystemExit: its caller has its
+    answer; now the exception goes where Python would take it.  On a
+    roce_rpc.aio context, out of the event loop (asyncio.run() raises it),
+    as from any task or callback; on a thread-mode context (handlers run on
+    the library's thread), KeyboardInterrupt to the main thread, as Ctrl-C
+    would (_thread.interrupt_main: the main thread's SIGINT handler runs),
+    and SystemExit, which in a thread other than the main one ends no
+    process, to threading.excepthook (logged here at ERROR first)."""
+    log.error("roce_rpc: handler %r raised %s: the caller got an error; %s", method,
+              type(e).__name__,
+              "re-raised from the event loop" if core.aio is not None else
+              ("passed to the main thread" if isinstance(e, KeyboardInterrupt) else
+               "passed to threading.excepthook (a SystemExit in a thread other than the "
+               "main one ends no process)"), exc_info=e)
+    if core.aio is not None:
+        if _in_callback(core):  # a plain def handler, inside rrpc_ctx_progress:
+            core.stop_exc = e   # the driver raises it once that returns
+        elif core.flush is not None:
+            core.flush()  # a task: the answer goes out before the task re-raises it
+        return
+    if isinstance(e, KeyboardInterrupt):
+        _thread.interrupt_main()
+    else:
+        threading.excepthook(threading.ExceptHookArgs((type(e), e, e.__traceback__,
+                                                       threading.current_thread())))
+
+
+async def _handler_task(coro, rq, core):
+    """Runs an async def handler's coroutine; a KeyboardInterrupt or
+    SystemExit it raises is answered to its caller first, then goes on out
+    of the event loop (asyncio re-raises it from the task)."""
+    try:
+        return await coro
+    except _STOP_EXCEPTIONS as e:
+        if not rq._answered:
+            rq._answer_error(HANDLER_ERROR, _stop_message(rq._method, e))
+        _stop_host(core, rq._method, e)
+        raise
+
+
 class _Handler:
     __slots__ = ("fn", "with_request", "core", "method", "key", "user")
 
@@ -504,6 +705,11 @@ def _rrpc_py_handler(req, payload, length, user):
                             h.method, exc_info=True)
                 rq._answer_error(HANDLER_ERROR, _last_line(e))
                 return
+            except _STOP_EXCEPTIONS as e:
+                if not rq._answered:
+                    rq._answer_error(HANDLER_ERROR, _stop_message(h.method, e))
+                _stop_host(h.core, h.method, e)
+                return
             if rq._answered or rq._deferred:
                 if asyncio.iscoroutine(result):
                     result.close()
@@ -513,10 +719,22 @@ def _rrpc_py_handler(req, payload, length, user):
                 result.add_done_callback(rq._from_future)
                 return
             if h.core.aio is not None and asyncio.iscoroutine(result):
-                rq._deferred = True  # an async def handler: a task on the driving loop
-                task = h.core.aio.create_task(result)
-                h.core.tasks.add(task)
-                task.add_done_callback(h.core.tasks.discard)
+                # an async def handler: a task on the driving loop, if the
+                # connection's share of the process's task budget allows
+                why = _tasks.admit(h.core, rq._conn)
+                if why is not None:
+                    result.close()
+                    rq._refuse('call "%s" refused: %s; try again later' % (h.method, why))
+                    return
+                rq._deferred = True
+                core, conn = h.core, rq._conn
+                task = core.aio.create_task(_handler_task(result, rq, core))
+                core.tasks.add(task)
+
+                def done(t, core=core, conn=conn):
+                    core.tasks.discard(t)
+                    _tasks.release(core, conn)
+                task.add_done_callback(done)
                 task.add_done_callback(rq._from_future)
                 return
             rq._answer(result)
@@ -683,7 +901,7 @@ _PY_LEVEL = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: l
 # ---- Context ----------------------------------------------------------------
 
 def _create_ctx(config, pp):
-    """rrpc_ctx_create, or rrpc_ctx_create_with a config made of @config."""
+    """rrpc_ctx_create, or rrpc_ctx_create_with a config made of config."""
     if not config:
         return lib.rrpc_ctx_create(pp)
     cp = ffi.new("rrpc_config **")
@@ -706,14 +924,18 @@ class _Closable:
     """`with obj:` closes obj at the end of the block, and so does garbage
     collection (errors are ignored there).  Subclasses define close()."""
 
-    def __enter__(self):
+    def __enter__(self: _C) -> _C:
         return self
 
-    def __exit__(self, *a):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> bool:
         self.close()
         return False
 
-    def __del__(self):
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -740,7 +962,11 @@ class Context(_Closable):
     (metrics_port says the port when it was 0).
     """
 
-    def __init__(self, *, log=None, log_level=6, classes=None, config=None, _driven=False):
+    def __init__(self, *, log: Union[None, bool, Callable[[int, str], Any]] = None,
+                 log_level: int = 6,
+                 classes: Optional[Dict[_QoS, Tuple[int, int, int]]] = None,
+                 config: Optional[Dict[str, Union[str, int]]] = None,
+                 _driven: bool = False) -> None:
         pp = ffi.new("rrpc_ctx **")
         r = _create_ctx(config, pp)
         if r:
@@ -771,7 +997,8 @@ class Context(_Closable):
 
     # -- lifetime --
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """Whether close() was called."""
         return self._core.closing or self._core.closed
 
     def close(self) -> None:
@@ -793,7 +1020,7 @@ class Context(_Closable):
             _destroy(core)
 
     # -- metrics --
-    def stats(self) -> dict:
+    def stats(self) -> Dict[str, Any]:
         """The context's counters (rrpc_ctx_stats, rrpc_ctx_peer_stats):
         {"classes": {name: {calls, calls_ok, calls_failed, call_errors (a
         dict by code: RRPC_E_DEADLINE, ..., application, other),
@@ -842,7 +1069,7 @@ class Context(_Closable):
                 "busy_poll_contended_stops": int(st.busy_poll_contended_stops)}
 
     @property
-    def metrics_port(self):
+    def metrics_port(self) -> Optional[int]:
         """The TCP port this context serves GET /metrics on (the config's
         metrics_listen), or None when it serves none."""
         with self._core.use():
@@ -884,7 +1111,7 @@ class Context(_Closable):
     # -- RPC server side --
     def handler(self, method: str, *, request: bool = False,
                 on_worker: bool = False) -> Callable[[_F], _F]:
-        """Decorator: registers fn(data: bytes) -> bytes-like for @method.
+        """Decorator: registers fn(data: bytes) -> bytes-like for method.
 
         With request=True the function is fn(req: Request, data).  It may
         raise RrpcError(code > 0, message) to fail the call, return a
@@ -905,7 +1132,7 @@ class Context(_Closable):
 
     def add_handler(self, method: str, fn: Callable[..., Any], *, request: bool = False,
                     on_worker: bool = False) -> None:
-        """Registers @fn for @method (see handler())."""
+        """Registers fn for method (see handler())."""
         core = self._core
         if on_worker and core.aio is not None:
             raise ValueError("on_worker handlers are for thread-mode contexts; under "
@@ -913,10 +1140,11 @@ class Context(_Closable):
         h = _Handler(fn, request, core, method)
         h.key, h.user = _keep(h)
         core.keys.add(h.key)
-        opts = ffi.NULL
-        if on_worker:
-            opts = ffi.new("rrpc_register_opts *")
-            opts.flags = lib.RRPC_HANDLER_ON_WORKER
+        # A handler that answers later (a Future, req.defer(), an async def
+        # on roce_rpc.aio) keeps its request's credit until it answers, so a
+        # caller holds at most its credit window of unanswered requests here.
+        opts = ffi.new("rrpc_register_opts *")
+        opts.flags = lib.RRPC_HANDLER_ON_WORKER if on_worker else lib.RRPC_HANDLER_CREDIT_ON_ANSWER
         with core.use():
             r = lib.rrpc_register_with(self._ptr, method.encode(), lib._rrpc_py_handler, h.user,
                                        opts)
@@ -955,7 +1183,7 @@ class Context(_Closable):
 
     def wait_notify(self, timeout: Optional[float] = None) -> int:
         """The oldest queued notification value; RrpcTimeoutError (a
-        TimeoutError) after @timeout s."""
+        TimeoutError) after timeout s."""
         core = self._core
         with core.cv:
             if not core.cv.wait_for(lambda: core.notes or core.closed, timeout):
@@ -966,7 +1194,7 @@ class Context(_Closable):
 
     # -- endpoints --
     def listen(self, uri: str) -> "Listener":
-        """Listens on @uri (tcp://HOST:PORT or rdma://HOST:PORT; port 0 picks one)."""
+        """Listens on uri (tcp://HOST:PORT or rdma://HOST:PORT; port 0 picks one)."""
         return Listener(self, uri)
 
     def connect_async(self, uri: str, *, timeout: float = 10.0,
@@ -975,7 +1203,7 @@ class Context(_Closable):
         """Starts connecting (rrpc_connect_with): returns the Conn at once
         and a Future that completes (None) once it is up, or with the RrpcError of the
         failure (RrpcConnectionRefusedError, RrpcTimeoutError after
-        @timeout s, RrpcPermissionError when the ticket is refused)."""
+        timeout s, RrpcPermissionError when the ticket is refused)."""
         core = self._core
         slot, user = core.conn_slot()
         slot.fut = fut = core.future()
@@ -1007,8 +1235,8 @@ class Context(_Closable):
 
     def connect(self, uri: str, *, timeout: float = 10.0,
                 ticket: Optional[_Buffer] = None) -> "Conn":
-        """Connects to @uri and waits until it is up (rrpc_connect_sync, or
-        rrpc_connect_ticket with @ticket bytes).  Returns a Conn."""
+        """Connects to uri and waits until it is up (rrpc_connect_sync, or
+        rrpc_connect_ticket with ticket bytes).  Returns a Conn."""
         core = self._core
         core.check_blocking("connect")
         slot, user = core.conn_slot()
@@ -1031,35 +1259,35 @@ class Context(_Closable):
     # -- memory --
     def register(self, obj: _Buffer,
                  access: Union[int, str] = REMOTE_READ | REMOTE_WRITE) -> "Region":
-        """Registers the memory of @obj (anything with the buffer protocol:
+        """Registers the memory of obj (anything with the buffer protocol:
         bytearray, memoryview, mmap, a C-contiguous numpy array) with zero
-        copy; the Region keeps @obj alive.  @access: REMOTE_READ|REMOTE_WRITE
+        copy; the Region keeps obj alive.  access: REMOTE_READ|REMOTE_WRITE
         bits, or a string of 'r'/'w'."""
         return Region(self, obj, access)
 
     register_memory = register
 
-    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> Any:
-        """A KV-cache page pool over @array (see KvPool)."""
+    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> "KvPool":
+        """A KV-cache page pool over array (see KvPool)."""
         from .tensor import KvPool
         return KvPool(self, array, page_size)
 
     def serve_tensors(self, alloc: Optional[Callable[..., Any]] = None,
                       on_tensor: Optional[Callable[..., Any]] = None, *,
                       max_bytes: Optional[int] = None, pool: Any = None,
-                      keep_bytes: Optional[int] = None) -> Any:
+                      keep_bytes: Optional[int] = None) -> "TensorServer":
         """Accepts tensors from every connection (see TensorServer)."""
         from .tensor import TensorServer
         return TensorServer(self, alloc, on_tensor, max_bytes=max_bytes, pool=pool,
                             keep_bytes=keep_bytes)
 
-    def receive_pool(self, slot_bytes: int, count: int = 2) -> Any:
-        """@count registered receive destinations of @slot_bytes each,
+    def receive_pool(self, slot_bytes: int, count: int = 2) -> "ReceivePool":
+        """count registered receive destinations of slot_bytes each,
         reused across receives (see ReceivePool; serve_tensors(pool=...))."""
         from .tensor import ReceivePool
         return ReceivePool(self, slot_bytes, count)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<roce_rpc.Context%s>" % (" closed" if self.closed else "")
 
 
@@ -1119,7 +1347,7 @@ class Request:
     __slots__ = ("_ptr", "_core", "_method", "_answered", "_deferred", "_lock", "qos_class",
                  "_conn")
 
-    def __init__(self, ptr, core, method=""):
+    def __init__(self, ptr: Any, core: "_Core", method: str = "") -> None:
         self._ptr = ptr
         self._core = core
         self._method = method
@@ -1130,11 +1358,11 @@ class Request:
         self._conn = lib.rrpc_request_conn(ptr)
 
     @property
-    def conn(self):
+    def conn(self) -> "Conn":
         """The Conn the request came on (valid while the request is)."""
         return self._core.conn_for(self._conn)
 
-    def defer(self) -> None:
+    def defer(self) -> "Request":
         """The handler returns without answering; respond()/fail() later."""
         self._deferred = True
         return self
@@ -1146,10 +1374,10 @@ class Request:
             self._answered = True
 
     def respond(self, data: Optional[_Buffer] = b"") -> None:
-        """Answers with @data (any buffer; copied by the library).  Raises
-        TypeError, and leaves the request unanswered, when @data is not a
+        """Answers with data (any buffer; copied by the library).  Raises
+        TypeError, and leaves the request unanswered, when data is not a
         buffer."""
-        b, n = _cbuf(data)  # before _take: a bad @data must not use up the request
+        b, n = _cbuf(data)  # before _take: a bad data must not use up the request
         self._take()
         with self._core.use():
             r = lib.rrpc_respond(self._ptr, b, n)
@@ -1157,7 +1385,7 @@ class Request:
             raise RrpcError(r, strerror(r))
 
     def fail(self, code: int, message: str = "") -> None:
-        """Fails the call with the application code @code (> 0)."""
+        """Fails the call with the application code code (> 0)."""
         msg = str(message).encode()[:1024]
         self._take()
         with self._core.use():
@@ -1200,11 +1428,22 @@ class Request:
             if e.code != lib.RRPC_E_CLOSED:
                 log.warning("roce_rpc: could not respond: %s", e)
 
+    def _refuse(self, message):
+        """Refuses the request for load: the caller's call fails with E_LIMIT."""
+        self._take()
+        with self._core.use():
+            lib.rrpc_respond_error(self._ptr, lib.RRPC_E_LIMIT, message.encode()[:1024])
+
     def _from_future(self, fut):
         try:
             data = fut.result()
         except RrpcError as e:
             self._answer_error(e.code, e.message)
+        except _STOP_EXCEPTIONS as e:
+            if not self._answered:
+                self._answer_error(HANDLER_ERROR, _stop_message(self._method, e))
+            if not isinstance(fut, asyncio.Future):  # a task re-raises it in its loop itself
+                _stop_host(self._core, self._method, e)
         except BaseException as e:
             log.warning("roce_rpc: handler %r failed; its caller gets HANDLER_ERROR",
                         self._method, exc_info=e)
@@ -1219,7 +1458,16 @@ class Conn(_Closable):
     """A connection.  From Context.connect (owned: close() it, or let it be
     collected) or accepted by a Listener (valid until it goes down)."""
 
-    def __init__(self):
+    uri: Optional[str]  #: the URI it was connected to (None: accepted)
+    down_reason: int    #: why it went down (0 while up)
+    _core: "_Core"
+    _ptr: Any
+    _owned: bool
+    _closed: bool
+    _up: bool
+    _ctx: Optional["Context"]
+
+    def __init__(self) -> None:
         raise TypeError("use Context.connect()")
 
     @classmethod
@@ -1236,25 +1484,30 @@ class Conn(_Closable):
         return c
 
     @property
-    def context(self):
+    def context(self) -> Optional["Context"]:
+        """The Context of this connection (None once it is collected)."""
         return self._ctx if self._ctx is not None else (
             self._core.ctx_ref() if self._core.ctx_ref else None)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """Whether close() was called or the connection went down."""
         return self._closed
 
     @property
-    def up(self):
+    def up(self) -> bool:
+        """Whether the connection is up."""
         return self._up and not self._closed
 
     @property
-    def transport(self):
+    def transport(self) -> str:
+        """"tcp", "verbs" or "inproc"."""
         with self._core.use(self, "connection"):
             return _s(lib.rrpc_conn_transport(self._ptr))
 
     @property
-    def peer(self):
+    def peer(self) -> str:
+        """The peer's address."""
         buf = ffi.new("char[]", 128)
         with self._core.use(self, "connection"):
             r = lib.rrpc_conn_peer(self._ptr, buf, 128)
@@ -1290,8 +1543,8 @@ class Conn(_Closable):
                    timeout: Optional[float] = None,
                    callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None
                    ) -> "concurrent.futures.Future[bytes]":
-        """Calls @method; returns a concurrent.futures.Future whose result is
-        the response bytes (or RrpcError).  @callback(future), if given, is
+        """Calls method; returns a concurrent.futures.Future whose result is
+        the response bytes (or RrpcError).  callback(future), if given, is
         added as a done callback; it runs on the loop thread."""
         core = self._core
         fut = core.future()
@@ -1306,7 +1559,7 @@ class Conn(_Closable):
         return core.submit(self, (fut, core, method), start)
 
     def _cancel_call(self, fut) -> bool:
-        """Cancels in the library the call whose future is @fut
+        """Cancels in the library the call whose future is fut
         (rrpc_call_cancel): its completion runs now (the future is left as
         it is if already done or cancelled) and a late answer is dropped.
         Whether a pending call was found."""
@@ -1320,7 +1573,7 @@ class Conn(_Closable):
 
     def call(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
              timeout: Optional[float] = None) -> bytes:
-        """Calls @method and returns the response bytes; raises RrpcError
+        """Calls method and returns the response bytes; raises RrpcError
         (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
         core = self._core
         core.check_blocking("call")
@@ -1391,8 +1644,8 @@ class Conn(_Closable):
                     remote_offset: int = 0, length: Optional[int] = None, *,
                     qos: Optional[_QoS] = None, notify: Optional[int] = None
                     ) -> "concurrent.futures.Future[None]":
-        """One-sided WRITE of @length bytes of Region @local at @local_offset
-        into the peer memory of Token @remote at @remote_offset.  @notify: a
+        """One-sided WRITE of length bytes of Region local at local_offset
+        into the peer memory of Token remote at remote_offset.  notify: a
         32-bit value the target's notify callback receives once the data
         landed.  Returns a Future (result None)."""
         return self._op(lib.rrpc_write, "write", local, local_offset, remote, remote_offset,
@@ -1401,7 +1654,7 @@ class Conn(_Closable):
     def read_async(self, local: "Region", local_offset: int, remote: _TokenLike,
                    remote_offset: int = 0, length: Optional[int] = None, *,
                    qos: Optional[_QoS] = None) -> "concurrent.futures.Future[None]":
-        """One-sided READ from the peer into Region @local; returns a Future."""
+        """One-sided READ from the peer into Region local; returns a Future."""
         if local._readonly:
             raise RrpcError(lib.RRPC_E_REGION, "cannot READ into a read-only buffer")
         return self._op(lib.rrpc_read, "read", local, local_offset, remote, remote_offset,
@@ -1418,7 +1671,7 @@ class Conn(_Closable):
     def read(self, local: "Region", local_offset: int, remote: _TokenLike,
              remote_offset: int = 0, length: Optional[int] = None, *,
              qos: Optional[_QoS] = None) -> None:
-        """Blocking read_async: returns when the data is in @local."""
+        """Blocking read_async: returns when the data is in local."""
         self._core.check_blocking("read")
         self.read_async(local, local_offset, remote, remote_offset, length, qos=qos).result()
 
@@ -1429,7 +1682,7 @@ class Conn(_Closable):
         return send_tensor_async(self, name, array, qos=qos)
 
     def send_tensor(self, name: str, array: Any, *, qos: Optional[_QoS] = None) -> None:
-        """Sends numpy @array as tensor @name (dtype, shape and strides
+        """Sends numpy array as tensor name (dtype, shape and strides
         travel with it); returns when the receiver has it all."""
         self._core.check_blocking("send_tensor")
         self.send_tensor_async(name, array, qos=qos).result()
@@ -1441,13 +1694,13 @@ class Conn(_Closable):
 
     def kv_transfer(self, src: Any, dst: Any, pairs: Any, *, qos: Optional[_QoS] = None,
                     notify: Optional[int] = None) -> int:
-        """Copies pages of KvPool @src into the peer's pool (KvToken @dst):
-        @pairs is [(src_page, dst_page), ...] or an (n, 2) integer array.
+        """Copies pages of KvPool src into the peer's pool (KvToken dst):
+        pairs is [(src_page, dst_page), ...] or an (n, 2) integer array.
         Returns the number of WRITEs the batch used."""
         self._core.check_blocking("kv_transfer")
         return self.kv_transfer_async(src, dst, pairs, qos=qos, notify=notify).result()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._closed else ("up" if self._up else "down")
         return "<roce_rpc.Conn %s %s>" % (self.uri or ("accepted %#x" % _ptrint(self._ptr)),
                                           state)
@@ -1456,7 +1709,7 @@ class Conn(_Closable):
 class Listener(_Closable):
     """A listening endpoint (Context.listen).  .port, .uri, .connections."""
 
-    def __init__(self, ctx, uri):
+    def __init__(self, ctx: "Context", uri: str) -> None:
         core = ctx._core
         self._ctx = ctx
         self._core = core
@@ -1470,16 +1723,19 @@ class Listener(_Closable):
         self.port = lib.rrpc_listener_port(self._ptr)
         self.uri = _with_port(uri, self.port)
 
-    def handler(self, method, *, request=False, on_worker=False):
+    def handler(self, method: str, *, request: bool = False,
+                on_worker: bool = False) -> Callable[[_F], _F]:
         """Same as Context.handler (handlers belong to the context)."""
         return self._ctx.handler(method, request=request, on_worker=on_worker)
 
     @property
-    def context(self):
+    def context(self) -> "Context":
+        """The Context that listens."""
         return self._ctx
 
     @property
-    def connections(self):
+    def connections(self) -> List["Conn"]:
+        """The accepted connections that are up."""
         return list(self._core.accepted.values())
 
     def client_uri(self, src: Optional[str] = None) -> str:
@@ -1521,7 +1777,7 @@ class Token:
 
     __slots__ = ("addr", "length", "key", "access")
 
-    def __init__(self, addr, length, key, access):
+    def __init__(self, addr: int, length: int, key: int, access: int) -> None:
         self.addr, self.length, self.key, self.access = addr, length, key, access
 
     @classmethod
@@ -1549,19 +1805,20 @@ class Token:
 
     __bytes__ = to_bytes
 
-    def __eq__(self, o):
+    def __eq__(self, o: object) -> bool:
         return isinstance(o, Token) and (self.addr, self.length, self.key, self.access) == (
             o.addr, o.length, o.key, o.access)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<Token addr=%#x len=%d access=%d>" % (self.addr, self.length, self.access)
 
 
 class Region(_Closable):
     """Registered memory (Context.register_memory).  Zero copy: the library
-    reads and writes @obj's own memory.  Keeps @obj and the Context alive."""
+    reads and writes obj's own memory.  Keeps obj and the Context alive."""
 
-    def __init__(self, ctx, obj, access=REMOTE_READ | REMOTE_WRITE):
+    def __init__(self, ctx: "Context", obj: _Buffer,
+                 access: Union[int, str] = REMOTE_READ | REMOTE_WRITE) -> None:
         core = ctx._core
         self._ctx = ctx
         self._core = core
@@ -1590,15 +1847,17 @@ class Region(_Closable):
         core.regions[id(self)] = self
 
     @property
-    def context(self):
+    def context(self) -> "Context":
+        """The Context the memory is registered with."""
         return self._ctx
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """Whether the region is deregistered."""
         return self._closed
 
     def token(self, conn: "Conn") -> Token:
-        """The Token with which the peer of @conn may access this region."""
+        """The Token with which the peer of conn may access this region."""
         t = ffi.new("rrpc_token *")
         with self._core.use(self, "region"), self._core_conn(conn):
             r = lib.rrpc_region_token(self._ptr, conn._ptr, t)
@@ -1610,7 +1869,24 @@ class Region(_Closable):
     def _core_conn(self, conn):
         return _ConnUse(conn)
 
-    def contains(self, addr, n):
+    def grant(self, conn: "Conn", offset: int, length: int,
+              access: Union[int, str] = REMOTE_READ | REMOTE_WRITE,
+              expires: Optional[float] = None, qos: Optional[_QoS] = None) -> "Grant":
+        """Grants the peer of conn access to [offset, offset + length) of this
+        region (rrpc_region_grant): access is a subset of the region's ("r",
+        "w", "rw" or REMOTE_* bits), expires is in seconds (None: never), qos
+        the class the peer's operations must use (default "bulk").  Returns a
+        Grant whose token the peer uses like a region's; revoke it with
+        Grant.revoke() or a with block.  Blocks until the grant is in force
+        (on verbs the NIC binds a memory window): from a handler, register it
+        with on_worker=True (else RrpcError E_DEADLOCK).  Raises RrpcError:
+        E_REGION (range outside), E_ACCESS (rights the region lacks),
+        E_CLOSED, E_LIMIT (RRPC_MAX_GRANTS)."""
+        return Grant(self, conn, offset, length, access, expires, qos)
+
+
+    def contains(self, addr: int, n: int) -> bool:
+        """Whether n bytes at address addr are inside the region."""
         return self.addr <= addr and addr + n <= self.addr + self.nbytes
 
     # in-flight operations keep the region registered
@@ -1648,7 +1924,7 @@ class Region(_Closable):
         ptr = self._ptr
         self._core.retire(self, lambda: lib.rrpc_mem_dereg(ptr))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<roce_rpc.Region %s bytes at %#x%s>" % (
             getattr(self, "nbytes", "?"), getattr(self, "addr", 0),
             " closed" if getattr(self, "_closed", True) else "")
@@ -1665,8 +1941,58 @@ class _NullCM:
 _Null = _NullCM()
 
 
+class Grant(_Closable):
+    """One peer's access to part of a Region (Region.grant), revocable.
+    Its token is sent to the peer; revoke() (or the end of a with block)
+    ends it: from then on no access through it succeeds."""
+
+    def __init__(self, region: Region, conn: "Conn", offset: int, length: int,
+                 access: Union[int, str], expires: Optional[float],
+                 qos: Optional[_QoS]) -> None:
+        self._core = region._core
+        self._closed = False
+        opts = ffi.new("rrpc_grant_opts *")
+        opts.qos_class = _qos(qos, 0)
+        if expires is not None:
+            if expires <= 0:
+                raise ValueError("expires must be > 0 seconds (or None)")
+            opts.expires_ms = max(1, int(expires * 1000))
+        gp = ffi.new("rrpc_grant **")
+        t = ffi.new("rrpc_token *")
+        with self._core.use(region, "region"), region._core_conn(conn):
+            r = lib.rrpc_region_grant(region._ptr, conn._ptr, offset, length,
+                                      _access_bits(access), opts, gp, t)
+            err = _error(r, self._core.ptr, "grant") if r else None
+        if err:
+            raise err
+        self._ptr = gp[0]
+        self.token = Token._from_c(t)
+        self.region = region
+        self._core.regions[id(self)] = self  # marked closed when the context closes
+
+    @property
+    def closed(self) -> bool:
+        """Whether the grant is revoked (or its context closed)."""
+        return self._closed
+
+    def revoke(self) -> None:
+        """Ends the grant and frees it; idempotent."""
+        if getattr(self, "_core", None) is None or not hasattr(self, "_ptr"):
+            return
+        ptr = self._ptr
+        self._core.retire(self, lambda: lib.rrpc_grant_revoke(ptr))
+
+    close = revoke
+
+    def __repr__(self) -> str:
+        t = getattr(self, "token", None)
+        return "<roce_rpc.Grant %s bytes at %#x%s>" % (
+            t.length if t else "?", t.addr if t else 0,
+            " revoked" if getattr(self, "_closed", True) else "")
+
+
 class _ConnUse:
-    """Checks that @conn is open and of the same context for a handle use."""
+    """Checks that conn is open and of the same context for a handle use."""
 
     def __init__(self, conn):
         if not isinstance(conn, Conn):
@@ -1682,10 +2008,14 @@ class _ConnUse:
         return False
 
 
-@__import__("atexit").register
+__import__("atexit").register
 def _close_all():
     for ctx in list(_live):
         try:
             ctx.close()
         except Exception:
             pass
+
+
+def __dir__() -> List[str]:
+    return sorted(__all__)

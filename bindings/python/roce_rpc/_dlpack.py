@@ -6,8 +6,8 @@ dtype.  bfloat16 (kDLBfloat, 16 bits) comes out as uint16, the same bits,
 with RRPC_DTYPE_BF16, so no ml_dtypes is needed.  The producer's deleter
 runs once the array and every view of it are gone.
 
-export(array, dtype): an object whose __dlpack__ hands @array's memory to a
-consumer (np.from_dlpack, torch.from_dlpack), with @dtype "bfloat16" to
+export(array, dtype): an object whose __dlpack__ hands array's memory to a
+consumer (np.from_dlpack, torch.from_dlpack), with dtype "bfloat16" to
 label raw uint16/int16 bits as bfloat16.
 
 Only the DLPack C ABI (dlpack.h, version 0.x: DLManagedTensor in a
@@ -16,10 +16,13 @@ Only the DLPack C ABI (dlpack.h, version 0.x: DLManagedTensor in a
 import ctypes
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
 from ._rrpc import lib
+
+__all__ = ["DLPackTensor", "consume", "export"]
 
 KDL_CPU = 1
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
@@ -83,8 +86,8 @@ def _call_deleter(addr):
         mt.deleter(ctypes.cast(addr, ctypes.POINTER(_DLManagedTensor)))
 
 
-def consume(obj):
-    """(numpy array over @obj's memory, rrpc dtype code).  ValueError for
+def consume(obj: Any) -> Any:
+    """(numpy array over obj's memory, rrpc dtype code).  ValueError for
     memory that is not the CPU's; TypeError for dtypes rrpc cannot carry."""
     dev = obj.__dlpack_device__()
     if int(dev[0]) != KDL_CPU:
@@ -154,7 +157,7 @@ class DLPackTensor:
 
     __slots__ = ("array", "_code", "_bits", "__weakref__")
 
-    def __init__(self, array, dtype=None):
+    def __init__(self, array: Any, dtype: Any = None) -> None:
         a = np.asarray(array)
         if dtype not in (None, "bfloat16"):
             raise ValueError("dtype is None or 'bfloat16'")
@@ -199,7 +202,11 @@ class DLPackTensor:
         return _New(addr, _NAME, _capsule_gone)
 
 
-def export(array, dtype=None):
-    """An object with __dlpack__ over @array's memory (no copy); @dtype
+def export(array: Any, dtype: Any = None) -> "DLPackTensor":
+    """An object with __dlpack__ over array's memory (no copy); dtype
     'bfloat16' labels 16-bit integer raw bits as bfloat16."""
     return DLPackTensor(array, dtype)
+
+
+def __dir__() -> "list[str]":
+    return sorted(__all__)

@@ -25,6 +25,18 @@ loop answers when it returns).  A coroutine that raises, or returns
 something that is not a buffer, fails the call with HANDLER_ERROR carrying
 the exception's type and message, and is logged (logger "roce_rpc").
 
+A request keeps its credit until its handler's task answers it, so a
+caller holds at most its credit window of unfinished tasks per class; the
+tasks a process holds are bounded too (set_task_limits: per connection,
+and for the whole process, a busy connection held to its share of it), and
+a request beyond them is refused at once with E_LIMIT.  task_counts() and
+Context.tasks_held say how many there are.
+
+A handler that raises KeyboardInterrupt or SystemExit stops the program as
+it would anywhere in asyncio: its caller is answered (HANDLER_ERROR, "the
+server is stopping: ..."), the exception is logged at ERROR, and it is
+raised out of the event loop, so asyncio.run() raises it in the host.
+
 Cancelling an awaited operation (task.cancel(), asyncio.timeout,
 asyncio.wait_for) cancels it for the caller: the awaiting task gets
 CancelledError at once and the operation's completion is never delivered
@@ -42,26 +54,81 @@ loop that has to run for them to finish.
 import asyncio
 import collections
 import logging
-from typing import Any, Callable, Optional, Tuple
+import types
+from typing import (Any, Callable, List, NamedTuple, Optional, Tuple, Type, TypeVar,
+                    TYPE_CHECKING)
 
 from ._rrpc import ffi, lib
 from . import _core
-from ._core import RrpcError, _closed_error
+from ._core import RrpcError, _closed_error, _Buffer, _QoS, _TokenLike
 
-__all__ = ["Context", "Conn", "TensorServer"]
+if TYPE_CHECKING:
+    from .tensor import KvPool
 
-log = logging.getLogger("roce_rpc")
+__all__ = ["Context", "Conn", "TensorServer", "TaskCounts", "set_task_limits", "task_counts"]
+
+_log = logging.getLogger("roce_rpc")
+_A = TypeVar("_A", bound="_AsyncWith")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class TaskCounts(NamedTuple):
+    """The async def handler tasks of this process (task_counts())."""
+
+    held: int            #: tasks running now, in every aio context
+    refused: int         #: requests refused E_LIMIT by the limits since the start
+    process_limit: int   #: set_task_limits(process=...)
+    per_conn_limit: int  #: set_task_limits(per_conn=...)
+
+
+def set_task_limits(*, process: Optional[int] = None, per_conn: Optional[int] = None) -> None:
+    """Bounds the async def handler tasks this process holds.
+
+    Args:
+        process: tasks held at once by every aio context of the process
+            (default 1024); once half of them are in use, a connection gets
+            no more than an equal part among the connections holding tasks.
+        per_conn: tasks held at once for one connection (default 64; its
+            credit window bounds it too).
+
+    A request beyond them is refused at once: its caller gets E_LIMIT and
+    a message saying which limit.  Raises ValueError for a limit below 1.
+    """
+    for name, v in (("process", process), ("per_conn", per_conn)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError("set_task_limits: %s must be an int >= 1, not %r" % (name, v))
+    with _core._tasks.lock:
+        if process is not None:
+            _core._tasks.process = process
+        if per_conn is not None:
+            _core._tasks.per_conn = per_conn
+
+
+def task_counts() -> TaskCounts:
+    """How many async def handler tasks the process holds, and its limits."""
+    t = _core._tasks
+    with t.lock:
+        return TaskCounts(t.held, t.refused, t.process, t.per_conn)
+
+
+def __dir__() -> List[str]:
+    return sorted(__all__)
 
 
 class _AsyncWith:
     """`async with obj:` closes obj at the end of the block."""
 
-    async def __aenter__(self):
+    async def __aenter__(self: _A) -> _A:
         return self
 
-    async def __aexit__(self, *a):
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException],
+                        tb: Optional[types.TracebackType]) -> bool:
         self.close()
         return False
+
+    def close(self) -> None:
+        raise NotImplementedError
 
 
 class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when collected
@@ -69,7 +136,8 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
     coroutine).  Arguments as roce_rpc.Context: log, log_level, classes,
     config.  `async with` closes it; so does close()."""
 
-    def __init__(self, *, log=None, log_level=6, classes=None, config=None):
+    def __init__(self, *, log: Any = None, log_level: int = 6,
+                 classes: Optional[Any] = None, config: Optional[Any] = None) -> None:
         self._loop = asyncio.get_running_loop()
         self.sync = _core.Context(log=log, log_level=log_level, classes=classes,
                                   config=config, _driven=True)
@@ -82,6 +150,7 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         self._note_waiters = collections.deque()
         core.aio = self._loop
         core.kick = self._kick
+        core.flush = self._run
         core.notify_fn = self._on_note
         self._user_notify = None
         fd = lib.rrpc_ctx_fd(self._ptr)
@@ -93,12 +162,12 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         self._kick()
 
     # -- the driver --
-    def _kick(self):
+    def _kick(self) -> None:
         """Runs the library's loop at the next turn of the event loop."""
         if self._soon is None and not self._core.closed and not self._core.closing:
             self._soon = self._loop.call_soon(self._run)
 
-    def _run(self):
+    def _run(self) -> None:
         self._soon = None
         core = self._core
         if self._running or core.closing or core.closed:
@@ -107,14 +176,19 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         try:
             r = lib.rrpc_ctx_progress(self._ptr, 0)
             if r and r != lib.RRPC_E_DEADLOCK:
-                log.warning("roce_rpc.aio: rrpc_ctx_progress: %s", _core.strerror(r))
+                _log.warning("roce_rpc.aio: rrpc_ctx_progress: %s", _core.strerror(r))
+            stop, core.stop_exc = core.stop_exc, None
+            if stop is not None:
+                lib.rrpc_ctx_progress(self._ptr, 0)  # the caller's answer goes out first
+                self._kick()  # should the host's loop run on, so does this context
+                raise stop  # a handler's KeyboardInterrupt/SystemExit, as Python would
             ms = ffi.new("int *")
             if lib.rrpc_ctx_timeout(self._ptr, ms) == 0:
                 self._arm(ms[0])
         finally:
             self._running = False
 
-    def _arm(self, ms):
+    def _arm(self, ms: int) -> None:
         if ms == 0:
             self._kick()
             return
@@ -131,7 +205,7 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
             t.cancel()
         self._timer = self._loop.call_at(due, self._timer_fired)
 
-    def _timer_fired(self):
+    def _timer_fired(self) -> None:
         self._timer = None
         self._run()
 
@@ -165,12 +239,29 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
 
     # -- server side --
     def listen(self, uri: str) -> "_core.Listener":
-        """Listens on @uri (tcp://HOST:PORT, rdma://HOST:PORT, inproc://NAME)."""
+        """Listens on uri (tcp://HOST:PORT, rdma://HOST:PORT, inproc://NAME)."""
         lis = self.sync.listen(uri)
         self._kick()
         return lis
 
-    def handler(self, method: str, *, request: bool = False):
+    @property
+    def tasks_held(self) -> int:
+        """The async def handler tasks of this context running now."""
+        return len(self._core.tasks)
+
+    @property
+    def tasks_refused(self) -> int:
+        """Requests of this context refused E_LIMIT by the task limits."""
+        return self._core.tasks_refused
+
+    def stats(self) -> "dict[str, Any]":
+        """roce_rpc.Context.stats(), and "handler_tasks": {"held",
+        "refused"} of this context (the process's: task_counts())."""
+        st = self.sync.stats()
+        st["handler_tasks"] = {"held": self.tasks_held, "refused": self.tasks_refused}
+        return st
+
+    def handler(self, method: str, *, request: bool = False) -> Callable[[_F], _F]:
         """Decorator, as roce_rpc.Context.handler; `async def` handlers too."""
         return self.sync.handler(method, request=request)
 
@@ -180,19 +271,21 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
     def remove_handler(self, method: str) -> None:
         self.sync.remove_handler(method)
 
-    def on_connect(self, fn):
+    def on_connect(self, fn: _F) -> _F:
+        """Decorator: fn(conn) for every accepted or opened connection."""
         return self.sync.on_connect(fn)
 
-    def on_disconnect(self, fn):
+    def on_disconnect(self, fn: _F) -> _F:
+        """Decorator: fn(conn, reason) when a connection goes down."""
         return self.sync.on_disconnect(fn)
 
-    def on_notify(self, fn):
+    def on_notify(self, fn: _F) -> _F:
         """Decorator: fn(conn, imm) for every notification (instead of
         wait_notify)."""
         self._user_notify = fn
         return fn
 
-    def _on_note(self, conn, imm):
+    def _on_note(self, conn: Any, imm: int) -> None:
         if self._user_notify is not None:
             self._user_notify(conn, imm)
             return
@@ -204,7 +297,7 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         self._notes.append(imm)
 
     async def wait_notify(self, timeout: Optional[float] = None) -> int:
-        """The oldest notification value; RrpcTimeoutError after @timeout s."""
+        """The oldest notification value; RrpcTimeoutError after timeout s."""
         if self._notes:
             return self._notes.popleft()
         if self.closed:
@@ -218,9 +311,9 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                             "no notification within %s s" % timeout) from None
 
     # -- client side --
-    async def connect(self, uri: str, *, timeout: float = 10.0, ticket=None,
-                      src: Optional[str] = None) -> "Conn":
-        """Connects to @uri; returns once the connection is up.  Raises as
+    async def connect(self, uri: str, *, timeout: float = 10.0,
+                      ticket: Optional[_Buffer] = None, src: Optional[str] = None) -> "Conn":
+        """Connects to uri; returns once the connection is up.  Raises as
         roce_rpc.Context.connect; cancelling closes the half-made connection."""
         c, fut = self.sync.connect_async(uri, timeout=timeout, ticket=ticket, src=src)
         try:
@@ -231,8 +324,9 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         c._up = True
         return Conn(self, c)
 
-    async def connect_service(self, broker, service: str, *, timeout: float = 10.0) -> "Conn":
-        """Connects to @service by name through @broker (a
+    async def connect_service(self, broker: Any, service: str, *,
+                              timeout: float = 10.0) -> "Conn":
+        """Connects to service by name through broker (a
         roce_rpc.broker.Broker): the lookup runs on a worker thread (it is a
         TLS round trip to rrpcd), then each endpoint in turn is connected on
         this loop with its instance's ticket, a fresh lookup before reusing
@@ -259,21 +353,26 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                                                       % service)
 
     # -- memory, tensors, KV pages: no waiting, the same objects --
-    def register(self, obj, access=_core.REMOTE_READ | _core.REMOTE_WRITE):
+    def register(self, obj: _Buffer, access: "int | str" = _core.REMOTE_READ | _core.REMOTE_WRITE
+                 ) -> _core.Region:
+        """Registers obj's memory (see roce_rpc.Context.register)."""
         return self.sync.register(obj, access)
 
     register_memory = register
 
-    def kv_pool(self, array, page_size=None):
+    def kv_pool(self, array: Any, page_size: Optional[int] = None) -> "KvPool":
+        """A KV-cache page pool over array (see roce_rpc.Context.kv_pool)."""
         return self.sync.kv_pool(array, page_size)
 
-    def serve_tensors(self, alloc=None, on_tensor=None, *, max_bytes=None,
-                      pool=None, keep_bytes=None) -> "TensorServer":
+    def serve_tensors(self, alloc: Optional[Callable[..., Any]] = None,
+                      on_tensor: Optional[Callable[..., Any]] = None, *,
+                      max_bytes: Optional[int] = None, pool: Any = None,
+                      keep_bytes: Optional[int] = None) -> "TensorServer":
         """As roce_rpc.Context.serve_tensors; receive() is awaited."""
         return TensorServer(self, self.sync.serve_tensors(alloc, on_tensor, max_bytes=max_bytes,
                                                           pool=pool, keep_bytes=keep_bytes))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<roce_rpc.aio.Context%s>" % (" closed" if self.closed else "")
 
 
@@ -282,18 +381,18 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
     synchronous Conn underneath is .sync (its properties are reachable
     here too: uri, transport, peer, ...)."""
 
-    def __init__(self, actx, conn):
+    def __init__(self, actx: Context, conn: _core.Conn) -> None:
         self._actx = actx
         self.sync = conn
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name == "sync":
             raise AttributeError(name)
         return getattr(self.sync, name)
 
-    async def call(self, method: str, data=b"", *, qos=None,
-                   timeout: Optional[float] = None) -> bytes:
-        """Calls @method; the response bytes, or RrpcError (a handler's code
+    async def call(self, method: str, data: Optional[_Buffer] = b"", *,
+                   qos: Optional[_QoS] = None, timeout: Optional[float] = None) -> bytes:
+        """Calls method; the response bytes, or RrpcError (a handler's code
         > 0, RrpcTimeoutError at the deadline, ...).  Cancelling the
         awaiting task cancels the call in the library (rrpc_call_cancel):
         it no longer waits for its answer or its deadline."""
@@ -304,48 +403,49 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
             self.sync._cancel_call(fut)
             raise
 
-    async def write(self, local, local_offset: int, remote, remote_offset: int = 0,
-                    length: Optional[int] = None, *, qos=None, notify: Optional[int] = None
-                    ) -> None:
-        """One-sided WRITE (see roce_rpc.Conn.write_async); @notify: write-with-notify."""
+    async def write(self, local: _core.Region, local_offset: int, remote: _TokenLike,
+                    remote_offset: int = 0, length: Optional[int] = None, *,
+                    qos: Optional[_QoS] = None, notify: Optional[int] = None) -> None:
+        """One-sided WRITE (see roce_rpc.Conn.write_async); notify: write-with-notify."""
         await self.sync.write_async(local, local_offset, remote, remote_offset, length,
                                     qos=qos, notify=notify)
 
-    async def read(self, local, local_offset: int, remote, remote_offset: int = 0,
-                   length: Optional[int] = None, *, qos=None) -> None:
-        """One-sided READ into Region @local."""
+    async def read(self, local: _core.Region, local_offset: int, remote: _TokenLike,
+                   remote_offset: int = 0, length: Optional[int] = None, *,
+                   qos: Optional[_QoS] = None) -> None:
+        """One-sided READ into Region local."""
         await self.sync.read_async(local, local_offset, remote, remote_offset, length, qos=qos)
 
-    async def send_tensor(self, name: str, array: Any, *, qos=None) -> None:
-        """Sends @array as tensor @name; returns when the receiver has it all."""
+    async def send_tensor(self, name: str, array: Any, *, qos: Optional[_QoS] = None) -> None:
+        """Sends array as tensor name; returns when the receiver has it all."""
         await self.sync.send_tensor_async(name, array, qos=qos)
 
-    async def kv_transfer(self, src, dst, pairs, *, qos=None, notify: Optional[int] = None
-                          ) -> int:
+    async def kv_transfer(self, src: Any, dst: Any, pairs: Any, *, qos: Optional[_QoS] = None,
+                          notify: Optional[int] = None) -> int:
         """Copies KV pages (see roce_rpc.Conn.kv_transfer); the WRITE count."""
         return await self.sync.kv_transfer_async(src, dst, pairs, qos=qos, notify=notify)
 
     def close(self) -> None:
         self.sync.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return repr(self.sync).replace("roce_rpc.Conn", "roce_rpc.aio.Conn")
 
 
 class TensorServer:
     """A tensor server of an aio.Context: `name, array = await srv.receive()`."""
 
-    def __init__(self, actx, srv):
+    def __init__(self, actx: Context, srv: Any) -> None:
         self._actx = actx
         self.sync = srv
         self._event = asyncio.Event()
         srv._st.wakeup = self._event.set  # runs on the loop thread (driven)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.sync, name)
 
     async def receive(self, timeout: Optional[float] = None) -> Tuple[str, Any]:
-        """(name, array) of the next tensor; RrpcTimeoutError after @timeout s."""
+        """(name, array) of the next tensor; RrpcTimeoutError after timeout s."""
         loop = self._actx._loop
         end = None if timeout is None else loop.time() + timeout
         while True:

@@ -80,7 +80,7 @@ class Broker(_Closable):
     brokers that share a registry (rrpcd on etcd), as "A:7700,B:7700" or a
     list of such strings (at most 16): the handle uses one at a time and
     moves to the next when it is unreachable or its session dies, each
-    tried for at most @timeout (docs/broker.md, "Several brokers").
+    tried for at most timeout (docs/broker.md, "Several brokers").
     ca_file: the CA that signed rrpcd's certificate (required).  timeout:
     seconds per broker connect (TCP, TLS and hello) or round trip
     (default 5)."""
@@ -157,8 +157,8 @@ class Broker(_Closable):
         ctx._core.brokers.add(self)  # the context's gate reads this broker: keep it
 
     def gate(self, ctx: Context, service: str) -> None:
-        """Server side, before ctx.listen(): every connection to @ctx must
-        then present a ticket rrpcd issued for @service and this server
+        """Server side, before ctx.listen(): every connection to ctx must
+        then present a ticket rrpcd issued for service and this server
         instance (rrpc_broker_gate).  One service per context."""
         self._check()
         with ctx._core.use():
@@ -169,8 +169,8 @@ class Broker(_Closable):
 
     def register(self, ctx: Context, service: str, uris: Union[str, Iterable[str]], *,
                  classes: Optional[Iterable[Any]] = None) -> None:
-        """Registers @service at @uris (the addresses clients dial, e.g.
-        [listener.uri]) serving @classes (names or numbers; None: all).  A
+        """Registers service at uris (the addresses clients dial, e.g.
+        [listener.uri]) serving classes (names or numbers; None: all).  A
         lease thread renews it and registers again after an rrpcd restart."""
         self._check()
         if isinstance(uris, str):
@@ -185,14 +185,14 @@ class Broker(_Closable):
         self._serve(ctx)
 
     def unregister(self, service: str) -> None:
-        """rrpcd forgets @service now; the context keeps its gate."""
+        """rrpcd forgets service now; the context keeps its gate."""
         self._check()
         r = lib.rrpc_broker_unregister(self._ptr, service.encode())
         if r:
             raise self._error(r, "unregister %r" % service)
 
     def lookup(self, service: str) -> ServiceInfo:
-        """The live endpoints of @service with a ticket per instance
+        """The live endpoints of service with a ticket per instance
         (-ENOENT: no live registration; -EPERM: the ACL says no)."""
         self._check()
         pp = ffi.new("rrpc_service_info **")
@@ -212,7 +212,7 @@ class Broker(_Closable):
             lib.rrpc_service_info_free(i)
 
     def connect(self, ctx: Context, service: str, *, timeout: float = 10.0) -> Conn:
-        """Connects @ctx to @service by name (rrpc_connect_service): a
+        """Connects ctx to service by name (rrpc_connect_service): a
         lookup, then each endpoint in turn with its instance's ticket.
         Raises RrpcPermissionError when tickets are refused."""
         self._check()
@@ -233,7 +233,7 @@ class Broker(_Closable):
         return core.adopt(ctx, slot, pp[0], "service:" + service, True)
 
     def watch(self, service: str) -> "Watch":
-        """Follows the set of live instances of @service (rrpc_broker_watch_open):
+        """Follows the set of live instances of service (rrpc_broker_watch_open):
         a session of its own to the same brokers; Watch.next() gives the
         changes, the instances live now first."""
         self._check()
@@ -242,7 +242,7 @@ class Broker(_Closable):
     def service(self, ctx: Context, service: str, *, backoff_min: float = 0.1,
                 backoff_max: float = 5.0, connect_timeout: float = 3.0,
                 wait: float = 0.0) -> "Service":
-        """A reconnecting handle on @service (rrpc_service_open)."""
+        """A reconnecting handle on service (rrpc_service_open)."""
         return Service(self, ctx, service, backoff_min, backoff_max, connect_timeout, wait)
 
     def close(self) -> None:
@@ -271,7 +271,8 @@ class Service(_Closable):
     call borrows the current connection, or a new one from a fresh lookup
     and ticket when it went down, spaced by an exponential backoff."""
 
-    def __init__(self, broker, ctx, name, backoff_min, backoff_max, connect_timeout, wait):
+    def __init__(self, broker: "Broker", ctx: Context, name: str, backoff_min: float,
+                 backoff_max: float, connect_timeout: float, wait: Optional[float]) -> None:
         broker._check()
         self._closed = False
         self._ptr = ffi.NULL
@@ -308,8 +309,8 @@ class Service(_Closable):
     def call_async(self, method: str, data: Any = b"", *, qos: Any = None,
                    timeout: Optional[float] = None, wait: Optional[float] = None
                    ) -> "concurrent.futures.Future[bytes]":
-        """Calls @method on the service's current connection (connecting
-        first when needed, waiting up to @wait s for the backoff)."""
+        """Calls method on the service's current connection (connecting
+        first when needed, waiting up to wait s for the backoff)."""
         p = self._borrow(wait)
         try:
             conn = Conn._wrap(self._ctx._core, p, owned=False, ctx=self._ctx,
@@ -345,7 +346,7 @@ class Service(_Closable):
 
 class Watch(_Closable):
     """A watch of one service (rrpc_broker_watch): next() returns the next
-    WatchEvent, or None when none came within @timeout seconds.  It keeps
+    WatchEvent, or None when none came within timeout seconds.  It keeps
     following the service through the broker list by itself (a session that
     dies is made again, failing over); a subscription that fails again
     raises once from next(), with which brokers failed and why."""
@@ -362,7 +363,7 @@ class Watch(_Closable):
         self._ev = ffi.new("rrpc_watch_event *")
 
     def next(self, timeout: Optional[float] = None) -> Optional[WatchEvent]:
-        """The next change; None after @timeout seconds without one (None:
+        """The next change; None after timeout seconds without one (None:
         wait as long as it takes, in slices, so KeyboardInterrupt works)."""
         if self._closed:
             raise _closed_error("watch")
@@ -388,3 +389,7 @@ class Watch(_Closable):
             self._closed = True
             lib.rrpc_broker_watch_close(self._ptr)
             self._ptr = ffi.NULL
+
+
+def __dir__() -> List[str]:
+    return sorted(__all__)

@@ -25,7 +25,7 @@ import os as _os
 import queue
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def _bf16():
         return None
 
 
-def dtype_to_rrpc(dtype):
+def dtype_to_rrpc(dtype: Any) -> int:
     """The rrpc_dtype of a numpy dtype (native byte order); TypeError if none."""
     dt = np.dtype(dtype)
     if not dt.isnative:
@@ -66,7 +66,7 @@ def dtype_to_rrpc(dtype):
     return r
 
 
-def dtype_from_rrpc(code):
+def dtype_from_rrpc(code: int) -> Any:
     """The numpy dtype of an rrpc_dtype.  bfloat16 needs ml_dtypes; without
     it bfloat16 tensors are received as uint16 (the same bits)."""
     name = lib.rrpc_dtype_name(int(code))
@@ -85,7 +85,7 @@ def _addr(a):
 
 
 def _span(a):
-    """[lo, hi) of the bytes the elements of @a occupy."""
+    """[lo, hi) of the bytes the elements of a occupy."""
     base = _addr(a)
     if a.size == 0:
         return base, base
@@ -108,7 +108,7 @@ def _find_region(core, lo, hi, writable):
 
 
 def _root(a):
-    """The outermost ndarray owning @a's memory, as a C-contiguous array
+    """The outermost ndarray owning a's memory, as a C-contiguous array
     over that memory (a Fortran-ordered owner is taken transposed), or None."""
     b = a
     while isinstance(b.base, np.ndarray):
@@ -119,7 +119,7 @@ def _root(a):
 
 
 def _region_for(ctx_or_core, a, writable):
-    """(Region, temporary?) holding every byte of @a."""
+    """(Region, temporary?) holding every byte of a."""
     core = ctx_or_core
     lo, hi = _span(a)
     r = _find_region(core, lo, max(hi, lo + 1), writable)
@@ -161,7 +161,7 @@ def _empty_region(core, writable):
 
 
 def _dense(dtype, shape, strides):
-    """A new array of @shape whose strides are @strides (dense, in some
+    """A new array of shape whose strides are strides (dense, in some
     memory order), so it receives a tensor of that layout in one piece."""
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if n == 0 or len(shape) < 2:
@@ -181,7 +181,7 @@ def _layout(a):
 
 
 def write_count(src: Any, dst: Any) -> int:
-    """How many WRITEs sending array @src into an array laid out as @dst
+    """How many WRITEs sending array src into an array laid out as dst
     takes (rrpc_tensor_write_count): 1 when both are contiguous in the same
     memory order, one per element for a transpose into a C-contiguous array.
     0 for an empty tensor or layouts that do not match in dtype and shape."""
@@ -213,7 +213,7 @@ def _as_array(obj):
     return np.asarray(obj), None
 
 
-def send_tensor_async(conn, name, array, *, qos=None):
+def send_tensor_async(conn: Any, name: str, array: Any, *, qos: Any = None) -> Any:
     core = conn._core
     a, code = _as_array(array)
     t = ffi.new("rrpc_tensor *")
@@ -398,7 +398,7 @@ def _nbytes(dtype, shape):
 
 
 def _lent_array(buf, lo, n, dtype, shape, strides, give_back, arg):
-    """An array of @shape over @n bytes of @buf from @lo; give_back(arg)
+    """An array of shape over n bytes of buf from lo; give_back(arg)
     runs once it and every view of it are gone.  The owner of that memory
     for numpy is an array over a memoryview, so every view made of what
     the user receives keeps this very object alive (numpy collapses view
@@ -423,7 +423,7 @@ class ReceivePool:
     pool holds no reference to them.  Close the pool (or let it be
     collected) after the servers that use it."""
 
-    def __init__(self, ctx, slot_bytes, count=2):
+    def __init__(self, ctx: Any, slot_bytes: int, count: int = 2) -> None:
         slot_bytes, count = int(slot_bytes), int(count)
         if slot_bytes <= 0 or count <= 0:
             raise ValueError("slot_bytes and count must be positive")
@@ -454,12 +454,12 @@ class ReceivePool:
             self._free.append(i)
 
     @property
-    def free(self):
+    def free(self) -> int:
         """Slots free now."""
         with self._lock:
             return len(self._free)
 
-    def close(self):
+    def close(self) -> None:
         """Deregisters the pool's memory (after its servers are closed)."""
         self.region.close()
 
@@ -500,7 +500,7 @@ class _Recycler:
         self.closed = False
 
     def take(self, dtype, shape, strides):
-        """An array of @shape and @strides over kept (or new, kept later)
+        """An array of shape and strides over kept (or new, kept later)
         registered memory, or None when the tensor is too small or too large
         to keep.  Runs in the alloc callback."""
         self._reap()
@@ -604,8 +604,10 @@ class TensorServer(_core._Closable):
     the first receive of a size pays for fresh pages and a registration.
     .reused counts the receives served so; close() releases what is kept."""
 
-    def __init__(self, ctx, alloc=None, on_tensor=None, *, max_bytes=None, pool=None,
-                 keep_bytes=None):
+    def __init__(self, ctx: Any, alloc: Optional[Callable[..., Any]] = None,
+                 on_tensor: Optional[Callable[..., Any]] = None, *,
+                 max_bytes: Optional[int] = None, pool: Optional["ReceivePool"] = None,
+                 keep_bytes: Optional[int] = None) -> None:
         if max_bytes is None:  # the C default, which the context read when it was made
             max_bytes = int(_os.environ.get("RRPC_TENSOR_MAX_BYTES", "0"), 0) or \
                 lib.RRPC_TENSOR_MAX_BYTES_DEFAULT
@@ -638,10 +640,10 @@ class TensorServer(_core._Closable):
         st.ptr = pp[0]
         core.tservers[st.key] = st
 
-    def receive(self, timeout=None):
+    def receive(self, timeout: Optional[float] = None) -> Tuple[str, Any]:
         """(name, array) of the next tensor that arrived; raises the
         RrpcError of a failed one (with .tensor_name), RrpcTimeoutError (a
-        TimeoutError) after @timeout s."""
+        TimeoutError) after timeout s."""
         try:
             item = self._st.queue.get(timeout=timeout)
         except queue.Empty:
@@ -657,7 +659,7 @@ class TensorServer(_core._Closable):
         return item[:2]
 
     @property
-    def max_bytes(self):
+    def max_bytes(self) -> int:
         """The byte budget (see the class)."""
         return self._st.max_bytes
 
@@ -666,29 +668,29 @@ class TensorServer(_core._Closable):
         return getattr(r, name) if r is not None else 0
 
     @property
-    def keep_bytes(self):
+    def keep_bytes(self) -> int:
         """The bound on idle kept memory (see the class); 0: none kept."""
         return self._recycler_figure("keep_bytes")
 
     @property
-    def kept_bytes(self):
+    def kept_bytes(self) -> int:
         """Idle memory kept registered for the next receives now."""
         return self._recycler_figure("idle_bytes")
 
     @property
-    def reused(self):
+    def reused(self) -> int:
         """Receives that landed in kept memory."""
         return self._recycler_figure("reused")
 
     @property
-    def bytes_held(self):
+    def bytes_held(self) -> int:
         """Bytes of the budget in use: tensors still arriving, plus arrays
         of the default alloc waiting for receive()."""
         st = self._st
         with st.qlock:
             return st.arriving + st.queued
 
-    def close(self):
+    def close(self) -> None:
         """Stops serving; tensors still arriving fail with E_CLOSED."""
         st = self._st
         core = self._core
@@ -710,11 +712,11 @@ class KvToken:
 
     __slots__ = ("region", "page_size", "page_count")
 
-    def __init__(self, region, page_size, page_count):
+    def __init__(self, region: Token, page_size: int, page_count: int) -> None:
         self.region, self.page_size, self.page_count = region, page_size, page_count
 
     @classmethod
-    def from_bytes(cls, b):
+    def from_bytes(cls, b: Any) -> "KvToken":
         t = ffi.new("rrpc_kv_token *")
         buf, n = _cbuf(b)
         r = lib.rrpc_kv_token_decode(buf, n, t)
@@ -729,7 +731,7 @@ class KvToken:
         t.page_size, t.page_count = self.page_size, self.page_count
         return t
 
-    def to_bytes(self):
+    def to_bytes(self) -> bytes:
         out = ffi.new("uint8_t[48]")
         lib.rrpc_kv_token_encode(self._c(), out)
         return bytes(ffi.buffer(out))
@@ -743,11 +745,11 @@ class KvToken:
 class KvPool(_core._Closable):
     """A KV-cache page pool over a writable C-contiguous buffer (zero copy).
 
-    With page_size None, @array's first dimension counts the pages
+    With page_size None, array's first dimension counts the pages
     (array[i] is page i); otherwise the buffer is cut into pages of
     page_size bytes.  Keeps the array and the Context alive."""
 
-    def __init__(self, ctx, array, page_size=None):
+    def __init__(self, ctx: Any, array: Any, page_size: Optional[int] = None) -> None:
         core = ctx._core
         self._ctx = ctx
         self._core = core
@@ -782,10 +784,13 @@ class KvPool(_core._Closable):
 
     _op_begin = Region._op_begin
     _op_end = Region._op_end
-    close = Region.close
+
+    def close(self) -> None:
+        """Deregisters the pool (deferred until the transfers using it complete)."""
+        Region.close(self)  # type: ignore[arg-type]  # the same fields as a Region
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
     def _release(self):
@@ -795,8 +800,8 @@ class KvPool(_core._Closable):
         ptr = self._ptr
         self._core.retire(self, lambda: lib.rrpc_kv_pool_dereg(ptr))
 
-    def page(self, i):
-        """Page @i as a numpy view (array[i], or a uint8 slice)."""
+    def page(self, i: int) -> Any:
+        """Page i as a numpy view (array[i], or a uint8 slice)."""
         if not 0 <= i < self.page_count:
             raise IndexError(i)
         a = self.array
@@ -804,8 +809,8 @@ class KvPool(_core._Closable):
             return a[i]
         return np.frombuffer(a, np.uint8)[i * self.page_size:(i + 1) * self.page_size]
 
-    def token(self, conn):
-        """The KvToken with which the peer of @conn may write into this pool."""
+    def token(self, conn: Any) -> "KvToken":
+        """The KvToken with which the peer of conn may write into this pool."""
         t = ffi.new("rrpc_kv_token *")
         with self._core.use(self, "KV pool"):
             if conn._closed:
@@ -831,7 +836,8 @@ class _Writes:
         return int(self.p[0])
 
 
-def kv_transfer_async(conn, src, dst, pairs, *, qos=None, notify=None):
+def kv_transfer_async(conn: Any, src: Any, dst: Any, pairs: Any, *, qos: Any = None,
+                      notify: Optional[int] = None) -> Any:
     core = conn._core
     if not isinstance(src, KvPool):
         raise TypeError("src must be a KvPool")
@@ -853,3 +859,7 @@ def kv_transfer_async(conn, src, dst, pairs, *, qos=None, notify=None):
                                  lib._rrpc_py_op_done, user, writes.p)
         return _error(r, core.ptr, "KV transfer") if r else None
     return core.submit(conn, (fut, core, writes, (src,), conn), start, busy=src, enders=(src,))
+
+
+def __dir__() -> "list[str]":
+    return sorted(__all__)
