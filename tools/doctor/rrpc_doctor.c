@@ -26,8 +26,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "dcb_parse.h"
+#include "doctor_classes.h"
 
 #ifdef RRPC_DOCTOR_HAVE_VERBS
 #include <infiniband/verbs.h>
@@ -394,6 +398,279 @@ static bool is_software_name(const char *dev, const char *prefix)
 }
 
 /* Checks one port of one device. */
+/* ---- DCB: PFC, DSCP trust, ETS (dcb(8) from iproute2) ------------------------------------- */
+
+/* The class -> DSCP -> priority mapping: the DSCPs are the library's defaults (doctor_classes.c),
+ * the priorities the NIC's dcb app rules for them, else DSCP >> 3 (dcb_parse.c). */
+static void check_classes(void)
+{
+    char msg[256] = "";
+    size_t n = 0;
+    for (int i = 0; i < doctor_class_count(); i++) {
+        int d = doctor_class_dscp(i);
+        n += (size_t)snprintf(msg + n, sizeof(msg) - n, "%s%s DSCP %d -> priority %d",
+                              i ? ", " : "", doctor_class_name(i), d, dcbp_default_prio(d));
+    }
+    struct finding *f = add(SEV_INFO, "classes", "qos", NULL,
+                            "class -> DSCP -> priority: %s (the library's default DSCPs, which "
+                            "rrpc_class_set can change; priority = DSCP >> 3 unless the NIC's "
+                            "dcb app table maps the DSCP elsewhere)",
+                            msg);
+    for (int i = 0; i < doctor_class_count(); i++)
+        detail_int(f, doctor_class_name(i), doctor_class_dscp(i));
+}
+
+/* Runs dcb with @args (NULL-terminated, after "dcb") and the C locale, stdout and stderr merged
+ * into @out.  Returns its exit status: 127 when dcb is not installed (also looked for in
+ * /usr/sbin and /sbin, which a user's PATH often lacks), 124 when it ran longer than 5 s. */
+static int run_dcb(const char *const *args, char *out, size_t size)
+{
+    /* RRPC_DOCTOR_DCB: the dcb to run instead (another install, or a test's stand-in). */
+    const char *cmd = getenv("RRPC_DOCTOR_DCB");
+    const char *argv[16] = {cmd && *cmd ? cmd : "dcb"};
+    int na = 1;
+    while (args[na - 1] && na < 15) {
+        argv[na] = args[na - 1];
+        na++;
+    }
+    argv[na] = NULL;
+    out[0] = 0;
+    int pfd[2];
+    if (pipe(pfd) < 0)
+        return 127;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return 127;
+    }
+    if (pid == 0) {
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0)
+            dup2(nul, 0);
+        dup2(pfd[1], 1);
+        dup2(pfd[1], 2);
+        close(pfd[0]);
+        close(pfd[1]);
+        setenv("LC_ALL", "C", 1);
+        execvp(argv[0], (char *const *)argv);
+        if (!strchr(argv[0], '/')) {
+            execv("/usr/sbin/dcb", (char *const *)argv);
+            execv("/sbin/dcb", (char *const *)argv);
+        }
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t len = 0;
+    bool timed_out = false;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long left = 5000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0) {
+            timed_out = true;
+            kill(pid, SIGKILL);
+            break;
+        }
+        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        if (poll(&p, 1, (int)left) <= 0)
+            continue;
+        char tmp[512];
+        ssize_t r = read(pfd[0], tmp, sizeof(tmp));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        size_t c = (size_t)r < size - 1 - len ? (size_t)r : size - 1 - len;
+        memcpy(out + len, tmp, c);
+        len += c;
+    }
+    out[len] = 0;
+    close(pfd[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (timed_out)
+        return 124;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* The first line of @s, for a message. */
+static const char *first_line(const char *s, char *buf, size_t size)
+{
+    snprintf(buf, size, "%.*s", (int)strcspn(s, "\n"), s);
+    return buf[0] ? buf : "(no output)";
+}
+
+/* Checks DCB on RoCE netdev @ndev: PFC on the priorities of the classes' DSCPs, DSCP trust (dcb
+ * app dscp-prio rules, or mlx5's qos/trust), ETS shares.  Returns the mask of the classes'
+ * priorities on this netdev (for the ECN check).  Never fails the run: dcb missing, a netdev
+ * without DCB and output it cannot parse are warnings that say so. */
+static uint8_t check_dcb(const char *ndev)
+{
+    uint8_t want = 0;
+    for (int i = 0; i < doctor_class_count(); i++)
+        want |= (uint8_t)(1u << dcbp_default_prio(doctor_class_dscp(i)));
+    char out[4096], line[200], err[256];
+    struct finding *f;
+
+    const char *pfc_args[] = {"-N", "pfc", "show", "dev", ndev, NULL};
+    char pfc_out[1024];
+    int st = run_dcb(pfc_args, pfc_out, sizeof(pfc_out));
+    memcpy(out, pfc_out, sizeof(pfc_out));
+    switch (dcbp_classify(st, out)) {
+    case DCBP_RUN_NOT_INSTALLED:
+        f = ADDF(SEV_WARN, "dcb", ndev,
+                 xfmt("install iproute2 (5.11 or later has dcb: apt-get install iproute2), or "
+                      "check with the NIC vendor's tool (mlnx_qos -i %s)",
+                      ndev),
+                 "PFC, ETS and DSCP trust of %s not checked: the dcb tool (iproute2) is not "
+                 "installed",
+                 ndev);
+        detail_str(f, "netdev", ndev);
+        detail_str(f, "dcb", "not installed");
+        return want;
+    case DCBP_RUN_UNSUPPORTED:
+        f = ADDF(SEV_WARN, "dcb", ndev,
+                 xfmt("nothing to do on a veth or a development host; on a RoCE fabric use a NIC "
+                      "whose driver has DCB (e.g. mlx5_core with CONFIG_MLX5_CORE_EN_DCB) and "
+                      "check again"),
+                 "%s has no DCB (dcb: %s): no PFC, ETS or DSCP trust to check, RoCE traffic on "
+                 "it is not lossless (fine for Soft-RoCE over veth, not for a RoCE fabric)",
+                 ndev, first_line(out, line, sizeof(line)));
+        detail_str(f, "netdev", ndev);
+        detail_str(f, "dcb", "not supported");
+        return want;
+    case DCBP_RUN_FAILED:
+        f = ADDF(SEV_WARN, "dcb", ndev, xfmt("run it by hand to see why: dcb pfc show dev %s", ndev),
+                 "dcb pfc show dev %s failed (exit status %d): %s", ndev, st,
+                 first_line(out, line, sizeof(line)));
+        detail_str(f, "netdev", ndev);
+        detail_str(f, "dcb", "failed");
+        return want;
+    case DCBP_RUN_OK:
+        break;
+    }
+
+    /* DSCP -> priority rules first: they decide which priorities the classes use. */
+    struct dcbp_app app;
+    bool have_app = false;
+    const char *app_args[] = {"-N", "app", "show", "dev", ndev, "dscp-prio", NULL};
+    st = run_dcb(app_args, out, sizeof(out));
+    if (st == 0 && dcbp_parse_app(out, &app, err, sizeof(err)) == 0) {
+        have_app = true;
+    } else {
+        f = ADDF(SEV_WARN, "trust", ndev, xfmt("run it by hand: dcb app show dev %s dscp-prio", ndev),
+                 "DSCP rules of %s not read (dcb app show: %s); assuming priority = DSCP >> 3",
+                 ndev, st == 0 ? err : first_line(out, line, sizeof(line)));
+        detail_str(f, "netdev", ndev);
+    }
+    want = 0;
+    uint8_t missing_rule = 0;
+    char map[160] = "", rules[160] = "";
+    size_t nm = 0, nr = 0;
+    for (int i = 0; i < doctor_class_count(); i++) {
+        int d = doctor_class_dscp(i);
+        bool by_rule;
+        int p = dcbp_effective_prio(have_app ? &app : NULL, d, &by_rule);
+        want |= (uint8_t)(1u << p);
+        nm += (size_t)snprintf(map + nm, sizeof(map) - nm, "%s%s %d->%d", i ? ", " : "",
+                               doctor_class_name(i), d, p);
+        if (!by_rule) {
+            missing_rule |= (uint8_t)(1u << i);
+            nr += (size_t)snprintf(rules + nr, sizeof(rules) - nr, "%s%d:%d", nr ? " " : "", d, p);
+        }
+    }
+    if (have_app) {
+        char tr[64] = "";
+        bool sysfs_dscp = read_linef(tr, sizeof(tr), SYSFS_NET "/%s/qos/trust", ndev) == 0 &&
+                          strstr(tr, "dscp");
+        if (!missing_rule)
+            f = add(SEV_OK, "trust", ndev, NULL,
+                    "%s classifies the classes' DSCPs by dcb app rules: %s", ndev, map);
+        else if (sysfs_dscp && app.n == 0)
+            f = add(SEV_OK, "trust", ndev, NULL,
+                    "%s trusts DSCP (qos/trust) with the default table: %s", ndev, map);
+        else
+            f = ADDF(SEV_WARN, "trust", ndev,
+                     xfmt("dcb app add dev %s dscp-prio %s (on mlx5 this also sets trust dscp; or "
+                          "mlnx_qos -i %s --trust dscp)",
+                          ndev, rules, ndev),
+                     "%s has no DSCP -> priority rule for %s of the classes' DSCPs: without trust "
+                     "DSCP the NIC classifies by the VLAN PCP (untagged: priority 0); %s",
+                     ndev, app.n ? "some" : "any", map);
+        detail_str(f, "netdev", ndev);
+        detail_str(f, "mapping", map);
+        detail_int(f, "rules", app.n);
+    }
+
+    char pl[64];
+    struct dcbp_pfc pfc;
+    if (dcbp_parse_pfc(pfc_out, &pfc, err, sizeof(err)) < 0) {
+        f = ADDF(SEV_WARN, "pfc", ndev, xfmt("run it by hand: dcb pfc show dev %s", ndev),
+                 "PFC of %s not read (cannot parse dcb's output: %s)", ndev, err);
+        detail_str(f, "netdev", ndev);
+    } else {
+        uint8_t miss = want & (uint8_t)~pfc.on_mask;
+        if (!miss)
+            f = add(SEV_OK, "pfc", ndev, NULL, "PFC on for the classes' priorities %s on %s",
+                    dcbp_prio_list(want, "", pl, sizeof(pl)), ndev);
+        else
+            f = ADDF(SEV_WARN, "pfc", ndev,
+                     xfmt("dcb pfc set dev %s prio-pfc %s (and the same on the switch ports)",
+                          ndev, dcbp_prio_list(miss, ":on", pl, sizeof(pl))),
+                     "PFC is off on %s for priorities %s%s of the classes (%s): RoCE traffic on "
+                     "them is lossy and recovers by retransmission",
+                     ndev, dcbp_prio_list(miss, "", line, sizeof(line)),
+                     pfc.on_mask ? "" : " (no priority has PFC)", map);
+        detail_str(f, "netdev", ndev);
+        detail_int(f, "pfc_enabled_mask", pfc.on_mask);
+        detail_int(f, "class_prio_mask", want);
+    }
+
+    const char *ets_args[] = {"-N", "ets", "show", "dev", ndev, NULL};
+    struct dcbp_ets ets;
+    st = run_dcb(ets_args, out, sizeof(out));
+    if (st != 0 || dcbp_parse_ets(out, &ets, err, sizeof(err)) < 0 || !ets.have_prio_tc) {
+        f = ADDF(SEV_WARN, "ets", ndev, xfmt("run it by hand: dcb ets show dev %s", ndev),
+                 "ETS of %s not read (%s)", ndev,
+                 st ? first_line(out, line, sizeof(line)) : err[0] ? err : "no prio-tc line");
+        detail_str(f, "netdev", ndev);
+        return want;
+    }
+    static const char *const tsa_name[] = {"?", "strict", "cbs", "ets", "vendor"};
+    char shares[200] = "", starved[64] = "";
+    size_t ns = 0, nz = 0;
+    for (int p = 0; p < DCBP_PRIOS; p++) {
+        if (!(want & (1u << p)))
+            continue;
+        int tc = ets.prio_tc[p];
+        enum dcbp_tsa t = ets.have_tsa ? ets.tc_tsa[tc] : DCBP_TSA_UNKNOWN;
+        if (t == DCBP_TSA_ETS)
+            ns += (size_t)snprintf(shares + ns, sizeof(shares) - ns, "%sprio %d -> tc %d ets %d%%",
+                                   ns ? ", " : "", p, tc, ets.tc_bw[tc]);
+        else
+            ns += (size_t)snprintf(shares + ns, sizeof(shares) - ns, "%sprio %d -> tc %d %s",
+                                   ns ? ", " : "", p, tc, tsa_name[t]);
+        if (t == DCBP_TSA_ETS && ets.have_bw && ets.tc_bw[tc] == 0)
+            nz += (size_t)snprintf(starved + nz, sizeof(starved) - nz, "%s%d:10", nz ? " " : "", tc);
+    }
+    if (!nz)
+        f = add(SEV_OK, "ets", ndev, NULL, "ETS on %s for the classes' priorities: %s", ndev, shares);
+    else
+        f = ADDF(SEV_WARN, "ets", ndev,
+                 xfmt("give those traffic classes a share, e.g. dcb ets set dev %s tc-bw %s "
+                      "(the ets shares must add up to 100: lower the others)",
+                      ndev, starved),
+                 "ETS on %s gives a class's traffic class 0%% of the bandwidth under "
+                 "congestion: %s",
+                 ndev, shares);
+    detail_str(f, "netdev", ndev);
+    return want;
+}
+
 static void check_port(const char *dev, int port, bool soft_roce, const char *parent_ndev,
                        void *vctx)
 {
@@ -609,15 +886,27 @@ static void check_port(const char *dev, int port, bool soft_roce, const char *pa
         (void)nv2;
     }
 
-    /* ECN / DCQCN and DSCP trust, where the driver exposes them. */
+    /* DCB (PFC, DSCP trust, ETS), once per netdev, then ECN / DCQCN for the classes'
+     * priorities and mlx5's trust mode, where the driver exposes them. */
     if (eth && ndev[0]) {
+        static char seen[16][IF_NAMESIZE + 1];
+        static uint8_t seen_prios[16];
+        static int nseen;
+        int si = 0;
+        while (si < nseen && strcmp(seen[si], ndev) != 0)
+            si++;
+        uint8_t class_prios = si < nseen ? seen_prios[si] : check_dcb(ndev);
+        if (si == nseen && nseen < 16) {
+            snprintf(seen[nseen], sizeof(seen[nseen]), "%s", ndev);
+            seen_prios[nseen++] = class_prios;
+        }
         char base[256];
         snprintf(base, sizeof(base), SYSFS_NET "/%s/ecn", ndev);
         if (access(base, F_OK) == 0) {
             const char *roles[] = {"roce_np", "roce_rp"};
             for (int r = 0; r < 2; r++) {
-                char on[32] = "", off[32] = "";
-                size_t lon = 0, loff = 0;
+                char on[32] = "", off[32] = "", fixcmd[512] = "";
+                size_t lon = 0, loff = 0, lfix = 0;
                 for (int prio = 0; prio < 8; prio++) {
                     char v[16];
                     if (read_linef(v, sizeof(v), "%s/%s/enable/%d", base, roles[r], prio))
@@ -628,10 +917,20 @@ static void check_port(const char *dev, int port, bool soft_roce, const char *pa
                     else
                         loff += (size_t)snprintf(off + loff, sizeof(off) - loff, "%s%d",
                                                  loff ? "," : "", prio);
+                    if (!atoi(v) && (class_prios & (1u << prio)) && lfix < sizeof(fixcmd))
+                        lfix += (size_t)snprintf(fixcmd + lfix, sizeof(fixcmd) - lfix,
+                                                 "%secho 1 > %s/%s/enable/%d", lfix ? "; " : "",
+                                                 base, roles[r], prio);
                 }
                 if (!on[0] && !off[0])
                     continue;
-                if (on[0])
+                if (on[0] && fixcmd[0])
+                    f = ADDF(SEV_WARN, "ecn", ndev,
+                             xfmt("%s (and mark ECN on the switches)", fixcmd),
+                             "ECN %s is enabled for priorities %s but not for all the classes' "
+                             "priorities (disabled: %s)",
+                             roles[r], on, off);
+                else if (on[0])
                     f = add(SEV_OK, "ecn", ndev, NULL,
                             "ECN %s (%s) enabled for priorities %s%s%s", roles[r],
                             r ? "reaction point: rate limiting on CNPs"
@@ -1278,12 +1577,12 @@ static void usage(FILE *o)
 {
     fputs("usage: rrpc-doctor [--transport verbs|tcp] [--json] [-v]\n"
           "                   [--broker HOST:PORT [--ca FILE] [--cert FILE [--key FILE]]\n"
-          "                   [--server-name NAME] [--timeout MS]]\n"
+          "                   [--server-name NAME] [--timeout MS]] [--dcb-netdev IF]\n"
           "Inspects this host for roce-rpc: RDMA devices and ports and their state, the RoCE v2\n"
-          "GID of each IP address, active MTU against the netdev MTU, ECN/DSCP settings where the\n"
-          "driver exposes them, Soft-RoCE devices, locked memory, and (with --broker) whether\n"
-          "rrpcd answers a TLS 1.3 handshake with a certificate it can verify. Each finding comes\n"
-          "with its fix.\n"
+          "GID of each IP address, active MTU against the netdev MTU, DCB (PFC, DSCP trust, ETS;\n"
+          "with iproute2's dcb) and ECN for the priorities of the classes' DSCPs, Soft-RoCE\n"
+          "devices, locked memory, and (with --broker) whether rrpcd answers a TLS 1.3\n"
+          "handshake with a certificate it can verify. Each finding comes with its fix.\n"
           "\n"
           "  --transport T        what to check for: verbs (default; rdma://, needs an RDMA\n"
           "                       device) or tcp (tcp://: reachable addresses, open-files limit)\n"
@@ -1294,6 +1593,8 @@ static void usage(FILE *o)
           "  --cert FILE, --key FILE  client certificate/key, for a broker that requires one\n"
           "  --server-name NAME   name expected in the broker's certificate (default: HOST)\n"
           "  --timeout MS         connect/handshake timeout (default 3000)\n"
+          "  --dcb-netdev IF      also check DCB (PFC, DSCP trust, ETS) of IF, a netdev no\n"
+          "                       RDMA port uses (the RoCE ports' netdevs are always checked)\n"
           "  -h, --help           this text\n"
           "  -V, --version        print the version and exit\n"
           "\n"
@@ -1303,7 +1604,7 @@ static void usage(FILE *o)
 
 int main(int argc, char **argv)
 {
-    enum { O_JSON = 256, O_BROKER, O_CA, O_CERT, O_KEY, O_SNI, O_TIMEOUT, O_TRANSPORT };
+    enum { O_JSON = 256, O_BROKER, O_CA, O_CERT, O_KEY, O_SNI, O_TIMEOUT, O_TRANSPORT, O_DCB_NETDEV };
     static const struct option lo[] = {
         {"json", no_argument, NULL, O_JSON},
         {"transport", required_argument, NULL, O_TRANSPORT},
@@ -1314,6 +1615,7 @@ int main(int argc, char **argv)
         {"key", required_argument, NULL, O_KEY},
         {"server-name", required_argument, NULL, O_SNI},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"dcb-netdev", required_argument, NULL, O_DCB_NETDEV},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -1321,6 +1623,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a broker that resets the TLS session is a finding, not a crash */
     bool json = false, verbose = false, tcp = false;
     struct broker_opts bo = {.timeout_ms = 3000};
+    const char *dcb_netdev = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "hvV", lo, NULL)) != -1) {
         switch (c) {
@@ -1338,6 +1641,13 @@ int main(int argc, char **argv)
         case O_CERT: bo.cert = optarg; break;
         case O_KEY: bo.key = optarg; break;
         case O_SNI: bo.server_name = optarg; break;
+        case O_DCB_NETDEV:
+            if (!*optarg || strlen(optarg) >= IF_NAMESIZE || strchr(optarg, '/')) {
+                fprintf(stderr, "rrpc-doctor: --dcb-netdev wants a network interface name\n");
+                return 2;
+            }
+            dcb_netdev = optarg;
+            break;
         case O_TIMEOUT: {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -1374,8 +1684,12 @@ int main(int argc, char **argv)
     detail_str(t, "transport", tcp ? "tcp" : "verbs");
     if (tcp)
         check_tcp();
-    else
+    else {
+        check_classes();
         check_devices();
+        if (dcb_netdev)
+            check_dcb(dcb_netdev);
+    }
     check_memlock(!tcp);
     if (bo.addr)
         check_broker(&bo);

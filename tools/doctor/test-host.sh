@@ -138,5 +138,49 @@ CONF
   fi
 fi
 
+# DCB (--dcb-netdev): the class mapping is printed; lo has no DCB (a warning, not an error); dcb
+# missing; a stand-in dcb replaying the man pages' outputs; output that does not parse.
+"$DOCTOR" --json --dcb-netdev lo > "$WORK/dcb0" 2>&1
+RRPC_DOCTOR_DCB=/nonexistent/dcb "$DOCTOR" --json --dcb-netdev lo > "$WORK/dcb1" 2>&1
+RRPC_DOCTOR_DCB="$SRC/tools/doctor/fake-dcb.sh" "$DOCTOR" --json --dcb-netdev lo > "$WORK/dcb2" 2>&1
+RRPC_DOCTOR_DCB="$SRC/tools/doctor/fake-dcb.sh" FAKE_DCB_PFC=garbage "$DOCTOR" --json --dcb-netdev lo \
+  > "$WORK/dcb3" 2>&1
+if $PY - "$WORK" <<'PYEOF'
+import json, sys
+w = sys.argv[1]
+def load(n):
+    return json.load(open(w + "/" + n))["findings"]
+def only(f, check):
+    m = [x for x in f if x["check"] == check]
+    assert len(m) == 1, (check, m)
+    return m[0]
+c = only(load("dcb0"), "classes")
+assert c["details"] == {"control": 48, "low_latency": 46, "bulk": 10, "background": 8}, c
+assert "control DSCP 48 -> priority 6" in c["message"] and "DSCP >> 3" in c["message"], c
+f = load("dcb0")
+if [x for x in f if x["check"] == "dcb"]:   # dcb installed: lo has no DCB
+    d = only(f, "dcb")
+    assert d["severity"] == "warn" and "lo has no DCB" in d["message"], d
+    assert d["details"]["dcb"] == "not supported", d
+    assert not [x for x in f if x["check"] in ("pfc", "ets", "trust")], f
+d = only(load("dcb1"), "dcb")
+assert d["severity"] == "warn" and "not installed" in d["message"] and "iproute2" in d["fix"], d
+f = load("dcb2")
+p = only(f, "pfc")
+assert p["severity"] == "warn" and "dcb pfc set dev lo prio-pfc 1:on 5:on" in p["fix"], p
+t = only(f, "trust")
+assert t["severity"] == "warn" and "dcb app add dev lo dscp-prio 46:5 10:1 8:1" in t["fix"], t
+e = only(f, "ets")
+assert e["severity"] == "ok" and "prio 1 -> tc 1 ets 33%" in e["message"], e
+p = only(load("dcb3"), "pfc")
+assert p["severity"] == "warn" and "cannot parse" in p["message"] and "sometimes" in p["message"], p
+for n in ("dcb0", "dcb1", "dcb2", "dcb3"):
+    for x in load(n):
+        assert x["check"] not in ("dcb", "pfc", "ets", "trust") or x["severity"] != "error", x
+PYEOF
+then ok "dcb: class map printed; no DCB / no dcb / unparsable output are warnings; PFC and trust fixes"
+else bad "dcb: content (see the assertion above)"; fi
+"$DOCTOR" --dcb-netdev a/b >/dev/null 2>&1; check "usage: a bad --dcb-netdev exits 2" [ $? = 2 ]
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -4,6 +4,7 @@
 # BUILD_DIR is shared, the binary finds its libraries through its rpath) and checks that it
 #   - finds rxe0 and rxe1 and says they are software (Soft-RoCE), exit status 0 (no errors)
 #   - finds the RoCE v2 GIDs of 10.77.0.1 (rxe0) and 10.77.0.2 (rxe1) at the harness's indexes
+#   - says va and vb (veth) have no DCB, as a warning, and prints the class -> DSCP -> priority map
 #   - reports active_mtu 1024 against netdev MTU 1500 with the "raise the netdev MTU" fix
 #   - reports a port whose netdev is down as an error with "ip link set va up", exit status 1
 #   - with the devices deleted, reports "no RDMA device" with the rdma link add fix
@@ -51,6 +52,7 @@ MTU=${SOFTROCE_MTU:-1500}
 "$DOCTOR" > "$OUT/text" 2>&1; rc=$?
 cat "$OUT/text"
 check "text: exit status 0 (no errors)" [ "$rc" = 0 ]
+check "text: va has no DCB (a warning)" grep -Eq "^\[WARN \] dcb      (va has no DCB|PFC, ETS and DSCP trust of va not checked|dcb pfc show dev va failed)" "$OUT/text"
 for d in rxe0 rxe1; do
   check "text: $d is Soft-RoCE" grep -q "^\[INFO \] device   $d is Soft-RoCE (rdma_rxe): a software RoCE v2 device" "$OUT/text"
   check "text: $d port 1 ACTIVE" grep -q "^\[ OK  \] port     port 1 of $d is ACTIVE" "$OUT/text"
@@ -91,9 +93,15 @@ for dev, ndev, ip in (("rxe0", "va", "10.77.0.1"), ("rxe1", "vb", "10.77.0.2")):
         assert m["severity"] == "ok" and m["details"]["active_mtu"] == 4096, m
     e = one(check="ecn", subject=ndev)
     assert "not exposed by this driver" in e["message"], e
+    # veth has no DCB: a warning that says so (not an error), and no PFC/ETS/trust findings.
+    b = one(check="dcb", subject=ndev)
+    assert b["severity"] == "warn" and b["details"]["dcb"] in ("not supported", "not installed", "failed"), b
+    assert not [x for x in f if x["check"] in ("pfc", "ets", "trust") and x["subject"] == ndev], f
+c = one(check="classes")
+assert c["details"] == {"control": 48, "low_latency": 46, "bulk": 10, "background": 8}, c
 assert d["summary"]["error"] == 0 and d["summary"]["exit_code"] == 0, d["summary"]
 PYEOF
-then ok "json: 2 Soft-RoCE devices, their RoCE v2 GID indexes, the MTU finding, ECN not exposed"
+then ok "json: 2 Soft-RoCE devices, their RoCE v2 GID indexes, the MTU finding, ECN not exposed, no DCB on veth (warn), the class map"
 else bad "json: content (see the assertion above)"; fi
 
 # A port whose netdev is down.
