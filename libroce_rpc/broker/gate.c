@@ -20,6 +20,21 @@ void rrpci_reg_free(struct reg *g)
     free(g);
 }
 
+/* The gate's ticket verifier: rrpc_ticket_verify, then the ticket's
+ * principal named to the context, so a connection counts against its
+ * principal's cap (RRPC_MAX_CONNS_PER_PRINCIPAL) and not its address's. */
+static int gate_verify(void *user, const void *ticket, size_t len, char *why, size_t whylen)
+{
+    struct reg *g = user;
+    char principal[256]; /* rrpc_ticket_verify's size */
+    int r = rrpc_ticket_verify(g->v, ticket, len, 0, principal, why, whylen);
+    /* A principal longer than RRPC_PRINCIPAL_MAX is refused there (-EINVAL):
+     * its connections then count against their address, as without names. */
+    if (r == 0)
+        (void)rrpc_ctx_ticket_principal(g->ctx, principal);
+    return r;
+}
+
 /* Finds or makes the gate of @ctx for @service; @io held. */
 int rrpci_gate_locked(struct rrpc_broker *b, rrpc_ctx *ctx, const char *service,
                        struct reg **ret_g)
@@ -55,7 +70,7 @@ int rrpci_gate_locked(struct rrpc_broker *b, rrpc_ctx *ctx, const char *service,
     if (!r)
         rrpci_ticket_verifier_set_rate(g->v, b->ticket_rate);
     if (!r) {
-        r = rrpc_ctx_require_ticket(ctx, rrpc_ticket_verify_cb, g->v);
+        r = rrpc_ctx_require_ticket(ctx, gate_verify, g);
         if (r)
             rrpci_broker_fail(b, r,
                               "cannot put a ticket gate on the context: %s (call rrpc_broker_gate "

@@ -259,6 +259,49 @@ static void test_server_registers_and_client_connects_by_name_on_tcp(void **stat
     server_stop(&s);
 }
 
+/* A gated server counts a ticket's connections against its principal
+ * (RRPC_MAX_CONNS_PER_PRINCIPAL), not its address: kv-client's third
+ * connection is refused naming that cap, while tok-client, from the same
+ * address, still gets in.  Without the gate naming principals, all share the
+ * address's cap (64) and the third connection was accepted. */
+static void test_a_gated_server_caps_connections_per_principal_not_per_address(void **state)
+{
+    setenv("RRPC_MAX_CONNS_PER_PRINCIPAL", "2", 1);
+    struct server s;
+    server_start(&s, "kv-store");
+    unsetenv("RRPC_MAX_CONNS_PER_PRINCIPAL");
+    rrpc_broker *kv, *tok;
+    assert_int_equal(open_as("kv-client", NULL, &kv), 0);
+    assert_int_equal(open_as(NULL, "token-for-client-123", &tok), 0);
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_ctx_create(&ctx), 0);
+    assert_int_equal(rrpc_ctx_start_thread(ctx), 0);
+    rrpc_conn *c[3] = {0}, *t = NULL;
+    for (int i = 0; i < 2; i++) {
+        int r = rrpc_connect_service(ctx, kv, "kv-store", 3000, NULL, NULL, &c[i]);
+        if (r)
+            fail_msg("kv-client connection %d: %s: %s", i + 1, rrpc_strerror(r),
+                     rrpc_broker_last_error(kv));
+        call_echo(c[i], 0);
+    }
+    int r = rrpc_connect_service(ctx, kv, "kv-store", 3000, NULL, NULL, &c[2]);
+    if (r == 0)
+        fail_msg("kv-client's third connection was accepted past its cap of 2");
+    const char *why = rrpc_ctx_last_error(ctx);
+    if (!strstr(why, "RRPC_MAX_CONNS_PER_PRINCIPAL") &&
+        !strstr(rrpc_broker_last_error(kv), "RRPC_MAX_CONNS_PER_PRINCIPAL"))
+        fail_msg("the refusal does not name the cap: %s / %s", why, rrpc_broker_last_error(kv));
+    r = rrpc_connect_service(ctx, tok, "kv-store", 3000, NULL, NULL, &t);
+    if (r)
+        fail_msg("tok-client from the same address: %s: %s", rrpc_strerror(r),
+                 rrpc_broker_last_error(tok));
+    call_echo(t, 0);
+    rrpc_ctx_destroy(ctx);
+    rrpc_broker_close(kv);
+    rrpc_broker_close(tok);
+    server_stop(&s);
+}
+
 static void test_lookup_of_an_unregistered_service_is_not_found(void **state)
 {
     rrpc_broker *b;
@@ -1161,6 +1204,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_server_registers_and_client_connects_by_name_on_tcp),
+        cmocka_unit_test(test_a_gated_server_caps_connections_per_principal_not_per_address),
         cmocka_unit_test(test_lookup_of_an_unregistered_service_is_not_found),
         cmocka_unit_test(test_unregistered_service_disappears_at_once),
         cmocka_unit_test(test_status_tells_the_registry_and_its_counts),
