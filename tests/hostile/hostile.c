@@ -935,6 +935,58 @@ static void test_twenty_peers_sending_most_of_large_frames_hold_at_most_the_budg
     server_stop(&s);
 }
 
+/* Async calls' answers, counted (any thread). */
+static int burst_ok, burst_bad;
+
+static void burst_cb(const rrpc_result *res, void *user)
+{
+    (void)user;
+    __atomic_add_fetch(res->status == 0 ? &burst_ok : &burst_bad, 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Not an attack: a client that starts using three more classes on all its
+ * connections at once opens one socket per class and connection, all in
+ * their handshake together.  With the cap of pending sockets per address
+ * equal to the connection cap (4 here), the sockets past it were refused
+ * and their connections went down ("the peer closed the connection"; the
+ * soak test met it under load with 32 connections).  Now the pending cap is
+ * a socket per class and connection.
+ */
+static void test_a_client_opening_every_class_on_every_connection_at_once_keeps_them(
+    void **state)
+{
+    const char *env[] = {"RRPC_MAX_CONNS_PER_SOURCE=4", NULL};
+    struct server s;
+    server_start(&s, false, env);
+    rrpc_ctx *cc = client_ctx();
+    enum { NC = 4 };
+    rrpc_conn *c[NC];
+    for (int i = 0; i < NC; i++)
+        c[i] = client_ok(cc, &s, false); /* low_latency only: one socket each */
+    burst_ok = burst_bad = 0;
+    const int classes[] = {RRPC_CLASS_CONTROL, RRPC_CLASS_BULK, RRPC_CLASS_BACKGROUND};
+    int issued = 0;
+    for (int i = 0; i < NC; i++)
+        for (int k = 0; k < 3; k++) {
+            rrpc_call_opts o = {.qos_class = classes[k], .deadline_ms = 10000};
+            assert_int_equal(rrpc_call(c[i], "echo", "z", 1, &o, burst_cb, NULL), 0);
+            issued++;
+        }
+    for (int i = 0; i < 1000 && __atomic_load_n(&burst_ok, __ATOMIC_SEQ_CST) +
+                                        __atomic_load_n(&burst_bad, __ATOMIC_SEQ_CST) <
+                                    issued;
+         i++)
+        usleep(10 * 1000);
+    if (burst_ok != issued)
+        fail_msg("%d of %d first calls on new classes answered, %d failed: %s", burst_ok,
+                 issued, burst_bad, rrpc_ctx_last_error(cc));
+    for (int i = 0; i < NC; i++)
+        rrpc_conn_close(c[i]);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
 /* ---- B: out of file descriptors ----------------------------------------------------------- */
 
 static double cpu_seconds(void)
@@ -1122,6 +1174,7 @@ int main(void)
         cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),
         cmocka_unit_test(test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget),
         cmocka_unit_test(test_twenty_peers_sending_most_of_large_frames_hold_at_most_the_budget),
+        cmocka_unit_test(test_a_client_opening_every_class_on_every_connection_at_once_keeps_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -315,11 +315,14 @@ static void accept_cb(struct rrpci_io *w, unsigned revents)
     struct rrpci_evloop *loop = rrpci_ctx_loop(ctx);
     /* Sockets that have not said which connection they are hold an fd each:
      * at most RRPC_MAX_CONNS of them (the oldest goes first), at most
-     * RRPC_MAX_CONNS_PER_SOURCE from one address, each for at most
-     * RRPC_AUTH_TIMEOUT_MS. */
+     * NCLS x RRPC_MAX_CONNS_PER_SOURCE from one address (a connection opens
+     * up to one socket per class, and a client that starts using its classes
+     * on all its connections at once has them all in their handshake
+     * together: refusing one would take its connection down), each for at
+     * most RRPC_AUTH_TIMEOUT_MS. */
     struct rrpci_accept_limits lim;
     rrpci_ctx_accept_limits(ctx, &lim);
-    int max_pend = lim.max_pending, per_source = lim.per_source;
+    int max_pend = lim.max_pending, per_source = lim.per_source * NCLS;
     double tmo = lim.auth_timeout_ms / 1000.0;
     for (int i = 0; i < 64; i++) {
         struct sockaddr_storage peer;
@@ -335,7 +338,7 @@ static void accept_cb(struct rrpci_io *w, unsigned revents)
         }
         if (pend_same_source(tl, &peer) >= per_source) {
             RRPCI_LOG(ctx, LOG_NOTICE, "refused a tcp socket: %d handshakes already pending "
-                      "from its address (RRPC_MAX_CONNS_PER_SOURCE)", per_source);
+                      "from its address (%d x RRPC_MAX_CONNS_PER_SOURCE)", per_source, NCLS);
             close(fd);
             continue;
         }
