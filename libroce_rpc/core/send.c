@@ -188,6 +188,9 @@ void rrpci_credit_return(rrpc_ctx *ctx)
     while (!rrpci_list_empty(&ctx->credit_dirty)) {
         rrpc_conn *c = rrpci_container_of(ctx->credit_dirty.next, rrpc_conn, dirty_link);
         rrpci_list_del(&c->dirty_link);
+        /* A send may take the connection down and free it (its last
+         * reference was the flush's): held until the loop is done with it. */
+        rrpci_conn_ref(c);
         for (int i = 0; i < RRPCI_MAX_CLASSES && rrpci_conn_wire_open(c); i++) {
             if (!rrpci_credit_should_return(&c->cls[i].credit))
                 continue; /* piggybacked meanwhile */
@@ -199,5 +202,6 @@ void rrpci_credit_return(rrpc_ctx *ctx)
             m->h.type = RRPCI_T_CREDIT;
             rrpci_conn_submit(c, i, m);
         }
+        rrpci_conn_unref(c);
     }
 }
