@@ -153,9 +153,8 @@ static int grant_args(rrpc_region *r, rrpc_conn *c, uint64_t off, uint64_t len, 
                                                             : "RRPC_ACCESS_REMOTE_WRITE");
     if (!rrpci_range_inside(0, r->len, off, len))
         return rrpci_set_error(ctx, RRPC_E_REGION,
-                               "rrpc_region_grant of %llu bytes at offset %llu is "
-                               "outside the region of "
-                               "%zu bytes",
+                               "rrpc_region_grant of %llu bytes at offset %llu is outside "
+                               "the region of %zu bytes",
                                (unsigned long long)len, (unsigned long long)off, r->len);
     return rrpci_class_arg(ctx, o ? o->qos_class : 0, RRPCI_CLS_BULK, cls);
 }
@@ -171,9 +170,9 @@ RRPC_API int rrpc_region_grant(rrpc_region *r, rrpc_conn *c, uint64_t off, uint6
     rrpc_ctx *ctx = r->ctx;
     struct rrpci_sync s;
     rc = rrpci_sync_begin(&s, ctx,
-                          "rrpc_region_grant waits for the transport and cannot run in a callback "
-                          "on "
-                          "the loop; run the handler on a worker (RRPC_HANDLER_ON_WORKER)");
+                          "rrpc_region_grant waits for the transport and cannot run in a "
+                          "callback on the loop; run the handler on a worker "
+                          "(RRPC_HANDLER_ON_WORKER)");
     if (rc < 0)
         return rc;
     rrpc_grant *g = NULL;

@@ -85,7 +85,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
         q->sq_sends--;
         break;
     case VB_K_BIND:
-        vb_grant_bind_done(vc, rrpci_container_of(w, struct vb_grant, wr), wc);
+        vb_grant_bind_done(rrpci_container_of(w, struct vb_grant, wr), wc);
         break;
     case VB_K_READ: {
         struct vb_rin *r = rrpci_container_of(w, struct vb_rin, wr);

@@ -167,6 +167,16 @@ static unsigned vb_hash(uintptr_t a, size_t l, uint64_t g)
     return (unsigned)(h % VB_CACHE_BUCKETS);
 }
 
+unsigned vb_remote_access(unsigned access)
+{
+    unsigned fl = 0;
+    if (access & RRPC_ACCESS_REMOTE_READ)
+        fl |= IBV_ACCESS_REMOTE_READ;
+    if (access & RRPC_ACCESS_REMOTE_WRITE)
+        fl |= IBV_ACCESS_REMOTE_WRITE;
+    return fl;
+}
+
 int vb_mr_get(struct vb_dev *d, rrpc_region *r, struct vb_mr **ret)
 {
     uintptr_t a = (uintptr_t)rrpci_region_addr(r);
@@ -180,11 +190,7 @@ int vb_mr_get(struct vb_dev *d, rrpc_region *r, struct vb_mr **ret)
             return 0;
         }
     unsigned acc = rrpci_region_access(r);
-    int fl = IBV_ACCESS_LOCAL_WRITE;
-    if (acc & RRPC_ACCESS_REMOTE_READ)
-        fl |= IBV_ACCESS_REMOTE_READ;
-    if (acc & RRPC_ACCESS_REMOTE_WRITE)
-        fl |= IBV_ACCESS_REMOTE_WRITE;
+    int fl = IBV_ACCESS_LOCAL_WRITE | (int)vb_remote_access(acc);
     if (d->mw2 && acc) /* grants bind windows over it (grant.c) */
         fl |= IBV_ACCESS_MW_BIND;
     m = calloc(1, sizeof(*m));

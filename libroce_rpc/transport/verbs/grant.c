@@ -14,16 +14,6 @@
  */
 #include "transport/verbs/verbs_int.h"
 
-static unsigned mw_access(unsigned access)
-{
-    unsigned fl = 0;
-    if (access & RRPC_ACCESS_REMOTE_READ)
-        fl |= IBV_ACCESS_REMOTE_READ;
-    if (access & RRPC_ACCESS_REMOTE_WRITE)
-        fl |= IBV_ACCESS_REMOTE_WRITE;
-    return fl;
-}
-
 /* The window first: it is bound over the MR. */
 static void vb_grant_free(struct vb_grant *vg)
 {
@@ -63,7 +53,7 @@ int vb_grant_bind(rrpc_conn *c, rrpc_grant *g)
     if (!m) {
         vg->mr =
             ibv_reg_mr(d->pd, (void *)(uintptr_t)gi.addr, gi.len,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND | (int)mw_access(gi.access));
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND | (int)vb_remote_access(gi.access));
         if (!vg->mr) {
             rc = vb_errno();
             free(vg);
@@ -95,7 +85,7 @@ int vb_grant_bind(rrpc_conn *c, rrpc_grant *g)
                     .bind_info = {.mr = m ? m->mr : vg->mr,
                                   .addr = gi.addr,
                                   .length = gi.len,
-                                  .mw_access_flags = mw_access(gi.access)}},
+                                  .mw_access_flags = vb_remote_access(gi.access)}},
     };
     if ((rc = vb_post_send(q, &wr))) {
         vb_grant_free(vg);
@@ -121,7 +111,7 @@ void vb_grant_end(rrpc_conn *c, rrpc_grant *g)
     vb_grant_free(vg);
 }
 
-void vb_grant_bind_done(struct vb_conn *vc, struct vb_grant *vg, const struct ibv_wc *wc)
+void vb_grant_bind_done(struct vb_grant *vg, const struct ibv_wc *wc)
 {
     vg->bind_out = false;
     if (!vg->g) {
@@ -135,5 +125,4 @@ void vb_grant_bind_done(struct vb_conn *vc, struct vb_grant *vg, const struct ib
                           wc->status == IBV_WC_WR_FLUSH_ERR
                               ? "rrpc_region_grant: the connection went down"
                               : "rrpc_region_grant: the NIC refused to bind the window");
-    (void)vc;
 }

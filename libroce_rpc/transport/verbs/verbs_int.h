@@ -465,6 +465,8 @@ int vb_no_device(rrpc_ctx *ctx, const char *what);
 struct vb_ctx *vb_vx(rrpc_ctx *ctx);
 int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret);
 struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret);
+/* RRPC_ACCESS_REMOTE_* bits as ibv access flags (device.c). */
+unsigned vb_remote_access(unsigned access);
 int vb_mr_get(struct vb_dev *d, rrpc_region *r, struct vb_mr **ret);
 void vb_region_release(rrpc_ctx *ctx, rrpc_region *r);
 
@@ -501,7 +503,7 @@ struct vb_grant {
 };
 int vb_grant_bind(rrpc_conn *c, rrpc_grant *g);
 void vb_grant_end(rrpc_conn *c, rrpc_grant *g);
-void vb_grant_bind_done(struct vb_conn *vc, struct vb_grant *vg, const struct ibv_wc *wc);
+void vb_grant_bind_done(struct vb_grant *vg, const struct ibv_wc *wc);
 void vb_advance(struct vb_conn *vc, enum vb_phase p);
 /* Takes the connection down with @reason and the formatted why (once). */
 void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
