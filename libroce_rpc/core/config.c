@@ -87,6 +87,12 @@ static const struct rrpci_conf_field core_fields[] = {
      .doc = "answer bytes queued for all peers together; above it a peer holding more than "
             "its share (this / peers holding answers) is held back as by "
             "RRPC_MAX_ANSWER_BACKLOG"},
+    {.name = "RRPC_MAX_PARTIAL_BYTES", RRPCI_CONF_INT(C, max_partial_bytes), .def = 256L << 20,
+     .min = 1L << 20, .max = 1LL << 40,
+     .doc = "payload bytes of large frames being received, over all connections (a frame's "
+            "buffer is its announced length until its last byte came); a frame that would "
+            "pass it waits, its socket left unread, until another completes (one frame is "
+            "always let in)"},
     {.name = "RRPC_SYNC_SPIN_US", RRPCI_CONF_INT(C, sync_spin_us), .def = 50, .min = 0,
      .max = 100000,
      .doc = "thread mode: a blocking (_sync) call watches for its answer this long before it "

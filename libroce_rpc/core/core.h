@@ -51,6 +51,7 @@ struct rrpci_config {
     int idle_evict_ms;        /* no tickets: idle this long, a connection may make room */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
     long max_answer_bytes;    /* ... for all peers together; above it, shares (send.c) */
+    long max_partial_bytes;   /* large frames being received, all connections (partial.c) */
     int max_grants;           /* grants alive at once on the context (RRPC_MAX_GRANTS) */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
     int busy_poll_us;         /* after activity the loop polls this long before it sleeps */
@@ -142,9 +143,13 @@ struct rrpc_ctx {
         uint64_t answer_holds;   /* requests held back, READs refused: RRPC_MAX_ANSWER_BYTES */
         uint64_t tensor_pending; /* tensor offers accepted and not yet done */
         uint64_t tensor_refusals; /* offers refused at RRPC_TENSOR_MAX_PENDING */
+        size_t partial_bytes;     /* large frames' payload buffers being received (partial.c) */
+        uint64_t partial_waits;   /* sockets that waited for RRPC_MAX_PARTIAL_BYTES */
         double log_t0;           /* admission's log: one line per interval, with counts */
         uint32_t log_evicted, log_refused;
     } guard;
+    struct rrpci_list partial_waiters; /* struct rrpci_partial_wait.link (partial.c) */
+    struct rrpci_timer partial_wake;    /* runs the waiters once room came */
 };
 
 struct rrpc_listener {
@@ -481,6 +486,7 @@ void rrpci_grant_end(rrpc_grant *g, const char *why);
 void rrpci_grants_conn_down(rrpc_conn *c);
 void rrpci_grants_region_gone(rrpc_region *r);
 void rrpci_grants_fini(rrpc_ctx *ctx);
+void rrpci_partial_fini(rrpc_ctx *ctx); /* core/partial.c */
 
 /*
  * The check a NIC makes for a remote access, done by the tcp emulation:

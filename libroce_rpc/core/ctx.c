@@ -148,6 +148,7 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
     rrpci_methods_fini(ctx);
     rrpci_regions_fini(ctx);
     rrpci_grants_fini(ctx);
+    rrpci_partial_fini(ctx);
     rrpci_gov_stop(&ctx->gov); /* before the transports' state goes */
     transports_fini(ctx);
     rrpci_async_stop(ctx->ev, &ctx->wake);

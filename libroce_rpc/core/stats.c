@@ -512,6 +512,12 @@ static size_t render_guard(const struct rrpci_guard *g, char *buf, size_t len, s
           g->tensor_pending);
     single(&o, "rrpc_tensor_offers_refused_total",
            "Tensor offers refused at RRPC_TENSOR_MAX_PENDING.", g->tensor_refusals);
+    gauge(&o, "rrpc_partial_frame_bytes",
+          "Payload bytes of large frames being received (RRPC_MAX_PARTIAL_BYTES).",
+          g->partial_bytes);
+    single(&o, "rrpc_partial_frame_waits_total",
+           "Times a socket was left unread because RRPC_MAX_PARTIAL_BYTES was spent.",
+           g->partial_waits);
     return o.used;
 }
 

@@ -298,6 +298,25 @@ int rrpci_conn_rx_admit(rrpc_conn *c, int cls, const struct rrpci_hdr *h);
 uint8_t *rrpci_os_write_target(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_t *p,
                                size_t n);
 
+/*
+ * The context's budget of large frames being received (RRPC_MAX_PARTIAL_BYTES,
+ * core/partial.c): a transport reserves a frame's announced length before it
+ * makes the frame's buffer, and releases it once the whole frame came (or the
+ * connection went).  Refused, @w is queued: its @cb runs later on the loop
+ * (never inside rrpci_partial_release) when room may have come; the transport
+ * then asks again, and meanwhile leaves the socket unread, so TCP pushes back
+ * on the sender.  A frame is always let in when nothing else is held.
+ */
+struct rrpci_partial_wait {
+    struct rrpci_list link; /* zeroed or unlinked: not queued */
+    void (*cb)(struct rrpci_partial_wait *w);
+    void *data;
+};
+bool rrpci_partial_reserve(rrpc_ctx *ctx, size_t len, struct rrpci_partial_wait *w);
+void rrpci_partial_release(rrpc_ctx *ctx, size_t len);
+/* Takes @w out of the queue if it is there (the transport's socket goes). */
+void rrpci_partial_cancel(struct rrpci_partial_wait *w);
+
 /* Class @cls can take frames again after an -EAGAIN from ops->send. */
 void rrpci_conn_writable(rrpc_conn *c, int cls);
 

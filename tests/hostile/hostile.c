@@ -904,6 +904,89 @@ static void test_a_client_opening_every_class_on_every_connection_at_once_keeps_
     server_stop(&s);
 }
 
+/*
+ * Twenty peers each announce a 16 MiB request and send 15 MiB of it, then
+ * stop.  Each such frame holds a buffer of its announced length while its
+ * payload comes; without a budget for them all the server held what every
+ * peer sent (about 300 MiB).  With RRPC_MAX_PARTIAL_BYTES at 64 MiB the
+ * sockets past it are left unread, so TCP stops the senders, and the server
+ * grows by about the budget; a legitimate client is still served.
+ */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_twenty_peers_sending_most_of_large_frames_hold_at_most_the_budget(
+    void **state)
+{
+    const char *env[] = {"RRPC_MAX_PARTIAL_BYTES=67108864", NULL};
+    struct server s;
+    server_start(&s, false, env);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *legit = client_ok(cc, &s, false);
+    hwm_reset();
+    long hwm0 = hwm_kib();
+    enum { NPEERS = 20 };
+    static struct raw_conn rc[NPEERS];
+    const int cls = 2; /* bulk */
+    const uint32_t frame_len = 16u << 20, sent_len = 15u << 20;
+    static uint8_t chunk[1 << 16];
+    memset(chunk, 0x5a, sizeof(chunk));
+    size_t sent_all = 0;
+    for (int p = 0; p < NPEERS; p++) {
+        int grant[4];
+        assert_int_equal(handshake_from(&rc[p], "127.0.0.1", s.port, 1, grant), 0);
+        uint8_t h[32];
+        raw_header(h, 5 /*REQUEST*/, cls, 0, 9000 + (uint64_t)p, 0x1234, frame_len, 0);
+        assert_int_equal(send(rc[p].fd[cls], h, sizeof(h), MSG_NOSIGNAL), 32);
+    }
+    /* Send without blocking for up to 4 s: a socket the server does not read
+     * fills up and takes no more. */
+    size_t sent[NPEERS] = {0};
+    double end = now_s() + 4;
+    while (now_s() < end) {
+        bool any = false;
+        for (int p = 0; p < NPEERS; p++) {
+            if (sent[p] >= sent_len)
+                continue;
+            size_t n = sent_len - sent[p] < sizeof(chunk) ? sent_len - sent[p] : sizeof(chunk);
+            ssize_t r = send(rc[p].fd[cls], chunk, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (r > 0) {
+                sent[p] += (size_t)r;
+                any = true;
+            }
+        }
+        if (!any)
+            usleep(20 * 1000);
+    }
+    for (int p = 0; p < NPEERS; p++)
+        sent_all += sent[p];
+    usleep(300 * 1000);
+    long grown = hwm_kib() - hwm0;
+    print_message("%d peers sent %zu MiB of 16 MiB frames they never finish: peak +%ld KiB\n",
+                  NPEERS, sent_all >> 20, grown);
+    if (grown > 112 * 1024)
+        fail_msg("partly received frames grew the server by %ld KiB (budget 64 MiB)", grown);
+    assert_true(metrics_value(s.ctx, "rrpc_partial_frame_waits_total") > 0);
+    assert_true(metrics_value(s.ctx, "rrpc_partial_frame_bytes") <= (64 << 20) + (16 << 20));
+    void *out = NULL;
+    size_t len;
+    assert_int_equal(rrpc_call_sync(legit, "echo", "y", 1, NULL, &out, &len), 0);
+    free(out);
+    for (int p = 0; p < NPEERS; p++)
+        raw_close(&rc[p]);
+    /* the budget comes back with the connections */
+    for (int i = 0; i < 100 && metrics_value(s.ctx, "rrpc_partial_frame_bytes") != 0; i++)
+        usleep(20 * 1000);
+    assert_int_equal(metrics_value(s.ctx, "rrpc_partial_frame_bytes"), 0);
+    rrpc_conn_close(legit);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
 /* ---- B: out of file descriptors ----------------------------------------------------------- */
 
 static double cpu_seconds(void)
@@ -1091,6 +1174,7 @@ int main(void)
         cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),
         cmocka_unit_test(test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget),
         cmocka_unit_test(test_a_client_opening_every_class_on_every_connection_at_once_keeps_them),
+        cmocka_unit_test(test_twenty_peers_sending_most_of_large_frames_hold_at_most_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  * sizes chosen by each test (headers split across reads, a byte at a
  * time, everything at once); the upcalls record what the machine hands up.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -80,7 +81,34 @@ static void up_fail(void *u, int code, const char *why)
     s->failed = code;
 }
 
-static const struct rrpc_tcp_rx_up up = {up_admit, up_frame, up_write_target, up_fail};
+static const struct rrpc_tcp_rx_up up = {up_admit, up_frame, up_write_target, up_fail, NULL,
+                                         NULL};
+
+/* A budget of large payloads (RRPC_MAX_PARTIAL_BYTES in the channel): room
+ * for @room bytes, taken and given back here. */
+static size_t budget_room, budget_held;
+static int budget_refusals;
+
+static int up_reserve(void *u, size_t len)
+{
+    (void)u;
+    if (len > budget_room - budget_held) {
+        budget_refusals++;
+        return -EAGAIN;
+    }
+    budget_held += len;
+    return 0;
+}
+
+static void up_unreserve(void *u, size_t len)
+{
+    (void)u;
+    assert_true(len <= budget_held);
+    budget_held -= len;
+}
+
+static const struct rrpc_tcp_rx_up up_budget = {up_admit,   up_frame,    up_write_target,
+                                                up_fail,    up_reserve,  up_unreserve};
 
 struct fixture {
     struct rrpc_tcp_rx rx;
@@ -495,6 +523,53 @@ static void test_an_idle_machine_gives_its_buffers_back(void **state)
     free(st.b);
 }
 
+/* A large payload the budget has no room for: the machine pauses before it
+ * keeps any of it (the bytes already read stay in the read buffer), asks
+ * nothing to read, and goes on when resumed with room; the budget is given
+ * back when the frame is whole, and when the machine goes mid-frame. */
+static void test_a_large_payload_waits_for_the_budget_and_gives_it_back(void **state)
+{
+    struct fixture *f = *state;
+    rrpc_tcp_rx_fini(&f->rx);
+    rrpc_tcp_rx_init(&f->rx, &up_budget, &f->s, MAX_MSG);
+    budget_room = 100 * KIB, budget_held = 0, budget_refusals = 0;
+    struct stream st = {0};
+    frame(&st, RRPCI_T_REQUEST, 1, 300 * KIB);
+    frame(&st, RRPCI_T_REQUEST, 2, 200 * KIB);
+    size_t off = 0;
+    const size_t all[] = {0};
+    assert_int_equal(feed(f, &st, &off, all, 1, 1u << 20), RRPC_TCP_RX_PAUSE);
+    assert_int_equal(f->rx.state, RRPC_TCP_RX_WAIT);
+    assert_int_equal(budget_refusals, 1);
+    assert_int_equal(f->s.nrec, 0);
+    uint8_t *to;
+    size_t max;
+    assert_int_equal(rrpc_tcp_rx_want(&f->rx, 1u << 20, &to, &max), RRPC_TCP_RX_PAUSE);
+    /* still no room */
+    assert_int_equal(rrpc_tcp_rx_resume(&f->rx), RRPC_TCP_RX_PAUSE);
+    /* room: the first goes on, holding its 300 KiB until it is whole */
+    budget_room = 1024 * KIB;
+    assert_int_equal(rrpc_tcp_rx_resume(&f->rx), RRPC_TCP_RX_READ);
+    assert_int_equal(budget_held, 300 * KIB);
+    assert_int_equal(feed(f, &st, &off, all, 1, 1u << 20), RRPC_TCP_RX_READ);
+    assert_int_equal(f->s.nrec, 2);
+    check_frame(&f->s.rec[0], RRPCI_T_REQUEST, 1, 300 * KIB);
+    check_frame(&f->s.rec[1], RRPCI_T_REQUEST, 2, 200 * KIB);
+    assert_int_equal(budget_held, 0);
+    /* mid-frame when the machine goes: its budget comes back */
+    struct stream st2 = {0};
+    frame(&st2, RRPCI_T_REQUEST, 3, 300 * KIB);
+    st2.len -= 1000;
+    off = 0;
+    assert_int_equal(feed(f, &st2, &off, all, 1, 1u << 20), RRPC_TCP_RX_READ);
+    assert_int_equal(budget_held, 300 * KIB);
+    rrpc_tcp_rx_fini(&f->rx);
+    assert_int_equal(budget_held, 0);
+    rrpc_tcp_rx_init(&f->rx, &up, &f->s, MAX_MSG);
+    free(st.b);
+    free(st2.b);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -514,6 +589,7 @@ int main(void)
         T(test_a_frame_without_admission_keeps_none_of_its_payload),
         T(test_nothing_is_handed_up_after_the_connection_went_away),
         T(test_an_idle_machine_gives_its_buffers_back),
+        T(test_a_large_payload_waits_for_the_budget_and_gives_it_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

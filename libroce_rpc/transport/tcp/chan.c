@@ -110,6 +110,23 @@ static uint8_t *chan_rx_write_target(void *u, const struct rrpci_hdr *h, const u
     return rrpci_os_write_target(ch->conn, h, p, n);
 }
 
+/* A large payload's buffer, from the context's budget: refused, the socket
+ * is left unread (chan_read_cb stops its watcher) until chan_partial_cb. */
+static int chan_rx_reserve(void *u, size_t len)
+{
+    struct tcp_chan *ch = u;
+    if (rrpci_partial_reserve(rrpci_conn_ctx(ch->conn), len, &ch->pwait))
+        return 0;
+    ch->paused = true;
+    return -EAGAIN;
+}
+
+static void chan_rx_unreserve(void *u, size_t len)
+{
+    struct tcp_chan *ch = u;
+    rrpci_partial_release(rrpci_conn_ctx(ch->conn), len);
+}
+
 static void chan_rx_fail(void *u, int code, const char *why)
 {
     struct tcp_chan *ch = u;
@@ -130,6 +147,8 @@ static const struct rrpc_tcp_rx_up chan_rx_up = {
     .frame = chan_rx_frame,
     .write_target = chan_rx_write_target,
     .fail = chan_rx_fail,
+    .reserve = chan_rx_reserve,
+    .unreserve = chan_rx_unreserve,
 };
 
 /* Reads the socket for the class's turn (core/qos.h), where the receive
@@ -188,6 +207,24 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
     }
     if (next == RRPC_TCP_RX_READ && was_idle && moved <= RRPCI_HDR_SIZE)
         rrpc_tcp_rx_release(&ch->rx);
+    if (next == RRPC_TCP_RX_PAUSE) /* level-triggered: unread, it would wake at once */
+        rrpci_io_stop(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ch->rio);
+    rrpci_conn_unref(c);
+}
+
+/* Room may have come in the budget of large frames: the machine asks again,
+ * and the socket is read again once it has its buffer. */
+static void chan_partial_cb(struct rrpci_partial_wait *w)
+{
+    struct tcp_chan *ch = w->data;
+    rrpc_conn *c = ch->conn;
+    rrpci_conn_ref(c);
+    enum rrpc_tcp_rx_next next = rrpc_tcp_rx_resume(&ch->rx);
+    if (next == RRPC_TCP_RX_READ) {
+        ch->paused = false;
+        if (ch->fd >= 0)
+            rrpci_io_start(rrpci_ctx_loop(rrpci_conn_ctx(c)), &ch->rio);
+    }
     rrpci_conn_unref(c);
 }
 
@@ -215,6 +252,8 @@ void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, bool first, 
     ch->fd = -1;
     /* The read buffer comes on the first read: an idle connection holds none. */
     rrpc_tcp_rx_init(&ch->rx, &chan_rx_up, ch, rrpci_ctx_max_msg(ctx));
+    ch->pwait.cb = chan_partial_cb;
+    ch->pwait.data = ch;
     if (!first) {
         struct rrpci_accept_limits lim;
         rrpci_ctx_accept_limits(ctx, &lim);
@@ -258,6 +297,8 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
         close(ch->fd);
     }
     ch->fd = -1;
+    rrpci_partial_cancel(&ch->pwait);
+    ch->paused = false;
     rrpc_tcp_rx_fini(&ch->rx);
     free_list(ch->txh);
     free_list(ch->heldh);

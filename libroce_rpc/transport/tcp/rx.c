@@ -16,7 +16,7 @@
 #define RBUF_HALF (RBUF_SIZE / 2)
 
 /* What a step leaves to the loop of rx_run. */
-enum step { STEP_ON, STEP_NEED, STEP_GONE };
+enum step { STEP_ON, STEP_NEED, STEP_GONE, STEP_WAIT };
 
 /* Read buffers come straight from the kernel: freed on idle (rrpc_tcp_rx_trim),
  * their pages leave the process, which a heap block of this size would not. */
@@ -50,8 +50,18 @@ void rrpc_tcp_rx_init(struct rrpc_tcp_rx *rx, const struct rrpc_tcp_rx_up *up, v
     rx->max_msg = max_msg;
 }
 
+/* Gives back the budget a BIG payload took. */
+static void unreserve(struct rrpc_tcp_rx *rx)
+{
+    if (rx->reserved) {
+        rx->reserved = false;
+        rx->up->unreserve(rx->u, rx->h.len);
+    }
+}
+
 void rrpc_tcp_rx_fini(struct rrpc_tcp_rx *rx)
 {
+    unreserve(rx);
     rbuf_free(rx);
     free(rx->big);
     rx->big = NULL;
@@ -76,6 +86,13 @@ static enum step hand_up(struct rrpc_tcp_rx *rx, bool placed, const uint8_t *pay
  * one when it is large enough). */
 static enum step to_big(struct rrpc_tcp_rx *rx)
 {
+    if (rx->up->reserve) {
+        if (rx->up->reserve(rx->u, rx->h.len) != 0) {
+            rx->state = RRPC_TCP_RX_WAIT; /* its bytes so far stay in the read buffer */
+            return STEP_WAIT;
+        }
+        rx->reserved = true;
+    }
     if (rx->spare && rx->spare_cap >= rx->h.len) {
         rx->big = rx->spare;
         rx->big_cap = rx->spare_cap;
@@ -174,6 +191,7 @@ static enum step step_payload_done(struct rrpc_tcp_rx *rx)
     uint8_t *big = rx->big;
     size_t cap = rx->big_cap;
     rx->big = NULL;
+    unreserve(rx); /* whole: no longer a frame being received */
     enum step s = hand_up(rx, false, big);
     if (s == STEP_ON && !rx->spare && cap <= RRPC_TCP_SPARE_MAX) {
         rx->spare = big; /* reused: no allocation, no page faults */
@@ -203,12 +221,17 @@ static enum rrpc_tcp_rx_next rx_run(struct rrpc_tcp_rx *rx)
         case RRPC_TCP_RX_DISCARD:
             s = step_payload_done(rx);
             break;
+        case RRPC_TCP_RX_WAIT:
+            s = STEP_WAIT;
+            break;
         }
         switch (s) {
         case STEP_ON:
             continue;
         case STEP_NEED:
             return RRPC_TCP_RX_READ;
+        case STEP_WAIT:
+            return RRPC_TCP_RX_PAUSE;
         case STEP_GONE:
         default:
             return RRPC_TCP_RX_GONE;
@@ -247,6 +270,8 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_want(struct rrpc_tcp_rx *rx, size_t piece, uin
         *ret_to = rx->rbuf;
         *ret_max = min_size(min_size(rx->h.len - rx->got, piece), RBUF_SIZE);
         return RRPC_TCP_RX_READ;
+    case RRPC_TCP_RX_WAIT:
+        return RRPC_TCP_RX_PAUSE;
     case RRPC_TCP_RX_HEADER:
     case RRPC_TCP_RX_BODY:
     case RRPC_TCP_RX_WRITE_SUB:
@@ -292,6 +317,20 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n)
         break;
     }
     return rx_run(rx);
+}
+
+enum rrpc_tcp_rx_next rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx)
+{
+    if (rx->state != RRPC_TCP_RX_WAIT)
+        return RRPC_TCP_RX_READ;
+    switch (to_big(rx)) {
+    case STEP_WAIT:
+        return RRPC_TCP_RX_PAUSE;
+    case STEP_GONE:
+        return RRPC_TCP_RX_GONE;
+    default:
+        return rx_run(rx);
+    }
 }
 
 bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx)

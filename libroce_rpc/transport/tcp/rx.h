@@ -20,6 +20,9 @@
  *   DISCARD    the rest of a large WRITE whose region went away meanwhile:
  *              read and dropped; the frame then goes up as if placed, and
  *              the core answers it (the region is gone).
+ *   WAIT       a large payload whose buffer the context's budget
+ *              (up->reserve, RRPC_MAX_PARTIAL_BYTES) does not allow yet:
+ *              nothing is read until rrpc_tcp_rx_resume.
  *
  * (There is no state that holds a frame back: since protocol version 2 each
  * socket's frames come in order behind its own handshake frame, so every
@@ -50,12 +53,14 @@ enum rrpc_tcp_rx_state {
     RRPC_TCP_RX_BIG,
     RRPC_TCP_RX_REGION,
     RRPC_TCP_RX_DISCARD,
+    RRPC_TCP_RX_WAIT,
 };
 
 /* What a call of the machine leaves the channel to do. */
 enum rrpc_tcp_rx_next {
     RRPC_TCP_RX_READ, /* read on (rrpc_tcp_rx_want) */
     RRPC_TCP_RX_GONE, /* the connection went away: touch nothing of it */
+    RRPC_TCP_RX_PAUSE, /* read nothing until rrpc_tcp_rx_resume (WAIT) */
 };
 
 /* The upcalls; @u is the machine's user pointer. */
@@ -71,6 +76,12 @@ struct rrpc_tcp_rx_up {
     /* The bytes are bad or memory ran out: take the connection down with
      * @code (an RRPC_E_* code or a negated errno) and the static @why. */
     void (*fail)(void *u, int code, const char *why);
+    /* Optional (NULL: no budget): a large payload's buffer of @len bytes is
+     * about to be made: 0, or -EAGAIN when the budget has no room yet (the
+     * machine goes to WAIT; the user calls rrpc_tcp_rx_resume when room may
+     * have come).  unreserve gives back what reserve took. */
+    int (*reserve)(void *u, size_t len);
+    void (*unreserve)(void *u, size_t len);
 };
 
 struct rrpc_tcp_rx {
@@ -88,6 +99,7 @@ struct rrpc_tcp_rx {
     struct rrpci_hdr h;
     size_t got;
     uint8_t *big; /* BIG: the payload's buffer, of @big_cap bytes */
+    bool reserved; /* BIG: h.len bytes taken from up->reserve */
     size_t big_cap;
     uint8_t *spare; /* the last large buffer, kept for the next large payload */
     size_t spare_cap;
@@ -115,6 +127,9 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_want(struct rrpc_tcp_rx *rx, size_t piece, uin
  * is buffered).  Runs the machine: hands up every frame that is whole. */
 enum rrpc_tcp_rx_next rrpc_tcp_rx_got(struct rrpc_tcp_rx *rx, size_t n);
 
+/* WAIT: asks up->reserve again; READ once the payload's buffer is made (or
+ * PAUSE again, or GONE).  In any other state: READ. */
+enum rrpc_tcp_rx_next rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx);
 /* Whether the peer stopped in the middle of a frame (for the reason given
  * when its socket ends). */
 bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx);

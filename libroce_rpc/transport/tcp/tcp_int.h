@@ -61,6 +61,10 @@ struct tcp_chan {
     unsigned want_writable; /* bit per class that got -EAGAIN */
     uint64_t last_ns; /* when a piece of this socket last moved, either way */
     struct rrpci_timer attach_timer; /* own socket: attached within RRPC_AUTH_TIMEOUT_MS */
+    /* The receive machine waits for the context's budget of large frames
+     * (RRPC_MAX_PARTIAL_BYTES): the socket is not read meanwhile. */
+    struct rrpci_partial_wait pwait;
+    bool paused;
 };
 
 struct tcp_conn {
