@@ -116,10 +116,12 @@ RRPC_API int rrpc_request_class(rrpc_request *req);
 
 /*
  * The time the caller has left for @req, in microseconds: its call's
- * deadline travels with the request as the time remaining when it was sent
- * (counted at the server from when it read the request, so the time the
- * request spent on the wire and in the server's receive buffers is not
- * subtracted).  <= 0: the caller has given up; RRPC_NO_DEADLINE: it set
+ * deadline travels with the request as the time remaining when it was sent,
+ * counted at the server from when the request arrived (tcp: the kernel's
+ * receive time; inproc: when it was handed over; verbs: when the loop read
+ * it), so time on the wire is not subtracted.  A request already past its
+ * time when the server gets to it is answered RRPC_E_DEADLINE without
+ * running.  <= 0: the caller has given up; RRPC_NO_DEADLINE: it set
  * none.  A handler with long work checks it, or rrpc_request_cancelled, and
  * stops early.  Any thread, while @req is not yet answered.
  */

@@ -152,6 +152,7 @@ struct rrpc_ctx {
         uint32_t log_evicted, log_refused;
     } guard;
     struct rrpci_list partial_waiters; /* struct rrpci_partial_wait.link (partial.c) */
+    double rx_arrival; /* rrpci_ctx_rx_arrival: when the bytes being handed up came; 0 */
     struct rrpci_timer partial_wake;    /* runs the waiters once room came */
 };
 

@@ -136,6 +136,8 @@ static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, con
     return rrpci_conn_submit(c, cls, m);
 }
 
+static int respond(rrpc_request *req, int32_t status, const void *data, size_t len);
+
 bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     rrpc_ctx *ctx = c->ctx;
@@ -159,10 +161,26 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     req->id = h->id;
     req->cls = cls;
     req->credit_on_answer = (m->flags & RRPC_HANDLER_CREDIT_ON_ANSWER) != 0;
-    req->due = h->ttl ? rrpci_stats_now() + rrpci_ttl_decode(h->ttl) : 0;
+    double now = rrpci_stats_now();
+    /* from when it arrived, where the transport knows (a loop held by a
+     * handler reads it later) */
+    double came = ctx->rx_arrival > 0 && ctx->rx_arrival < now ? ctx->rx_arrival : now;
+    req->due = h->ttl ? came + rrpci_ttl_decode(h->ttl) : 0;
     atomic_init(&req->cancelled, false);
     req->tracked = rrpci_idmap_put(&c->serving, h->id, &req->node) == 0;
     rrpci_conn_ref(c);
+    if (req->due > 0 && now >= req->due) {
+        /* its caller has given up already: answered, not run */
+        ctx->guard.not_run_deadline++;
+        char msg[200];
+        int len = snprintf(msg, sizeof(msg),
+                           "call \"%s\": its deadline passed %.0f ms before the server read it "
+                           "(a handler held the server's loop?); not run",
+                           m->name, (now - req->due) * 1e3);
+        req->credit_on_answer = false;
+        respond(req, RRPC_E_DEADLINE, msg, (size_t)len);
+        return false;
+    }
     if (m->flags & RRPC_HANDLER_ON_WORKER)
         return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, h->len, m->name);
     bool later = req->credit_on_answer; /* @req may be freed by the handler */
@@ -184,8 +202,6 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     return later;
 }
 
-static int respond(rrpc_request *req, int32_t status, const void *data, size_t len);
-
 /* Takes @req out of its connection's map of requests being served. */
 static void untrack(rrpc_request *req)
 {
@@ -193,6 +209,11 @@ static void untrack(rrpc_request *req)
         rrpci_idmap_del(&req->conn->serving, req->id);
         req->tracked = false;
     }
+}
+
+void rrpci_ctx_rx_arrival(rrpc_ctx *ctx, double at)
+{
+    ctx->rx_arrival = at;
 }
 
 void rrpci_rpc_on_cancel(rrpc_conn *c, uint64_t id)

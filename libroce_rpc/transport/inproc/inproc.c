@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <syslog.h>
 
 #include <roce_rpc/rrpc.h>
@@ -157,6 +158,9 @@ static int inproc_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
     }
     /* The buffer itself changes hands: no copy. */
     m->next = NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    m->queued = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9; /* its arrival, for deadlines */
     if (q->tail)
         q->tail->next = m;
     else
@@ -204,7 +208,9 @@ static bool deliver(rrpc_conn *c, int cls, struct rrpci_msg *m)
         memcpy(joined + m->len, m->ext, m->ext_len);
         payload = joined;
     }
+    rrpci_ctx_rx_arrival(ctx, m->queued);
     rrpci_conn_recv(c, cls, &h, payload);
+    rrpci_ctx_rx_arrival(ctx, 0);
     free(joined);
     rrpci_msg_free(m);
     return !rrpci_conn_is_down(c);

@@ -151,6 +151,27 @@ static const struct rrpc_tcp_rx_up chan_rx_up = {
     .unreserve = chan_rx_unreserve,
 };
 
+/* When the bytes of @mh arrived, in CLOCK_MONOTONIC seconds (@now_ns is
+ * that clock now): the kernel stamps them on the realtime clock; 0 when it
+ * did not. */
+static double arrival(struct msghdr *mh, uint64_t now_ns)
+{
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_TIMESTAMPNS)
+            continue;
+        struct timespec ts, real;
+        memcpy(&ts, CMSG_DATA(h), sizeof(ts));
+        clock_gettime(CLOCK_REALTIME, &real);
+        double ago = (double)(real.tv_sec - ts.tv_sec) + (double)(real.tv_nsec - ts.tv_nsec) / 1e9;
+        if (ago < -0.001 || ago > 3600)
+            return 0; /* the realtime clock was stepped: unknown */
+        if (ago < 0)
+            ago = 0;
+        return (double)now_ns / 1e9 - ago;
+    }
+    return 0;
+}
+
 /* Reads the socket for the class's turn (core/qos.h), where the receive
  * machine says, and runs the machine on what came. */
 static void chan_read_cb(struct rrpci_io *w, unsigned revents)
@@ -175,7 +196,15 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
         next = rrpc_tcp_rx_want(&ch->rx, rrpc_tcp_piece(ch, now), &to, &want);
         if (next != RRPC_TCP_RX_READ)
             break;
-        ssize_t n = read(ch->fd, to, want);
+        /* with the kernel's receive time of these bytes (SO_TIMESTAMPNS) */
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(sizeof(struct timespec))];
+        } cm;
+        struct iovec iov = {to, want};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &cm,
+                            .msg_controllen = sizeof(cm)};
+        ssize_t n = recvmsg(ch->fd, &mh, 0);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
         if (n <= 0) {
@@ -201,7 +230,10 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
          * calls again when more comes, which saves a read that would only
          * say EAGAIN. */
         bool drained = (size_t)n < want;
+        rrpc_ctx *ctx = rrpci_conn_ctx(c);
+        rrpci_ctx_rx_arrival(ctx, arrival(&mh, now));
         next = rrpc_tcp_rx_got(&ch->rx, (size_t)n);
+        rrpci_ctx_rx_arrival(ctx, 0);
         if (drained)
             break;
     }
@@ -267,6 +299,10 @@ void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, bool first, 
 void rrpc_tcp_chan_fd(struct tcp_chan *ch, int fd, bool connected)
 {
     ch->fd = fd;
+    if (fd >= 0) { /* receive times, for requests' deadlines (arrival()) */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+    }
     ch->connected = connected && fd >= 0;
     rrpci_io_init(&ch->rio, chan_read_cb, fd, RRPCI_IO_READ);
     rrpci_io_init(&ch->wio, rrpc_tcp_writable_cb, fd, RRPCI_IO_WRITE);
