@@ -25,6 +25,20 @@
 #include "util/metrics_http.h"
 #endif
 
+/* Where the configuration's complaints go: stderr, or what config_report_to set
+ * (a reload gathers them to log them). */
+static FILE *report_fp;
+
+void config_report_to(FILE *fp)
+{
+    report_fp = fp;
+}
+
+static FILE *errf(void)
+{
+    return report_fp ? report_fp : stderr;
+}
+
 /* ---- values that need more than a type ------------------------------- */
 
 /* Splits "HOST:PORT" or "[IPv6]:PORT" (HOST may be empty: every address).  The port must be
@@ -389,7 +403,7 @@ void config_init(struct config *c)
     if (rrpci_conf_check_table(&rrpcd_settings, why, sizeof(why)) ||
         rrpci_conf_defaults(&rrpcd_settings, c)) {
         /* A mistake in the table above, which every run of rrpcd meets. */
-        fprintf(stderr, "rrpcd: internal error: the settings table: %s\n", why);
+        fprintf(errf(), "rrpcd: internal error: the settings table: %s\n", why);
         abort();
     }
 }
@@ -401,13 +415,13 @@ int config_set(struct config *c, const char *k, const char *v, const char *where
     if (!f) {
         const struct rrpci_conf_table *t = &rrpcd_settings;
         const char *near = rrpci_conf_suggest(&t, 1, k);
-        fprintf(stderr, "rrpcd: %s: unknown setting '%s' (%s%s%srrpcd --help lists them)\n",
+        fprintf(errf(), "rrpcd: %s: unknown setting '%s' (%s%s%srrpcd --help lists them)\n",
                 where, k, near ? "did you mean '" : "", near ? near : "", near ? "'? " : "");
         return -ENOENT;
     }
     int r = rrpci_conf_set_field(f, c, v, why, sizeof(why));
     if (r)
-        fprintf(stderr, "rrpcd: %s: bad value '%s' for %s: %s\n", where, v, f->name, why);
+        fprintf(errf(), "rrpcd: %s: bad value '%s' for %s: %s\n", where, v, f->name, why);
     return r;
 }
 
@@ -485,7 +499,7 @@ static int ini_setting(void *user, const char *section, const char *name, const 
         return 1;
     snprintf(where, sizeof(where), "%s:%d", st->path, st->lineno);
     if (section[0]) {
-        fprintf(stderr, "rrpcd: %s: [%s]: rrpcd's file has no sections (remove the line "
+        fprintf(errf(), "rrpcd: %s: [%s]: rrpcd's file has no sections (remove the line "
                 "\"[%s]\")\n", where, section, section);
         st->err = -EINVAL;
         return 0;
@@ -500,13 +514,13 @@ int config_load_file(struct config *c, const char *path)
     st.f = fopen(path, "r");
     if (!st.f) {
         int r = -errno;
-        fprintf(stderr, "rrpcd: cannot open the config file %s: %s\n", path, strerror(-r));
+        fprintf(errf(), "rrpcd: cannot open the config file %s: %s\n", path, strerror(-r));
         return r;
     }
     int line = ini_parse_stream(ini_read_line, &st, ini_setting, &st);
     fclose(st.f);
     if (st.too_long) {
-        fprintf(stderr, "rrpcd: %s:%d: the line is longer than %d characters (libinih's limit; "
+        fprintf(errf(), "rrpcd: %s:%d: the line is longer than %d characters (libinih's limit; "
                 "allow and ticket_key_previous can be split over several lines, -s NAME=VALUE "
                 "has no such limit)\n", path, st.lineno, st.max_line);
         return -EINVAL;
@@ -514,11 +528,11 @@ int config_load_file(struct config *c, const char *path)
     if (st.err)
         return st.err;
     if (line == -2) {
-        fprintf(stderr, "rrpcd: %s: out of memory\n", path);
+        fprintf(errf(), "rrpcd: %s: out of memory\n", path);
         return -ENOMEM;
     }
     if (line) {
-        fprintf(stderr, "rrpcd: %s:%d: expected \"name = value\"\n", path, line);
+        fprintf(errf(), "rrpcd: %s:%d: expected \"name = value\"\n", path, line);
         return -EINVAL;
     }
     return 0;
@@ -529,13 +543,13 @@ static int load_tokens(struct config *c)
     FILE *f = fopen(c->token_file, "r");
     if (!f) {
         int r = -errno;
-        fprintf(stderr, "rrpcd: cannot open the token file %s: %s\n", c->token_file,
+        fprintf(errf(), "rrpcd: cannot open the token file %s: %s\n", c->token_file,
                 strerror(-r));
         return r;
     }
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && (st.st_mode & 007))
-        fprintf(stderr, "rrpcd: warning: the token file %s is readable by others "
+        fprintf(errf(), "rrpcd: warning: the token file %s is readable by others "
                 "(chmod 600 it)\n", c->token_file);
     char line[1024];
     int lineno = 0, r = 0;
@@ -546,7 +560,7 @@ static int load_tokens(struct config *c)
             continue;
         char principal[256], tok[512], extra[2];
         if (sscanf(s, "%255s %511s %1s", principal, tok, extra) != 2 || strlen(tok) < 8) {
-            fprintf(stderr, "rrpcd: %s:%d: expected \"PRINCIPAL TOKEN\" (token >= 8 chars)\n",
+            fprintf(errf(), "rrpcd: %s:%d: expected \"PRINCIPAL TOKEN\" (token >= 8 chars)\n",
                     c->token_file, lineno);
             r = -EINVAL;
             break;
@@ -580,7 +594,7 @@ static int check_listen_host(const struct config *c)
     struct addrinfo *res;
     int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
     if (g) {
-        fprintf(stderr, "rrpcd: listen = %s: %s (give an address of this host, or a name it "
+        fprintf(errf(), "rrpcd: listen = %s: %s (give an address of this host, or a name it "
                 "resolves)\n", c->listen, gai_strerror(g));
         return -EINVAL;
     }
@@ -603,7 +617,7 @@ static int check_metrics_host(const struct config *c)
     struct addrinfo *res;
     int g = getaddrinfo(host, NULL, &hints, &res);
     if (g) {
-        fprintf(stderr, "rrpcd: metrics_listen = %s: %s (give an address of this host, or a "
+        fprintf(errf(), "rrpcd: metrics_listen = %s: %s (give an address of this host, or a "
                 "name it resolves)\n", v, gai_strerror(g));
         return -EINVAL;
     }
@@ -618,7 +632,7 @@ static void print_ssl_errors(void)
     char buf[256];
     while ((e = ERR_get_error()) != 0) {
         ERR_error_string_n(e, buf, sizeof(buf));
-        fprintf(stderr, "rrpcd:   %s\n", buf);
+        fprintf(errf(), "rrpcd:   %s\n", buf);
     }
 }
 
@@ -627,7 +641,7 @@ static int check_readable(const char *what, const char *path, const char *hint)
     FILE *f = fopen(path, "r");
     if (!f) {
         int r = -errno;
-        fprintf(stderr, "rrpcd: %s = %s: cannot open it: %s (%s)\n", what, path, strerror(-r),
+        fprintf(errf(), "rrpcd: %s = %s: cannot open it: %s (%s)\n", what, path, strerror(-r),
                 hint);
         return r;
     }
@@ -652,23 +666,23 @@ static int check_tls(const struct config *c)
     ERR_clear_error();
     r = -EINVAL;
     if (SSL_CTX_use_certificate_chain_file(ctx, c->cert) != 1) {
-        fprintf(stderr, "rrpcd: cert = %s: not a PEM certificate (chain) OpenSSL can load "
+        fprintf(errf(), "rrpcd: cert = %s: not a PEM certificate (chain) OpenSSL can load "
                 "(a file that begins with -----BEGIN CERTIFICATE-----):\n", c->cert);
         print_ssl_errors();
     } else if (SSL_CTX_use_PrivateKey_file(ctx, c->key, SSL_FILETYPE_PEM) != 1) {
         if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH)
-            fprintf(stderr, "rrpcd: key = %s does not belong to cert = %s (use the key the "
+            fprintf(errf(), "rrpcd: key = %s does not belong to cert = %s (use the key the "
                     "certificate was made for):\n", c->key, c->cert);
         else
-            fprintf(stderr, "rrpcd: key = %s: not a PEM private key OpenSSL can load (an "
+            fprintf(errf(), "rrpcd: key = %s: not a PEM private key OpenSSL can load (an "
                     "unencrypted key: -----BEGIN PRIVATE KEY-----):\n", c->key);
         print_ssl_errors();
     } else if (SSL_CTX_check_private_key(ctx) != 1) {
-        fprintf(stderr, "rrpcd: key = %s does not belong to cert = %s (use the key the "
+        fprintf(errf(), "rrpcd: key = %s does not belong to cert = %s (use the key the "
                 "certificate was made for):\n", c->key, c->cert);
         print_ssl_errors();
     } else if (c->ca[0] && SSL_CTX_load_verify_locations(ctx, c->ca, NULL) != 1) {
-        fprintf(stderr, "rrpcd: ca = %s: no PEM certificate OpenSSL can load in it:\n", c->ca);
+        fprintf(errf(), "rrpcd: ca = %s: no PEM certificate OpenSSL can load in it:\n", c->ca);
         print_ssl_errors();
     } else {
         r = 0;
@@ -688,16 +702,16 @@ static int check_etcd(struct config *c)
     if (!c->n_etcd) {
         if (!stray)
             return 0;
-        fprintf(stderr, "rrpcd: %s is set but registry is not etcd://... (set registry = "
+        fprintf(errf(), "rrpcd: %s is set but registry is not etcd://... (set registry = "
                 "etcd://HOST:PORT, or remove %s)\n", stray, stray);
         return -EINVAL;
     }
     if (c->etcd_key[0] && !c->etcd_cert[0]) {
-        fprintf(stderr, "rrpcd: etcd_key is set without etcd_cert (set both, or neither)\n");
+        fprintf(errf(), "rrpcd: etcd_key is set without etcd_cert (set both, or neither)\n");
         return -EINVAL;
     }
     if (!!c->etcd_user[0] != !!c->etcd_password_file[0]) {
-        fprintf(stderr, "rrpcd: etcd_user and etcd_password_file go together (set both, or "
+        fprintf(errf(), "rrpcd: etcd_user and etcd_password_file go together (set both, or "
                 "neither)\n");
         return -EINVAL;
     }
@@ -718,16 +732,16 @@ static int check_etcd(struct config *c)
         ERR_clear_error();
         r = -EINVAL;
         if (c->etcd_cert[0] && SSL_CTX_use_certificate_chain_file(ctx, c->etcd_cert) != 1)
-            fprintf(stderr, "rrpcd: etcd_cert = %s: not a PEM certificate (chain) OpenSSL "
+            fprintf(errf(), "rrpcd: etcd_cert = %s: not a PEM certificate (chain) OpenSSL "
                     "can load:\n", c->etcd_cert);
         else if (c->etcd_cert[0] &&
                  (SSL_CTX_use_PrivateKey_file(ctx, c->etcd_key, SSL_FILETYPE_PEM) != 1 ||
                   SSL_CTX_check_private_key(ctx) != 1))
-            fprintf(stderr, "rrpcd: etcd_key = %s: not a PEM private key of etcd_cert = %s "
+            fprintf(errf(), "rrpcd: etcd_key = %s: not a PEM private key of etcd_cert = %s "
                     "(use the unencrypted key the certificate was made for):\n",
                     c->etcd_key, c->etcd_cert);
         else if (c->etcd_ca[0] && SSL_CTX_load_verify_locations(ctx, c->etcd_ca, NULL) != 1)
-            fprintf(stderr, "rrpcd: etcd_ca = %s: no PEM certificate OpenSSL can load in "
+            fprintf(errf(), "rrpcd: etcd_ca = %s: no PEM certificate OpenSSL can load in "
                     "it:\n", c->etcd_ca);
         else
             r = 0;
@@ -740,7 +754,7 @@ static int check_etcd(struct config *c)
         FILE *f = fopen(c->etcd_password_file, "r");
         if (!f) {
             r = -errno;
-            fprintf(stderr, "rrpcd: etcd_password_file = %s: cannot open it: %s\n",
+            fprintf(errf(), "rrpcd: etcd_password_file = %s: cannot open it: %s\n",
                     c->etcd_password_file, strerror(-r));
             return r;
         }
@@ -748,12 +762,12 @@ static int check_etcd(struct config *c)
         char line[512];
         bool got = fgets(line, sizeof(line), f) && trim(line)[0];
         if (fstat(fileno(f), &st) == 0 && (st.st_mode & 007))
-            fprintf(stderr, "rrpcd: warning: etcd_password_file %s is readable by others "
+            fprintf(errf(), "rrpcd: warning: etcd_password_file %s is readable by others "
                     "(chmod 600 it)\n", c->etcd_password_file);
         OPENSSL_cleanse(line, sizeof(line));
         fclose(f);
         if (!got) {
-            fprintf(stderr, "rrpcd: etcd_password_file = %s: its first line is empty (write "
+            fprintf(errf(), "rrpcd: etcd_password_file = %s: its first line is empty (write "
                     "the password of etcd_user on it)\n", c->etcd_password_file);
             return -EINVAL;
         }
@@ -783,30 +797,30 @@ static int load_ticket_keys(struct config *c)
     int r;
     if (!c->ticket_key[0]) {
         if (c->n_etcd) {
-            fprintf(stderr, "rrpcd: the registry on etcd needs 'ticket_key': every rrpcd on "
+            fprintf(errf(), "rrpcd: the registry on etcd needs 'ticket_key': every rrpcd on "
                     "the prefix must sign tickets with the same Ed25519 key (make one with: "
                     "openssl genpkey -algorithm ed25519 -out ticket.pem)\n");
             return -EINVAL;
         }
         if (c->n_ticket_prev) {
-            fprintf(stderr, "rrpcd: 'ticket_key_previous' is set without 'ticket_key'\n");
+            fprintf(errf(), "rrpcd: 'ticket_key_previous' is set without 'ticket_key'\n");
             return -EINVAL;
         }
         if ((r = rrpc_ticket_key_new(NULL, &c->signer)) != 0) {
-            fprintf(stderr, "rrpcd: cannot make a ticket key: %s\n", strerror(-r));
+            fprintf(errf(), "rrpcd: cannot make a ticket key: %s\n", strerror(-r));
             return r;
         }
         c->signer_ephemeral = true;
     } else {
         struct stat st;
         if (stat(c->ticket_key, &st) == 0 && (st.st_mode & 077)) {
-            fprintf(stderr, "rrpcd: ticket_key = %s is readable by its group or others "
+            fprintf(errf(), "rrpcd: ticket_key = %s is readable by its group or others "
                     "(mode %03o): chmod 600 it; whoever reads it can sign tickets\n",
                     c->ticket_key, (unsigned)(st.st_mode & 0777));
             return -EACCES;
         }
         if ((r = rrpc_ticket_key_load(c->ticket_key, &c->signer, why, sizeof(why))) != 0) {
-            fprintf(stderr, "rrpcd: ticket_key: %s\n", why);
+            fprintf(errf(), "rrpcd: ticket_key: %s\n", why);
             return r;
         }
     }
@@ -815,12 +829,12 @@ static int load_ticket_keys(struct config *c)
     for (size_t i = 0; i < c->n_ticket_prev; i++) {
         uint8_t *pub = c->keys[c->n_keys];
         if ((r = rrpc_ticket_public_key_load(c->ticket_prev[i], pub, why, sizeof(why))) != 0) {
-            fprintf(stderr, "rrpcd: ticket_key_previous: %s\n", why);
+            fprintf(errf(), "rrpcd: ticket_key_previous: %s\n", why);
             return r;
         }
         for (size_t j = 0; j < c->n_keys; j++) {
             if (!memcmp(c->keys[j], pub, RRPC_TICKET_KEY_LEN)) {
-                fprintf(stderr, "rrpcd: ticket_key_previous = %s is %s: list each key once, "
+                fprintf(errf(), "rrpcd: ticket_key_previous = %s is %s: list each key once, "
                         "and the current one only as ticket_key\n", c->ticket_prev[i],
                         j ? "listed twice" : "the current ticket_key");
                 return -EINVAL;
@@ -834,17 +848,17 @@ static int load_ticket_keys(struct config *c)
 int config_finish(struct config *c)
 {
     if (!c->cert[0]) {
-        fprintf(stderr, "rrpcd: 'cert' is not set (the broker's TLS certificate)\n");
+        fprintf(errf(), "rrpcd: 'cert' is not set (the broker's TLS certificate)\n");
         return -EINVAL;
     }
     if (!c->key[0])
         strcpy(c->key, c->cert);
     if (c->require_client_cert && !c->ca[0]) {
-        fprintf(stderr, "rrpcd: require_client_cert = yes needs 'ca'\n");
+        fprintf(errf(), "rrpcd: require_client_cert = yes needs 'ca'\n");
         return -EINVAL;
     }
     if (c->metrics_port_file[0] && !c->metrics_listen[0]) {
-        fprintf(stderr, "rrpcd: metrics_port_file is set but metrics_listen is not (set "
+        fprintf(errf(), "rrpcd: metrics_port_file is set but metrics_listen is not (set "
                 "metrics_listen = HOST:PORT, or remove metrics_port_file)\n");
         return -EINVAL;
     }
@@ -862,7 +876,7 @@ int config_finish(struct config *c)
     if (c->token_file[0])
         return load_tokens(c);
     if (!c->ca[0])
-        fprintf(stderr, "rrpcd: warning: neither 'ca' nor 'token_file' is set: no client "
+        fprintf(errf(), "rrpcd: warning: neither 'ca' nor 'token_file' is set: no client "
                 "can authenticate\n");
     return 0;
 }
@@ -877,6 +891,99 @@ void config_free(struct config *c)
     free(c->tokens);
     c->acl = NULL;
     c->tokens = NULL;
+}
+
+/* The settings a reload does not change (listen, registry, metrics, log destination):
+ * @nc takes @cur's; their names, when @nc had others, in @out ("" when none). */
+void config_keep_restart_only(const struct config *cur, struct config *nc, char *out,
+                              size_t outlen)
+{
+    size_t o = 0;
+    out[0] = 0;
+#define KEEP(cond, name, copy)                                                                \
+    do {                                                                                      \
+        if (cond) {                                                                           \
+            int w = snprintf(out + o, outlen - o, "%s%s", o ? ", " : "", name);               \
+            if (w > 0 && (size_t)w < outlen - o)                                              \
+                o += (size_t)w;                                                               \
+        }                                                                                     \
+        copy;                                                                                 \
+    } while (0)
+#define KEEP_STR(f) KEEP(strcmp(cur->f, nc->f), #f, memcpy(nc->f, cur->f, sizeof(nc->f)))
+#define KEEP_VAL(f) KEEP(cur->f != nc->f, #f, nc->f = cur->f)
+    KEEP_STR(listen);
+    KEEP_STR(port_file);
+    KEEP(cur->syslog != nc->syslog, "log", nc->syslog = cur->syslog);
+    KEEP(cur->n_etcd != nc->n_etcd || memcmp(cur->etcd_hosts, nc->etcd_hosts,
+                                             sizeof(cur->etcd_hosts)),
+         "registry",
+         (nc->n_etcd = cur->n_etcd, memcpy(nc->etcd_hosts, cur->etcd_hosts,
+                                           sizeof(nc->etcd_hosts))));
+    KEEP_STR(etcd_prefix);
+    KEEP_VAL(etcd_compact_interval_s);
+    KEEP_STR(etcd_cert);
+    KEEP_STR(etcd_key);
+    KEEP_STR(etcd_ca);
+    KEEP_STR(etcd_user);
+    KEEP_STR(etcd_password_file);
+    KEEP_STR(metrics_listen);
+    KEEP_STR(metrics_port_file);
+    KEEP_VAL(metrics_max_connections);
+    KEEP_VAL(metrics_timeout_s);
+#undef KEEP_VAL
+#undef KEEP_STR
+#undef KEEP
+}
+
+/* Field by field: the etcd and metrics threads read the settings @cur keeps. */
+void config_apply(struct config *cur, struct config *nc)
+{
+#define MOVE(f) memcpy(&cur->f, &nc->f, sizeof(cur->f))
+    MOVE(cert);
+    MOVE(key);
+    MOVE(ca);
+    MOVE(token_file);
+    MOVE(require_client_cert);
+    MOVE(ticket_lifetime_ms);
+    MOVE(lease_ms);
+    MOVE(idle_timeout_ms);
+    MOVE(auth_timeout_ms);
+    MOVE(auth_max_frame);
+    MOVE(max_connections);
+    MOVE(max_connections_per_source);
+    MOVE(max_registrations);
+    MOVE(max_sessions_per_principal);
+    MOVE(max_registers_per_s);
+    MOVE(max_held_per_principal);
+    MOVE(max_held_total);
+    MOVE(max_instances_per_service);
+    MOVE(max_endpoints_per_registration);
+    MOVE(log_level);
+    free(cur->acl);
+    MOVE(acl);
+    MOVE(n_acl);
+    nc->acl = NULL;
+    if (cur->tokens)
+        OPENSSL_cleanse(cur->tokens, cur->n_tokens * sizeof(*cur->tokens));
+    free(cur->tokens);
+    MOVE(tokens);
+    MOVE(n_tokens);
+    nc->tokens = NULL;
+    /* Without ticket_key before and after, the key made at start stays: tickets
+     * issued before the reload keep working. */
+    if (!(cur->signer_ephemeral && nc->signer_ephemeral)) {
+        rrpc_ticket_key_free(cur->signer);
+        MOVE(signer);
+        nc->signer = NULL;
+        MOVE(signer_ephemeral);
+        MOVE(ticket_key);
+        MOVE(ticket_prev);
+        MOVE(n_ticket_prev);
+        MOVE(keys);
+        MOVE(n_keys);
+    }
+#undef MOVE
+    config_free(nc);
 }
 
 bool acl_allows(const struct config *c, const char *action, const char *service,

@@ -103,6 +103,7 @@ static int64_t cur_lease;    /* the loop's view of this rrpcd's lease (0: none y
 static int64_t w_lease, w_ka_due, w_ka_ok; /* the writer's: its lease, next keep-alive, last one
                                             * that worked (mono ms) */
 static int64_t logged_ms;    /* when being degraded was last logged */
+static unsigned down_quiet;  /* failures since, not logged */
 #define LOG_EVERY_MS 30000   /* while degraded, the reason is logged again this often */
 static char degraded_why[300] = "not synchronized with etcd yet";
 /* etcd out of space: degraded until the writer freed space and disarmed the alarm
@@ -185,16 +186,18 @@ static void *watch_main(void *arg)
     (void)arg;
     bool synced = false;
     int64_t down_since = 0; /* when the watch last went down; 0: it is up */
+    unsigned fails = 0;     /* attempts failed since the last synchronization */
     while (!stop_flag) {
         int64_t rev = 0;
         int r = push(EV_RESYNC, NULL, NULL, 0, NULL);
         if (!r)
             r = etcd_range_prefix(watcher, cfg->etcd_prefix, 0, on_kv, NULL, &rev);
         if (!r)
-            r = push(EV_SYNCED, NULL, NULL, 0, NULL);
+            r = push(EV_SYNCED, NULL, NULL, fails, NULL); /* the loop says it is back */
         if (!r) {
             synced = true;
             down_since = 0;
+            fails = 0;
             r = etcd_watch_prefix(watcher, cfg->etcd_prefix, rev + 1, on_change, NULL, &stop_flag);
         }
         if (stop_flag)
@@ -207,10 +210,14 @@ static void *watch_main(void *arg)
             down_since = mono_ms();
         char why[300];
         snprintf(why, sizeof(why), "%s", r == -ENOMEM ? "out of memory" : etcd_error(watcher));
+        /* The first failure is logged; the loop logs being degraded (EV_DOWN) at most
+         * every LOG_EVERY_MS with the repeats it did not log, and the return. */
         if (!synced || mono_ms() - down_since >= DOWN_GRACE_MS)
             push(EV_DOWN, NULL, NULL, 0, why);
-        else
-            LOG(LOG_WARNING, "etcd: the watch broke (%s); again in %d ms", why, RETRY_MS);
+        else if (fails == 0)
+            LOG(LOG_WARNING, "etcd: the watch broke (%s); trying again every %d ms (degraded "
+                "after %d s)", why, RETRY_MS, DOWN_GRACE_MS / 1000);
+        fails++;
         for (int i = 0; i < RETRY_MS / 100 && !stop_flag; i++)
             usleep(100 * 1000);
     }
@@ -448,8 +455,13 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             reput_owned(true); /* ours that etcd lost (our lease lapsed meanwhile) */
             drop_stale();
             if (degraded)
-                LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations); not degraded",
+                LOG(LOG_NOTICE, "etcd: synchronized (%zu registrations)%s; not degraded",
+                    registry_count(registry), e->len ? " after the failures above" : "");
+            else if (e->len)
+                LOG(LOG_NOTICE, "etcd: reachable again, the watch resumed after %zu failed "
+                    "attempt(s); synchronized (%zu registrations)", e->len,
                     registry_count(registry));
+            down_quiet = 0;
             degraded = false;
             metrics_etcd_degraded(false);
             write_down = false;
@@ -470,10 +482,17 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             break;
         case EV_DOWN:
             if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
+                char quiet[96] = "";
+                if (degraded && down_quiet)
+                    snprintf(quiet, sizeof(quiet), " (%u failed attempts in the last %d s not "
+                             "logged)", down_quiet, LOG_EVERY_MS / 1000);
                 logged_ms = mono_ms();
+                down_quiet = 0;
                 LOG(LOG_ERR, "etcd: unreachable (%s): DEGRADED: lookups answer from this "
-                    "rrpcd's cache, registrations are refused; retrying every %d ms", e->why,
-                    RETRY_MS);
+                    "rrpcd's cache, registrations are refused; retrying every %d ms%s", e->why,
+                    RETRY_MS, quiet);
+            } else {
+                down_quiet++;
             }
             snprintf(degraded_why, sizeof(degraded_why), "%s", e->why);
             degraded = true;
@@ -559,6 +578,7 @@ static int ensure_lease(void)
 static void do_put(struct job *j, struct event *ev)
 {
     int e;
+    bool said = false;
     etcd_set_deadline(ops, j->deadline_ms);
     for (;;) {
         e = ensure_lease();
@@ -577,7 +597,10 @@ static void do_put(struct job *j, struct event *ev)
         }
         if (!worth_again(e) || stop_flag || mono_ms() >= j->deadline_ms)
             break;
-        LOG(LOG_WARNING, "etcd: %s; trying the write again", etcd_error(ops));
+        if (!said) /* once per write: its outcome is logged (went_down) or answered */
+            LOG(LOG_WARNING, "etcd: %s; trying the write again until its deadline",
+                etcd_error(ops));
+        said = true;
     }
     etcd_set_deadline(ops, 0);
     ev->err = e;

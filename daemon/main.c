@@ -16,6 +16,9 @@
 #include <sys/resource.h>
 
 #include <ev.h>
+#ifdef RRPC_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "rrpcd.h"
 
@@ -144,15 +147,152 @@ static void usage(FILE *fp)
             "  -h, --help            this text\n"
             "      --help-settings[=scdoc]  the table of settings alone (scdoc: as the man page)\n"
             "  -V, --version         the version\n\n"
-            "Signals: SIGTERM/SIGINT shut down cleanly.  Registrations live in memory:\n"
-            "after a restart, servers register again by themselves.\n\n");
+            "Signals: SIGTERM/SIGINT shut down cleanly.  SIGHUP reloads the configuration\n"
+            "(certificates, CA, tokens, ACL, ticket keys, log level, limits) keeping the\n"
+            "sessions and registrations; a bad one is refused and the old one kept.  listen,\n"
+            "port_file, log, registry, etcd_* and metrics_* need a restart.  Registrations\n"
+            "live in memory: after a restart, servers register again by themselves.\n\n");
     config_print_table(fp, RRPCI_CONF_HELP);
+}
+
+/* Tells systemd (Type=notify; NOTIFY_SOCKET) how rrpcd is; nothing without it, or
+ * when rrpcd was built without libsystemd. */
+static void notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notify(const char *fmt, ...)
+{
+#ifdef RRPC_HAVE_SYSTEMD
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    sd_notify(0, msg);
+#else
+    (void)fmt;
+#endif
 }
 
 static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
 {
+    (void)revents;
     LOG(LOG_NOTICE, "signal %d: shutting down", w->signum);
+    notify("STOPPING=1\nSTATUS=shutting down (signal %d)", w->signum);
     ev_break(loop, EVBREAK_ALL);
+}
+
+/* What a start reads, and a reload again: the file, then the -s settings. */
+struct config_source {
+    const char *file;
+    char **sets;
+    int nsets;
+};
+
+static int config_read(struct config *cfg, const struct config_source *src)
+{
+    if (src->file && config_load_file(cfg, src->file))
+        return -EINVAL;
+    for (int i = 0; i < src->nsets; i++) {
+        char *eq = strchr(src->sets[i], '=');
+        if (!eq) {
+            fprintf(stderr, "rrpcd: -s wants NAME=VALUE, not '%s'\n", src->sets[i]);
+            return -EINVAL;
+        }
+        *eq = 0;
+        int r = config_set(cfg, src->sets[i], eq + 1, "command line");
+        *eq = '=';
+        if (r)
+            return r;
+    }
+    return config_finish(cfg);
+}
+
+/* The running rrpcd, as SIGHUP's watcher sees it. */
+struct reload_ctx {
+    struct config *cfg;
+    const struct config_source *src;
+    struct server *srv;
+};
+
+/* Logs each line of @text at @level with @prefix (the complaints a reload gathered). */
+static void log_lines(int level, const char *prefix, char *text)
+{
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+        LOG(level, "%s%s", prefix, !strncmp(l, "rrpcd: ", 7) ? l + 7 : l);
+}
+
+static const char *level_name(int level)
+{
+    static const char *const names[] = { "emerg", "alert", "crit", "err",
+                                          "warning", "notice", "info", "debug" };
+    return names[level & 7];
+}
+
+/*
+ * SIGHUP, on the loop (libev turns the signal into this call; nothing runs in
+ * the signal handler): reads the configuration again as a start would.  A bad
+ * one is refused with its reasons and the one in use kept; a good one applies
+ * to new TLS sessions and to every request from now on; sessions, registrations
+ * and watches stay.
+ */
+static void on_reload(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop, (void)revents;
+    struct reload_ctx *rc = w->data;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    notify("RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
+           (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    const char *what = rc->src->file ? rc->src->file : "the command line's settings";
+    LOG(LOG_NOTICE, "signal %d: reloading %s", w->signum, what);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    struct config *nc = malloc(sizeof(*nc));
+    int r = -ENOMEM;
+    if (mem && nc) {
+        config_init(nc);
+        config_report_to(mem);
+        r = config_read(nc, rc->src);
+        config_report_to(NULL);
+    }
+    if (mem)
+        fclose(mem);
+    char restart[512] = "";
+    if (!r) {
+        config_keep_restart_only(rc->cfg, nc, restart, sizeof(restart));
+        r = server_reload_tls(rc->srv, nc);
+    }
+    if (r) {
+        if (text && text[0])
+            log_lines(LOG_ERR, "reload refused: ", text);
+        LOG(LOG_ERR, "reload of %s refused%s: still running with the configuration in use",
+            what, r == -ENOMEM ? " (out of memory)" : "");
+        if (nc)
+            config_free(nc);
+        free(nc);
+        free(text);
+        notify("READY=1\nSTATUS=serving; the last reload was refused (see the log)");
+        return;
+    }
+    if (text && text[0])
+        log_lines(LOG_WARNING, "reload: ", text);
+    free(text);
+    config_apply(rc->cfg, nc);
+    free(nc);
+    const struct config *c = rc->cfg;
+    log_level = c->log_level;
+    uint8_t kid[RRPC_TICKET_KEY_ID_LEN];
+    rrpc_ticket_key_id(c->keys[0], kid);
+    LOG(restart[0] ? LOG_WARNING : LOG_NOTICE,
+        "reloaded %s: certificate %s, CA %s, %zu tokens, %zu ACL rules, ticket key "
+        "%02x%02x%02x%02x%02x%02x%02x%02x (%zu previous), log level %s, limits and timeouts; "
+        "sessions and registrations kept%s%s%s",
+        what, c->cert, c->ca[0] ? c->ca : "none", c->n_tokens, c->n_acl, kid[0], kid[1], kid[2],
+        kid[3], kid[4], kid[5], kid[6], kid[7], c->n_keys - 1, level_name(c->log_level),
+        restart[0] ? "; NOT applied, needs a restart: " : "", restart,
+        restart[0] ? " (the old values stay in use)" : "");
+    notify("READY=1\nSTATUS=serving; configuration reloaded%s", restart[0] ? " (some settings "
+           "need a restart: see the log)" : "");
 }
 
 /* After getopt refused @arg (it said why): the closest long option, when one
@@ -219,21 +359,8 @@ int main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    if (file && config_load_file(&cfg, file))
-        goto out;
-    for (int i = 0; i < nsets; i++) {
-        char *eq = strchr(sets[i], '=');
-        if (!eq) {
-            fprintf(stderr, "rrpcd: -s wants NAME=VALUE, not '%s'\n", sets[i]);
-            goto out;
-        }
-        *eq = 0;
-        int r = config_set(&cfg, sets[i], eq + 1, "command line");
-        *eq = '=';
-        if (r)
-            goto out;
-    }
-    if (config_finish(&cfg))
+    const struct config_source src = { .file = file, .sets = sets, .nsets = nsets };
+    if (config_read(&cfg, &src))
         goto out;
     if (check) {
         uint8_t id[RRPC_TICKET_KEY_ID_LEN];
@@ -261,11 +388,16 @@ int main(int argc, char **argv)
         LOG(LOG_ERR, "cannot make an event loop");
         goto out;
     }
-    ev_signal sterm, sint;
+    /* libev's signal watchers: the handler only notes the signal, the loop calls these. */
+    ev_signal sterm, sint, shup;
     ev_signal_init(&sterm, on_stop, SIGTERM);
     ev_signal_init(&sint, on_stop, SIGINT);
     ev_signal_start(loop, &sterm);
     ev_signal_start(loop, &sint);
+    struct reload_ctx reload = { .cfg = &cfg, .src = &src };
+    ev_signal_init(&shup, on_reload, SIGHUP);
+    shup.data = &reload;
+    ev_signal_start(loop, &shup); /* heard once the loop runs, when the server is up */
     /* The modules, each handed what it uses (rrpcd.h).  The metrics address first:
      * a start that fails there (or at etcd) writes no port_file. */
     struct registry *reg = registry_new();
@@ -276,6 +408,8 @@ int main(int argc, char **argv)
     else if (metrics_start(&cfg) == 0 &&
              (cfg.n_etcd ? etcdreg_start(loop, &cfg, reg, &st) : (st = store_memory(), 0)) == 0 &&
              server_start(loop, &cfg, reg, st, &srv) == 0) {
+        reload.srv = srv;
+        notify("READY=1\nSTATUS=serving on %s", cfg.listen);
         ev_run(loop, 0);
         rc = 0;
     }
@@ -286,6 +420,7 @@ int main(int argc, char **argv)
     registry_free(reg);
     ev_signal_stop(loop, &sterm);
     ev_signal_stop(loop, &sint);
+    ev_signal_stop(loop, &shup);
     ev_loop_destroy(loop);
     LOG(LOG_NOTICE, "stopped");
     if (use_syslog)

@@ -80,6 +80,15 @@ int config_set(struct config *c, const char *key, const char *value, const char 
  * the ticket keys. */
 int config_finish(struct config *c);
 void config_free(struct config *c);
+/* Where the complaints of the calls above go (NULL: stderr). */
+void config_report_to(FILE *fp);
+/* A reload: @nc (finished) takes @cur's values of the settings only a restart changes
+ * (listen, port_file, log, registry and etcd_*, metrics_*); the names of those @nc had
+ * other values for go to @out, comma-separated ("" when none). */
+void config_keep_restart_only(const struct config *cur, struct config *nc, char *out,
+                              size_t outlen);
+/* Moves the rest of @nc into @cur (freeing what @cur held), then frees @nc's. */
+void config_apply(struct config *cur, struct config *nc);
 
 /* The first line of etcd_password_file, trimmed, into @buf: 0, -errno, or -EINVAL (empty,
  * or longer than @len). */
@@ -286,6 +295,9 @@ struct server;
  * or a negative code (logged). */
 int server_start(struct ev_loop *loop, struct config *cfg, struct registry *reg, struct store *st,
                  struct server **ret);
+/* A reload: new TLS sessions use @nc's certificate, key, CA and require_client_cert
+ * (those open keep theirs).  0, or -EINVAL (logged) with nothing changed. */
+int server_reload_tls(struct server *srv, const struct config *nc);
 /* Closes every session and the listener; NULL is nothing. */
 void server_stop(struct server *srv);
 

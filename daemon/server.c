@@ -117,39 +117,55 @@ static void sweep_cb(struct ev_loop *l, ev_timer *w, int revents)
 
 /* ---- start / stop --------------------------------------------------------------- */
 
-static int tls_setup(struct server *srv)
+/* A TLS context for @cfg's certificate, key and CA, or NULL (logged). */
+static SSL_CTX *tls_context(const struct config *cfg)
 {
-    srv->sslctx = SSL_CTX_new(TLS_server_method());
-    if (!srv->sslctx)
-        return -ENOMEM;
-    SSL_CTX_set_min_proto_version(srv->sslctx, TLS1_3_VERSION);
-    SSL_CTX_set_max_proto_version(srv->sslctx, TLS1_3_VERSION);
-    SSL_CTX_set_num_tickets(srv->sslctx, 0); /* no resumption: every session authenticates */
-    SSL_CTX_set_mode(srv->sslctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if (SSL_CTX_use_certificate_chain_file(srv->sslctx, srv->cfg->cert) != 1 ||
-        SSL_CTX_use_PrivateKey_file(srv->sslctx, srv->cfg->key, SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(srv->sslctx) != 1) {
-        LOG(LOG_ERR, "cannot load the certificate %s / key %s: %s", srv->cfg->cert, srv->cfg->key,
-            session_ssl_reason());
-        return -EINVAL;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) {
+        LOG(LOG_ERR, "cannot make a TLS context: out of memory");
+        return NULL;
     }
-    if (srv->cfg->ca[0]) {
-        if (SSL_CTX_load_verify_locations(srv->sslctx, srv->cfg->ca, NULL) != 1) {
-            LOG(LOG_ERR, "cannot load the CA %s: %s", srv->cfg->ca, session_ssl_reason());
-            return -EINVAL;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+    SSL_CTX_set_num_tickets(ctx, 0); /* no resumption: every session authenticates */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+        LOG(LOG_ERR, "cannot load the certificate %s / key %s: %s", cfg->cert, cfg->key,
+            session_ssl_reason());
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    if (cfg->ca[0]) {
+        if (SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1) {
+            LOG(LOG_ERR, "cannot load the CA %s: %s", cfg->ca, session_ssl_reason());
+            SSL_CTX_free(ctx);
+            return NULL;
         }
-        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(srv->cfg->ca);
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(cfg->ca);
         if (names)
-            SSL_CTX_set_client_CA_list(srv->sslctx, names);
+            SSL_CTX_set_client_CA_list(ctx, names);
         /* A certificate that does not chain to the CA fails the handshake;
          * none at all is allowed unless require_client_cert (then a token). */
         SSL_CTX_set_verify(
-            srv->sslctx,
-            SSL_VERIFY_PEER | (srv->cfg->require_client_cert ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
+            ctx, SSL_VERIFY_PEER | (cfg->require_client_cert ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
             NULL);
     } else {
-        SSL_CTX_set_verify(srv->sslctx, SSL_VERIFY_NONE, NULL);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
     }
+    return ctx;
+}
+
+int server_reload_tls(struct server *srv, const struct config *nc)
+{
+    SSL_CTX *ctx = tls_context(nc);
+    if (!ctx)
+        return -EINVAL;
+    /* A session's SSL holds a reference to the context it was made from: the
+     * sessions open now keep theirs, new ones get this one. */
+    SSL_CTX_free(srv->sslctx);
+    srv->sslctx = ctx;
     return 0;
 }
 
@@ -217,8 +233,8 @@ int server_start(struct ev_loop *loop, struct config *cfg, struct registry *reg,
     ev_timer_init(&srv->sweep_w, sweep_cb, 0.1, 0.1);
     srv->sweep_w.data = srv;
     int r = (srv->watch = watch_new(loop, reg, session_push)) ? 0 : -ENOMEM;
-    if (!r)
-        r = tls_setup(srv);
+    if (!r && !(srv->sslctx = tls_context(cfg)))
+        r = -EINVAL;
     int port = 0;
     if (!r)
         r = listen_on(srv, cfg->listen, &port);

@@ -12,7 +12,7 @@ WHAT=${1:-}
 case "$WHAT" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
 PKGS="meson ninja-build pkg-config gcc scdoc man-db libev-dev libmsgpack-dev libssl-dev openssl libcmocka-dev libmicrohttpd-dev
-      libcurl4-openssl-dev libjson-c-dev libinih-dev etcd-server
+      libcurl4-openssl-dev libjson-c-dev libinih-dev libsystemd-dev etcd-server
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       python3 python3-dev python3-cffi python3-numpy python3-pytest python3-pytest-asyncio python3-mesonpy python3-venv python3-pip patchelf
       python3-msgpack mypy

@@ -195,6 +195,20 @@ if [ $have_broker = yes ]; then
     else
       skip "systemd-analyze verify: systemd-analyze is not installed on this host"
     fi
+    # Issue #32: readiness and reload through sd_notify, SIGHUP reloads, and the
+    # hardening kept (systemd-analyze security <= 2.0; the unit says what is left).
+    grep -qx 'Type=notify' "$unit" && grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' "$unit" &&
+      ok "the unit is Type=notify and reloads with SIGHUP" ||
+      bad "the unit is not Type=notify with ExecReload=/bin/kill -HUP \$MAINPID"
+    if command -v systemd-analyze > /dev/null &&
+       score=$(MANPATH=$PREFIX/share/man: systemd-analyze security --offline=true "$unit" 2>/dev/null |
+               sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p') && [ -n "$score" ]; then
+      awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }' &&
+        ok "systemd-analyze security rates the unit $score (<= 2.0)" ||
+        bad "systemd-analyze security rates the unit $score, above 2.0: harden it again"
+    else
+      skip "systemd-analyze security --offline: not available on this host"
+    fi
   fi
   [ -f "$PREFIX/etc/rrpcd/rrpcd.conf.example" ] && ok "etc/rrpcd/rrpcd.conf.example installed" ||
     bad "etc/rrpcd/rrpcd.conf.example is not installed"
