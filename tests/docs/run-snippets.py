@@ -224,7 +224,9 @@ def free_port():
 
 def run_shell(sb, sn):
     text = sn.text
-    m = HOST_CHANGING.search(re.sub(r"#.*", "", text))
+    # On the text with the sandbox's paths in: writing /etc/rrpcd/tokens is
+    # writing into the sandbox.
+    m = HOST_CHANGING.search(re.sub(r"(^|\s)#.*", "", sb.rewrite(text)))
     if m:
         return ("not run: %r would change this host or needs what the test run has not; "
                 "mark the snippet <!-- snippet: not run: REASON --> (or split off the lines "
@@ -424,7 +426,7 @@ def main():
                         failures.append((sn, "apt-get install names packages apt does not "
                                          "know: %s" % " ".join(missing)))
                     else:
-                        note = " (its %d package names checked with apt-cache)" % len(pkgs)
+                        note = " (package names checked with apt-cache: %s)" % " ".join(pkgs)
                 not_run.append((sn, sn.arg + note))
                 continue
             if (sn.kind == "daemon" and kind != "shell") or \
