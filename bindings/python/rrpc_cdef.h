@@ -151,6 +151,8 @@ int rrpc_respond(rrpc_request *req, const void *data, size_t len);
 int rrpc_respond_error(rrpc_request *req, int code, const char *msg);
 rrpc_conn *rrpc_request_conn(rrpc_request *req);
 int rrpc_request_class(rrpc_request *req);
+int64_t rrpc_request_remaining_us(rrpc_request *req);
+bool rrpc_request_cancelled(rrpc_request *req);
 
 typedef struct rrpc_call_opts {
     int qos_class;

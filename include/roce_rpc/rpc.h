@@ -15,6 +15,7 @@
 #ifndef ROCE_RPC_RPC_H
 #define ROCE_RPC_RPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <roce_rpc/export.h>
@@ -110,6 +111,32 @@ RRPC_API int rrpc_respond_error(rrpc_request *req, int code, const char *msg);
 RRPC_API rrpc_conn *rrpc_request_conn(rrpc_request *req);
 RRPC_API int rrpc_request_class(rrpc_request *req);
 
+/* rrpc_request_remaining_us of a request whose caller set no deadline. */
+#define RRPC_NO_DEADLINE INT64_MAX
+
+/*
+ * The time the caller has left for @req, in microseconds: its call's
+ * deadline travels with the request as the time remaining when it was sent
+ * (counted at the server from when it read the request, so the time the
+ * request spent on the wire and in the server's receive buffers is not
+ * subtracted).  <= 0: the caller has given up; RRPC_NO_DEADLINE: it set
+ * none.  A handler with long work checks it, or rrpc_request_cancelled, and
+ * stops early.  Any thread, while @req is not yet answered.
+ */
+RRPC_API int64_t rrpc_request_remaining_us(rrpc_request *req);
+
+/*
+ * True once the caller has given up on @req: it cancelled the call
+ * (rrpc_call_cancel), or its deadline passed (the caller then sends a
+ * cancel), or the connection went down.  The handler should then answer at
+ * once (the answer is dropped at the caller) or stop its work and answer.
+ * Requests of RRPC_HANDLER_ON_WORKER methods that are cancelled or past
+ * their deadline before a worker takes them are not run: they are answered
+ * RRPC_E_CANCELLED or RRPC_E_DEADLINE and counted in
+ * rrpc_requests_not_run_total.  Any thread, while @req is not yet answered.
+ */
+RRPC_API bool rrpc_request_cancelled(rrpc_request *req);
+
 /* Options of a call; NULL means all defaults. */
 typedef struct rrpc_call_opts {
     int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_LOW_LATENCY */
@@ -172,9 +199,12 @@ RRPC_API int rrpc_call(rrpc_conn *conn, const char *method, const void *req, siz
  * (a caller that gives each call its own @user cancels exactly one): each
  * one's @cb runs before this returns, on the calling thread and under the
  * context, with status RRPC_E_CANCELLED, and never again.  Its request is
- * dropped if it has not gone out; one that went out may still run at the
- * server, whose answer is dropped when it comes (the credit the request
- * took comes back as for any request).  A borrowed request
+ * dropped if it has not gone out; one that went out is followed by a cancel
+ * on its class: the server skips it if no handler worker has taken it yet,
+ * and a handler that runs it sees rrpc_request_cancelled.  An answer that
+ * comes anyway is dropped.  A request that keeps its credit until answered
+ * (RRPC_HANDLER_CREDIT_ON_ANSWER) gives it back when the cancel arrives.
+ * A call whose deadline passes is cancelled the same way.  A borrowed request
  * (RRPC_CALL_BORROW) is the caller's again when @cb runs.  Call it where a
  * callback of the context may run: from a callback, from the thread that
  * drives a driven-mode context, or from any thread when nothing there

@@ -290,6 +290,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         rrpci_pending_fail(rrpci_container_of(n, struct rrpci_pending, node), status,
                            why ? why : rrpc_strerror(reason));
     rrpci_idmap_fini(&c->pending);
+    rrpci_rpc_serving_drop(c);
     /* A passive connection that never came up was never the application's;
      * an active one is hers from rrpc_connect on. */
     if (c->fn && (c->announced || c->user_owned)) {

@@ -145,6 +145,9 @@ struct rrpc_ctx {
         uint64_t tensor_refusals; /* offers refused at RRPC_TENSOR_MAX_PENDING */
         size_t partial_bytes;     /* large frames' payload buffers being received (partial.c) */
         uint64_t partial_waits;   /* sockets that waited for RRPC_MAX_PARTIAL_BYTES */
+        uint64_t cancels_found;   /* CANCEL frames that found their request (rpc.c) */
+        uint64_t not_run_deadline, not_run_cancelled; /* requests skipped before their handler */
+        uint64_t slow_handlers;   /* loop-thread handlers that ran past RRPCI_SLOW_HANDLER_S */
         double log_t0;           /* admission's log: one line per interval, with counts */
         uint32_t log_evicted, log_refused;
     } guard;
@@ -199,6 +202,7 @@ struct rrpc_conn {
     uint32_t peer_max_msg;
     uint64_t next_id;
     struct rrpci_idmap pending;
+    struct rrpci_idmap serving; /* requests being served, by id: a CANCEL finds them (rpc.c) */
     struct rrpci_class_state cls[RRPCI_MAX_CLASSES];
     struct rrpci_sched sched;
     struct rrpci_timer setup_timer; /* CONNECTING, AUTHENTICATING: the deadline */
@@ -380,6 +384,13 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
 /* Answers @req now with @status (0: @msg is the result, else the message);
  * frees @req (rrpc_respond's rules). */
 int rrpci_respond_now(rrpc_request *req, int32_t status, const void *msg, size_t len);
+/* A CANCEL for request @id on @c (rpc.c). */
+void rrpci_rpc_on_cancel(rrpc_conn *c, uint64_t id);
+/* The connection goes down: its requests being served read as cancelled. */
+void rrpci_rpc_serving_drop(rrpc_conn *c);
+/* A handler worker is about to run @req: false when it must not (its caller
+ * cancelled it or its deadline passed; it is answered so, and freed). */
+bool rrpci_request_should_run(rrpc_request *req, const char *method);
 /* workers.c: the threads of RRPC_HANDLER_ON_WORKER handlers, started with
  * the first such method (context lock held), stopped by rrpc_ctx_destroy
  * after the loop thread (context lock not held). */

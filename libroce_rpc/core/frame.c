@@ -9,7 +9,7 @@
 /*
  * Layout (little-endian), docs/protocol.md:
  *   0 magic u32 | 4 version u8 | 5 type u8 | 6 class u8 | 7 flags u8
- *   8 id u64 | 16 arg u64 | 24 len u32 | 28 credits u16 | 30 reserved u16 (0)
+ *   8 id u64 | 16 arg u64 | 24 len u32 | 28 credits u16 | 30 ttl u16 (REQUEST; else 0)
  */
 void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE])
 {
@@ -22,7 +22,7 @@ void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE])
     rrpci_put64(out + 16, h->arg);
     rrpci_put32(out + 24, h->len);
     rrpci_put16(out + 28, h->credits);
-    rrpci_put16(out + 30, 0);
+    rrpci_put16(out + 30, h->type == RRPCI_T_REQUEST ? h->ttl : 0);
 }
 
 static int bad(const char **why, const char *msg, int code)
@@ -45,6 +45,7 @@ int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct 
     h->arg = rrpci_get64(in + 16);
     h->len = rrpci_get32(in + 24);
     h->credits = rrpci_get16(in + 28);
+    h->ttl = rrpci_get16(in + 30);
     h->placed = false;
     if (h->version != RRPCI_PROTO_VERSION)
         return bad(why, "protocol version mismatch: upgrade the older side", RRPC_E_VERSION);
@@ -54,14 +55,37 @@ int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct 
         return bad(why, "unknown QoS class in frame header", RRPC_E_BAD_CLASS);
     if (h->flags & ~RRPCI_F_ALL_)
         return bad(why, "unknown flag bits in frame header", RRPC_E_PROTO);
-    if (rrpci_get16(in + 30) != 0)
-        return bad(why, "reserved header field is not zero", RRPC_E_PROTO);
+    if (h->ttl != 0 && h->type != RRPCI_T_REQUEST)
+        return bad(why, "a remaining time (header bytes 30-31) on a frame that is not a request",
+                   RRPC_E_PROTO);
     if (h->len > max_len)
         return bad(why, "payload length exceeds the maximum message size (RRPC_MAX_MSG)",
                    RRPC_E_TOO_BIG);
     if (rrpci_type_is_exempt(h->type) && h->len > rrpci_exempt_max_len(h->type))
         return bad(why, "control frame longer than its type allows", RRPC_E_PROTO);
     return 0;
+}
+
+/* Each unit 64 times the last: a value is kept to within 1/256 of itself. */
+static const double ttl_unit[4] = {1e-6, 64e-6, 4096e-6, 262144e-6};
+
+uint16_t rrpci_ttl_encode(double seconds)
+{
+    if (!(seconds > 1e-6)) /* also NaN */
+        return 1;
+    for (unsigned u = 0; u < 4; u++) {
+        double n = seconds / ttl_unit[u];
+        if (n < 16384.0) {
+            unsigned v = (unsigned)n; /* rounded down */
+            return (uint16_t)((u << 14) | (v ? v : 1));
+        }
+    }
+    return 0xffff;
+}
+
+double rrpci_ttl_decode(uint16_t ttl)
+{
+    return (double)(ttl & 0x3fffu) * ttl_unit[ttl >> 14];
 }
 
 void rrpci_os_hdr_encode(const struct rrpci_os_hdr *o, uint8_t out[RRPCI_OS_HDR_SIZE])

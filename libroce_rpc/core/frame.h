@@ -8,7 +8,9 @@
 #include <stdint.h>
 
 #define RRPCI_MAGIC 0x43505252u /* "RRPC" as little-endian bytes */
-#define RRPCI_PROTO_VERSION 2 /* 2: tcp sockets opened on demand (docs/protocol.md) */
+/* 2: tcp sockets opened on demand; 3: a request carries its remaining time,
+ * CANCEL (docs/protocol.md) */
+#define RRPCI_PROTO_VERSION 3
 #define RRPCI_HDR_SIZE 32
 
 enum rrpci_frame_type {
@@ -26,7 +28,8 @@ enum rrpci_frame_type {
     RRPCI_T_TICKET = 12,   /* active -> passive, first message: the broker's ticket */
     RRPCI_T_TICKET_ACK = 13,
     RRPCI_T_KEEPALIVE = 14, /* either, control class: arg 0 = probe, 1 = answer; no payload */
-    RRPCI_T_MAX_ = 15,
+    RRPCI_T_CANCEL = 15,    /* caller -> server, the request's class: id = the request; no payload */
+    RRPCI_T_MAX_ = 16,
 };
 
 /* Flag bits of the header. */
@@ -42,6 +45,7 @@ struct rrpci_hdr {
     uint64_t arg;    /* method id, status, ... by type */
     uint32_t len;    /* payload bytes after the header */
     uint16_t credits; /* credits returned for the header's class */
+    uint16_t ttl;     /* REQUEST: the caller's remaining time (rrpci_ttl_*), 0: none */
     /* Not on the wire (false from rrpci_hdr_decode): an OS_WRITE whose data
      * the transport read straight into its target (rrpci_os_write_target);
      * the payload handed up is the sub-header alone. */
@@ -53,22 +57,35 @@ static inline bool rrpci_type_is_exempt(uint8_t type)
 {
     return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
            type == RRPCI_T_JOIN_ACK || type == RRPCI_T_CREDIT || type == RRPCI_T_ERROR ||
-           type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE;
+           type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE ||
+           type == RRPCI_T_CANCEL;
 }
 
 /* The largest payload of a credit-exempt frame: what bounds them, since no
  * credit does.  Handshake records, tickets (at most 574 bytes) and ERROR
- * messages fit in RRPCI_CTL_MAX_LEN; CREDIT, KEEPALIVE and TICKET_ACK carry
- * nothing. */
+ * messages fit in RRPCI_CTL_MAX_LEN; CREDIT, KEEPALIVE, TICKET_ACK and CANCEL
+ * carry nothing. */
 #define RRPCI_CTL_MAX_LEN 4096u
 static inline uint32_t rrpci_exempt_max_len(uint8_t type)
 {
-    return type == RRPCI_T_CREDIT || type == RRPCI_T_KEEPALIVE || type == RRPCI_T_TICKET_ACK
+    return type == RRPCI_T_CREDIT || type == RRPCI_T_KEEPALIVE || type == RRPCI_T_TICKET_ACK ||
+                   type == RRPCI_T_CANCEL
                ? 0
                : RRPCI_CTL_MAX_LEN;
 }
 
 void rrpci_hdr_encode(const struct rrpci_hdr *h, uint8_t out[RRPCI_HDR_SIZE]);
+
+/*
+ * A request's remaining time in 16 bits: the top 2 bits are the unit
+ * (0: 1 us, 1: 64 us, 2: 4.096 ms, 3: 262.144 ms), the low 14 the count, in
+ * the smallest unit that holds it, rounded down (the server never thinks
+ * it has more time than the caller gives it; it loses at most 1/256).  0
+ * means no deadline; a time of 0 or less encodes as 1 us; more than
+ * 16383 x 262.144 ms (about 71.6 minutes) as that.
+ */
+uint16_t rrpci_ttl_encode(double seconds);
+double rrpci_ttl_decode(uint16_t ttl); /* seconds; 0 for "none" */
 
 /*
  * Decodes and validates a header: magic, version, type, class, flags, the

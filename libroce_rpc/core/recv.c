@@ -167,6 +167,9 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         break;
     case RRPCI_T_CREDIT:
         break;
+    case RRPCI_T_CANCEL: /* no payload: rrpci_hdr_decode */
+        rrpci_rpc_on_cancel(c, h->id);
+        break;
     case RRPCI_T_KEEPALIVE:
         if (cls != RRPCI_CLS_CONTROL || h->arg > 1) /* no payload: rrpci_hdr_decode */
             protocol_error(c, RRPC_E_PROTO, "malformed keepalive frame");

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The RPC engine: methods, calls, responses, deadlines. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,19 +11,28 @@
 
 #define RRPCI_ERRMSG_WIRE_MAX 1024
 
+/* A handler on the loop thread that runs longer holds every connection's
+ * reads and answers: logged once per method, with the hint. */
+#define RRPCI_SLOW_HANDLER_S 0.1
+
 struct method {
     struct rrpci_idnode node;
     rrpc_handler_fn fn;
     void *user;
     uint64_t flags; /* RRPC_HANDLER_* */
+    bool slow_logged;
     char name[];
 };
 
 struct rrpc_request {
+    struct rrpci_idnode node; /* in conn->serving while tracked */
     rrpc_conn *conn;
     uint64_t id;
     int cls;
     bool credit_on_answer; /* RRPC_HANDLER_CREDIT_ON_ANSWER: respond() gives it back */
+    bool tracked;          /* in conn->serving (a peer reusing a live id is not) */
+    double due;            /* when the caller's deadline passes (rrpci_stats_now); 0: none */
+    _Atomic bool cancelled; /* the caller's CANCEL came, or the connection went down */
 };
 
 RRPC_API uint64_t rrpc_method_id(const char *method)
@@ -149,12 +159,100 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     req->id = h->id;
     req->cls = cls;
     req->credit_on_answer = (m->flags & RRPC_HANDLER_CREDIT_ON_ANSWER) != 0;
+    req->due = h->ttl ? rrpci_stats_now() + rrpci_ttl_decode(h->ttl) : 0;
+    atomic_init(&req->cancelled, false);
+    req->tracked = rrpci_idmap_put(&c->serving, h->id, &req->node) == 0;
     rrpci_conn_ref(c);
     if (m->flags & RRPC_HANDLER_ON_WORKER)
         return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, h->len, m->name);
     bool later = req->credit_on_answer; /* @req may be freed by the handler */
+    double t0 = rrpci_stats_now();
     m->fn(req, p, h->len, m->user);
+    double took = rrpci_stats_now() - t0;
+    if (took > RRPCI_SLOW_HANDLER_S) {
+        ctx->guard.slow_handlers++;
+        if (!m->slow_logged) {
+            m->slow_logged = true;
+            RRPCI_LOG(ctx, LOG_WARNING,
+                      "handler of \"%s\" ran %.0f ms on the loop thread, which reads and "
+                      "answers nothing meanwhile (other methods and connections wait): register "
+                      "it with RRPC_HANDLER_ON_WORKER, or answer later from your own thread "
+                      "(logged once per method)",
+                      m->name, took * 1e3);
+        }
+    }
     return later;
+}
+
+static int respond(rrpc_request *req, int32_t status, const void *data, size_t len);
+
+/* Takes @req out of its connection's map of requests being served. */
+static void untrack(rrpc_request *req)
+{
+    if (req->tracked) {
+        rrpci_idmap_del(&req->conn->serving, req->id);
+        req->tracked = false;
+    }
+}
+
+void rrpci_rpc_on_cancel(rrpc_conn *c, uint64_t id)
+{
+    struct rrpci_idnode *n = rrpci_idmap_get(&c->serving, id);
+    if (!n)
+        return; /* answered already, or never seen: nothing to do */
+    rrpc_request *req = rrpci_container_of(n, struct rrpc_request, node);
+    atomic_store(&req->cancelled, true);
+    c->ctx->guard.cancels_found++;
+    if (req->credit_on_answer && rrpci_conn_wire_open(c)) {
+        /* the caller gave up: its credit comes back now, not at the answer */
+        req->credit_on_answer = false;
+        if (rrpci_conn_backlogged(c))
+            c->cls[req->cls].held++;
+        else
+            rrpci_conn_consumed(c, req->cls);
+    }
+}
+
+void rrpci_rpc_serving_drop(rrpc_conn *c)
+{
+    struct rrpci_idnode *n;
+    while ((n = rrpci_idmap_pop(&c->serving))) {
+        rrpc_request *req = rrpci_container_of(n, struct rrpc_request, node);
+        req->tracked = false;
+        atomic_store(&req->cancelled, true);
+    }
+    rrpci_idmap_fini(&c->serving);
+}
+
+bool rrpci_request_should_run(rrpc_request *req, const char *method)
+{
+    rrpc_ctx *ctx = req->conn->ctx;
+    double now = rrpci_stats_now();
+    char msg[200];
+    int n;
+    int status;
+    if (atomic_load(&req->cancelled)) {
+        status = RRPC_E_CANCELLED;
+        n = snprintf(msg, sizeof(msg),
+                     "call \"%s\" was cancelled before a handler worker took it; not run",
+                     method);
+    } else if (req->due > 0 && now >= req->due) {
+        status = RRPC_E_DEADLINE;
+        n = snprintf(msg, sizeof(msg),
+                     "call \"%s\": its deadline passed %.0f ms before a handler worker took it; "
+                     "not run",
+                     method, (now - req->due) * 1e3);
+    } else {
+        return true;
+    }
+    rrpci_lock(ctx);
+    if (status == RRPC_E_CANCELLED)
+        ctx->guard.not_run_cancelled++;
+    else
+        ctx->guard.not_run_deadline++;
+    rrpci_unlock(ctx);
+    respond(req, status, msg, (size_t)n);
+    return false;
 }
 
 static int respond(rrpc_request *req, int32_t status, const void *data, size_t len)
@@ -162,6 +260,7 @@ static int respond(rrpc_request *req, int32_t status, const void *data, size_t l
     rrpc_conn *c = req->conn;
     rrpc_ctx *ctx = c->ctx;
     rrpci_lock(ctx);
+    untrack(req);
     if (req->credit_on_answer && rrpci_conn_wire_open(c)) {
         /* before the answer, so it carries the credit back */
         if (rrpci_conn_backlogged(c))
@@ -223,6 +322,18 @@ RRPC_API int rrpc_request_class(rrpc_request *req)
     return rrpci_cls_public(req->cls);
 }
 
+RRPC_API int64_t rrpc_request_remaining_us(rrpc_request *req)
+{
+    if (!req || req->due <= 0)
+        return RRPC_NO_DEADLINE;
+    return (int64_t)((req->due - rrpci_stats_now()) * 1e6);
+}
+
+RRPC_API bool rrpc_request_cancelled(rrpc_request *req)
+{
+    return req && atomic_load(&req->cancelled);
+}
+
 /* ---- client side -------------------------------------------------------- */
 
 /* A call completes while the transport still holds its borrowed request
@@ -272,10 +383,11 @@ void rrpci_pending_fail(struct rrpci_pending *pd, int status, const char *msg)
 /* Drops every frame of @id that still waits in the send queue of @cls (a
  * call, or all unsent chunks of a one-sided operation: a NOTIFY must never
  * follow a WRITE whose middle did not go). */
-static void unqueue(rrpc_conn *c, int cls, uint64_t id)
+static bool unqueue(rrpc_conn *c, int cls, uint64_t id)
 {
     struct rrpci_class_state *s = &c->cls[cls];
     struct rrpci_msg **pp = &s->head, *prev = NULL;
+    bool dropped = false;
     while (*pp) {
         struct rrpci_msg *m = *pp;
         if (m->h.id != id || rrpci_type_is_exempt(m->h.type)) {
@@ -286,8 +398,29 @@ static void unqueue(rrpc_conn *c, int cls, uint64_t id)
         *pp = m->next;
         if (s->tail == m)
             s->tail = prev;
+        dropped = true;
         rrpci_msg_free(m);
     }
+    return dropped;
+}
+
+/* A call ends at the caller (deadline, rrpc_call_cancel) before its answer:
+ * a request still queued here is dropped; one that went out is followed, on
+ * its class, by a CANCEL, so the server skips it if it has not started and
+ * its handler can see it (rrpc_request_cancelled) if it has. */
+static void call_abandon(rrpc_conn *c, struct rrpci_pending *pd)
+{
+    bool dropped = false;
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        dropped |= unqueue(c, i, pd->node.key);
+    if (dropped || pd->kind != RRPCI_PEND_CALL || !rrpci_conn_takes_frames(c))
+        return;
+    struct rrpci_msg *m = rrpci_msg_new(0);
+    if (!m)
+        return; /* the server runs it to the end: nothing is lost but its work */
+    m->h.type = RRPCI_T_CANCEL;
+    m->h.id = pd->node.key;
+    rrpci_conn_submit(c, pd->cls, m);
 }
 
 static void deadline_cb(struct rrpci_timer *t)
@@ -295,11 +428,10 @@ static void deadline_cb(struct rrpci_timer *t)
     struct rrpci_pending *pd = t->data;
     rrpc_conn *c = pd->conn;
     rrpci_idmap_del(&c->pending, pd->node.key);
-    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
-        unqueue(c, i, pd->node.key);
+    rrpci_conn_ref(c);
+    call_abandon(c, pd);
     char msg[96];
     snprintf(msg, sizeof(msg), "no answer within the deadline of %d ms", pd->deadline_ms);
-    rrpci_conn_ref(c);
     rrpci_pending_fail(pd, RRPC_E_DEADLINE, msg);
     rrpci_conn_unref(c);
 }
@@ -381,6 +513,8 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     m->h.type = RRPCI_T_REQUEST;
     m->h.id = pd->node.key;
     m->h.arg = rrpc_method_id(method);
+    if (pd->deadline_ms > 0)
+        m->due = pd->t0 + pd->deadline_ms / 1000.0;
     if (borrow) {
         m->ext = req;
         m->ext_len = len;
@@ -428,8 +562,7 @@ RRPC_API int rrpc_call_cancel(rrpc_conn *c, rrpc_call_cb cb, void *user)
     rrpci_conn_ref(c);
     for (struct rrpci_pending *pd; (pd = find_call(c, cb, user)); found++) {
         rrpci_idmap_del(&c->pending, pd->node.key);
-        for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
-            unqueue(c, i, pd->node.key);
+        call_abandon(c, pd);
         rrpci_pending_fail(pd, RRPC_E_CANCELLED, "cancelled by the caller");
     }
     rrpci_conn_unref(c);

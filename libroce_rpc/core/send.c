@@ -105,6 +105,8 @@ void rrpci_conn_flush(rrpc_conn *c)
         if (!exempt)
             rrpci_credit_take(&s->credit);
         m->h.credits = rrpci_credit_harvest(&s->credit);
+        if (m->due > 0) /* the time left now, not when the call was made */
+            m->h.ttl = rrpci_ttl_encode(m->due - rrpci_stats_now());
         rrpci_hdr_encode(&m->h, m->hdr);
         size_t answer = answer_size(m->h.type, m->h.len), len = m->h.len;
         int r = c->ops->send(c, cls, m);

@@ -518,6 +518,19 @@ static size_t render_guard(const struct rrpci_guard *g, char *buf, size_t len, s
     single(&o, "rrpc_partial_frame_waits_total",
            "Times a socket was left unread because RRPC_MAX_PARTIAL_BYTES was spent.",
            g->partial_waits);
+    single(&o, "rrpc_request_cancels_total",
+           "Cancels from callers that found their request still being served.",
+           g->cancels_found);
+    const char *nr = "rrpc_requests_not_run_total";
+    put(&o, "# HELP %s Requests answered without running their handler: cancelled by the "
+        "caller, or past the caller's deadline, before a handler worker took them.\n"
+        "# TYPE %s counter\n%s{reason=\"cancelled\"} %llu\n%s{reason=\"deadline\"} %llu\n",
+        nr, nr, nr, (unsigned long long)g->not_run_cancelled, nr,
+        (unsigned long long)g->not_run_deadline);
+    single(&o, "rrpc_slow_handlers_total",
+           "Handlers that ran longer than 100 ms on the loop thread (RRPC_HANDLER_ON_WORKER "
+           "keeps them off it).",
+           g->slow_handlers);
     return o.used;
 }
 

@@ -20,7 +20,8 @@ struct rrpci_job {
     rrpc_handler_fn fn;
     void *user;
     size_t len;
-    uint8_t data[]; /* the request's payload, copied off the receive buffer */
+    const char *method; /* a copy, after the payload */
+    uint8_t data[];     /* the request's payload, copied off the receive buffer */
 };
 
 struct rrpci_workers {
@@ -80,7 +81,8 @@ static void *worker_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&w->mu);
-        j->fn(j->req, j->data, j->len, j->user);
+        if (rrpci_request_should_run(j->req, j->method))
+            j->fn(j->req, j->data, j->len, j->user);
         pthread_mutex_lock(&w->mu); /* the payload is no longer read */
         w->bytes -= j->len;
         pthread_mutex_unlock(&w->mu);
@@ -128,7 +130,8 @@ bool rrpci_workers_submit(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cl
     pthread_mutex_unlock(&w->mu);
     /* One request is always taken, whatever its size (RRPC_MAX_MSG bounds it). */
     bool full = held > 0 && held + len > cap;
-    struct rrpci_job *j = full ? NULL : malloc(sizeof(*j) + len);
+    size_t mlen = strlen(method) + 1;
+    struct rrpci_job *j = full ? NULL : malloc(sizeof(*j) + len + mlen);
     if (!j) {
         char msg[240];
         int n = full ? snprintf(msg, sizeof(msg),
@@ -145,6 +148,8 @@ bool rrpci_workers_submit(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cl
     *j = (struct rrpci_job){.req = req, .conn = c, .cls = cls, .fn = fn, .user = user, .len = len};
     if (len)
         memcpy(j->data, p, len);
+    memcpy(j->data + len, method, mlen);
+    j->method = (const char *)j->data + len;
     rrpci_conn_ref(c);
     pthread_mutex_lock(&w->mu);
     w->bytes += len;

@@ -56,6 +56,7 @@ struct rrpci_msg {
     size_t ext_len;
     struct rrpci_msg **lender;
     bool ext_owned;
+    double due; /* REQUEST: when its call's deadline passes (rrpci_stats_now); 0: none */
     size_t len;
     uint8_t data[];
 };

@@ -2206,7 +2206,7 @@ static void test_a_version_1_peer_is_told_why_in_its_own_version(void **state)
     assert_int_equal(hdr[4], 1);
     assert_int_equal(hdr[5], 11 /* ERROR */);
     assert_int_equal((int32_t)(uint32_t)raw_get(hdr + 16, 4), RRPC_E_VERSION);
-    assert_non_null(strstr((char *)msg, "protocol version 2"));
+    assert_non_null(strstr((char *)msg, "protocol version 3"));
     assert_non_null(strstr((char *)msg, "client version 1"));
     close(fd);
     still_serving();
@@ -2437,6 +2437,217 @@ static void test_a_worker_handler_that_holds_its_request_holds_no_other_call(voi
     release_blocked();
     assert_int_equal(wait_for(&W.answered, 1, 20000), 1);
     assert_int_equal(W.bad, 0);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+/* ---- deadlines and cancels that reach the server ------------------------------ */
+
+static struct {
+    int counted, dl_count_done, count_status, watching, saw_cancel, dl_watch_done, watch_status;
+    int64_t remaining_us;
+    rrpc_request *held[4];
+    int nheld;
+} DL;
+
+/* A worker handler that counts the requests it runs, and what time they had. */
+static void h_dl_count(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)p, (void)len, (void)user;
+    int64_t left = rrpc_request_remaining_us(req);
+    lock();
+    DL.counted++;
+    DL.remaining_us = left;
+    unlock();
+    rrpc_respond(req, "n", 1);
+}
+
+static void dl_count_done(const rrpc_result *res, void *user)
+{
+    (void)user;
+    lock();
+    DL.count_status = res->status;
+    DL.dl_count_done++;
+    unlock();
+}
+
+/* A worker handler that runs until its caller gives up (or 10 s). */
+static void h_dl_watch(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)p, (void)len, (void)user;
+    lock();
+    DL.watching++;
+    unlock();
+    for (int i = 0; i < 1000 && !rrpc_request_cancelled(req); i++)
+        usleep(10 * 1000);
+    lock();
+    DL.saw_cancel = rrpc_request_cancelled(req);
+    unlock();
+    rrpc_respond(req, "late", 4);
+}
+
+static void dl_watch_done(const rrpc_result *res, void *user)
+{
+    (void)user;
+    lock();
+    DL.watch_status = res->status;
+    DL.dl_watch_done++;
+    unlock();
+}
+
+/* A loop handler that keeps its request (and its credit) unanswered. */
+static void h_dl_hold(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)p, (void)len, (void)user;
+    lock();
+    if (DL.nheld < 4)
+        DL.held[DL.nheld++] = req;
+    else
+        rrpc_respond(req, "", 0);
+    unlock();
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint64_t stat_line(rrpc_ctx *ctx, const char *series)
+{
+    static char text[1 << 18];
+    size_t n = 0;
+    assert_int_equal(rrpc_ctx_stats_text(ctx, text, sizeof(text), &n), 0);
+    char line[200];
+    snprintf(line, sizeof(line), "\n%s", series); /* the sample, not its HELP line */
+    const char *at = strstr(text, line);
+    assert_non_null(at);
+    return strtoull(at + strlen(line), NULL, 10);
+}
+
+/*
+ * The caller's deadline travels with the request.  One handler worker is
+ * busy; a second request waits for it with 200 ms to live.  Meanwhile the
+ * loop answers other methods and an unknown one.  The caller gives up at
+ * 200 ms and says so; when the worker is free the request is answered
+ * without running.  Before requests carried their deadline and callers
+ * sent a cancel, it ran after its caller had gone.
+ */
+static void test_a_request_its_caller_gave_up_on_is_never_run_and_others_are_answered(void **state)
+{
+    (void)state;
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_THREADS", "1"), 0);
+    char curi[300];
+    rrpc_ctx *s = worker_server(cfg, 0, curi, sizeof(curi));
+    rrpc_config_destroy(cfg);
+    memset(&DL, 0, sizeof(DL));
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_ON_WORKER};
+    assert_int_equal(rrpc_register_with(s, "count", h_dl_count, NULL, &ro), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    assert_int_equal(rrpc_call(c, "block", "x", 1, NULL, block_done, NULL), 0);
+    assert_int_equal(wait_for(&W.started, 1, 20000), 1);
+    rrpc_call_opts short_ = {.deadline_ms = 200};
+    assert_int_equal(rrpc_call(c, "count", "q", 1, &short_, dl_count_done, NULL), 0);
+    /* the loop is free: other methods, and a method that does not exist */
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_call_opts quick = {.deadline_ms = 5000};
+    assert_int_equal(rrpc_call_sync(c, "echo", "ping", 4, &quick, &out, &outlen), 0);
+    free(out);
+    assert_int_equal(rrpc_call_sync(c, "no-such-method", "", 0, &quick, &out, &outlen),
+                     RRPC_E_NO_METHOD);
+    assert_int_equal(wait_for(&DL.dl_count_done, 1, 10000), 1);
+    assert_int_equal(DL.count_status, RRPC_E_DEADLINE);
+    usleep(100 * 1000); /* the cancel is on its way, behind the request */
+    release_blocked();
+    assert_int_equal(wait_for(&W.answered, 1, 20000), 1);
+    /* the next request runs; the given-up one never did */
+    assert_int_equal(rrpc_call_sync(c, "count", "r", 1, &quick, &out, &outlen), 0);
+    free(out);
+    lock();
+    int counted = DL.counted;
+    int64_t left = DL.remaining_us;
+    unlock();
+    if (counted != 1)
+        fail_msg("the handler ran %d times: the request whose caller gave up ran too", counted);
+    /* the handler saw the time its caller gave it (5 s), less what has passed */
+    assert_true(left > 4000000 && left <= 5000000);
+    uint64_t not_run =
+        stat_line(s, "rrpc_requests_not_run_total{reason=\"cancelled\"} ") +
+        stat_line(s, "rrpc_requests_not_run_total{reason=\"deadline\"} ");
+    assert_int_equal(not_run, 1);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+/* rrpc_call_cancel reaches a handler that is running: it sees
+ * rrpc_request_cancelled and stops, long before its own 10 s. */
+static void test_a_cancelled_call_reaches_its_running_handler(void **state)
+{
+    (void)state;
+    char curi[300];
+    rrpc_ctx *s = worker_server(NULL, 0, curi, sizeof(curi));
+    memset(&DL, 0, sizeof(DL));
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_ON_WORKER};
+    assert_int_equal(rrpc_register_with(s, "watch", h_dl_watch, NULL, &ro), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    static int token;
+    assert_int_equal(rrpc_call(c, "watch", "w", 1, NULL, dl_watch_done, &token), 0);
+    assert_int_equal(wait_for(&DL.watching, 1, 20000), 1);
+    double t0 = now_ms();
+    assert_int_equal(rrpc_call_cancel(c, dl_watch_done, &token), 0);
+    assert_int_equal(DL.dl_watch_done, 1);
+    assert_int_equal(DL.watch_status, RRPC_E_CANCELLED);
+    assert_int_equal(wait_for(&DL.saw_cancel, 1, 5000), 1);
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(stat_line(s, "rrpc_request_cancels_total "), 1);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+/* A request that keeps its credit until answered (RRPC_HANDLER_CREDIT_ON_
+ * ANSWER) gives it back when its caller cancels: with 2 bulk credits both
+ * held, a third bulk call is answered once the two are cancelled. */
+static void test_cancelling_calls_that_hold_credit_gives_the_credit_back(void **state)
+{
+    (void)state;
+    char curi[300];
+    rrpc_ctx *s = worker_server(NULL, 2, curi, sizeof(curi));
+    memset(&DL, 0, sizeof(DL));
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_CREDIT_ON_ANSWER};
+    assert_int_equal(rrpc_register_with(s, "hold", h_dl_hold, NULL, &ro), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    static int tok[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rrpc_call(c, "hold", "h", 1, &bulk, dl_watch_done, &tok[i]), 0);
+    assert_int_equal(wait_for(&DL.nheld, 2, 10000), 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rrpc_call_cancel(c, dl_watch_done, &tok[i]), 0);
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_call_opts third = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 3000};
+    int r = rrpc_call_sync(c, "echo", "third", 5, &third, &out, &outlen);
+    if (r)
+        fail_msg("the third bulk call: %s (the cancelled calls kept their credit)",
+                 rrpc_err_name(r));
+    free(out);
+    lock();
+    rrpc_request *held[4];
+    int nheld = DL.nheld;
+    memcpy(held, DL.held, sizeof(held));
+    DL.nheld = 0;
+    unlock();
+    for (int i = 0; i < nheld; i++)
+        rrpc_respond(held[i], "", 0); /* answered after all: no credit twice */
+    assert_int_equal(rrpc_call_sync(c, "echo", "fourth", 6, &third, &out, &outlen), 0);
+    free(out);
     rrpc_conn_close(c);
     rrpc_ctx_destroy(s);
 }
@@ -2711,6 +2922,9 @@ int main(void)
         cmocka_unit_test(test_a_worker_handler_that_holds_its_request_holds_no_other_call),
         cmocka_unit_test(test_worker_requests_beyond_the_queue_bound_are_refused_with_the_reason),
         cmocka_unit_test(test_worker_jobs_hold_their_credit_so_a_caller_queues_at_most_its_window),
+        cmocka_unit_test(test_a_request_its_caller_gave_up_on_is_never_run_and_others_are_answered),
+        cmocka_unit_test(test_a_cancelled_call_reaches_its_running_handler),
+        cmocka_unit_test(test_cancelling_calls_that_hold_credit_gives_the_credit_back),
         cmocka_unit_test(test_a_handler_answering_later_holds_its_credit_until_it_answers),
         cmocka_unit_test(test_register_with_refuses_unknown_flags_and_reserved_words),
         cmocka_unit_test(test_a_cancelled_call_completes_once_and_its_late_answer_is_dropped),

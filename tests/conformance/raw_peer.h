@@ -35,7 +35,7 @@ static inline void raw_header(uint8_t h[32], int type, int cls, int flags, uint6
 {
     memset(h, 0, 32);
     memcpy(h, "RRPC", 4);
-    h[4] = 2; /* protocol version */
+    h[4] = 3; /* protocol version */
     h[5] = (uint8_t)type;
     h[6] = (uint8_t)cls;
     h[7] = (uint8_t)flags;
@@ -150,7 +150,7 @@ static inline int raw_handshake_ex(struct raw_conn *rc, const char *src, const c
     if ((rc->fd[0] = raw_connect_from(src, host, port)) < 0)
         return -1;
     rc->fd[1] = rc->fd[0];
-    uint8_t hdr[32], hello[32] = {2, 4};
+    uint8_t hdr[32], hello[32] = {3, 4};
     for (int i = 0; i < 4; i++)
         raw_le(hello + 2 + 2 * i, (uint64_t)grant, 2);
     raw_le(hello + 12, 1u << 20, 4);

@@ -8,6 +8,7 @@ it carries its own tiny msgpack encoder.  Run from anywhere:
 import hashlib
 import hmac
 import os
+import re
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,15 +63,19 @@ def write(harness, name, data):
 
 # ---- fuzz_frame: 32-byte header, then payload (os sub-header or hello) ----
 MAGIC = 0x43505252
+# The library's protocol version, read from its header, so that the seeds
+# speak it (seeds of an older version only explore the version refusal).
+with open(os.path.join(HERE, '..', '..', 'libroce_rpc', 'core', 'frame.h')) as _f:
+    VERSION = int(re.search(r'#define RRPCI_PROTO_VERSION (\d+)', _f.read()).group(1))
 
 
-def hdr(typ, cls=0, flags=0, id_=0, arg=0, length=0, credits=0, version=1, reserved=0):
+def hdr(typ, cls=0, flags=0, id_=0, arg=0, length=0, credits=0, version=VERSION, reserved=0):
     return struct.pack('<IBBBBQQIHH', MAGIC, version, typ, cls, flags, id_, arg, length,
                        credits, reserved)
 
 
 def hello(nclasses=4, credits=(64, 64, 16, 8), max_msg=1 << 20, cookie=0, rx_buf=0):
-    return struct.pack('<BB4HHIQII', 1, nclasses, *credits, 0, max_msg, cookie, rx_buf, 0)
+    return struct.pack('<BB4HHIQII', VERSION, nclasses, *credits, 0, max_msg, cookie, rx_buf, 0)
 
 
 def os_hdr(addr, key, length, imm=0):
@@ -87,7 +92,9 @@ write('frame', 'os-write', hdr(8, flags=1, id_=9, length=28) + os_hdr(0x7f000000
 write('frame', 'os-read', hdr(9, id_=10, length=24) + os_hdr(0x7f0000002000, 0xabcd, 4096))
 write('frame', 'error', hdr(11, arg=1004, length=5) + b'oops!')
 write('frame', 'bad-magic', b'XXXX' + hdr(5)[4:])
-write('frame', 'bad-version', hdr(5, version=2))
+write('frame', 'bad-version', hdr(5, version=VERSION - 1))
+write('frame', 'request-ttl', hdr(5, reserved=0x4123))
+write('frame', 'credit-with-ttl', hdr(7, reserved=0x0001))
 write('frame', 'bad-reserved', hdr(5, reserved=1))
 write('frame', 'too-big', hdr(5, length=0xffffffff) + b'\x00\x00\x10\x00')
 write('frame', 'short', hdr(5)[:20])
@@ -170,8 +177,8 @@ def method_id(name):
 
 
 T_HELLO, T_JOIN, T_REQUEST, T_RESPONSE, T_CREDIT = 1, 3, 5, 6, 7
-T_OS_WRITE, T_OS_READ, T_OS_ACK, T_ERROR, T_TICKET, T_TICKET_ACK, T_KEEPALIVE = \
-    8, 9, 10, 11, 12, 13, 14
+T_OS_WRITE, T_OS_READ, T_OS_ACK, T_ERROR, T_TICKET, T_TICKET_ACK, T_KEEPALIVE, T_CANCEL = \
+    8, 9, 10, 11, 12, 13, 14, 15
 CTL, LL, BULK, BG = 0, 1, 2, 3
 REGION_BASE = 0x20000000
 RW = (REGION_BASE + 1 * 4096, 0x1000, 4096)      # address, key, length
@@ -182,14 +189,14 @@ GONE_KEY = 0x1004
 TICKET_OK = b'fuzz-ticket-ok'
 
 
-def fr(typ, cls, payload=b'', id_=0, arg=0, flags=0, credits=0):
+def fr(typ, cls, payload=b'', id_=0, arg=0, flags=0, credits=0, ttl=0):
     """A whole frame: header + payload."""
     return hdr(typ, cls=cls, flags=flags, id_=id_, arg=arg, length=len(payload),
-               credits=credits) + payload
+               credits=credits, reserved=ttl) + payload
 
 
-def req(cls, method, payload=b'', id_=1, credits=0):
-    return fr(T_REQUEST, cls, payload, id_=id_, arg=method_id(method), credits=credits)
+def req(cls, method, payload=b'', id_=1, credits=0, ttl=0):
+    return fr(T_REQUEST, cls, payload, id_=id_, arg=method_id(method), credits=credits, ttl=ttl)
 
 
 def token(addr, key, length, access=3):
@@ -261,6 +268,12 @@ OSR = lambda region, off, n, id_=1, cls=BULK: fr(  # noqa: E731
 RX_CASES = {
     'echo': [(LL, req(LL, 'echo', b'hello'))],
     'echo-two': [(LL, req(LL, 'echo', b'a', id_=1) + req(LL, 'echo', b'b', id_=2))],
+    'echo-ttl': [(LL, req(LL, 'echo', b'in time', ttl=0x8010))],
+    'defer-cancel': [(BG, req(BG, 'defer', b'later', id_=7, ttl=0x0001)),
+                     (BG, fr(T_CANCEL, BG, id_=7))],
+    'cancel-unknown': [(LL, fr(T_CANCEL, LL, id_=99))],
+    'cancel-with-payload': [(LL, fr(T_CANCEL, LL, b'x', id_=1))],
+    'credit-with-ttl': [(LL, fr(T_CREDIT, LL, credits=1, ttl=5))],
     'fail': [(LL, req(LL, 'fail'))],
     'no-method': [(LL, req(LL, 'nope', b'x'))],
     'defer': [(BG, req(BG, 'defer', b'later'))],

@@ -229,7 +229,7 @@ static void test_header_refuses_a_control_frame_longer_than_its_type_allows(void
         assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, &why), RRPC_E_PROTO);
         assert_non_null(why);
     }
-    assert_int_equal(n, 9);
+    assert_int_equal(n, 10);
     struct rrpci_hdr h = sample_hdr(), out;
     h.type = RRPCI_T_KEEPALIVE;
     h.len = 1;
@@ -295,18 +295,72 @@ static void test_header_rejects_each_unknown_flag_bit_with_proto(void **state)
     assert_int_equal(RRPCI_F_ALL_, RRPCI_F_NOTIFY); /* NOTIFY is the only known bit */
 }
 
-static void test_header_rejects_nonzero_reserved_field_with_proto(void **state)
+static void test_header_rejects_a_remaining_time_on_anything_but_a_request(void **state)
 {
     (void)state;
-    for (int i = 30; i < 32; i++) {
-        uint8_t buf[RRPCI_HDR_SIZE];
-        encode_sample(buf);
-        buf[i] = 0x01;
-        const char *why = NULL;
-        struct rrpci_hdr h;
-        assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, &why), RRPC_E_PROTO);
-        assert_non_null(strstr(why, "reserved"));
+    for (int t = 1; t < RRPCI_T_MAX_; t++) {
+        for (int i = 30; i < 32; i++) {
+            struct rrpci_hdr in = sample_hdr(), h;
+            in.type = (uint8_t)t;
+            in.len = 0;
+            in.flags = t == RRPCI_T_OS_WRITE ? RRPCI_F_NOTIFY : 0;
+            uint8_t buf[RRPCI_HDR_SIZE];
+            rrpci_hdr_encode(&in, buf);
+            buf[i] = 0x01;
+            const char *why = NULL;
+            int r = rrpci_hdr_decode(buf, MAX_LEN, &h, &why);
+            if (t == RRPCI_T_REQUEST) {
+                assert_int_equal(r, 0);
+                assert_int_equal(h.ttl, i == 30 ? 0x0001 : 0x0100);
+            } else {
+                assert_int_equal(r, RRPC_E_PROTO);
+                assert_non_null(strstr(why, "remaining time"));
+            }
+        }
     }
+}
+
+/* The remaining time's 16 bits: never more than the caller has, within a
+ * unit's step of it, monotonic, and saturating at both ends. */
+static void test_ttl_rounds_down_within_a_step_and_saturates(void **state)
+{
+    (void)state;
+    assert_int_equal(rrpci_ttl_decode(0), 0.0);
+    assert_int_equal(rrpci_ttl_encode(0), 1);
+    assert_int_equal(rrpci_ttl_encode(-5), 1);
+    assert_int_equal(rrpci_ttl_encode(1e9), 0xffff);
+    assert_true(rrpci_ttl_decode(0xffff) > 4290 && rrpci_ttl_decode(0xffff) < 4300);
+    double prev = 0;
+    for (double s = 2e-6; s < 4290; s *= 1.01) {
+        uint16_t t = rrpci_ttl_encode(s);
+        double d = rrpci_ttl_decode(t);
+        assert_true(t != 0);
+        assert_true(d <= s * (1 + 1e-12));
+        /* one step of the unit used, which is at most 1/256 of the value */
+        assert_true(s - d <= s / 256.0 + 1e-6);
+        assert_true(d >= prev);
+        prev = d;
+    }
+    assert_true(rrpci_ttl_decode(rrpci_ttl_encode(0.1)) > 0.099);
+    assert_true(rrpci_ttl_decode(rrpci_ttl_encode(30)) > 29.8);
+}
+
+static void test_header_carries_the_remaining_time_of_a_request(void **state)
+{
+    (void)state;
+    struct rrpci_hdr in = sample_hdr(), out;
+    in.type = RRPCI_T_REQUEST;
+    in.flags = 0;
+    in.ttl = rrpci_ttl_encode(0.25);
+    uint8_t buf[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&in, buf);
+    assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, NULL), 0);
+    assert_int_equal(out.ttl, in.ttl);
+    assert_int_equal(buf[30] | buf[31] << 8, in.ttl);
+    /* on other types the field goes out as zero, whatever the struct holds */
+    in.type = RRPCI_T_RESPONSE;
+    rrpci_hdr_encode(&in, buf);
+    assert_int_equal(buf[30] | buf[31], 0);
 }
 
 static void test_header_decode_leaves_why_alone_on_success_and_accepts_null_why(void **state)
@@ -322,13 +376,14 @@ static void test_header_decode_leaves_why_alone_on_success_and_accepts_null_why(
     assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, NULL), RRPC_E_PROTO);
 }
 
-static void test_exempt_types_are_exactly_handshake_credit_error_ticket_and_keepalive(void **state)
+static void test_exempt_types_are_exactly_handshake_credit_error_ticket_keepalive_and_cancel(void **state)
 {
     (void)state;
     for (int t = 0; t < 256; t++) {
         bool want = t == RRPCI_T_HELLO || t == RRPCI_T_HELLO_ACK || t == RRPCI_T_JOIN ||
                     t == RRPCI_T_JOIN_ACK || t == RRPCI_T_CREDIT || t == RRPCI_T_ERROR ||
-                    t == RRPCI_T_TICKET || t == RRPCI_T_TICKET_ACK || t == RRPCI_T_KEEPALIVE;
+                    t == RRPCI_T_TICKET || t == RRPCI_T_TICKET_ACK || t == RRPCI_T_KEEPALIVE ||
+                    t == RRPCI_T_CANCEL;
         assert_int_equal(rrpci_type_is_exempt((uint8_t)t), want);
     }
     /* Requests, responses and one-sided frames consume credit. */
@@ -476,9 +531,11 @@ int main(void)
         cmocka_unit_test(test_header_accepts_classes_0_to_3),
         cmocka_unit_test(test_header_rejects_class_4_and_above_with_bad_class),
         cmocka_unit_test(test_header_rejects_each_unknown_flag_bit_with_proto),
-        cmocka_unit_test(test_header_rejects_nonzero_reserved_field_with_proto),
+        cmocka_unit_test(test_header_rejects_a_remaining_time_on_anything_but_a_request),
+        cmocka_unit_test(test_ttl_rounds_down_within_a_step_and_saturates),
+        cmocka_unit_test(test_header_carries_the_remaining_time_of_a_request),
         cmocka_unit_test(test_header_decode_leaves_why_alone_on_success_and_accepts_null_why),
-        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_error_ticket_and_keepalive),
+        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_error_ticket_keepalive_and_cancel),
         cmocka_unit_test(test_os_header_round_trips_at_documented_offsets),
         cmocka_unit_test(test_os_header_decode_rejects_a_short_payload_with_proto),
         cmocka_unit_test(test_hello_round_trips_every_field),

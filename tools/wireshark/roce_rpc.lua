@@ -26,7 +26,7 @@ local HDR = 32
 local types = {
     [1] = "HELLO", [2] = "HELLO_ACK", [3] = "JOIN", [4] = "JOIN_ACK", [5] = "REQUEST",
     [6] = "RESPONSE", [7] = "CREDIT", [8] = "OS_WRITE", [9] = "OS_READ", [10] = "OS_ACK",
-    [11] = "ERROR", [12] = "TICKET", [13] = "TICKET_ACK", [14] = "KEEPALIVE",
+    [11] = "ERROR", [12] = "TICKET", [13] = "TICKET_ACK", [14] = "KEEPALIVE", [15] = "CANCEL",
 }
 local classes = { [0] = "control", [1] = "low_latency", [2] = "bulk", [3] = "background" }
 
@@ -44,6 +44,7 @@ local f = {
     status = ProtoField.int32("rrpc.status", "Status"),
     len = ProtoField.uint32("rrpc.len", "Payload length"),
     credits = ProtoField.uint16("rrpc.credits", "Credits returned"),
+    ttl = ProtoField.uint16("rrpc.ttl", "Remaining time code", base.HEX),
     payload = ProtoField.bytes("rrpc.payload", "Payload"),
     h_version = ProtoField.uint8("rrpc.hello.version", "Hello version"),
     h_ncls = ProtoField.uint8("rrpc.hello.nclasses", "Classes"),
@@ -113,6 +114,13 @@ local function frame(tvb, pinfo, tree)
     t:add_le(f.arg, tvb(16, 8))
     t:add_le(f.len, tvb(24, 4))
     t:add_le(f.credits, tvb(28, 2))
+    if ty == 5 then -- REQUEST: the caller's remaining time (docs/protocol.md section 10)
+        local code = tvb(30, 2):le_uint()
+        local units = {1e-6, 64e-6, 4096e-6, 262144e-6}
+        local secs = (code % 16384) * units[math.floor(code / 16384) + 1]
+        t:add_le(f.ttl, tvb(30, 2)):append_text(code == 0 and " (no deadline)" or
+                                                string.format(" (%.3f ms)", secs * 1e3))
+    end
     local summary = (types[ty] or ("type " .. ty)) .. " " .. (classes[cls] or cls)
     local have = tvb:len() - HDR
     if have > plen then have = plen end

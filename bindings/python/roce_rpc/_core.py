@@ -24,6 +24,7 @@ import logging
 import math
 import operator
 import threading
+import time
 import traceback
 import types
 import weakref
@@ -1340,12 +1341,15 @@ def _destroy(core):
 
 # ---- RPC requests -----------------------------------------------------------
 
+_NO_DEADLINE = (1 << 63) - 1  # RRPC_NO_DEADLINE
+
+
 class Request:
     """A call being served.  Answer it exactly once: the handler's return
     value does that unless the handler called defer() (or answered itself)."""
 
     __slots__ = ("_ptr", "_core", "_method", "_answered", "_deferred", "_lock", "qos_class",
-                 "_conn")
+                 "_conn", "deadline")
 
     def __init__(self, ptr: Any, core: "_Core", method: str = "") -> None:
         self._ptr = ptr
@@ -1356,6 +1360,27 @@ class Request:
         self._lock = threading.Lock()
         self.qos_class = lib.rrpc_request_class(ptr)
         self._conn = lib.rrpc_request_conn(ptr)
+        left = lib.rrpc_request_remaining_us(ptr)
+        #: When the caller's deadline passes, on time.monotonic()'s clock
+        #: (None: the caller set none).  It travels with the request as the
+        #: time left when it was sent.
+        self.deadline: Optional[float] = (
+            None if left == _NO_DEADLINE else time.monotonic() + left / 1e6)
+
+    def remaining(self) -> Optional[float]:
+        """Seconds the caller has left (<= 0: it gave up), or None when it
+        set no deadline."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the caller gave up on this call (it cancelled it, or its
+        deadline passed) or the connection went down: stop the work and
+        answer.  False once the request is answered."""
+        with self._lock:
+            if self._answered:
+                return False
+            return bool(lib.rrpc_request_cancelled(self._ptr))
 
     @property
     def conn(self) -> "Conn":

@@ -423,3 +423,39 @@ def test_a_handler_on_a_worker_does_not_hold_the_loop(pair):
     with pytest.raises(RrpcError) as ei:
         conn.call("boom", b"")
     assert ei.value.code == roce_rpc.HANDLER_ERROR and "no such row" in str(ei.value)
+
+
+def test_a_handler_sees_its_callers_deadline_and_cancellation(pair):
+    """The caller's deadline travels with the request (Request.deadline,
+    remaining()); when it passes, the caller sends a cancel, which the
+    running handler sees as Request.cancelled and stops, long before its
+    own 10 s."""
+    s, lis, c = pair
+    seen = {}
+    done = threading.Event()
+
+    @s.handler("watch", request=True, on_worker=True)
+    def watch(req, data):
+        seen["remaining"] = req.remaining()
+        seen["deadline"] = req.deadline
+        t0 = time.monotonic()
+        while not req.cancelled and time.monotonic() - t0 < 10:
+            time.sleep(0.01)
+        seen["cancelled"] = req.cancelled
+        seen["took"] = time.monotonic() - t0
+        done.set()
+        return b"late"
+
+    @s.handler("left", request=True)
+    def left(req, data):
+        return b"%.3f" % req.remaining()
+
+    conn = c.connect(client_uri(lis))
+    with pytest.raises(RrpcError) as ei:
+        conn.call("watch", b"", timeout=0.3)
+    assert ei.value.code == roce_rpc.E_DEADLINE
+    assert done.wait(10)
+    assert seen["cancelled"] is True, seen
+    assert seen["took"] < 5, seen
+    assert 0 < seen["remaining"] <= 0.3 and seen["deadline"] is not None, seen
+    assert 1.5 < float(conn.call("left", b"", timeout=2.0)) <= 2.0

@@ -84,7 +84,7 @@ static void pend_refuse_header(struct tcp_pend *p, rrpc_ctx *ctx, int code, cons
     }
     char msg[240];
     snprintf(msg, sizeof(msg),
-             "this server speaks roce-rpc protocol version %d (tcp sockets opened on demand), "
+             "this server speaks roce-rpc protocol version %d, "
              "the client version %u: run the same libroce_rpc release on both sides",
              RRPCI_PROTO_VERSION, p->buf[4]);
     pend_refuse_v(p, ctx, code, msg, p->buf[4]);
