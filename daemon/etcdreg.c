@@ -481,9 +481,11 @@ static void wake_cb(struct ev_loop *l, ev_async *w, int revents)
             reput_owned(false); /* what failed to go in meanwhile */
             break;
         case EV_DOWN:
-            if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
+            /* At most one line per LOG_EVERY_MS, also across a brief return
+             * (the watch and the reader may see etcd come and go in turn). */
+            if (logged_ms == 0 || mono_ms() - logged_ms >= LOG_EVERY_MS) {
                 char quiet[96] = "";
-                if (degraded && down_quiet)
+                if (down_quiet)
                     snprintf(quiet, sizeof(quiet), " (%u failed attempts in the last %d s not "
                              "logged)", down_quiet, LOG_EVERY_MS / 1000);
                 logged_ms = mono_ms();
@@ -775,7 +777,7 @@ static void *writer_main(void *arg)
 
 static void went_down(const char *why)
 {
-    if (!degraded || mono_ms() - logged_ms >= LOG_EVERY_MS) {
+    if (logged_ms == 0 || mono_ms() - logged_ms >= LOG_EVERY_MS) {
         logged_ms = mono_ms();
         LOG(LOG_ERR, "etcd: %s: DEGRADED: lookups answer from this rrpcd's cache, "
             "registrations are refused", why);

@@ -77,6 +77,7 @@ RRPC_API int rrpc_register_with(rrpc_ctx *ctx, const char *method, rrpc_handler_
     m->fn = fn;
     m->user = user;
     m->flags = flags;
+    m->slow_logged = false;
     memcpy(m->name, method, n + 1);
     rrpci_lock(ctx);
     uint64_t id = rrpc_method_id(method);
@@ -189,7 +190,10 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     double took = rrpci_stats_now() - t0;
     if (took > RRPCI_SLOW_HANDLER_S) {
         ctx->guard.slow_handlers++;
-        if (!m->slow_logged) {
+        /* the handler may have unregistered its method: found again */
+        n = rrpci_idmap_get(&ctx->methods, h->arg);
+        m = n ? rrpci_container_of(n, struct method, node) : NULL;
+        if (m && !m->slow_logged) {
             m->slow_logged = true;
             RRPCI_LOG(ctx, LOG_WARNING,
                       "handler of \"%s\" ran %.0f ms on the loop thread, which reads and "
