@@ -153,6 +153,8 @@ rrpc_conn *rrpc_request_conn(rrpc_request *req);
 int rrpc_request_class(rrpc_request *req);
 int64_t rrpc_request_remaining_us(rrpc_request *req);
 bool rrpc_request_cancelled(rrpc_request *req);
+typedef void (*rrpc_cancel_fn)(rrpc_request *req, void *user);
+int rrpc_request_on_cancel(rrpc_request *req, rrpc_cancel_fn fn, void *user);
 
 typedef struct rrpc_call_opts {
     int qos_class;
@@ -221,6 +223,7 @@ void rrpc_ctx_set_notify(rrpc_ctx *ctx, rrpc_notify_fn fn, void *user);
 /* ---- the Python side of the callbacks (cffi "extern Python") ---- */
 extern "Python" {
     void _rrpc_py_handler(rrpc_request *req, const void *payload, size_t len, void *user);
+    void _rrpc_py_req_cancel(rrpc_request *req, void *user);
     void _rrpc_py_call_done(const rrpc_result *res, void *user);
     void _rrpc_py_op_done(int status, void *user);
     void _rrpc_py_conn_event(rrpc_conn *conn, rrpc_conn_event ev, int reason, void *user);

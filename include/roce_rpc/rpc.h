@@ -101,7 +101,8 @@ RRPC_API int rrpc_respond(rrpc_request *req, const void *data, size_t len);
  * (may be NULL; copied, truncated to 1024 bytes).  Frees @req.  @code may
  * also be RRPC_E_LIMIT: the server refuses the request for load (the
  * caller's call fails with RRPC_E_LIMIT and @msg, as when the handler
- * workers' queue is full).  Errors as rrpc_respond, and -EINVAL when @code
+ * workers' queue is full); or RRPC_E_CANCELLED: the handler stopped because
+ * its caller gave up (rrpc_request_cancelled).  Errors as rrpc_respond, and -EINVAL when @code
  * is any other value <= 0 (the request is then failed with code 1 so the
  * caller still gets an answer).
  */
@@ -138,6 +139,21 @@ RRPC_API int64_t rrpc_request_remaining_us(rrpc_request *req);
  * rrpc_requests_not_run_total.  Any thread, while @req is not yet answered.
  */
 RRPC_API bool rrpc_request_cancelled(rrpc_request *req);
+
+typedef void (*rrpc_cancel_fn)(rrpc_request *req, void *user);
+
+/*
+ * Asks for @fn(@req, @user) when the caller gives up on @req (its cancel
+ * arrives: rrpc_call_cancel, or its deadline passed) or the connection goes
+ * down: once, on the loop thread, under the context, and never after @req
+ * is answered.  @fn may answer @req (then @req is gone when it returns);
+ * else the handler answers it as usual, now that nobody waits.  One
+ * callback per request: a second call replaces the first.  For a handler
+ * that answers later (an asyncio task, a thread pool) and can stop early.
+ * Returns 0, RRPC_E_CANCELLED when @req is cancelled already (@fn is not
+ * kept and does not run: stop now), -EINVAL.
+ */
+RRPC_API int rrpc_request_on_cancel(rrpc_request *req, rrpc_cancel_fn fn, void *user);
 
 /* Options of a call; NULL means all defaults. */
 typedef struct rrpc_call_opts {

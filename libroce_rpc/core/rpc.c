@@ -33,7 +33,21 @@ struct rrpc_request {
     bool tracked;          /* in conn->serving (a peer reusing a live id is not) */
     double due;            /* when the caller's deadline passes (rrpci_stats_now); 0: none */
     _Atomic bool cancelled; /* the caller's CANCEL came, or the connection went down */
+    rrpc_cancel_fn on_cancel; /* rrpc_request_on_cancel, under the context lock */
+    void *on_cancel_user;
 };
+
+/* @req's caller gave up: marked, and its rrpc_request_on_cancel callback
+ * runs (which may answer, and so free, @req). */
+static void request_cancel(rrpc_request *req)
+{
+    atomic_store(&req->cancelled, true);
+    rrpc_cancel_fn fn = req->on_cancel;
+    if (fn) {
+        req->on_cancel = NULL;
+        fn(req, req->on_cancel_user);
+    }
+}
 
 RRPC_API uint64_t rrpc_method_id(const char *method)
 {
@@ -168,6 +182,7 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     double came = ctx->rx_arrival > 0 && ctx->rx_arrival < now ? ctx->rx_arrival : now;
     req->due = h->ttl ? came + rrpci_ttl_decode(h->ttl) : 0;
     atomic_init(&req->cancelled, false);
+    req->on_cancel = NULL;
     req->tracked = rrpci_idmap_put(&c->serving, h->id, &req->node) == 0;
     rrpci_conn_ref(c);
     if (req->due > 0 && now >= req->due) {
@@ -226,7 +241,6 @@ void rrpci_rpc_on_cancel(rrpc_conn *c, uint64_t id)
     if (!n)
         return; /* answered already, or never seen: nothing to do */
     rrpc_request *req = rrpci_container_of(n, struct rrpc_request, node);
-    atomic_store(&req->cancelled, true);
     c->ctx->guard.cancels_found++;
     if (req->credit_on_answer && rrpci_conn_wire_open(c)) {
         /* the caller gave up: its credit comes back now, not at the answer */
@@ -236,6 +250,9 @@ void rrpci_rpc_on_cancel(rrpc_conn *c, uint64_t id)
         else
             rrpci_conn_consumed(c, req->cls);
     }
+    rrpci_conn_ref(c);
+    request_cancel(req);
+    rrpci_conn_unref(c);
 }
 
 void rrpci_rpc_serving_drop(rrpc_conn *c)
@@ -244,7 +261,7 @@ void rrpci_rpc_serving_drop(rrpc_conn *c)
     while ((n = rrpci_idmap_pop(&c->serving))) {
         rrpc_request *req = rrpci_container_of(n, struct rrpc_request, node);
         req->tracked = false;
-        atomic_store(&req->cancelled, true);
+        request_cancel(req);
     }
     rrpci_idmap_fini(&c->serving);
 }
@@ -330,7 +347,7 @@ RRPC_API int rrpc_respond_error(rrpc_request *req, int code, const char *msg)
     if (!req)
         return -EINVAL;
     size_t len = msg ? strnlen(msg, RRPCI_ERRMSG_WIRE_MAX) : 0;
-    if (code <= 0 && code != RRPC_E_LIMIT) {
+    if (code <= 0 && code != RRPC_E_LIMIT && code != RRPC_E_CANCELLED) {
         respond(req, 1, msg, len);
         return -EINVAL;
     }
@@ -357,6 +374,23 @@ RRPC_API int64_t rrpc_request_remaining_us(rrpc_request *req)
 RRPC_API bool rrpc_request_cancelled(rrpc_request *req)
 {
     return req && atomic_load(&req->cancelled);
+}
+
+RRPC_API int rrpc_request_on_cancel(rrpc_request *req, rrpc_cancel_fn fn, void *user)
+{
+    if (!req)
+        return -EINVAL;
+    rrpc_ctx *ctx = req->conn->ctx;
+    rrpci_lock(ctx);
+    int r = 0;
+    if (atomic_load(&req->cancelled)) {
+        r = RRPC_E_CANCELLED;
+    } else {
+        req->on_cancel = fn;
+        req->on_cancel_user = user;
+    }
+    rrpci_unlock(ctx);
+    return r;
 }
 
 /* ---- client side -------------------------------------------------------- */

@@ -731,12 +731,19 @@ def _rrpc_py_handler(req, payload, length, user):
                 core, conn = h.core, rq._conn
                 task = core.aio.create_task(_handler_task(result, rq, core))
                 core.tasks.add(task)
+                # the caller gives up (cancel, deadline) or goes: the task
+                # gets CancelledError (on this loop: the callback runs in
+                # rrpc_ctx_progress, which the event loop drives)
+                ck, cuser = _keep(task)
+                if lib.rrpc_request_on_cancel(req, lib._rrpc_py_req_cancel, cuser) != 0:
+                    task.cancel()  # cancelled already
 
-                def done(t, core=core, conn=conn):
+                def done(t, core=core, conn=conn, ck=ck):
+                    _registry.pop(ck, None)
                     core.tasks.discard(t)
                     _tasks.release(core, conn)
+                task.add_done_callback(rq._from_future)  # answers: no callback after
                 task.add_done_callback(done)
-                task.add_done_callback(rq._from_future)
                 return
             rq._answer(result)
     except BaseException:  # never leave a request unanswered
@@ -744,6 +751,13 @@ def _rrpc_py_handler(req, payload, length, user):
         if not rq._answered:
             rq._answered = True
             lib.rrpc_respond_error(req, 1, b"internal error in the Python binding")
+
+
+@ffi.def_extern()
+def _rrpc_py_req_cancel(req, user):
+    task = _registry.pop(_key(user), None)
+    if task is not None and not task.done():
+        task.cancel()
 
 
 def _call_error(status, message, method):
@@ -1462,6 +1476,14 @@ class Request:
     def _from_future(self, fut):
         try:
             data = fut.result()
+        except asyncio.CancelledError:
+            # its caller gave up (or the connection went): nobody waits
+            if not self._answered:
+                self._take()
+                with self._core.use():
+                    lib.rrpc_respond_error(self._ptr, lib.RRPC_E_CANCELLED,
+                                           b"the handler was cancelled: its caller gave up")
+            return
         except RrpcError as e:
             self._answer_error(e.code, e.message)
         except _STOP_EXCEPTIONS as e:

@@ -183,6 +183,55 @@ async def test_a_cancelled_call_is_never_delivered_and_the_connection_goes_on():
 
 
 @pytest.mark.asyncio
+async def test_an_async_handler_gets_cancelled_error_when_its_caller_gives_up():
+    """Cancelling a call (a task cancel, or its deadline) reaches the
+    server: the async def handler running it gets CancelledError, long
+    before its own 30 s; the handler sees the caller's remaining time."""
+    s, lis, c = await _pair()
+    seen = {}
+    started = asyncio.Event()
+
+    @s.handler("slow", request=True)
+    async def slow(req, data):
+        seen["remaining"] = req.remaining()
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen["cancelled"] = seen.get("cancelled", 0) + 1
+            raise
+        return b"late"
+
+    conn = await c.connect(client_uri(lis))
+    t0 = asyncio.get_running_loop().time()
+    task = asyncio.ensure_future(conn.call("slow", b"x", timeout=20))
+    await asyncio.wait_for(started.wait(), 10)
+    assert 0 < seen["remaining"] <= 20
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(500):
+        if seen.get("cancelled"):
+            break
+        await asyncio.sleep(0.01)
+    assert seen.get("cancelled") == 1, seen
+    # a deadline that passes cancels the same way
+    started.clear()
+    with pytest.raises(RrpcError) as ei:
+        await conn.call("slow", b"y", timeout=0.3)
+    assert ei.value.code == roce_rpc.E_DEADLINE
+    for _ in range(500):
+        if seen.get("cancelled") == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert seen.get("cancelled") == 2, seen
+    assert asyncio.get_running_loop().time() - t0 < 15
+    assert not s._core.tasks  # both tasks ended
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
 async def test_connect_failures_are_the_builtin_exceptions():
     c = aio.Context()
     lis_ctx = aio.Context()
