@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <syslog.h>
 
 #include "core/core.h"
@@ -153,6 +154,21 @@ static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, con
 
 static int respond(rrpc_request *req, int32_t status, const void *data, size_t len);
 
+/* When the request being handed up arrived, on rrpci_stats_now's clock
+ * (@now): the transport's stamp (rrpci_ctx_rx_arrival, realtime) where it
+ * has one, so a request a held loop reads late counts from its arrival. */
+static double arrived(rrpc_ctx *ctx, double now)
+{
+    if (ctx->rx_arrival <= 0)
+        return now;
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    double ago = (double)real.tv_sec + (double)real.tv_nsec / 1e9 - ctx->rx_arrival;
+    if (ago < -0.001 || ago > 3600)
+        return now; /* the realtime clock was stepped: unknown */
+    return ago > 0 ? now - ago : now;
+}
+
 bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     rrpc_ctx *ctx = c->ctx;
@@ -177,10 +193,7 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     req->cls = cls;
     req->credit_on_answer = (m->flags & RRPC_HANDLER_CREDIT_ON_ANSWER) != 0;
     double now = rrpci_stats_now();
-    /* from when it arrived, where the transport knows (a loop held by a
-     * handler reads it later) */
-    double came = ctx->rx_arrival > 0 && ctx->rx_arrival < now ? ctx->rx_arrival : now;
-    req->due = h->ttl ? came + rrpci_ttl_decode(h->ttl) : 0;
+    req->due = h->ttl ? arrived(ctx, now) + rrpci_ttl_decode(h->ttl) : 0;
     atomic_init(&req->cancelled, false);
     req->on_cancel = NULL;
     req->tracked = rrpci_idmap_put(&c->serving, h->id, &req->node) == 0;
@@ -200,9 +213,8 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     if (m->flags & RRPC_HANDLER_ON_WORKER)
         return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, h->len, m->name);
     bool later = req->credit_on_answer; /* @req may be freed by the handler */
-    double t0 = rrpci_stats_now();
     m->fn(req, p, h->len, m->user);
-    double took = rrpci_stats_now() - t0;
+    double took = rrpci_stats_now() - now;
     if (took > RRPCI_SLOW_HANDLER_S) {
         ctx->guard.slow_handlers++;
         /* the handler may have unregistered its method: found again */

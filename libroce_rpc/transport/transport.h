@@ -57,7 +57,7 @@ struct rrpci_msg {
     struct rrpci_msg **lender;
     bool ext_owned;
     double due; /* REQUEST: when its call's deadline passes (rrpci_stats_now); 0: none */
-    double queued; /* inproc: when the sender handed it over (CLOCK_MONOTONIC seconds) */
+    double queued; /* inproc: when the sender handed it over (CLOCK_REALTIME seconds) */
     size_t len;
     uint8_t data[];
 };
@@ -192,9 +192,10 @@ bool rrpci_ctx_polling(rrpc_ctx *ctx);
 /* The largest payload this side accepts (RRPC_MAX_MSG). */
 uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 /* A transport that knows when the bytes it hands up next arrived (the
- * kernel's receive timestamp, in CLOCK_MONOTONIC seconds) says so before it
- * hands them up, and 0 after: a request's remaining time counts from then,
- * not from when the loop got to it (core/rpc.c). */
+ * kernel's receive timestamp, in CLOCK_REALTIME seconds, as the kernel
+ * stamps them) says so before it hands them up, and 0 after: a request's
+ * remaining time counts from then, not from when the loop got to it
+ * (core/rpc.c, which reads the clock only for a request with a deadline). */
 void rrpci_ctx_rx_arrival(rrpc_ctx *ctx, double at);
 /* A transport's tunables: transport/tunables.h (typed, by slot). */
 /* The DSCP and the scheduler weight configured for class @cls. */

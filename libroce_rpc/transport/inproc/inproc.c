@@ -159,7 +159,7 @@ static int inproc_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
     /* The buffer itself changes hands: no copy. */
     m->next = NULL;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts);
     m->queued = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9; /* its arrival, for deadlines */
     if (q->tail)
         q->tail->next = m;

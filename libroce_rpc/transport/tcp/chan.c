@@ -151,23 +151,16 @@ static const struct rrpc_tcp_rx_up chan_rx_up = {
     .unreserve = chan_rx_unreserve,
 };
 
-/* When the bytes of @mh arrived, in CLOCK_MONOTONIC seconds (@now_ns is
- * that clock now): the kernel stamps them on the realtime clock; 0 when it
- * did not. */
-static double arrival(struct msghdr *mh, uint64_t now_ns)
+/* When the bytes of @mh arrived, as the kernel stamped them (CLOCK_REALTIME
+ * seconds); 0 when it did not. */
+static double arrival(struct msghdr *mh)
 {
     for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
-        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_TIMESTAMPNS)
-            continue;
-        struct timespec ts, real;
-        memcpy(&ts, CMSG_DATA(h), sizeof(ts));
-        clock_gettime(CLOCK_REALTIME, &real);
-        double ago = (double)(real.tv_sec - ts.tv_sec) + (double)(real.tv_nsec - ts.tv_nsec) / 1e9;
-        if (ago < -0.001 || ago > 3600)
-            return 0; /* the realtime clock was stepped: unknown */
-        if (ago < 0)
-            ago = 0;
-        return (double)now_ns / 1e9 - ago;
+        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(h), sizeof(ts));
+            return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+        }
     }
     return 0;
 }
@@ -231,7 +224,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
          * say EAGAIN. */
         bool drained = (size_t)n < want;
         rrpc_ctx *ctx = rrpci_conn_ctx(c);
-        rrpci_ctx_rx_arrival(ctx, arrival(&mh, now));
+        rrpci_ctx_rx_arrival(ctx, arrival(&mh));
         next = rrpc_tcp_rx_got(&ch->rx, (size_t)n);
         rrpci_ctx_rx_arrival(ctx, 0);
         if (drained)
