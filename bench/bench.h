@@ -282,6 +282,11 @@ void report_peers(FILE *f);
 void progress_begin(const char *fmt, ...) BENCH_PRINTF(1, 2);
 void progress_tick(double frac);
 void progress_end(const char *status);
+/* nic.c: the RDMA ports' kernel counters over each test (called by
+ * progress_begin / progress_end), and the report's section on them. */
+void nic_mark_begin(void);
+void nic_mark_end(const char *label);
+void report_nic(FILE *f);
 void note(const char *fmt, ...) BENCH_PRINTF(1, 2);
 /* Pins the calling process to @cpu (< 0: nothing); @quiet: no note on failure. */
 void bench_pin(int cpu, bool quiet);

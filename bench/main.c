@@ -830,6 +830,7 @@ static int run_client(unsigned transports, struct endpoints *ep)
         report_table(stdout);
         report_peers(stdout);
         report_targets(stdout);
+        report_nic(stdout);
     } else {
         report_targets(stderr);
     }
