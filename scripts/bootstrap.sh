@@ -109,7 +109,7 @@ vm_step "an idle verbs context with its default polling sleeps" \
 vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSanitizer" \
   tests/softroce/run-suite.sh build-asan
 vm_step "Python bindings and the Python example over verbs" tests/softroce/python-in-vm.sh build
-vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
+vm_step "DSCP of every class on the wire; NIC counters in the metrics, no RNR NAK" tests/softroce/dscp-capture.sh build
 vm_step "the Wireshark dissector decodes that RoCEv2 capture" \
   tests/wireshark/dissector_test.py --roce build/dscp-capture/capture.pcap
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
