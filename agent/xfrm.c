@@ -321,6 +321,31 @@ int rrpc_xfrm_pair_add(const struct rrpc_xfrm_pair *p, char *why, size_t len)
     return rc;
 }
 
+int rrpc_xfrm_sas_add(const struct rrpc_xfrm_pair *p, char *why, size_t len)
+{
+    int rc = check(p, why, len);
+    if (rc)
+        return rc;
+    struct nl_sock *sk = sock_open(why, len, &rc);
+    if (!sk)
+        return rc;
+    if (!(rc = sa_add(sk, p, true, why, len)) && (rc = sa_add(sk, p, false, why, len)))
+        sa_del(sk, p, true);
+    nl_socket_free(sk);
+    return rc;
+}
+
+int rrpc_xfrm_sas_del(const struct rrpc_xfrm_pair *p)
+{
+    int rc = 0;
+    struct nl_sock *sk = sock_open(NULL, 0, &rc);
+    if (!sk)
+        return rc;
+    int a = sa_del(sk, p, true), b = sa_del(sk, p, false);
+    nl_socket_free(sk);
+    return a || b ? -ENOENT : 0;
+}
+
 int rrpc_xfrm_pair_del(const struct rrpc_xfrm_pair *p, char *why, size_t len)
 {
     int rc = 0;

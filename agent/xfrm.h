@@ -51,6 +51,13 @@ int rrpc_xfrm_addr(struct rrpc_xfrm_pair *p, bool peer, const char *text);
  * module: xfrm_user, esp4/esp6, gcm, or an RNG for the IVs).  */
 int rrpc_xfrm_pair_add(const struct rrpc_xfrm_pair *p, char *why, size_t len);
 
+/* The two SAs of @p alone (a rekey: the policies are in place and pick the
+ * newest SA of their reqid), all or nothing; errors as rrpc_xfrm_pair_add. */
+int rrpc_xfrm_sas_add(const struct rrpc_xfrm_pair *p, char *why, size_t len);
+/* Removes the two SAs of @p (after a rekey, the old ones); -ENOENT when one
+ * was not there. */
+int rrpc_xfrm_sas_del(const struct rrpc_xfrm_pair *p);
+
 /* Removes what rrpc_xfrm_pair_add installed for @p (the keys are not
  * needed).  Returns 0 when everything was there and went; -ENOENT when some
  * of it was not there (the rest is removed all the same). */

@@ -70,6 +70,7 @@ struct bench_opts {
     long scale_n[BENCH_SCALE_MAX_STEPS]; /* --scale-n: connection counts, ascending */
     int scale_nn;                        /* 0: the default list per transport */
     long scale_idle_ms;                  /* --scale-idle-ms */
+    bool no_peers;                       /* --no-peers: no peer tool runs */
     double peer_wait_s;                  /* --peer-wait: a peer's server must listen within this */
 };
 extern struct bench_opts g_opts;
