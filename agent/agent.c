@@ -390,7 +390,7 @@ static void serve_one(int lfd)
     }
     struct rrpc_xfrm_pair np = {.family = family, .spi_out = spi_i, .spi_in = spi_r,
                                 .reqid = AG_REQID, .hard_s = lifetime,
-                                .soft_s = lifetime - lifetime / 10, .loopback = pr->loopback};
+                                .soft_s = rrpc_xfrm_soft_s(lifetime), .loopback = pr->loopback};
     memcpy(np.local, g.local, 16);
     memcpy(np.peer, ai, 16);
     memcpy(np.key_out, km + RRPC_XFRM_KEY_BYTES, RRPC_XFRM_KEY_BYTES);
@@ -511,7 +511,7 @@ static int initiate(struct peer *pr)
     }
     struct rrpc_xfrm_pair np = {.family = g.family, .spi_out = spi_r, .spi_in = spi_i,
                                 .reqid = AG_REQID, .hard_s = g.lifetime,
-                                .soft_s = g.lifetime - g.lifetime / 10, .loopback = pr->loopback};
+                                .soft_s = rrpc_xfrm_soft_s(g.lifetime), .loopback = pr->loopback};
     memcpy(np.local, g.local, 16);
     memcpy(np.peer, pr->addr, 16);
     memcpy(np.key_out, km, RRPC_XFRM_KEY_BYTES);

@@ -115,7 +115,7 @@ int main(int argc, char **argv)
             if (parse_u32(optarg, 10ull * 365 * 86400, &v))
                 return usage();
             p.hard_s = v;
-            p.soft_s = v - v / 10; /* rekey warning at 90% */
+            p.soft_s = rrpc_xfrm_soft_s(v);
             break;
         case 'L': p.loopback = true; break;
         default: return usage();

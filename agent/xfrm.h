@@ -40,6 +40,14 @@ struct rrpc_xfrm_pair {
                                  * (the SAs are the same two) */
 };
 
+/* The soft lifetime (the kernel's warning) for a hard one of @hard_s
+ * seconds: 90 % of it, at least a second before it; 0 for 0 (never). */
+static inline uint64_t rrpc_xfrm_soft_s(uint64_t hard_s)
+{
+    uint64_t margin = hard_s / 10 ? hard_s / 10 : 1;
+    return hard_s > margin ? hard_s - margin : 0;
+}
+
 /* Parses an address into @p's @which ("local" or "peer") and family.
  * -EINVAL when it is not an IPv4 or IPv6 address, or families differ. */
 int rrpc_xfrm_addr(struct rrpc_xfrm_pair *p, bool peer, const char *text);
