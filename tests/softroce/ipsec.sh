@@ -110,7 +110,10 @@ else
   sort "$W/pkts" | uniq -c | head | sed 's/^/#   /'
 fi
 # DSCP 46 (low_latency) = tos 0xb8, DSCP 10 (bulk) = tos 0x28, in the ESP packets' outer header
-if awk '$2 == "esp" && $3 == "b8"' "$W/pkts" | grep -q . && awk '$2 == "esp" && $3 == "28"' "$W/pkts" | grep -q .; then
+# (counted, not `| grep -q`: under pipefail an early grep exit fails the pipeline by SIGPIPE)
+NLL=$(awk '$2 == "esp" && $3 == "b8"' "$W/pkts" | wc -l)
+NBULK=$(awk '$2 == "esp" && $3 == "28"' "$W/pkts" | wc -l)
+if [ "$NLL" -gt 0 ] && [ "$NBULK" -gt 0 ]; then
   ok "ESP packets carry the classes' DSCPs in the outer header (46 low_latency, 10 bulk)"
 else
   bad "ESP packets carry the classes' DSCPs (tos b8 and 28)"
