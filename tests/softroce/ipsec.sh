@@ -74,7 +74,7 @@ if ! "$XF" add "${PAIR[@]}" --random-keys --lifetime 3600 2> "$W/add.err"; then
 fi
 NS=$(ip xfrm state | grep -c '^src')
 NP=$(npol)
-if [ "$NS" = 2 ] && [ "$NP" = 4 ] && ip xfrm state | grep -q 'rfc4106(gcm(aes))'; then
+if [ "$NS" = 2 ] && [ "$NP" = 4 ] && [ "$(ip xfrm state | grep -c 'rfc4106(gcm(aes))')" = 2 ]; then
   ok "rrpc-xfrm add installed 2 AES-GCM states and 4 policies (both hosts' in and out)"
 else
   bad "rrpc-xfrm add installed 2 states and 4 policies: $NS states, $NP policies"
