@@ -18,6 +18,8 @@
 #     and pair; the responder refuses garbage and an agent whose certificate names another
 #     address, and keeps serving; RPCs and WRITE + READ over rdma:// run for 16 s across two rekeys
 #     (lifetime 8 s) and none fails; stopped, the agents leave no state or policy;
+#   - RRPC_REQUIRE_ESP: a server accepts a client whose host pair the agent confirms, refuses it
+#     over tcp:// (with the reason) and rdma:// once there is no pair, and when no agent answers;
 #   - two hosts for real (network namespaces joined by a veth, one agent in each, each installing
 #     its own view): rrpc-bench over tcp:// runs and every packet on the veth is ESP.
 # With BENCH_ESP=1 it also runs rrpc-bench (rtt and 1 MiB large over verbs and tcp) in clear and
@@ -177,8 +179,9 @@ if [ ! -x "$AG" ]; then
 else
   bash "$OUT/agent-certs.sh" "$W/certs" "$IP0" "$IP1" 10.77.0.9 || bad "making the test certificates"
   C=$W/certs
+  Q=$W/query.sock
   "$AG" --local "$IP1" --listen "$IP1:0" --port-file "$W/pb" --cert "$C/$IP1.crt" --key "$C/$IP1.key" \
-    --ca "$C/ca.crt" > "$W/agent-b.log" 2>&1 &
+    --ca "$C/ca.crt" --query-socket "$Q" > "$W/agent-b.log" 2>&1 &
   AB=$!
   for _ in $(seq 100); do [ -s "$W/pb" ] && break; sleep 0.1; done
   PB=$(cat "$W/pb" 2>/dev/null)
@@ -204,6 +207,12 @@ else
     bad "the agent refuses garbage and a wrong certificate"; sed 's/^/#   W: /' "$W/agent-w.log" | head -3
     sed 's/^/#   B: /' "$W/agent-b.log" | tail -4
   fi
+  # RRPC_REQUIRE_ESP: the server asks its host's agent (B, the one of 10.77.0.2) about the client
+  if RRPC_REQUIRE_ESP=$Q timeout 120 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.ok" 2>&1; then
+    ok "a server with RRPC_REQUIRE_ESP accepts a client whose host pair has ESP (the agent says yes)"
+  else
+    bad "a server with RRPC_REQUIRE_ESP accepts a paired client"; sed 's/^/#   /' "$W/req.ok" | tail -4
+  fi
   # traffic across two rekeys (lifetime 8 s: a rekey every 6.4 s)
   T0=$(date +%s); RUNS=0; RFAIL=0
   while [ $(( $(date +%s) - T0 )) -lt 16 ]; do
@@ -227,6 +236,23 @@ else
     bad "stopped agents leave nothing: $NS states, $NP policies"; tail -2 "$W/agent-a.log" | sed 's/^/#   A: /'
   fi
   cp "$W"/agent-*.log "$OUT/" 2>/dev/null
+  # ... and refuses, saying why, once the pair is gone (B alone again: it has no pair), or when
+  # no agent answers
+  "$AG" --local "$IP1" --listen "$IP1:0" --cert "$C/$IP1.crt" --key "$C/$IP1.key" --ca "$C/ca.crt" \
+    --query-socket "$Q" > "$W/agent-b2.log" 2>&1 &
+  AB=$!
+  for _ in $(seq 100); do [ -S "$Q" ] && break; sleep 0.1; done
+  RRPC_REQUIRE_ESP=$Q timeout 60 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.no" 2>&1; R1=$?
+  RRPC_REQUIRE_ESP=$Q timeout 60 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.no.rdma" 2>&1; R2=$?
+  kill -TERM $AB; wait $AB 2>/dev/null
+  RRPC_REQUIRE_ESP=$Q timeout 60 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.none" 2>&1; R3=$?
+  if [ $R1 != 0 ] && grep -q "requires ESP with the client's host (RRPC_REQUIRE_ESP): this host's rrpc-agent has no ESP pair with $IP0" "$W/req.no" &&
+     [ $R2 != 0 ] && [ $R3 != 0 ] && grep -q "cannot ask its rrpc-agent at $Q" "$W/req.none"; then
+    ok "without a pair the server refuses the client over tcp:// (saying why) and rdma://, and refuses when no agent answers"
+  else
+    bad "RRPC_REQUIRE_ESP refuses an unpaired client: exits $R1 $R2 $R3"
+    for f in req.no req.no.rdma req.none; do tail -3 "$W/$f" | sed "s/^/#   $f: /"; done
+  fi
 
   # Two hosts for real: network namespaces a and b joined by a veth pair, one agent in each,
   # each installing its own view (the key of each direction must agree across the two kernels).
