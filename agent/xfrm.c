@@ -120,37 +120,86 @@ static struct nl_sock *sock_open(char *why, size_t len, int *rc)
     return sk;
 }
 
-/* The SA of one direction: @out local -> peer with spi_out/key_out, else
- * peer -> local with spi_in/key_in. */
+/* The libnl objects one request builds; objs_put releases those made (the
+ * ones given to another object hold their own reference there). */
+struct objs {
+    struct xfrmnl_sa *sa;
+    struct xfrmnl_sp *sp;
+    struct xfrmnl_sel *sel;
+    struct xfrmnl_ltime_cfg *lt;
+    struct xfrmnl_user_tmpl *t;
+    struct nl_addr *s, *d;
+};
+
+static void objs_put(struct objs *o)
+{
+    if (o->sa)
+        xfrmnl_sa_put(o->sa);
+    if (o->sp)
+        xfrmnl_sp_put(o->sp);
+    if (o->sel)
+        xfrmnl_sel_put(o->sel);
+    if (o->lt)
+        xfrmnl_ltime_cfg_put(o->lt);
+    if (o->t)
+        xfrmnl_user_tmpl_free(o->t);
+    if (o->s)
+        nl_addr_put(o->s);
+    if (o->d)
+        nl_addr_put(o->d);
+}
+
+/* No byte or packet limit (the kernel's "infinite"), time limits as asked
+ * (0: none). */
+static struct xfrmnl_ltime_cfg *lifetime_cfg(uint64_t soft_s, uint64_t hard_s)
+{
+    struct xfrmnl_ltime_cfg *lt = xfrmnl_ltime_cfg_alloc();
+    if (lt) {
+        xfrmnl_ltime_cfg_set_soft_bytelimit(lt, XFRM_INF);
+        xfrmnl_ltime_cfg_set_hard_bytelimit(lt, XFRM_INF);
+        xfrmnl_ltime_cfg_set_soft_packetlimit(lt, XFRM_INF);
+        xfrmnl_ltime_cfg_set_hard_packetlimit(lt, XFRM_INF);
+        xfrmnl_ltime_cfg_set_soft_addexpires(lt, soft_s);
+        xfrmnl_ltime_cfg_set_hard_addexpires(lt, hard_s);
+    }
+    return lt;
+}
+
+/* The identity of the SA of one direction (@out: local -> peer with
+ * spi_out, else peer -> local with spi_in): what an add and a delete name. */
+static struct xfrmnl_sa *sa_ident(const struct rrpc_xfrm_pair *p, bool out, struct objs *o)
+{
+    o->sa = xfrmnl_sa_alloc();
+    o->s = addr(p, !out);
+    o->d = addr(p, out);
+    if (!o->sa || !o->s || !o->d)
+        return NULL;
+    xfrmnl_sa_set_family(o->sa, (unsigned)p->family);
+    xfrmnl_sa_set_saddr(o->sa, o->s);
+    xfrmnl_sa_set_daddr(o->sa, o->d);
+    xfrmnl_sa_set_spi(o->sa, out ? p->spi_out : p->spi_in);
+    xfrmnl_sa_set_proto(o->sa, IPPROTO_ESP);
+    return o->sa;
+}
+
+/* The SA of one direction, with its key. */
 static int sa_add(struct nl_sock *sk, const struct rrpc_xfrm_pair *p, bool out, char *why,
                   size_t len)
 {
-    struct xfrmnl_sa *sa = xfrmnl_sa_alloc();
-    struct nl_addr *s = addr(p, !out), *d = addr(p, out);
-    struct xfrmnl_sel *sel = host_sel(p, !out);
-    struct xfrmnl_ltime_cfg *lt = xfrmnl_ltime_cfg_alloc();
+    struct objs o = {0};
+    struct xfrmnl_sa *sa = sa_ident(p, out, &o);
+    o.sel = host_sel(p, !out);
+    o.lt = lifetime_cfg(p->soft_s, p->hard_s);
     int rc = 0;
-    if (!sa || !s || !d || !sel || !lt) {
+    if (!sa || !o.sel || !o.lt) {
         rc = say(why, len, -ENOMEM, "out of memory for an SA");
         goto out;
     }
-    xfrmnl_sa_set_family(sa, (unsigned)p->family);
-    xfrmnl_sa_set_saddr(sa, s);
-    xfrmnl_sa_set_daddr(sa, d);
-    xfrmnl_sa_set_spi(sa, out ? p->spi_out : p->spi_in);
-    xfrmnl_sa_set_proto(sa, IPPROTO_ESP);
     xfrmnl_sa_set_mode(sa, XFRM_MODE_TRANSPORT);
     xfrmnl_sa_set_reqid(sa, p->reqid);
     xfrmnl_sa_set_replay_window(sa, 32);
-    xfrmnl_sa_set_sel(sa, sel);
-    /* No byte or packet limit (the kernel's "infinite"), time limits as asked. */
-    xfrmnl_ltime_cfg_set_soft_bytelimit(lt, XFRM_INF);
-    xfrmnl_ltime_cfg_set_hard_bytelimit(lt, XFRM_INF);
-    xfrmnl_ltime_cfg_set_soft_packetlimit(lt, XFRM_INF);
-    xfrmnl_ltime_cfg_set_hard_packetlimit(lt, XFRM_INF);
-    xfrmnl_ltime_cfg_set_soft_addexpires(lt, p->soft_s);
-    xfrmnl_ltime_cfg_set_hard_addexpires(lt, p->hard_s);
-    xfrmnl_sa_set_lifetime_cfg(sa, lt);
+    xfrmnl_sa_set_sel(sa, o.sel);
+    xfrmnl_sa_set_lifetime_cfg(sa, o.lt);
     char key[RRPC_XFRM_KEY_BYTES];
     memcpy(key, out ? p->key_out : p->key_in, sizeof(key));
     int r = xfrmnl_sa_set_aead_params(sa, RRPC_XFRM_ALGO, RRPC_XFRM_KEY_BYTES * 8,
@@ -168,38 +217,16 @@ static int sa_add(struct nl_sock *sk, const struct rrpc_xfrm_pair *p, bool out, 
         rc = nl_fail(why, len, r, what);
     }
 out:
-    if (sa)
-        xfrmnl_sa_put(sa);
-    if (s)
-        nl_addr_put(s);
-    if (d)
-        nl_addr_put(d);
-    if (sel)
-        xfrmnl_sel_put(sel);
-    if (lt)
-        xfrmnl_ltime_cfg_put(lt);
+    objs_put(&o);
     return rc;
 }
 
 static int sa_del(struct nl_sock *sk, const struct rrpc_xfrm_pair *p, bool out)
 {
-    struct xfrmnl_sa *sa = xfrmnl_sa_alloc();
-    struct nl_addr *s = addr(p, !out), *d = addr(p, out);
-    int r = -NLE_NOMEM;
-    if (sa && s && d) {
-        xfrmnl_sa_set_family(sa, (unsigned)p->family);
-        xfrmnl_sa_set_saddr(sa, s);
-        xfrmnl_sa_set_daddr(sa, d);
-        xfrmnl_sa_set_spi(sa, out ? p->spi_out : p->spi_in);
-        xfrmnl_sa_set_proto(sa, IPPROTO_ESP);
-        r = xfrmnl_sa_delete(sk, sa, 0);
-    }
-    if (sa)
-        xfrmnl_sa_put(sa);
-    if (s)
-        nl_addr_put(s);
-    if (d)
-        nl_addr_put(d);
+    struct objs o = {0};
+    struct xfrmnl_sa *sa = sa_ident(p, out, &o);
+    int r = sa ? xfrmnl_sa_delete(sk, sa, 0) : -NLE_NOMEM;
+    objs_put(&o);
     return r;
 }
 
@@ -208,56 +235,39 @@ static int sa_del(struct nl_sock *sk, const struct rrpc_xfrm_pair *p, bool out)
 static int sp_op(struct nl_sock *sk, const struct rrpc_xfrm_pair *p, bool from_peer, bool add,
                  char *why, size_t len)
 {
-    struct xfrmnl_sp *sp = xfrmnl_sp_alloc();
-    struct xfrmnl_sel *sel = host_sel(p, from_peer);
-    struct xfrmnl_user_tmpl *t = add ? xfrmnl_user_tmpl_alloc() : NULL;
-    struct nl_addr *s = addr(p, from_peer), *d = addr(p, !from_peer);
-    struct xfrmnl_ltime_cfg *lt = add ? xfrmnl_ltime_cfg_alloc() : NULL;
+    struct objs o = {.sp = xfrmnl_sp_alloc(), .sel = host_sel(p, from_peer),
+                     .t = add ? xfrmnl_user_tmpl_alloc() : NULL, .s = addr(p, from_peer),
+                     .d = addr(p, !from_peer), .lt = add ? lifetime_cfg(0, 0) : NULL};
     int rc = 0, r;
-    if (!sp || !sel || !s || !d || (add && (!t || !lt))) {
+    if (!o.sp || !o.sel || !o.s || !o.d || (add && (!o.t || !o.lt))) {
         rc = say(why, len, -ENOMEM, "out of memory for a policy");
         goto out;
     }
-    xfrmnl_sp_set_sel(sp, sel);
-    xfrmnl_sp_set_dir(sp, from_peer ? XFRM_POLICY_IN : XFRM_POLICY_OUT);
+    xfrmnl_sp_set_sel(o.sp, o.sel);
+    xfrmnl_sp_set_dir(o.sp, from_peer ? XFRM_POLICY_IN : XFRM_POLICY_OUT);
     if (add) {
-        xfrmnl_sp_set_action(sp, XFRM_POLICY_ALLOW);
-        xfrmnl_sp_set_priority(sp, 0);
-        xfrmnl_ltime_cfg_set_soft_bytelimit(lt, XFRM_INF);
-        xfrmnl_ltime_cfg_set_hard_bytelimit(lt, XFRM_INF);
-        xfrmnl_ltime_cfg_set_soft_packetlimit(lt, XFRM_INF);
-        xfrmnl_ltime_cfg_set_hard_packetlimit(lt, XFRM_INF);
-        xfrmnl_sp_set_lifetime_cfg(sp, lt);
-        xfrmnl_user_tmpl_set_family(t, (unsigned)p->family);
-        xfrmnl_user_tmpl_set_saddr(t, s);
-        xfrmnl_user_tmpl_set_daddr(t, d);
-        xfrmnl_user_tmpl_set_proto(t, IPPROTO_ESP);
-        xfrmnl_user_tmpl_set_mode(t, XFRM_MODE_TRANSPORT);
-        xfrmnl_user_tmpl_set_reqid(t, p->reqid);
-        xfrmnl_user_tmpl_set_aalgos(t, ~0u);
-        xfrmnl_user_tmpl_set_ealgos(t, ~0u);
-        xfrmnl_user_tmpl_set_calgos(t, ~0u);
-        xfrmnl_sp_add_usertemplate(sp, t);
-        t = NULL; /* the policy's now */
-        r = xfrmnl_sp_add(sk, sp, NLM_F_CREATE | NLM_F_EXCL);
+        xfrmnl_sp_set_action(o.sp, XFRM_POLICY_ALLOW);
+        xfrmnl_sp_set_priority(o.sp, 0);
+        xfrmnl_sp_set_lifetime_cfg(o.sp, o.lt);
+        xfrmnl_user_tmpl_set_family(o.t, (unsigned)p->family);
+        xfrmnl_user_tmpl_set_saddr(o.t, o.s);
+        xfrmnl_user_tmpl_set_daddr(o.t, o.d);
+        xfrmnl_user_tmpl_set_proto(o.t, IPPROTO_ESP);
+        xfrmnl_user_tmpl_set_mode(o.t, XFRM_MODE_TRANSPORT);
+        xfrmnl_user_tmpl_set_reqid(o.t, p->reqid);
+        xfrmnl_user_tmpl_set_aalgos(o.t, ~0u);
+        xfrmnl_user_tmpl_set_ealgos(o.t, ~0u);
+        xfrmnl_user_tmpl_set_calgos(o.t, ~0u);
+        xfrmnl_sp_add_usertemplate(o.sp, o.t);
+        o.t = NULL; /* the policy's now */
+        r = xfrmnl_sp_add(sk, o.sp, NLM_F_CREATE | NLM_F_EXCL);
     } else {
-        r = xfrmnl_sp_delete(sk, sp, 0);
+        r = xfrmnl_sp_delete(sk, o.sp, 0);
     }
     if (r < 0)
         rc = nl_fail(why, len, r, from_peer ? "the inbound policy" : "the outbound policy");
 out:
-    if (sp)
-        xfrmnl_sp_put(sp);
-    if (sel)
-        xfrmnl_sel_put(sel);
-    if (t)
-        xfrmnl_user_tmpl_free(t);
-    if (s)
-        nl_addr_put(s);
-    if (d)
-        nl_addr_put(d);
-    if (lt)
-        xfrmnl_ltime_cfg_put(lt);
+    objs_put(&o);
     return rc;
 }
 
