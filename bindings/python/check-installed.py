@@ -31,6 +31,17 @@ def main():
         got = conn.call("echo", b"installed", timeout=10)
         if got != b"installed":
             sys.exit("check-installed: echo returned %r" % got)
+        # tcp maps no verbs library; rdma:// then finds the installed verbs
+        # module (issue #32): whatever the host's devices say, not "needs
+        # the module".
+        with open("/proc/self/maps") as f:
+            if "libibverbs" in f.read():
+                sys.exit("check-installed: libibverbs mapped by a tcp-only program")
+        try:
+            server.listen("rdma://127.0.0.1:0")
+        except Exception as e:  # no RDMA device here: the module loaded, then said so
+            if "needs the module" in str(e):
+                sys.exit("check-installed: the installed verbs module was not found: %s" % e)
     print("ok - roce_rpc %s from %s (%s): one echo over %s" % (
         roce_rpc.__version__, os.path.dirname(pkg), ", ".join(mapped), lis.uri))
 

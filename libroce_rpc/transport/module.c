@@ -65,6 +65,16 @@ void *rrpci_module_entry(const char *what, const char *file, const char *entry, 
     char dir[PATH_MAX], path[PATH_MAX + 64];
     rrpci_module_dir(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/%s", dir[0] ? dir : ".", file);
+#ifdef RRPC_MODULE_INSTALL_DIR
+    /* A program that links the core statically (libroce_rpc.a) is not
+     * beside the modules: then the install's module directory. */
+    const char *env = getenv("RRPC_MODULE_DIR");
+    if (!handle && !(env && *env) && access(path, F_OK) != 0 &&
+        access(RRPC_MODULE_INSTALL_DIR, F_OK) == 0) {
+        snprintf(dir, sizeof(dir), "%s", RRPC_MODULE_INSTALL_DIR);
+        snprintf(path, sizeof(path), "%s/%s", dir, file);
+    }
+#endif
     if (!handle) {
         if (!dir[0]) {
             snprintf(why, whylen, "%s needs the module %s, and where the library is cannot be "
