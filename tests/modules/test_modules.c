@@ -110,6 +110,24 @@ static void missing_modules_are_errors_that_say_what_to_do(void **state)
     assert_non_null(strstr(why, "roce_rpc-metrics_http-"));
     rrpc_config_destroy(cfg);
 
+    /* The module is there but its libraries are not (a host without
+     * librdmacm1): the loader's reason and the packages to install. */
+    const char *broken = getenv("RRPC_TEST_BROKEN_MODULE_DIR");
+    if (broken) {
+        assert_int_equal(setenv("RRPC_MODULE_DIR", broken, 1), 0);
+        assert_int_equal(rrpc_ctx_create(&ctx), 0);
+        r = rrpc_listen(ctx, "rdma://127.0.0.1:0", NULL, NULL, &l);
+        why = rrpc_ctx_last_error(ctx);
+        print_message("rdma:// with a library missing: %s: %s\n", rrpc_err_name(r), why);
+        assert_int_equal(r, RRPC_E_TRANSPORT);
+        assert_non_null(strstr(why, "rdma:// needs the module"));
+        assert_non_null(strstr(why, broken));
+        assert_non_null(strstr(why, "librrpc-test-not-installed.so.1"));
+        assert_non_null(strstr(why, "install librdmacm1 and libibverbs1"));
+        rrpc_ctx_destroy(ctx);
+        assert_int_equal(setenv("RRPC_MODULE_DIR", dir, 1), 0);
+    }
+
     /* Nothing fell back to tcp, nothing was loaded, and tcp still works. */
     tcp_echo();
     for (size_t i = 0; i < sizeof(heavy) / sizeof(heavy[0]); i++)
