@@ -130,6 +130,7 @@ int rrpci_set_error_text(rrpc_ctx *ctx, int code, const char *text)
     return rrpci_set_error(ctx, code, "%s", text);
 }
 
+#ifdef RRPC_HAVE_VERBS /* the only transport module */
 #define SERVICE(ret, name, params, args) .name = name,
 #define SERVICE_V(name, params, args) .name = name,
 static const struct rrpci_core_services core_services = {
@@ -139,6 +140,7 @@ static const struct rrpci_core_services core_services = {
 };
 #undef SERVICE
 #undef SERVICE_V
+#endif
 
 /* ---- the verbs transport --------------------------------------------------- */
 
