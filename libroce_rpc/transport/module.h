@@ -81,6 +81,7 @@
     X(struct rrpci_evloop *, rrpci_ctx_loop, (rrpc_ctx * ctx), (ctx))                              \
     X(uint32_t, rrpci_ctx_max_msg, (rrpc_ctx * ctx), (ctx))                                        \
     X(bool, rrpci_ctx_polling, (rrpc_ctx * ctx), (ctx))                                            \
+    XV(rrpci_ctx_nic_used, (rrpc_ctx * ctx, const char *dev, unsigned ports), (ctx, dev, ports))  \
     X(void *, rrpci_ctx_tpriv, (rrpc_ctx * ctx, const struct rrpci_transport_ops *ops),           \
       (ctx, ops))                                                                                  \
     XV(rrpci_ctx_rx_arrival, (rrpc_ctx * ctx, double at), (ctx, at))                               \
