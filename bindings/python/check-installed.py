@@ -31,8 +31,30 @@ def main():
         got = conn.call("echo", b"installed", timeout=10)
         if got != b"installed":
             sys.exit("check-installed: echo returned %r" % got)
-    print("ok - roce_rpc %s from %s (%s): one echo over %s" % (
-        roce_rpc.__version__, os.path.dirname(pkg), ", ".join(mapped), lis.uri))
+        # tcp maps no verbs library; rdma:// then loads the installed verbs
+        # module (issue #32): whatever the host's devices say after, not
+        # "needs the module", and the module mapped from under ROOT.
+        with open("/proc/self/maps") as f:
+            if "libibverbs" in f.read():
+                sys.exit("check-installed: libibverbs mapped by a tcp-only program")
+        verbs = "no verbs transport in this build"
+        try:
+            server.listen("rdma://127.0.0.1:0")
+            verbs = "rdma:// listening"
+        except Exception as e:  # no RDMA device here: the module loaded, then said so
+            if "needs the module" in str(e):
+                sys.exit("check-installed: the installed verbs module was not found: %s" % e)
+            if "no verbs transport" not in str(e):
+                verbs = "rdma:// said: %s" % str(e)[:100]
+        if not verbs.startswith("no verbs"):
+            with open("/proc/self/maps") as f:
+                mods = {line.split()[-1] for line in f if "roce_rpc-verbs-" in line}
+            if not mods or any(not os.path.realpath(m).startswith(root) for m in mods):
+                sys.exit("check-installed: the verbs module mapped from %s, not under %s"
+                         % (sorted(mods), root))
+            verbs += " (module %s)" % ", ".join(sorted(mods))
+    print("ok - roce_rpc %s from %s (%s): one echo over %s; %s" % (
+        roce_rpc.__version__, os.path.dirname(pkg), ", ".join(mapped), lis.uri, verbs))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,12 @@ static int check_listen(const char *v, char *why, size_t whylen)
     if (!*v)
         return 0;
 #ifdef RRPC_HAVE_MHD
-    return rrpci_mhttp_check_listen(v, why, whylen);
+    /* Setting it loads the server's module: a missing libmicrohttpd is said
+     * here, where the value is given. */
+    const struct rrpci_mhttp_module *m = rrpci_mhttp_module_load(why, whylen);
+    if (!m)
+        return -EOPNOTSUPP;
+    return m->check_listen(v, why, whylen);
 #else
     snprintf(why, whylen, "this libroce_rpc was built without libmicrohttpd (install "
              "libmicrohttpd-dev and build with meson -Dmetrics_http=enabled)");

@@ -286,8 +286,13 @@ void rrpci_sync_op_cb(int status, void *user);
  * calling thread's last error.  Then unlocks, releases @s and returns the
  * status, or @started when that is non-zero (its detail is already set). */
 int rrpci_sync_end(struct rrpci_sync *s, int started);
-const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme);
-/* The @i-th transport compiled in (0 .. RRPCI_NTRANSPORTS - 1), or NULL. */
+/* The transport of URI scheme @scheme; for "rdma" the verbs module is loaded
+ * (transport/module.h) the first time.  NULL with the reason in @why when
+ * the scheme is unknown or its module will not load. */
+const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme, char *why,
+                                                            size_t whylen);
+/* The @i-th transport (0 .. RRPCI_NTRANSPORTS - 1), or NULL when it is not
+ * built in nor loaded. */
 const struct rrpci_transport_ops *rrpci_transport_nth(int i);
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops);
 

@@ -20,6 +20,7 @@
 #include <sys/timerfd.h>
 
 #include "core/core.h"
+#include "transport/module.h"
 #include "util/reserved.h"
 
 RRPC_API int rrpc_ctx_create(rrpc_ctx **ret_ctx)
@@ -163,35 +164,41 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
 
 /* ---- transports -------------------------------------------------------- */
 
-static const struct rrpci_transport_ops *const all_transports[RRPCI_NTRANSPORTS] = {
+/* The transports by index.  Slot 1, verbs, is filled when the verbs module
+ * is loaded (transport/module.c): the table does not name its ops, so a
+ * program that never uses rdma:// never maps libibverbs or librdmacm. */
+#define VERBS_SLOT 1
+static const struct rrpci_transport_ops *const static_transports[RRPCI_NTRANSPORTS] = {
     &rrpci_tcp_ops,
-#ifdef RRPC_HAVE_VERBS
-    &rrpci_verbs_ops,
-#else
     NULL,
-#endif
     &rrpci_inproc_ops,
 };
 
 const struct rrpci_transport_ops *rrpci_transport_nth(int i)
 {
-    return i >= 0 && i < RRPCI_NTRANSPORTS ? all_transports[i] : NULL;
+    if (i == VERBS_SLOT)
+        return rrpci_verbs_transport_if_loaded();
+    return i >= 0 && i < RRPCI_NTRANSPORTS ? static_transports[i] : NULL;
 }
 
-const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme)
+const struct rrpci_transport_ops *rrpci_transport_by_scheme(const char *scheme, char *why,
+                                                            size_t whylen)
 {
+    if (strcmp(scheme, "rdma") == 0)
+        return rrpci_verbs_transport(why, whylen);
     for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
-        if (all_transports[i] && strcmp(all_transports[i]->scheme, scheme) == 0)
-            return all_transports[i];
+        if (static_transports[i] && strcmp(static_transports[i]->scheme, scheme) == 0)
+            return static_transports[i];
+    snprintf(why, whylen, "unknown scheme \"%s\" (use tcp://, rdma:// or inproc://)", scheme);
     return NULL;
 }
 
 static int transport_index(const struct rrpci_transport_ops *ops)
 {
     for (int i = 0; i < RRPCI_NTRANSPORTS; i++)
-        if (all_transports[i] == ops)
+        if (i != VERBS_SLOT && static_transports[i] == ops)
             return i;
-    return -1;
+    return ops && ops == rrpci_verbs_transport_if_loaded() ? VERBS_SLOT : -1;
 }
 
 int rrpci_transport_use(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops)

@@ -21,17 +21,11 @@ static int resolve(rrpc_ctx *ctx, const char *uri, struct rrpci_uri *u,
     int r = rrpci_uri_parse(uri, u, &why);
     if (r < 0)
         return rrpci_set_error(ctx, r, "bad endpoint \"%s\": %s", uri ? uri : "(null)", why);
-    const struct rrpci_transport_ops *ops = rrpci_transport_by_scheme(u->scheme);
-    if (!ops) {
-        if (strcmp(u->scheme, "rdma") == 0)
-            return rrpci_set_error(ctx, RRPC_E_TRANSPORT,
-                                   "\"%s\": this build of libroce_rpc has no verbs transport; "
-                                   "install libibverbs-dev and librdmacm-dev and rebuild "
-                                   "(meson setup -Dverbs=enabled), or use tcp://",
-                                   uri);
-        return rrpci_set_error(ctx, RRPC_E_URI, "\"%s\": unknown scheme \"%s\" (use tcp://, rdma:// or inproc://)",
-                               uri, u->scheme);
-    }
+    char twhy[768];
+    const struct rrpci_transport_ops *ops = rrpci_transport_by_scheme(u->scheme, twhy, sizeof(twhy));
+    if (!ops)
+        return rrpci_set_error(ctx, strcmp(u->scheme, "rdma") == 0 ? RRPC_E_TRANSPORT : RRPC_E_URI,
+                               "\"%s\": %s", uri, twhy);
     r = rrpci_transport_use(ctx, ops);
     if (r < 0)
         return r;

@@ -82,4 +82,29 @@ int rrpci_mhttp_port(const struct rrpci_mhttp *h);
  * text callback runs after it returns.  Accepts NULL. */
 void rrpci_mhttp_stop(struct rrpci_mhttp *h);
 
+/*
+ * The functions above as the loadable module roce_rpc-metrics_http-X.Y.so
+ * exports them (util/metrics_http_module.c), so that libroce_rpc needs
+ * libmicrohttpd only once a context serves /metrics (transport/module.h).
+ * The module's one exported symbol, RRPCI_MHTTP_ENTRY_NAME, returns this
+ * table; the core checks @abi.
+ */
+#define RRPCI_MHTTP_ABI 1
+#define RRPCI_MHTTP_ENTRY rrpci_metrics_http_module_v1
+#define RRPCI_MHTTP_ENTRY_NAME "rrpci_metrics_http_module_v1"
+struct rrpci_mhttp_module {
+    unsigned abi; /* RRPCI_MHTTP_ABI */
+    int (*check_listen)(const char *listen, char *why, size_t whylen);
+    int (*start)(const struct rrpci_mhttp_opts *o, struct rrpci_mhttp **ret, char *why,
+                 size_t whylen);
+    int (*port)(const struct rrpci_mhttp *h);
+    void (*stop)(struct rrpci_mhttp *h);
+};
+typedef const struct rrpci_mhttp_module *(*rrpci_mhttp_entry_fn)(void);
+
+/* The core's: the module loaded (once; thread-safe), or NULL with the path,
+ * the loader's reason and the package to install in @why
+ * (core/metrics_serve.c). */
+const struct rrpci_mhttp_module *rrpci_mhttp_module_load(char *why, size_t whylen);
+
 #endif

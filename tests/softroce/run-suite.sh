@@ -15,6 +15,12 @@ if ! grep -q "RRPC_HAVE_VERBS" "$BUILD/build.ninja" 2>/dev/null; then
        "(install libibverbs-dev librdmacm-dev, then meson setup --reconfigure)"
   exit 77
 fi
+# The verbs transport is a module beside the library (BUILD/libroce_rpc/roce_rpc/), which the
+# VM sees through the shared build directory; programs linking the library find it there.
+if ! compgen -G "$BUILD/libroce_rpc/roce_rpc/roce_rpc-verbs-*.so" > /dev/null; then
+  echo "run-suite: $BUILD/libroce_rpc/roce_rpc/roce_rpc-verbs-*.so missing; run: ninja -C $BUILD" >&2
+  exit 2
+fi
 # Registration pins memory: lift the memlock limit for the test (root in the VM).
 # RRPC_TEST_MODE=driven (the conformance suite drives both contexts itself) and
 # RRPC_TEST_GRANT_CYCLES go along.

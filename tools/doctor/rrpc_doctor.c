@@ -32,6 +32,7 @@
 
 #include "dcb_parse.h"
 #include "doctor_classes.h"
+#include "transport/module.h"
 
 #ifdef RRPC_DOCTOR_HAVE_VERBS
 #include <infiniband/verbs.h>
@@ -1181,6 +1182,26 @@ static void check_devices(void)
 #endif
 }
 
+#ifdef RRPC_DOCTOR_HAVE_VERBS
+/* The library's verbs transport is a module it loads for rdma:// (transport/module.h): the
+ * same load, from where the installed library looks (or RRPC_MODULE_DIR). */
+static void check_verbs_module(void)
+{
+    char dir[4096], why[1024];
+    rrpci_module_dir(dir, sizeof(dir));
+    struct finding *f;
+    if (rrpci_verbs_transport(why, sizeof(why)))
+        f = add(SEV_OK, "module", "verbs", NULL,
+                "the verbs transport's module loads, with libibverbs and librdmacm");
+    else
+        f = add(SEV_ERROR, "module", "verbs",
+                "install the module and the libraries it names; RRPC_MODULE_DIR=DIR points "
+                "the library (and this check) at another directory",
+                "%s", why);
+    detail_str(f, "module_dir", getenv("RRPC_MODULE_DIR") ? dir : "beside the library");
+}
+#endif
+
 /* Locked memory: on verbs every registered buffer is pinned; tcp pins nothing. */
 static void check_memlock(bool verbs)
 {
@@ -1743,6 +1764,9 @@ int main(int argc, char **argv)
     else {
         check_classes();
         check_devices();
+#ifdef RRPC_DOCTOR_HAVE_VERBS
+        check_verbs_module();
+#endif
         if (dcb_netdev)
             check_dcb(dcb_netdev);
     }

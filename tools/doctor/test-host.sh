@@ -37,6 +37,17 @@ check "text: says it checks for the verbs transport and how to check for tcp" \
   grep -q "^\[INFO \] transport checking for the verbs transport .*--transport tcp" "$WORK/out"
 check "text: the memlock check is shown without devices" grep -Eq "^\[[A-Z ]+\] memlock " "$WORK/out"
 check "text: tcp is never called a fallback" eval '! grep -qi "fall *back" "$WORK/out"'
+# The verbs transport's module (issue #32): found and loaded; with RRPC_MODULE_DIR at an
+# empty directory, an error that names the module and says what to do.
+if [ -n "${RRPC_TEST_HAVE_VERBS:-}" ]; then
+  check "text: the verbs module loads" \
+    grep -Eq "^\[ OK  \] module +the verbs transport's module loads" "$WORK/out"
+  mkdir "$WORK/no-modules"
+  RRPC_MODULE_DIR=$WORK/no-modules "$DOCTOR" > "$WORK/nomod" 2>&1
+  grep "module" "$WORK/nomod"
+  check "text: a missing verbs module is an error naming it" \
+    grep -Eq "^\[ERROR\] module +rdma:// needs the module $WORK/no-modules/roce_rpc-verbs-" "$WORK/nomod"
+fi
 
 # --transport tcp: what tcp needs; no RDMA device is not an error.
 "$DOCTOR" --transport tcp > "$WORK/tcp" 2>&1; rc=$?
