@@ -194,10 +194,9 @@ void rrpci_meta_encode(const rrpc_meta *meta, size_t n, uint8_t *out)
     out[3] = 0;
 }
 
-int rrpci_meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *ret_size,
-                      char *why, size_t whylen)
+static int meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *ret_size,
+                       char *why, size_t whylen)
 {
-    v->n = 0;
     if (len < RRPCI_META_HEAD)
         return meta_bad(why, whylen,
                         "metadata block truncated: %zu payload bytes, its head alone needs %d",
@@ -248,20 +247,26 @@ int rrpci_meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, s
         store += vlen + 1;
         off += klen + vlen;
         v->n = i + 1;
-        if (key_repeated(v->e, i)) {
-            v->n = 0;
+        if (key_repeated(v->e, i))
             return meta_bad(why, whylen, "metadata key \"%s\" appears twice (entry %zu)",
                             v->e[i].key, i);
-        }
     }
-    if (off != size) {
-        v->n = 0;
+    if (off != size)
         return meta_bad(why, whylen,
                         "metadata block announces %zu bytes and its entries fill %zu", size,
                         off);
-    }
     *ret_size = size;
     return 0;
+}
+
+int rrpci_meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *ret_size,
+                      char *why, size_t whylen)
+{
+    v->n = 0;
+    int r = meta_decode(p, len, v, ret_size, why, whylen);
+    if (r)
+        v->n = 0; /* nothing of a refused block is kept */
+    return r;
 }
 
 void rrpci_os_hdr_encode(const struct rrpci_os_hdr *o, uint8_t out[RRPCI_OS_HDR_SIZE])
