@@ -1762,9 +1762,11 @@ class Conn(_Closable):
         lib.rrpcpy_wait_clear(w)
 
     def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
-              timeout: Optional[float] = None) -> "asyncio.Future[bytes]":
+              timeout: Optional[float] = None,
+              metadata: Optional[Metadata] = None) -> "asyncio.Future[bytes]":
         """asyncio: await conn.acall(...)."""
-        return asyncio.wrap_future(self.call_async(method, data, qos=qos, timeout=timeout))
+        return asyncio.wrap_future(self.call_async(method, data, qos=qos, timeout=timeout,
+                                                   metadata=metadata))
 
     # -- one-sided --
     def _op(self, c_fn, what, local, local_offset, remote, remote_offset, length,

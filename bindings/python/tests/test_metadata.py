@@ -1,5 +1,7 @@
 """Per-call metadata (#29): Conn.call(metadata=...), Request.metadata,
 Request.set_response_metadata and Reply.metadata, the bounds as E_METADATA."""
+import asyncio
+
 import pytest
 
 import roce_rpc
@@ -96,3 +98,26 @@ def test_metadata_must_be_a_mapping_of_str():
         roce_rpc._core._meta_c([("k", "v")])
     with pytest.raises(TypeError):
         roce_rpc._core._meta_c({1: "v"})
+
+
+def test_an_async_handler_reads_metadata_and_an_awaited_call_gets_the_reply():
+    import roce_rpc.aio as aio
+    from conftest import listen_uri
+
+    async def main():
+        async with aio.Context() as server, aio.Context() as client:
+            lis = server.listen(listen_uri())
+
+            @server.handler("meta", request=True)
+            async def meta(req, data):
+                await asyncio.sleep(0)
+                req.set_response_metadata({"got": req.metadata["traceparent"]})
+                return data
+
+            conn = await client.connect(client_uri(lis))
+            r = await conn.call("meta", b"a", metadata={"traceparent": TRACE})
+            assert r == b"a" and r.metadata["got"] == TRACE
+            r2 = await conn.sync.acall("meta", b"b", metadata={"traceparent": "t"})
+            assert r2.metadata["got"] == "t"
+
+    asyncio.run(main())
