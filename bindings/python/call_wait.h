@@ -18,6 +18,7 @@
 
 typedef struct rrpcpy_wait {
     int done; /* the futex word: 1 once the completion has run */
+    int started; /* 1 once rrpc_call took the call: its completion will run */
     int status;
     void *data; /* the answer (status 0) or the message: small ones in inline */
     size_t len;
@@ -86,7 +87,9 @@ static int rrpcpy_call(rrpc_conn *conn, const char *method, const void *req, siz
                        const rrpc_call_opts *opts, rrpcpy_wait *w)
 {
     w->done = 0;
-    return rrpc_call(conn, method, req, len, opts, rrpcpy_call_done, w);
+    int r = rrpc_call(conn, method, req, len, opts, rrpcpy_call_done, w);
+    w->started = r == 0;
+    return r;
 }
 
 static int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w)

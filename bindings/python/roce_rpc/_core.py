@@ -1733,15 +1733,16 @@ class Conn(_Closable):
         opts, keep = _call_opts_meta(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
                                      _deadline_ms(timeout), metadata)
         b, n = _cbuf(data)
-        with core.use(self, "connection"):
-            r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
-            if r:
-                raise _error(r, core.ptr, "call %r" % method)
         try:
+            with core.use(self, "connection"):
+                r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
+                if r:
+                    raise _error(r, core.ptr, "call %r" % method)
             while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
                 pass
-        except BaseException:  # KeyboardInterrupt between two slices: the
-            self._cancel_wait(w)  # completion must run before w is freed
+        except BaseException:  # KeyboardInterrupt between two slices, or as
+            if w.started:  # rrpcpy_call returns: the completion must run
+                self._cancel_wait(w)  # before w is freed
             raise
         try:
             if w.status == 0:
