@@ -674,8 +674,10 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
                                (unsigned long long)flags);
     const rrpc_meta *meta = opts ? opts->meta : NULL;
     size_t nmeta = opts ? (size_t)opts->nmeta : 0, metalen = 0;
-    if (opts && opts->nmeta > RRPC_META_MAX_ENTRIES)
-        nmeta = RRPC_META_MAX_ENTRIES + 1; /* refused below, whatever its width */
+    if (opts && opts->nmeta > RRPC_META_MAX_ENTRIES) /* before it is narrowed to size_t */
+        return rrpci_set_error(ctx, RRPC_E_METADATA,
+                               "call \"%s\": %llu metadata entries (at most %d; nothing was sent)",
+                               method, (unsigned long long)opts->nmeta, RRPC_META_MAX_ENTRIES);
     char why[200];
     if (rrpci_meta_check(meta, nmeta, &metalen, why, sizeof(why)) != 0)
         return rrpci_set_error(ctx, RRPC_E_METADATA, "call \"%s\": %s (nothing was sent)",
