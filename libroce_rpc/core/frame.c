@@ -206,6 +206,10 @@ static int meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, 
         return meta_bad(why, whylen,
                         "metadata block truncated: it announces %zu bytes, the frame has %zu",
                         size, len);
+    if (size < RRPCI_META_HEAD + RRPCI_META_ENTRY_HEAD)
+        return meta_bad(why, whylen,
+                        "metadata block announces %zu bytes, fewer than its head and one entry's",
+                        size);
     if (p[3] != 0)
         return meta_bad(why, whylen, "metadata block: its reserved byte is 0x%02x, not 0", p[3]);
     if (n == 0 || n > RRPC_META_MAX_ENTRIES)
