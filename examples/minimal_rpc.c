@@ -87,11 +87,16 @@ int main(int argc, char **argv)
         check(cli, uri, rrpc_connect_sync(cli, uri, 5000, NULL, NULL, &conn)))
         goto out;
 
-    /* add(40, 2) on the low-latency class with a 2 s deadline. */
+    /* add(40, 2) on the low-latency class with a 2 s deadline, and a W3C
+     * trace context as metadata (a handler reads it with
+     * rrpc_request_meta_get). */
     void *req, *resp = NULL;
     size_t req_len, resp_len;
     int64_t sum = 0;
-    rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 2000};
+    static const char trace[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const rrpc_meta meta = {.key = "traceparent", .value = trace, .len = sizeof(trace) - 1};
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 2000,
+                        .meta = &meta, .nmeta = 1};
     if (check(cli, "pack", rrpc_pack(&req, &req_len, "ii", (int64_t)40, (int64_t)2)))
         goto out;
     int r = rrpc_call_sync(conn, "add", req, req_len, &o, &resp, &resp_len);

@@ -18,11 +18,40 @@
 
 typedef struct rrpcpy_wait {
     int done; /* the futex word: 1 once the completion has run */
+    int started; /* 1 once rrpc_call took the call: its completion will run */
     int status;
     void *data; /* the answer (status 0) or the message: small ones in inline */
     size_t len;
     unsigned char inline_buf[RRPCPY_INLINE];
+    rrpc_meta *meta; /* the answer's metadata: one malloc'ed block, or NULL */
+    size_t nmeta;
 } rrpcpy_wait;
+
+/* A copy of @n entries in one block (entries, then NUL-terminated keys and
+ * values); NULL without memory. */
+static rrpc_meta *rrpcpy_meta_copy(const rrpc_meta *meta, size_t n)
+{
+    size_t store = 0;
+    for (size_t i = 0; i < n; i++)
+        store += strlen(meta[i].key) + 1 + meta[i].len + 1;
+    rrpc_meta *out = malloc(n * sizeof(*out) + store);
+    if (!out)
+        return NULL;
+    char *p = (char *)(out + n);
+    for (size_t i = 0; i < n; i++) {
+        size_t kl = strlen(meta[i].key) + 1;
+        memcpy(p, meta[i].key, kl);
+        out[i].key = p;
+        p += kl;
+        if (meta[i].len)
+            memcpy(p, meta[i].value, meta[i].len);
+        p[meta[i].len] = 0;
+        out[i].value = p;
+        out[i].len = meta[i].len;
+        p += meta[i].len + 1;
+    }
+    return out;
+}
 
 static void rrpcpy_call_done(const rrpc_result *res, void *user)
 {
@@ -32,6 +61,15 @@ static void rrpcpy_call_done(const rrpc_result *res, void *user)
     w->status = res->status;
     w->len = 0;
     w->data = NULL;
+    w->meta = NULL;
+    w->nmeta = 0;
+    if (res->nmeta) {
+        w->meta = rrpcpy_meta_copy(res->meta, res->nmeta);
+        if (w->meta)
+            w->nmeta = res->nmeta;
+        else if (res->status == 0)
+            w->status = -ENOMEM;
+    }
     if (n) {
         w->data = n <= RRPCPY_INLINE ? w->inline_buf : malloc(n);
         if (w->data) {
@@ -49,7 +87,9 @@ static int rrpcpy_call(rrpc_conn *conn, const char *method, const void *req, siz
                        const rrpc_call_opts *opts, rrpcpy_wait *w)
 {
     w->done = 0;
-    return rrpc_call(conn, method, req, len, opts, rrpcpy_call_done, w);
+    int r = rrpc_call(conn, method, req, len, opts, rrpcpy_call_done, w);
+    w->started = r == 0;
+    return r;
 }
 
 static int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w)
@@ -84,4 +124,7 @@ static void rrpcpy_wait_clear(rrpcpy_wait *w)
         free(w->data);
     w->data = NULL;
     w->len = 0;
+    free(w->meta);
+    w->meta = NULL;
+    w->nmeta = 0;
 }

@@ -23,6 +23,9 @@ NOT_BOUND = {
     "rrpc_call_sync": "Conn.call waits in slices (call_wait.h) that KeyboardInterrupt can end; "
                       "a blocking C wait cannot be interrupted",
     "rrpc_read_sync": "as rrpc_call_sync",
+    "rrpc_call_sync_meta": "as rrpc_call_sync (Conn.call returns a Reply with .metadata)",
+    "rrpc_request_meta_get": "Request.metadata is a mapping of all of them (rrpc_request_meta)",
+    "rrpc_meta_find": "metadata are Python mappings",
     "rrpc_write_sync": "as rrpc_call_sync",
     "rrpc_tensor_send_with_sync": "as rrpc_call_sync",
     "rrpc_tensor_send": "deprecated in 0.2: the bindings use rrpc_tensor_send_with",

@@ -12,7 +12,7 @@ typedef enum rrpc_errno {
     RRPC_E_NO_DEVICE, RRPC_E_URI, RRPC_E_CLOSED,
     RRPC_E_CREDIT, RRPC_E_DEADLOCK, RRPC_E_ARGS, RRPC_E_TRANSPORT,
     RRPC_E_REGION, RRPC_E_TICKET, RRPC_E_LIMIT, RRPC_E_UNKNOWN_HOST,
-    RRPC_E_CANCELLED, RRPC_E_GRANT,
+    RRPC_E_CANCELLED, RRPC_E_GRANT, RRPC_E_METADATA,
     ...
 } rrpc_errno;
 const char *rrpc_strerror(int code);
@@ -156,11 +156,24 @@ bool rrpc_request_cancelled(rrpc_request *req);
 typedef void (*rrpc_cancel_fn)(rrpc_request *req, void *user);
 int rrpc_request_on_cancel(rrpc_request *req, rrpc_cancel_fn fn, void *user);
 
+typedef struct rrpc_meta {
+    const char *key;
+    const void *value;
+    size_t len;
+} rrpc_meta;
+#define RRPC_META_MAX_ENTRIES ...
+#define RRPC_META_MAX_KEY ...
+#define RRPC_META_MAX_VALUE ...
+#define RRPC_META_MAX_BYTES ...
+int rrpc_request_meta(rrpc_request *req, const rrpc_meta **ret_meta, size_t *ret_n);
+int rrpc_request_set_response_meta(rrpc_request *req, const rrpc_meta *meta, size_t n);
 typedef struct rrpc_call_opts {
     int qos_class;
     int deadline_ms;
     uint64_t flags;
-    uint64_t reserved[3];
+    const rrpc_meta *meta;
+    uint64_t nmeta;
+    uint64_t reserved[1];
 } rrpc_call_opts;
 #define RRPC_CALL_BORROW ...
 typedef struct rrpc_result {
@@ -168,6 +181,8 @@ typedef struct rrpc_result {
     const void *data;
     size_t len;
     const char *message;
+    const rrpc_meta *meta;
+    size_t nmeta;
 } rrpc_result;
 typedef void (*rrpc_call_cb)(const rrpc_result *res, void *user);
 int rrpc_call(rrpc_conn *conn, const char *method, const void *req, size_t len,

@@ -50,7 +50,9 @@ extern "C" {
     X(CANCELLED, -1020, "the call was cancelled by its caller")                  \
     X(GRANT, -1021,                                                              \
       "remote access through a grant refused (revoked, expired, another peer "   \
-      "or class, outside its range or rights)")
+      "or class, outside its range or rights)")                                  \
+    X(METADATA, -1022,                                                           \
+      "call metadata breaks its bounds (entries, key or value size, key characters)")
 
 typedef enum rrpc_errno {
 #define RRPC_ERRNO_ENUM_(name, value, desc) RRPC_E_##name = (value),

@@ -155,12 +155,77 @@ typedef void (*rrpc_cancel_fn)(rrpc_request *req, void *user);
  */
 RRPC_API int rrpc_request_on_cancel(rrpc_request *req, rrpc_cancel_fn fn, void *user);
 
+/*
+ * Per-call metadata: a few key/value headers (a W3C traceparent, a tenant,
+ * ...) that travel with a request to its handler and with a response back
+ * to its caller, beside the payload (docs/protocol.md section 10).  Keys
+ * are 1..RRPC_META_MAX_KEY bytes of lowercase token characters
+ * (a-z 0-9 ! # $ % & ' * + - . ^ _ ` | ~), unique within a call; values
+ * are 0..RRPC_META_MAX_VALUE opaque bytes; at most RRPC_META_MAX_ENTRIES
+ * entries whose keys and values together hold at most RRPC_META_MAX_BYTES.
+ * A sender checks them before anything goes on the wire (RRPC_E_METADATA,
+ * with the detail in rrpc_ctx_last_error); a receiver checks them again,
+ * and answers a request whose metadata breaks them RRPC_E_METADATA
+ * without running its handler (its connection keeps serving others),
+ * and fails a call whose response's metadata breaks them the same way.
+ */
+#define RRPC_META_MAX_ENTRIES 16
+#define RRPC_META_MAX_KEY 64
+#define RRPC_META_MAX_VALUE 1024
+#define RRPC_META_MAX_BYTES 4096
+
+/* One metadata entry.  In the entries the library hands out, @key and
+ * @value are also NUL-terminated (@len excludes the NUL). */
+typedef struct rrpc_meta {
+    const char *key;   /* NUL-terminated */
+    const void *value; /* @len bytes */
+    size_t len;
+} rrpc_meta;
+
+/*
+ * The entry of @key among @n entries at @meta, or NULL.  For the entries of
+ * rrpc_result (the response's) as much as the caller's own.
+ */
+RRPC_API const rrpc_meta *rrpc_meta_find(const rrpc_meta *meta, size_t n, const char *key);
+
+/*
+ * The metadata @req came with: *@ret_meta gets its entries (NULL when none),
+ * *@ret_n their number.  The entries belong to @req: valid until it is
+ * answered, from any thread.  Errors: -EINVAL.
+ */
+RRPC_API int rrpc_request_meta(rrpc_request *req, const rrpc_meta **ret_meta, size_t *ret_n);
+
+/*
+ * The value of @key in the metadata @req came with: *@ret_val (NUL-terminated
+ * too) and *@ret_len, owned by @req as for rrpc_request_meta.  Returns 0,
+ * -ENOENT (no such key), -EINVAL.
+ */
+RRPC_API int rrpc_request_meta_get(rrpc_request *req, const char *key, const void **ret_val,
+                                   size_t *ret_len);
+
+/*
+ * Sets the metadata that goes back with @req's answer (rrpc_respond or
+ * rrpc_respond_error; not with the answers the library makes itself): @n
+ * entries at @meta, checked and copied (the caller keeps @meta), replacing
+ * any set before; @n 0 clears it.  Any thread, before @req is answered.
+ * Errors: RRPC_E_METADATA (the entries break the bounds above; the detail,
+ * in rrpc_ctx_last_error of the request's context, says which entry and
+ * how; nothing is set), -EINVAL, -ENOMEM.  With an answer above the
+ * caller's maximum message it counts in the answer's size.
+ */
+RRPC_API int rrpc_request_set_response_meta(rrpc_request *req, const rrpc_meta *meta, size_t n);
+
 /* Options of a call; NULL means all defaults. */
 typedef struct rrpc_call_opts {
     int qos_class;   /* 0 (RRPC_CLASS_DEFAULT): RRPC_CLASS_LOW_LATENCY */
     int deadline_ms; /* 0: the context default (RRPC_DEADLINE_MS, 30 s); < 0: none */
     uint64_t flags;  /* RRPC_CALL_* bits; others: -EINVAL */
-    uint64_t reserved[3]; /* must be zero (new fields come out of it) */
+    /* The request's metadata: @nmeta entries at @meta (NULL and 0: none),
+     * checked and copied before rrpc_call returns (the caller keeps them);
+     * they count in the request's size.  Bounds: RRPC_META_*. */
+    const rrpc_meta *meta;
+    uint64_t nmeta;
+    uint64_t reserved[1]; /* must be zero (new fields come out of it) */
 } rrpc_call_opts;
 
 /*
@@ -190,12 +255,17 @@ typedef struct rrpc_call_opts {
  *            < 0: a library code (RRPC_E_NO_METHOD, RRPC_E_DEADLINE,
  *                 RRPC_E_CONN_LOST, RRPC_E_CLOSED, RRPC_E_TOO_BIG, ...).
  *   message  never NULL ("" when there is none).
+ *   meta     the @nmeta entries the handler set (rrpc_request_set_response_meta),
+ *            NUL-terminated keys and values; a response whose metadata
+ *            breaks the bounds completes with RRPC_E_METADATA instead.
  */
 typedef struct rrpc_result {
     int status;
     const void *data;
     size_t len;
     const char *message;
+    const rrpc_meta *meta; /* the response's metadata (NULL when none), any status */
+    size_t nmeta;
 } rrpc_result;
 
 typedef void (*rrpc_call_cb)(const rrpc_result *res, void *user);
@@ -242,6 +312,17 @@ RRPC_API int rrpc_call_cancel(rrpc_conn *conn, rrpc_call_cb cb, void *user);
  */
 RRPC_API int rrpc_call_sync(rrpc_conn *conn, const char *method, const void *req, size_t len,
                             const rrpc_call_opts *opts, void **ret_data, size_t *ret_len);
+
+/*
+ * rrpc_call_sync that also returns the response's metadata: on success (and
+ * on an application error) *@ret_meta gets a copy of its *@ret_nmeta entries
+ * in one malloc'ed block that the caller frees with free() (NULL and 0 when
+ * there are none); on any other return both are NULL and 0.  Errors as
+ * rrpc_call_sync.
+ */
+RRPC_API int rrpc_call_sync_meta(rrpc_conn *conn, const char *method, const void *req,
+                                 size_t len, const rrpc_call_opts *opts, void **ret_data,
+                                 size_t *ret_len, rrpc_meta **ret_meta, size_t *ret_nmeta);
 
 /* The 64-bit method id that travels on the wire for @method (FNV-1a). */
 RRPC_API uint64_t rrpc_method_id(const char *method);

@@ -152,6 +152,8 @@ struct rrpc_ctx {
         uint64_t cancels_found;   /* CANCEL frames that found their request (rpc.c) */
         uint64_t not_run_deadline, not_run_cancelled; /* requests skipped before their handler */
         uint64_t slow_handlers;   /* loop-thread handlers that ran past RRPCI_SLOW_HANDLER_S */
+        uint64_t meta_refused_request;  /* requests answered RRPC_E_METADATA (rpc.c) */
+        uint64_t meta_refused_response; /* responses whose metadata failed their call */
         double log_t0;           /* admission's log: one line per interval, with counts */
         uint32_t log_evicted, log_refused;
     } guard;

@@ -2,6 +2,8 @@
 #include "core/frame.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <roce_rpc/error.h>
@@ -55,6 +57,9 @@ int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct 
         return bad(why, "unknown QoS class in frame header", RRPC_E_BAD_CLASS);
     if (h->flags & ~RRPCI_F_ALL_)
         return bad(why, "unknown flag bits in frame header", RRPC_E_PROTO);
+    if ((h->flags & RRPCI_F_META) && h->type != RRPCI_T_REQUEST && h->type != RRPCI_T_RESPONSE)
+        return bad(why, "the metadata flag (0x02) on a frame that is not a request or a response",
+                   RRPC_E_PROTO);
     if (h->ttl != 0 && h->type != RRPCI_T_REQUEST)
         return bad(why, "a remaining time (header bytes 30-31) on a frame that is not a request",
                    RRPC_E_PROTO);
@@ -86,6 +91,186 @@ uint16_t rrpci_ttl_encode(double seconds)
 double rrpci_ttl_decode(uint16_t ttl)
 {
     return (double)(ttl & 0x3fffu) * ttl_unit[ttl >> 14];
+}
+
+/* ---- metadata ---------------------------------------------------------- */
+
+static int meta_bad(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int meta_bad(char *why, size_t whylen, const char *fmt, ...)
+{
+    if (why && whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whylen, fmt, ap);
+        va_end(ap);
+    }
+    return RRPC_E_METADATA;
+}
+
+/* RFC 9110's token characters, letters lowercase only. */
+static bool key_char(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+/* Checks one key of @klen bytes (entry @i); 0 or RRPC_E_METADATA. */
+static int key_check(const char *key, size_t klen, size_t i, char *why, size_t whylen)
+{
+    if (klen == 0 || klen > RRPC_META_MAX_KEY)
+        return meta_bad(why, whylen, "metadata entry %zu: its key has %zu bytes (1..%d allowed)",
+                        i, klen, RRPC_META_MAX_KEY);
+    for (size_t j = 0; j < klen; j++) {
+        unsigned char ch = (unsigned char)key[j];
+        if (!key_char(ch))
+            return meta_bad(why, whylen,
+                            "metadata entry %zu: its key has the byte 0x%02x at %zu; keys are "
+                            "lowercase tokens (a-z 0-9 !#$%%&'*+-.^_`|~)",
+                            i, ch, j);
+    }
+    return 0;
+}
+
+/* Whether entry @i's key equals an earlier one's. */
+static bool key_repeated(const rrpc_meta *meta, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(meta[j].key, meta[i].key) == 0)
+            return true;
+    return false;
+}
+
+int rrpci_meta_check(const rrpc_meta *meta, size_t n, size_t *ret_size, char *why,
+                     size_t whylen)
+{
+    if (n > RRPC_META_MAX_ENTRIES)
+        return meta_bad(why, whylen, "%zu metadata entries (at most %d)", n,
+                        RRPC_META_MAX_ENTRIES);
+    if (n && !meta)
+        return meta_bad(why, whylen, "%zu metadata entries announced and none given", n);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!meta[i].key)
+            return meta_bad(why, whylen, "metadata entry %zu has no key", i);
+        size_t klen = strnlen(meta[i].key, RRPC_META_MAX_KEY + 1);
+        int r = key_check(meta[i].key, klen, i, why, whylen);
+        if (r)
+            return r;
+        if (meta[i].len > RRPC_META_MAX_VALUE)
+            return meta_bad(why, whylen,
+                            "metadata entry %zu (\"%s\"): its value has %zu bytes (at most %d)",
+                            i, meta[i].key, meta[i].len, RRPC_META_MAX_VALUE);
+        if (meta[i].len && !meta[i].value)
+            return meta_bad(why, whylen, "metadata entry %zu (\"%s\"): a length and no value",
+                            i, meta[i].key);
+        if (key_repeated(meta, i))
+            return meta_bad(why, whylen, "metadata key \"%s\" appears twice (entry %zu)",
+                            meta[i].key, i);
+        total += klen + meta[i].len;
+    }
+    if (total > RRPC_META_MAX_BYTES)
+        return meta_bad(why, whylen,
+                        "metadata keys and values hold %zu bytes together (at most %d)", total,
+                        RRPC_META_MAX_BYTES);
+    *ret_size = n ? RRPCI_META_HEAD + RRPCI_META_ENTRY_HEAD * n + total : 0;
+    return 0;
+}
+
+void rrpci_meta_encode(const rrpc_meta *meta, size_t n, uint8_t *out)
+{
+    uint8_t *p = out + RRPCI_META_HEAD;
+    for (size_t i = 0; i < n; i++) {
+        size_t klen = strlen(meta[i].key);
+        p[0] = (uint8_t)klen;
+        rrpci_put16(p + 1, (uint16_t)meta[i].len);
+        memcpy(p + RRPCI_META_ENTRY_HEAD, meta[i].key, klen);
+        if (meta[i].len)
+            memcpy(p + RRPCI_META_ENTRY_HEAD + klen, meta[i].value, meta[i].len);
+        p += RRPCI_META_ENTRY_HEAD + klen + meta[i].len;
+    }
+    rrpci_put16(out, (uint16_t)(p - out));
+    out[2] = (uint8_t)n;
+    out[3] = 0;
+}
+
+static int meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *ret_size,
+                       char *why, size_t whylen)
+{
+    if (len < RRPCI_META_HEAD)
+        return meta_bad(why, whylen,
+                        "metadata block truncated: %zu payload bytes, its head alone needs %d",
+                        len, RRPCI_META_HEAD);
+    size_t size = rrpci_get16(p), n = p[2];
+    if (size > len)
+        return meta_bad(why, whylen,
+                        "metadata block truncated: it announces %zu bytes, the frame has %zu",
+                        size, len);
+    if (size < RRPCI_META_HEAD + RRPCI_META_ENTRY_HEAD)
+        return meta_bad(why, whylen,
+                        "metadata block announces %zu bytes, fewer than its head and one entry's",
+                        size);
+    if (p[3] != 0)
+        return meta_bad(why, whylen, "metadata block: its reserved byte is 0x%02x, not 0", p[3]);
+    if (n == 0 || n > RRPC_META_MAX_ENTRIES)
+        return meta_bad(why, whylen, "metadata block with %zu entries (1..%d allowed)", n,
+                        RRPC_META_MAX_ENTRIES);
+    size_t off = RRPCI_META_HEAD, total = 0;
+    char *store = v->store;
+    for (size_t i = 0; i < n; i++) {
+        if (size - off < RRPCI_META_ENTRY_HEAD)
+            return meta_bad(why, whylen, "metadata block truncated in the head of entry %zu",
+                            i);
+        size_t klen = p[off], vlen = rrpci_get16(p + off + 1);
+        off += RRPCI_META_ENTRY_HEAD;
+        if (size - off < klen + vlen)
+            return meta_bad(why, whylen,
+                            "metadata block truncated in entry %zu (%zu key and %zu value bytes "
+                            "announced, %zu left in the block)",
+                            i, klen, vlen, size - off);
+        int r = key_check((const char *)p + off, klen, i, why, whylen);
+        if (r)
+            return r;
+        if (vlen > RRPC_META_MAX_VALUE)
+            return meta_bad(why, whylen, "metadata entry %zu: its value has %zu bytes (at most %d)",
+                            i, vlen, RRPC_META_MAX_VALUE);
+        total += klen + vlen;
+        if (total > RRPC_META_MAX_BYTES)
+            return meta_bad(why, whylen,
+                            "metadata keys and values hold more than %d bytes together",
+                            RRPC_META_MAX_BYTES);
+        memcpy(store, p + off, klen);
+        store[klen] = 0;
+        v->e[i].key = store;
+        store += klen + 1;
+        if (vlen)
+            memcpy(store, p + off + klen, vlen);
+        store[vlen] = 0;
+        v->e[i].value = store;
+        v->e[i].len = vlen;
+        store += vlen + 1;
+        off += klen + vlen;
+        v->n = i + 1;
+        if (key_repeated(v->e, i))
+            return meta_bad(why, whylen, "metadata key \"%s\" appears twice (entry %zu)",
+                            v->e[i].key, i);
+    }
+    if (off != size)
+        return meta_bad(why, whylen,
+                        "metadata block announces %zu bytes and its entries fill %zu", size,
+                        off);
+    *ret_size = size;
+    return 0;
+}
+
+int rrpci_meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *ret_size,
+                      char *why, size_t whylen)
+{
+    v->n = 0;
+    int r = meta_decode(p, len, v, ret_size, why, whylen);
+    if (r)
+        v->n = 0; /* nothing of a refused block is kept */
+    return r;
 }
 
 void rrpci_os_hdr_encode(const struct rrpci_os_hdr *o, uint8_t out[RRPCI_OS_HDR_SIZE])

@@ -7,10 +7,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <roce_rpc/rpc.h>
+
 #define RRPCI_MAGIC 0x43505252u /* "RRPC" as little-endian bytes */
 /* 2: tcp sockets opened on demand; 3: a request carries its remaining time,
- * CANCEL (docs/protocol.md) */
-#define RRPCI_PROTO_VERSION 3
+ * CANCEL; 4: REQUEST and RESPONSE may carry a metadata block (RRPCI_F_META)
+ * (docs/protocol.md) */
+#define RRPCI_PROTO_VERSION 4
 #define RRPCI_HDR_SIZE 32
 
 enum rrpci_frame_type {
@@ -34,7 +37,8 @@ enum rrpci_frame_type {
 
 /* Flag bits of the header. */
 #define RRPCI_F_NOTIFY 0x01u /* OS_WRITE: deliver the immediate to the target */
-#define RRPCI_F_ALL_ 0x01u
+#define RRPCI_F_META 0x02u   /* REQUEST, RESPONSE: the payload starts with a metadata block */
+#define RRPCI_F_ALL_ 0x03u
 
 struct rrpci_hdr {
     uint8_t version;
@@ -96,6 +100,43 @@ double rrpci_ttl_decode(uint16_t ttl); /* seconds; 0 for "none" */
  */
 int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct rrpci_hdr *h,
                      const char **why);
+
+/*
+ * The metadata block (docs/protocol.md section 10), at the start of the
+ * payload of a REQUEST or RESPONSE flagged RRPCI_F_META:
+ *   0 size u16 (the whole block, this head included) | 2 count u8 | 3 reserved u8 (0)
+ *   then count entries: 0 key length u8 | 1 value length u16 | 3 key | value
+ * Bounds: RRPC_META_* of <roce_rpc/rpc.h>.
+ */
+#define RRPCI_META_HEAD 4
+#define RRPCI_META_ENTRY_HEAD 3
+/* The largest block: every entry's head, and the keys and values. */
+#define RRPCI_META_MAX_BLOCK                                                                      \
+    (RRPCI_META_HEAD + RRPCI_META_ENTRY_HEAD * RRPC_META_MAX_ENTRIES + RRPC_META_MAX_BYTES)
+
+/* Checks @n entries at @meta against the bounds (keys: lowercase tokens,
+ * unique).  Returns 0 and the block's size in *@ret_size, or
+ * RRPC_E_METADATA with a sentence naming the entry and the bound in @why
+ * (@whylen bytes, NUL-terminated). */
+int rrpci_meta_check(const rrpc_meta *meta, size_t n, size_t *ret_size, char *why,
+                     size_t whylen);
+/* Writes the block of @n checked entries at @out (rrpci_meta_check's size). */
+void rrpci_meta_encode(const rrpc_meta *meta, size_t n, uint8_t *out);
+
+/* A decoded block: its entries point into @store, where keys and values are
+ * NUL-terminated copies. */
+struct rrpci_meta_view {
+    size_t n;
+    rrpc_meta e[RRPC_META_MAX_ENTRIES];
+    char store[RRPC_META_MAX_BYTES + 2 * RRPC_META_MAX_ENTRIES];
+};
+/* Decodes and checks the block at the start of the @len payload bytes at
+ * @p into @v; *@ret_size gets the block's size (the application's bytes
+ * follow it).  Returns 0, or RRPC_E_METADATA with the reason in @why
+ * (truncated, too many entries, a key or value too long, a bad key
+ * character, a duplicate key, a size that does not match its entries). */
+int rrpci_meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *ret_size,
+                      char *why, size_t whylen);
 
 /* Sub-header of emulated one-sided frames (24 bytes, little-endian). */
 #define RRPCI_OS_HDR_SIZE 24

@@ -36,6 +36,10 @@ struct rrpc_request {
     _Atomic bool cancelled; /* the caller's CANCEL came, or the connection went down */
     rrpc_cancel_fn on_cancel; /* rrpc_request_on_cancel, under the context lock */
     void *on_cancel_user;
+    size_t nmeta;             /* the request's metadata: entries in the same allocation */
+    rrpc_meta *meta;
+    uint8_t *resp_meta;       /* rrpc_request_set_response_meta: the encoded block, or NULL */
+    size_t resp_meta_len;
 };
 
 /* @req's caller gave up: marked, and its rrpc_request_on_cancel callback
@@ -137,19 +141,64 @@ void rrpci_methods_fini(rrpc_ctx *ctx)
 
 /* ---- server side -------------------------------------------------------- */
 
-/* Queues a response (status 0: @data is the result; else @data is the message). */
-static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, const void *data,
-                         size_t len)
+/* Queues a response (status 0: @data is the result; else @data is the
+ * message), after the metadata block @meta of @mlen bytes if any. */
+static int send_response_meta(rrpc_conn *c, int cls, uint64_t id, int32_t status,
+                              const void *data, size_t len, const uint8_t *meta, size_t mlen)
 {
-    struct rrpci_msg *m = rrpci_msg_new(len);
+    struct rrpci_msg *m = rrpci_msg_new(mlen + len);
     if (!m)
         return -ENOMEM;
     m->h.type = RRPCI_T_RESPONSE;
     m->h.id = id;
     m->h.arg = (uint32_t)status;
+    if (mlen) {
+        m->h.flags |= RRPCI_F_META;
+        memcpy(m->data, meta, mlen);
+    }
     if (len)
-        memcpy(m->data, data, len);
+        memcpy(m->data + mlen, data, len);
     return rrpci_conn_submit(c, cls, m);
+}
+
+static int send_response(rrpc_conn *c, int cls, uint64_t id, int32_t status, const void *data,
+                         size_t len)
+{
+    return send_response_meta(c, cls, id, status, data, len, NULL, 0);
+}
+
+/* A new request for @h, with a copy of the @v->n metadata entries; NULL
+ * without memory. */
+static rrpc_request *request_new(const struct rrpci_meta_view *v)
+{
+    size_t store = 0;
+    for (size_t i = 0; i < v->n; i++)
+        store += strlen(v->e[i].key) + 1 + v->e[i].len + 1;
+    rrpc_request *req = malloc(sizeof(*req) + v->n * sizeof(rrpc_meta) + store);
+    if (!req)
+        return NULL;
+    req->nmeta = v->n;
+    req->meta = v->n ? (rrpc_meta *)(req + 1) : NULL;
+    req->resp_meta = NULL;
+    req->resp_meta_len = 0;
+    char *p = (char *)(req + 1) + v->n * sizeof(rrpc_meta);
+    for (size_t i = 0; i < v->n; i++) {
+        size_t klen = strlen(v->e[i].key) + 1;
+        memcpy(p, v->e[i].key, klen);
+        req->meta[i].key = p;
+        p += klen;
+        memcpy(p, v->e[i].value, v->e[i].len + 1);
+        req->meta[i].value = p;
+        req->meta[i].len = v->e[i].len;
+        p += v->e[i].len + 1;
+    }
+    return req;
+}
+
+static void request_free(rrpc_request *req)
+{
+    free(req->resp_meta);
+    free(req);
 }
 
 static int respond(rrpc_request *req, int32_t status, const void *data, size_t len);
@@ -183,7 +232,22 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
         return false;
     }
     struct method *m = rrpci_container_of(n, struct method, node);
-    struct rrpc_request *req = malloc(sizeof(*req));
+    struct rrpci_meta_view meta = {.n = 0};
+    size_t mlen = 0;
+    if (h->flags & RRPCI_F_META) {
+        char why[200];
+        if (rrpci_meta_decode(p, h->len, &meta, &mlen, why, sizeof(why)) != 0) {
+            ctx->guard.meta_refused_request++;
+            char msg[300];
+            int len = snprintf(msg, sizeof(msg), "call \"%s\": not run, its request's %s",
+                               m->name, why);
+            send_response(c, cls, h->id, RRPC_E_METADATA, msg, (size_t)len);
+            return false;
+        }
+        p += mlen;
+    }
+    size_t plen = h->len - mlen;
+    struct rrpc_request *req = request_new(&meta);
     if (!req) {
         send_response(c, cls, h->id, -ENOMEM, "server out of memory", 20);
         return false;
@@ -211,9 +275,9 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
         return false;
     }
     if (m->flags & RRPC_HANDLER_ON_WORKER)
-        return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, h->len, m->name);
+        return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, plen, m->name);
     bool later = req->credit_on_answer; /* @req may be freed by the handler */
-    m->fn(req, p, h->len, m->user);
+    m->fn(req, p, plen, m->user);
     double took = rrpci_stats_now() - now;
     if (took > RRPCI_SLOW_HANDLER_S) {
         ctx->guard.slow_handlers++;
@@ -326,18 +390,20 @@ static int respond(rrpc_request *req, int32_t status, const void *data, size_t l
     if (!rrpci_conn_takes_frames(c)) {
         r = rrpci_set_error(ctx, RRPC_E_CLOSED,
                             "the connection of this request is closed; the answer is dropped");
-    } else if (status == 0 && len > c->peer_max_msg) {
-        char msg[128];
+    } else if (len + req->resp_meta_len > c->peer_max_msg) {
+        char msg[160];
         int n = snprintf(msg, sizeof(msg),
-                         "the response of %zu bytes exceeds the caller's maximum of %u", len,
-                         c->peer_max_msg);
+                         "the response of %zu bytes (%zu of them metadata) exceeds the caller's "
+                         "maximum of %u",
+                         len + req->resp_meta_len, req->resp_meta_len, c->peer_max_msg);
         send_response(c, req->cls, req->id, RRPC_E_TOO_BIG, msg, (size_t)n);
         r = rrpci_set_error(ctx, RRPC_E_TOO_BIG, "%s", msg);
     } else {
-        r = send_response(c, req->cls, req->id, status, data, len);
+        r = send_response_meta(c, req->cls, req->id, status, data, len, req->resp_meta,
+                               req->resp_meta_len);
     }
     rrpci_conn_unref(c);
-    free(req);
+    request_free(req);
     rrpci_unlock(ctx);
     return r;
 }
@@ -381,6 +447,60 @@ RRPC_API int64_t rrpc_request_remaining_us(rrpc_request *req)
     if (!req || req->due <= 0)
         return RRPC_NO_DEADLINE;
     return (int64_t)((req->due - rrpci_stats_now()) * 1e6);
+}
+
+RRPC_API const rrpc_meta *rrpc_meta_find(const rrpc_meta *meta, size_t n, const char *key)
+{
+    if (!meta || !key)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (meta[i].key && strcmp(meta[i].key, key) == 0)
+            return &meta[i];
+    return NULL;
+}
+
+RRPC_API int rrpc_request_meta(rrpc_request *req, const rrpc_meta **ret_meta, size_t *ret_n)
+{
+    if (!req || !ret_meta || !ret_n)
+        return -EINVAL;
+    *ret_meta = req->meta;
+    *ret_n = req->nmeta;
+    return 0;
+}
+
+RRPC_API int rrpc_request_meta_get(rrpc_request *req, const char *key, const void **ret_val,
+                                   size_t *ret_len)
+{
+    if (!req || !key || !ret_val || !ret_len)
+        return -EINVAL;
+    const rrpc_meta *e = rrpc_meta_find(req->meta, req->nmeta, key);
+    if (!e)
+        return -ENOENT;
+    *ret_val = e->value;
+    *ret_len = e->len;
+    return 0;
+}
+
+RRPC_API int rrpc_request_set_response_meta(rrpc_request *req, const rrpc_meta *meta, size_t n)
+{
+    if (!req)
+        return -EINVAL;
+    rrpc_ctx *ctx = req->conn->ctx;
+    char why[200];
+    size_t size = 0;
+    if (rrpci_meta_check(meta, n, &size, why, sizeof(why)) != 0)
+        return rrpci_set_error(ctx, RRPC_E_METADATA, "response %s", why);
+    uint8_t *block = NULL;
+    if (size) {
+        block = malloc(size);
+        if (!block)
+            return -ENOMEM;
+        rrpci_meta_encode(meta, n, block);
+    }
+    free(req->resp_meta);
+    req->resp_meta = block;
+    req->resp_meta_len = size;
+    return 0;
 }
 
 RRPC_API bool rrpc_request_cancelled(rrpc_request *req)
@@ -552,6 +672,16 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
                                "rrpc_call_opts.flags 0x%llx has bits this library does not know "
                                "(RRPC_CALL_BORROW is the only flag)",
                                (unsigned long long)flags);
+    const rrpc_meta *meta = opts ? opts->meta : NULL;
+    size_t nmeta = opts ? (size_t)opts->nmeta : 0, metalen = 0;
+    if (opts && opts->nmeta > RRPC_META_MAX_ENTRIES) /* before it is narrowed to size_t */
+        return rrpci_set_error(ctx, RRPC_E_METADATA,
+                               "call \"%s\": %llu metadata entries (at most %d; nothing was sent)",
+                               method, (unsigned long long)opts->nmeta, RRPC_META_MAX_ENTRIES);
+    char why[200];
+    if (rrpci_meta_check(meta, nmeta, &metalen, why, sizeof(why)) != 0)
+        return rrpci_set_error(ctx, RRPC_E_METADATA, "call \"%s\": %s (nothing was sent)",
+                               method, why);
     /* Borrowed only where the transport lets the core take the frame back. */
     bool borrow = (flags & RRPC_CALL_BORROW) && len && c->ops->ext_repointable;
     r = rrpci_class_arg(ctx, opts ? opts->qos_class : 0, RRPCI_CLS_LOW_LATENCY, &cls);
@@ -565,16 +695,17 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
         r = rrpci_set_error(ctx, RRPC_E_CLOSED, "call \"%s\" on a closed connection", method);
         goto out;
     }
-    if (len > limit) {
+    if (len + metalen > limit) {
         r = rrpci_set_error(ctx, RRPC_E_TOO_BIG,
-                            "call \"%s\": %zu bytes exceed the peer's maximum message of %u "
-                            "(RRPC_MAX_MSG on the server), or use a one-sided channel",
-                            method, len, limit);
+                            "call \"%s\": %zu bytes (%zu of them metadata) exceed the peer's "
+                            "maximum message of %u (RRPC_MAX_MSG on the server), or use a "
+                            "one-sided channel",
+                            method, len + metalen, metalen, limit);
         goto out;
     }
     r = -ENOMEM;
     pd = rrpci_pending_new(c, RRPCI_PEND_CALL, opts ? opts->deadline_ms : 0);
-    m = pd ? rrpci_msg_new(borrow ? 0 : len) : NULL;
+    m = pd ? rrpci_msg_new(metalen + (borrow ? 0 : len)) : NULL;
     if (!m)
         goto out;
     pd->cb = cb;
@@ -586,13 +717,17 @@ RRPC_API int rrpc_call(rrpc_conn *c, const char *method, const void *req, size_t
     m->h.arg = rrpc_method_id(method);
     if (pd->deadline_ms > 0)
         m->due = pd->t0 + pd->deadline_ms / 1000.0;
+    if (metalen) {
+        m->h.flags |= RRPCI_F_META;
+        rrpci_meta_encode(meta, nmeta, m->data);
+    }
     if (borrow) {
         m->ext = req;
         m->ext_len = len;
         m->lender = &pd->borrowed;
         pd->borrowed = m;
     } else if (len) {
-        memcpy(m->data, req, len);
+        memcpy(m->data + metalen, req, len);
     }
     r = rrpci_conn_submit(c, cls, m);
     m = NULL;
@@ -660,11 +795,28 @@ void rrpci_rpc_on_response(rrpc_conn *c, const struct rrpci_hdr *h, const uint8_
     unborrow(pd); /* answered before its request was all written: a broken peer */
     rrpc_result res = {.status = (int32_t)(uint32_t)h->arg, .message = ""};
     char msg[RRPCI_ERRMSG_WIRE_MAX + 1];
+    struct rrpci_meta_view meta;
+    size_t mlen = 0, plen = h->len;
+    if (h->flags & RRPCI_F_META) {
+        char why[200];
+        if (rrpci_meta_decode(p, h->len, &meta, &mlen, why, sizeof(why)) != 0) {
+            c->ctx->guard.meta_refused_response++;
+            res.status = RRPC_E_METADATA;
+            snprintf(msg, sizeof(msg), "the server's response was dropped: its %s", why);
+            res.message = msg;
+            plen = 0;
+        } else {
+            p += mlen;
+            plen -= mlen;
+            res.meta = meta.e;
+            res.nmeta = meta.n;
+        }
+    }
     if (res.status == 0) {
         res.data = p;
-        res.len = h->len;
-    } else {
-        size_t n2 = h->len < RRPCI_ERRMSG_WIRE_MAX ? h->len : RRPCI_ERRMSG_WIRE_MAX;
+        res.len = plen;
+    } else if (plen) {
+        size_t n2 = plen < RRPCI_ERRMSG_WIRE_MAX ? plen : RRPCI_ERRMSG_WIRE_MAX;
         memcpy(msg, p, n2);
         msg[n2] = 0;
         res.message = msg;
@@ -679,14 +831,54 @@ struct sync_call {
     const char *method;
     void *data;
     size_t len;
+    bool want_meta;
+    rrpc_meta *meta; /* one block: the entries, then their keys and values */
+    size_t nmeta;
 };
+
+/* A copy of @n entries in one malloc'ed block; NULL without memory. */
+static rrpc_meta *meta_copy(const rrpc_meta *meta, size_t n)
+{
+    size_t store = 0;
+    for (size_t i = 0; i < n; i++)
+        store += strlen(meta[i].key) + 1 + meta[i].len + 1;
+    rrpc_meta *out = malloc(n * sizeof(*out) + store);
+    if (!out)
+        return NULL;
+    char *p = (char *)(out + n);
+    for (size_t i = 0; i < n; i++) {
+        size_t klen = strlen(meta[i].key) + 1;
+        memcpy(p, meta[i].key, klen);
+        out[i].key = p;
+        p += klen;
+        if (meta[i].len)
+            memcpy(p, meta[i].value, meta[i].len);
+        p[meta[i].len] = 0;
+        out[i].value = p;
+        out[i].len = meta[i].len;
+        p += meta[i].len + 1;
+    }
+    return out;
+}
 
 static void sync_call_cb(const rrpc_result *res, void *user)
 {
     struct sync_call *sc = user;
+    if (sc->want_meta && res->nmeta && res->status >= 0) {
+        sc->meta = meta_copy(res->meta, res->nmeta);
+        if (!sc->meta) {
+            rrpci_sync_done(&sc->s, -ENOMEM, "call \"%s\": no memory for its answer's metadata",
+                            sc->method);
+            return;
+        }
+        sc->nmeta = res->nmeta;
+    }
     if (res->status == 0) {
         sc->data = malloc(res->len ? res->len : 1);
         if (!sc->data) {
+            free(sc->meta);
+            sc->meta = NULL;
+            sc->nmeta = 0;
             rrpci_sync_done(&sc->s, -ENOMEM, "call \"%s\": no memory for its %zu-byte answer",
                             sc->method, res->len);
             return;
@@ -701,9 +893,20 @@ static void sync_call_cb(const rrpc_result *res, void *user)
 RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, size_t len,
                             const rrpc_call_opts *opts, void **ret_data, size_t *ret_len)
 {
-    if (!c || !ret_data || !ret_len)
+    return rrpc_call_sync_meta(c, method, req, len, opts, ret_data, ret_len, NULL, NULL);
+}
+
+RRPC_API int rrpc_call_sync_meta(rrpc_conn *c, const char *method, const void *req, size_t len,
+                                 const rrpc_call_opts *opts, void **ret_data, size_t *ret_len,
+                                 rrpc_meta **ret_meta, size_t *ret_nmeta)
+{
+    if (ret_meta)
+        *ret_meta = NULL;
+    if (ret_nmeta)
+        *ret_nmeta = 0;
+    if (!c || !ret_data || !ret_len || !ret_meta != !ret_nmeta)
         return -EINVAL;
-    struct sync_call sc = {.method = method};
+    struct sync_call sc = {.method = method, .want_meta = ret_meta != NULL};
     int r = rrpci_sync_begin(&sc.s, c->ctx,
                              "rrpc_call_sync from a callback would wait for itself; "
                              "use rrpc_call with a completion callback");
@@ -713,6 +916,12 @@ RRPC_API int rrpc_call_sync(rrpc_conn *c, const char *method, const void *req, s
     if (r == 0) {
         *ret_data = sc.data;
         *ret_len = sc.len;
+    }
+    if (ret_meta && r >= 0) {
+        *ret_meta = sc.meta;
+        *ret_nmeta = sc.nmeta;
+    } else {
+        free(sc.meta);
     }
     return r;
 }

@@ -532,6 +532,12 @@ static size_t render_guard(const struct rrpci_guard *g, char *buf, size_t len, s
            "Handlers that ran longer than 100 ms on the loop thread (RRPC_HANDLER_ON_WORKER "
            "keeps them off it).",
            g->slow_handlers);
+    const char *mr = "rrpc_metadata_refused_total";
+    put(&o, "# HELP %s Frames whose metadata broke its bounds: requests answered "
+        "RRPC_E_METADATA unrun, responses that failed their call with it.\n"
+        "# TYPE %s counter\n%s{frame=\"request\"} %llu\n%s{frame=\"response\"} %llu\n",
+        mr, mr, mr, (unsigned long long)g->meta_refused_request, mr,
+        (unsigned long long)g->meta_refused_response);
     return o.used;
 }
 

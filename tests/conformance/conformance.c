@@ -1280,9 +1280,9 @@ static void test_a_zeroed_options_struct_means_the_default_class_not_control(voi
     bad.qos_class = -1;
     assert_int_equal(class_seen(c, &bad), RRPC_E_BAD_CLASS);
     /* Reserved words must be zero: a newer caller is refused, never half-read. */
-    rrpc_call_opts newer = {.reserved = {0, 1}};
+    rrpc_call_opts newer = {.reserved = {1}};
     assert_int_equal(class_seen(c, &newer), -EINVAL);
-    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "rrpc_call_opts.reserved[1]"));
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "rrpc_call_opts.reserved[0]"));
     rrpc_op_opts onewer = {.reserved = {5}};
     rrpc_region *lr;
     uint8_t local[8] = {0};
@@ -2194,28 +2194,45 @@ static void test_wrong_version_is_refused_with_a_version_error(void **state)
     still_serving();
 }
 
-/* A peer of protocol version 1 (four sockets, before sockets on demand)
- * is refused in its own version's header, so that it can read why. */
-static void test_a_version_1_peer_is_told_why_in_its_own_version(void **state)
+/* A peer of protocol version @v says HELLO: it is refused in its own
+ * version's header, so that it can read why. */
+static void older_peer_told_why(int v)
 {
-    if (raw_skip())
-        return;
     int fd = raw_connect(T.server_addr, T.port);
     assert_true(fd >= 0);
     uint8_t hdr[32], msg[512] = {0};
     raw_header(hdr, 1 /*HELLO*/, 0, 0, 0, 0, 32, 0);
-    hdr[4] = 1;
-    uint8_t hello[32] = {1, 4, 16, 0, 64, 0, 16, 0, 8, 0};
+    hdr[4] = (uint8_t)v;
+    uint8_t hello[32] = {(uint8_t)v, 4, 16, 0, 64, 0, 16, 0, 8, 0};
     raw_le(hello + 12, 1u << 20, 4);
     assert_true(write(fd, hdr, 32) == 32 && write(fd, hello, 32) == 32);
     assert_int_equal(raw_read_frame(fd, hdr, msg, sizeof(msg) - 1), 0);
-    assert_int_equal(hdr[4], 1);
+    assert_int_equal(hdr[4], v);
     assert_int_equal(hdr[5], 11 /* ERROR */);
     assert_int_equal((int32_t)(uint32_t)raw_get(hdr + 16, 4), RRPC_E_VERSION);
-    assert_non_null(strstr((char *)msg, "protocol version 3"));
-    assert_non_null(strstr((char *)msg, "client version 1"));
+    assert_non_null(strstr((char *)msg, "protocol version 4"));
+    char client[32];
+    snprintf(client, sizeof(client), "client version %d", v);
+    assert_non_null(strstr((char *)msg, client));
     close(fd);
     still_serving();
+}
+
+/* Version 1: four sockets, before sockets on demand. */
+static void test_a_version_1_peer_is_told_why_in_its_own_version(void **state)
+{
+    if (raw_skip())
+        return;
+    older_peer_told_why(1);
+}
+
+/* Version 3, the last without metadata, is refused too, never served
+ * without the new fields (docs/protocol.md section 5). */
+static void test_a_version_3_peer_without_metadata_is_refused_and_told_why(void **state)
+{
+    if (raw_skip())
+        return;
+    older_peer_told_why(3);
 }
 
 static void test_a_4_GiB_length_closes_the_connection_before_any_allocation(void **state)
@@ -2990,6 +3007,334 @@ static void test_a_cancelled_call_completes_once_and_its_late_answer_is_dropped(
     rrpc_conn_close(c);
 }
 
+/* ---- per-call metadata ----------------------------------------------------- */
+
+/* Answers with the payload, and with the request's metadata as the
+ * response's, plus "served-by": its name, and "had": how many it got. */
+static void h_meta_echo(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    const rrpc_meta *in;
+    size_t n;
+    assert_int_equal(rrpc_request_meta(req, &in, &n), 0);
+    rrpc_meta out[RRPC_META_MAX_ENTRIES];
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < RRPC_META_MAX_ENTRIES; i++)
+        out[k++] = in[i];
+    char had[16];
+    snprintf(had, sizeof(had), "%zu", n);
+    if (n + 2 <= RRPC_META_MAX_ENTRIES) { /* else: the full block, sent back as it came */
+        out[k++] = (rrpc_meta){.key = "served-by", .value = user, .len = strlen(user)};
+        out[k++] = (rrpc_meta){.key = "had", .value = had, .len = strlen(had)};
+    }
+    assert_int_equal(rrpc_request_set_response_meta(req, out, k), 0); /* copied */
+    assert_int_equal(rrpc_respond(req, p, len), 0);
+}
+
+/* Reads "traceparent" with rrpc_request_meta_get; refuses a bad response
+ * block itself, then answers with the value, and no metadata. */
+static void h_meta_get(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    const void *v;
+    size_t vlen;
+    int r = rrpc_request_meta_get(req, "traceparent", &v, &vlen);
+    if (r) {
+        rrpc_respond_error(req, 7, "no traceparent");
+        return;
+    }
+    assert_int_equal(((const char *)v)[vlen], 0);
+    assert_int_equal(rrpc_request_meta_get(req, "absent", &v, &vlen), -ENOENT);
+    rrpc_meta bad = {.key = "Upper", .value = "x", .len = 1};
+    assert_int_equal(rrpc_request_set_response_meta(req, &bad, 1), RRPC_E_METADATA);
+    assert_int_equal(rrpc_request_meta_get(req, "traceparent", &v, &vlen), 0);
+    rrpc_respond(req, v, vlen);
+}
+
+static struct {
+    int done, status;
+    size_t nmeta, len;
+    char keys[RRPC_META_MAX_ENTRIES][RRPC_META_MAX_KEY + 1];
+    char vals[RRPC_META_MAX_ENTRIES][RRPC_META_MAX_VALUE + 1];
+    size_t vlens[RRPC_META_MAX_ENTRIES];
+} MT;
+
+static void meta_done(const rrpc_result *res, void *user)
+{
+    (void)user;
+    lock();
+    MT.status = res->status;
+    MT.len = res->len;
+    MT.nmeta = res->nmeta;
+    for (size_t i = 0; i < res->nmeta && i < RRPC_META_MAX_ENTRIES; i++) {
+        snprintf(MT.keys[i], sizeof(MT.keys[i]), "%s", res->meta[i].key);
+        memcpy(MT.vals[i], res->meta[i].value, res->meta[i].len);
+        MT.vals[i][res->meta[i].len] = 0;
+        MT.vlens[i] = res->meta[i].len;
+    }
+    MT.done++;
+    unlock();
+}
+
+static const char TRACEPARENT[] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/* Request metadata reaches the handler (on the loop thread and on a
+ * worker), response metadata comes back to the callback and to
+ * rrpc_call_sync_meta, and the largest block the bounds allow goes both
+ * ways. */
+static void test_metadata_travels_to_the_handler_and_back(void **state)
+{
+    (void)state;
+    rrpc_register_opts ro = {.flags = RRPC_HANDLER_ON_WORKER};
+    assert_int_equal(rrpc_register(T.sctx, "meta_echo", h_meta_echo, "loop"), 0);
+    assert_int_equal(rrpc_register_with(T.sctx, "meta_echo_w", h_meta_echo, "worker", &ro), 0);
+    assert_int_equal(rrpc_register(T.sctx, "meta_get", h_meta_get, NULL), 0);
+    rrpc_conn *c = connect_client(T.cctx);
+    const rrpc_meta two[] = {
+        {.key = "traceparent", .value = TRACEPARENT, .len = strlen(TRACEPARENT)},
+        {.key = "bin", .value = "\0\xff", .len = 2},
+    };
+    const char *methods[] = {"meta_echo", "meta_echo_w"};
+    for (int m = 0; m < 2; m++) {
+        memset(&MT, 0, sizeof(MT));
+        rrpc_call_opts o = {.meta = two, .nmeta = 2, .qos_class = m ? RRPC_CLASS_BULK : 0};
+        assert_int_equal(rrpc_call(c, methods[m], "data", 4, &o, meta_done, NULL), 0);
+        assert_int_equal(wait_for(&MT.done, 1, 10000), 1);
+        assert_int_equal(MT.status, 0);
+        assert_int_equal(MT.len, 4);
+        assert_int_equal(MT.nmeta, 4);
+        assert_string_equal(MT.keys[0], "traceparent");
+        assert_string_equal(MT.vals[0], TRACEPARENT);
+        assert_string_equal(MT.keys[1], "bin");
+        assert_int_equal(MT.vlens[1], 2);
+        assert_memory_equal(MT.vals[1], "\0\xff", 2);
+        assert_string_equal(MT.keys[2], "served-by");
+        assert_string_equal(MT.vals[2], m ? "worker" : "loop");
+        assert_string_equal(MT.vals[3], "2");
+    }
+    /* no metadata: none arrives, none comes back but the handler's */
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_meta *rm = NULL;
+    size_t nrm = 0;
+    assert_int_equal(rrpc_call_sync_meta(c, "meta_echo", "x", 1, NULL, &out, &outlen, &rm, &nrm),
+                     0);
+    free(out);
+    assert_int_equal(nrm, 2);
+    const rrpc_meta *had = rrpc_meta_find(rm, nrm, "had");
+    assert_non_null(had);
+    assert_string_equal(had->value, "0");
+    free(rm);
+    /* the largest block: 16 keys of 64 bytes, 4096 bytes of keys and values */
+    static char keys[RRPC_META_MAX_ENTRIES][RRPC_META_MAX_KEY + 1];
+    static char val[RRPC_META_MAX_VALUE];
+    memset(val, 'v', sizeof(val));
+    rrpc_meta full[RRPC_META_MAX_ENTRIES];
+    for (int i = 0; i < RRPC_META_MAX_ENTRIES; i++) {
+        memset(keys[i], 'k', RRPC_META_MAX_KEY);
+        keys[i][0] = (char)('a' + i);
+        full[i] = (rrpc_meta){.key = keys[i], .value = val, .len = 192};
+    }
+    rrpc_call_opts fo = {.meta = full, .nmeta = RRPC_META_MAX_ENTRIES};
+    assert_int_equal(rrpc_call_sync_meta(c, "meta_echo", "y", 1, &fo, &out, &outlen, &rm, &nrm),
+                     0);
+    free(out);
+    assert_int_equal(nrm, RRPC_META_MAX_ENTRIES);
+    for (int i = 0; i < RRPC_META_MAX_ENTRIES; i++) {
+        assert_string_equal(rm[i].key, keys[i]);
+        assert_int_equal(rm[i].len, 192);
+    }
+    free(rm);
+    /* rrpc_request_meta_get, and a handler's own bad block refused locally */
+    assert_int_equal(rrpc_call_sync_meta(c, "meta_get", "", 0, &(rrpc_call_opts){.meta = two,
+                     .nmeta = 2}, &out, &outlen, &rm, &nrm), 0);
+    assert_int_equal(outlen, strlen(TRACEPARENT));
+    assert_memory_equal(out, TRACEPARENT, outlen);
+    assert_null(rm);
+    assert_int_equal(nrm, 0);
+    free(out);
+    rrpc_conn_close(c);
+    rrpc_unregister(T.sctx, "meta_echo");
+    rrpc_unregister(T.sctx, "meta_echo_w");
+    rrpc_unregister(T.sctx, "meta_get");
+}
+
+/* Each bound is enforced before anything goes on the wire: the call fails
+ * with RRPC_E_METADATA and a detail that names it, and the connection keeps
+ * serving the next call. */
+static void test_metadata_beyond_its_bounds_is_refused_and_the_connection_serves_on(
+    void **state)
+{
+    (void)state;
+    rrpc_conn *c = connect_client(T.cctx);
+    static char big[RRPC_META_MAX_VALUE + 1], longkey[RRPC_META_MAX_KEY + 2];
+    memset(longkey, 'k', RRPC_META_MAX_KEY + 1);
+    static char names[RRPC_META_MAX_ENTRIES + 1][8];
+    rrpc_meta many[RRPC_META_MAX_ENTRIES + 1];
+    for (int i = 0; i <= RRPC_META_MAX_ENTRIES; i++) {
+        snprintf(names[i], sizeof(names[i]), "k%d", i);
+        many[i] = (rrpc_meta){.key = names[i], .value = "v", .len = 1};
+    }
+    rrpc_meta fat[5];
+    for (int i = 0; i < 5; i++)
+        fat[i] = (rrpc_meta){.key = names[i], .value = big, .len = 1000};
+    struct {
+        const rrpc_meta *m;
+        size_t n;
+        const char *says;
+    } cases[] = {
+        {many, RRPC_META_MAX_ENTRIES + 1, "17 metadata entries"},
+        {&(rrpc_meta){.key = longkey, .value = "v", .len = 1}, 1, "65 bytes"},
+        {&(rrpc_meta){.key = "k", .value = big, .len = sizeof(big)}, 1, "1025 bytes"},
+        {&(rrpc_meta){.key = "Trace", .value = "v", .len = 1}, 1, "lowercase"},
+        {&(rrpc_meta){.key = "a:b", .value = "v", .len = 1}, 1, "0x3a"},
+        {fat, 5, "5010 bytes"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rrpc_call_opts o = {.meta = cases[i].m, .nmeta = cases[i].n};
+        void *out = NULL;
+        size_t outlen = 0;
+        assert_int_equal(rrpc_call(c, "echo", "x", 1, &o, meta_done, NULL), RRPC_E_METADATA);
+        const char *why = rrpc_ctx_last_error(T.cctx);
+        if (!strstr(why, cases[i].says))
+            fail_msg("case %zu: \"%s\" does not say \"%s\"", i, why, cases[i].says);
+        assert_int_equal(rrpc_call_sync(c, "echo", "x", 1, &o, &out, &outlen), RRPC_E_METADATA);
+        echo_ok(c, 100, RRPC_CLASS_LOW_LATENCY);
+    }
+    rrpc_conn_close(c);
+}
+
+static uint64_t meta_refused(rrpc_ctx *ctx, const char *frame)
+{
+    char series[96];
+    snprintf(series, sizeof(series), "rrpc_metadata_refused_total{frame=\"%s\"} ", frame);
+    return stat_line(ctx, series);
+}
+
+/* A peer that sends malformed blocks (too many entries, an oversized key
+ * or value, a bad key character, a truncated block) gets each request
+ * answered RRPC_E_METADATA without running, counted, while its other calls
+ * on the same connection are served. */
+static void test_malformed_metadata_from_a_peer_is_answered_with_the_metadata_error(
+    void **state)
+{
+    if (raw_skip())
+        return;
+    struct raw_conn rc;
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    uint64_t before = meta_refused(T.sctx, "request");
+    static char longkey[66], bigval[1026];
+    memset(longkey, 'k', 65);
+    memset(bigval, 'v', 1025);
+    static const char *seventeen[17] = {"a", "b", "c", "d", "e", "f", "g", "h", "i",
+                                        "j", "k", "l", "m", "n", "o", "p", "q"};
+    static const char *vals[17] = {"", "", "", "", "", "", "", "", "", "",
+                                   "", "", "", "", "", "", ""};
+    static uint8_t block[4096];
+    struct {
+        size_t n;
+        const char *const *k;
+        const char *const *v;
+        int cut; /* bytes of the block left out of the frame */
+        const char *says;
+    } cases[] = {
+        {17, seventeen, vals, 0, "17 entries"},
+        {1, (const char *const[]){longkey}, vals, 0, "65 bytes"},
+        {1, (const char *const[]){"k"}, (const char *const[]){bigval}, 0, "1025 bytes"},
+        {1, (const char *const[]){"Trace"}, (const char *const[]){"v"}, 0, "lowercase"},
+        {1, (const char *const[]){"traceparent"}, (const char *const[]){TRACEPARENT}, 9,
+         "truncated"},
+    };
+    uint64_t id = 100;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t blen = raw_meta_block(block, cases[i].n, cases[i].k, cases[i].v);
+        /* a truncated block: the frame ends before the block does */
+        assert_int_equal(raw_request_meta(rc.fd[1], 1, ++id, "echo", block,
+                                          blen - (size_t)cases[i].cut, NULL, 0),
+                         0);
+        int32_t status = 0;
+        char msg[1200];
+        assert_int_equal(raw_response(rc.fd[1], id, &status, msg, sizeof(msg)), 0);
+        assert_int_equal(status, RRPC_E_METADATA);
+        if (!strstr(msg, cases[i].says) || !strstr(msg, "\"echo\""))
+            fail_msg("case %zu: \"%s\" does not say \"%s\"", i, msg, cases[i].says);
+        /* the same connection serves the next call */
+        assert_int_equal(raw_echo(rc.fd[1], 1, ++id, NULL), 0);
+    }
+    /* a well-formed block from a raw peer is served */
+    const char *k1[] = {"traceparent"}, *v1[] = {TRACEPARENT};
+    size_t blen = raw_meta_block(block, 1, k1, v1);
+    assert_int_equal(raw_request_meta(rc.fd[1], 1, ++id, "echo", block, blen, "ping", 4), 0);
+    int32_t status = -1;
+    char msg[1200];
+    assert_int_equal(raw_response(rc.fd[1], id, &status, msg, sizeof(msg)), 0);
+    assert_int_equal(status, 0);
+    assert_memory_equal(msg, "ping", 4);
+    raw_close(&rc);
+    assert_int_equal(meta_refused(T.sctx, "request") - before, 5);
+    still_serving();
+}
+
+static struct {
+    int done, status;
+    char message[512];
+} RM;
+
+static void raw_meta_reply_done(const rrpc_result *res, void *user)
+{
+    (void)user;
+    lock();
+    RM.status = res->status;
+    snprintf(RM.message, sizeof(RM.message), "%s", res->message);
+    RM.done++;
+    unlock();
+}
+
+/* A peer that answers a call with a malformed response block (a key with
+ * an upper-case letter): the call fails RRPC_E_METADATA, counted, and the
+ * connection stays up. */
+static void test_a_response_with_malformed_metadata_fails_its_call(void **state)
+{
+    if (raw_skip())
+        return;
+    int ups = downs_now();
+    (void)ups;
+    struct raw_conn rc;
+    lock();
+    T.last_server_conn = NULL;
+    unlock();
+    assert_int_equal(raw_handshake(&rc, T.server_addr, T.port), 0);
+    rrpc_conn *sc = NULL;
+    for (int i = 0; i < 500 && !sc; i++) {
+        lock();
+        sc = T.last_server_conn;
+        unlock();
+        if (!sc)
+            usleep(10000);
+    }
+    assert_non_null(sc);
+    uint64_t before = meta_refused(T.sctx, "response");
+    memset(&RM, 0, sizeof(RM));
+    rrpc_call_opts o = {.deadline_ms = 5000};
+    assert_int_equal(rrpc_call(sc, "anything", "q", 1, &o, raw_meta_reply_done, NULL), 0);
+    uint8_t hdr[32], req[64];
+    do
+        assert_int_equal(raw_read_frame(rc.fd[1], hdr, req, sizeof(req)), 0);
+    while (hdr[5] != 5);
+    uint64_t id = raw_get(hdr + 8, 8);
+    uint8_t block[64];
+    const char *k[] = {"Bad"}, *v[] = {"1"};
+    size_t blen = raw_meta_block(block, 1, k, v);
+    raw_header(hdr, 6 /*RESPONSE*/, 1, 0x02, id, 0, (uint32_t)blen + 2, 1);
+    assert_true(write(rc.fd[1], hdr, 32) == 32 && write(rc.fd[1], block, blen) == (ssize_t)blen &&
+                write(rc.fd[1], "ok", 2) == 2);
+    assert_int_equal(wait_for(&RM.done, 1, 10000), 1);
+    assert_int_equal(RM.status, RRPC_E_METADATA);
+    assert_non_null(strstr(RM.message, "lowercase"));
+    assert_int_equal(meta_refused(T.sctx, "response") - before, 1);
+    /* the connection is up: the raw peer's call is answered */
+    assert_int_equal(raw_echo(rc.fd[1], 1, 5000, NULL), 0);
+    raw_close(&rc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -3048,6 +3393,11 @@ int main(void)
         cmocka_unit_test(test_garbage_bytes_are_refused_and_the_server_keeps_serving),
         cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),
         cmocka_unit_test(test_a_version_1_peer_is_told_why_in_its_own_version),
+        cmocka_unit_test(test_a_version_3_peer_without_metadata_is_refused_and_told_why),
+        cmocka_unit_test(test_metadata_travels_to_the_handler_and_back),
+        cmocka_unit_test(test_metadata_beyond_its_bounds_is_refused_and_the_connection_serves_on),
+        cmocka_unit_test(test_malformed_metadata_from_a_peer_is_answered_with_the_metadata_error),
+        cmocka_unit_test(test_a_response_with_malformed_metadata_fails_its_call),
         cmocka_unit_test(test_a_4_GiB_length_closes_the_connection_before_any_allocation),
         cmocka_unit_test(test_a_4_GiB_length_after_a_large_frame_is_refused_at_its_header),
         cmocka_unit_test(test_a_peer_vanishing_mid_message_is_detected),

@@ -104,12 +104,14 @@ static void fuzz_roundtrip(const uint8_t *d, size_t n)
         .version = RRPCI_PROTO_VERSION,
         .type = (uint8_t)(1 + b[0] % (RRPCI_T_MAX_ - 1)),
         .cls = (uint8_t)(b[1] % RRPCI_MAX_CLASSES),
-        .flags = (uint8_t)(b[2] & RRPCI_F_ALL_),
+        .flags = (uint8_t)(b[2] & RRPCI_F_NOTIFY),
         .id = rrpci_get64(b + 3),
         .arg = rrpci_get64(b + 11),
         .len = rrpci_get32(b + 19),
         .credits = rrpci_get16(b + 23),
     };
+    if (h.type == RRPCI_T_REQUEST || h.type == RRPCI_T_RESPONSE)
+        h.flags |= (uint8_t)(b[2] & RRPCI_F_META); /* only theirs */
     uint8_t out[RRPCI_HDR_SIZE];
     struct rrpci_hdr h2;
     rrpci_hdr_encode(&h, out);
@@ -131,6 +133,26 @@ static void fuzz_roundtrip(const uint8_t *d, size_t n)
     FUZZ_CHECK(rrpci_hello_decode(ho, sizeof(ho), &he2) == 0 && hello_eq(&he, &he2));
 }
 
+/* A metadata block: one that decodes passes the sender's check, and
+ * encodes to the same bytes; the decoder never reads past @n. */
+static void fuzz_meta(const uint8_t *d, size_t n)
+{
+    static struct rrpci_meta_view v;
+    size_t size = 0;
+    char why[200];
+    int r = rrpci_meta_decode(d, n, &v, &size, why, sizeof(why));
+    if (r != 0) {
+        FUZZ_CHECK(r == RRPC_E_METADATA && v.n == 0 && why[0]);
+        return;
+    }
+    FUZZ_CHECK(size <= n && size <= RRPCI_META_MAX_BLOCK && v.n >= 1);
+    size_t size2 = 0;
+    FUZZ_CHECK(rrpci_meta_check(v.e, v.n, &size2, why, sizeof(why)) == 0 && size2 == size);
+    static uint8_t out[RRPCI_META_MAX_BLOCK];
+    rrpci_meta_encode(v.e, v.n, out);
+    FUZZ_CHECK(memcmp(out, d, size) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
     fuzz_hdr(d, n);
@@ -139,6 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     size_t pn = n >= RRPCI_HDR_SIZE ? n - RRPCI_HDR_SIZE : n;
     fuzz_os(p, pn);
     fuzz_hello(p, pn);
+    fuzz_meta(p, pn);
     fuzz_roundtrip(d, n);
     return 0;
 }

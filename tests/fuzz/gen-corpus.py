@@ -99,6 +99,35 @@ write('frame', 'bad-reserved', hdr(5, reserved=1))
 write('frame', 'too-big', hdr(5, length=0xffffffff) + b'\x00\x00\x10\x00')
 write('frame', 'short', hdr(5)[:20])
 
+
+def meta_block(entries, size=None, count=None):
+    """A metadata block (docs/protocol.md section 10), bounds unchecked."""
+    body = b''.join(struct.pack('<BH', len(k), len(v)) + k + v for k, v in entries)
+    size = 4 + len(body) if size is None else size
+    return struct.pack('<HBB', size, len(entries) if count is None else count, 0) + body
+
+
+F_META = 0x02
+TRACE = (b'traceparent', b'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
+META_OK = meta_block([TRACE, (b'tenant', b'a')])
+META_BAD = {
+    '17': meta_block([(b'k%d' % i, b'') for i in range(17)]),
+    'long-key': meta_block([(b'k' * 65, b'v')]),
+    'long-value': meta_block([(b'k', b'v' * 1025)]),
+    'upper-key': meta_block([(b'Trace', b'v')]),
+    'dup-key': meta_block([(b'k', b'1'), (b'k', b'2')]),
+    'too-much': meta_block([(b'k%d' % i, b'v' * 1000) for i in range(5)]),
+    'size-short': meta_block([TRACE], size=20),
+    'size-long': meta_block([TRACE], size=200),
+}
+write('frame', 'request-meta', hdr(5, cls=1, flags=F_META, id_=8, arg=3,
+                                   length=len(META_OK) + 4) + META_OK + b'\x93\x01\x02\x03')
+write('frame', 'response-meta', hdr(6, flags=F_META, id_=8, length=len(META_OK)) + META_OK)
+write('frame', 'meta-truncated', hdr(5, flags=F_META, length=len(META_OK) - 5) + META_OK[:-5])
+write('frame', 'credit-with-meta-flag', hdr(7, flags=F_META))
+for _name, _block in META_BAD.items():
+    write('frame', 'meta-' + _name, hdr(5, flags=F_META, length=len(_block)) + _block)
+
 # ---- fuzz_unpack: format index, error buffer size, msgpack ----
 FMTS = ['', 'i', 'u', 'd', 'b', 's', 'y', 'n', 'ui', 'usuy', 'isuyuy', 'iudbsyn', 'nnnn', 'ss',
         'yy', 'siy']
@@ -316,7 +345,20 @@ RX_CASES = {
     'too-big': [(BULK, hdr(T_REQUEST, cls=BULK, id_=1, arg=method_id('echo'),
                            length=0x7fffffff))],
     'credit-overrun': [(BG, b''.join(req(BG, 'defer', b'', id_=i) for i in range(1, 11)))],
+    # metadata (version 4): served, answered RRPC_E_METADATA, a bad answer's block
+    'echo-meta': [(LL, fr(T_REQUEST, LL, META_OK + b'hi', id_=1, arg=method_id('echo'),
+                          flags=F_META))],
+    'call-response-meta': [(LL, req(LL, 'call', b'ping')),
+                           (LL, fr(T_RESPONSE, LL, META_OK + b'pong', id_=1, flags=F_META))],
+    'call-response-meta-bad': [(LL, req(LL, 'call', b'ping')),
+                               (LL, fr(T_RESPONSE, LL, META_BAD['upper-key'], id_=1,
+                                       flags=F_META))],
+    'keepalive-meta-flag': [(CTL, fr(T_KEEPALIVE, CTL, flags=F_META))],
 }
+for _name, _block in META_BAD.items():
+    RX_CASES['echo-meta-' + _name] = [
+        (LL, fr(T_REQUEST, LL, _block, id_=1, arg=method_id('echo'), flags=F_META)),
+        (LL, req(LL, 'echo', b'after', id_=2))]
 RX_TICKET_CASES = {
     'ticket-echo': [(CTL, fr(T_TICKET, CTL, TICKET_OK)), (LL, req(LL, 'echo', b'in'))],
     'ticket-bad': [(CTL, fr(T_TICKET, CTL, b'forged'))],

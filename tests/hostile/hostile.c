@@ -1153,6 +1153,100 @@ static void test_a_forged_attach_is_refused_and_the_victim_goes_on(void **state)
     server_stop(&s);
 }
 
+/* A small, repeatable generator (xorshift64*). */
+static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state >> 12;
+    rnd_state ^= rnd_state << 25;
+    rnd_state ^= rnd_state >> 27;
+    return rnd_state * 0x2545f4914f6cdd1dull;
+}
+
+/*
+ * A peer sends 4000 requests whose metadata blocks are garbage or valid
+ * blocks with bytes changed (sizes, counts, key and value lengths, key
+ * characters), up to 8 KiB, one after the other on one connection.  Each
+ * is answered (RRPC_E_METADATA, counted, unless the change left the block
+ * valid), the same connection then serves an echo, a legitimate client is
+ * served, and the server's memory does not grow with them.
+ */
+static void test_a_peer_sending_malformed_metadata_blocks_gets_each_refused_and_is_served(
+    void **state)
+{
+    (void)state;
+    struct server s;
+    server_start(&s, false, NULL);
+    struct raw_conn rc;
+    assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 64, NULL), 0);
+    static const uint8_t valid[] = {
+        /* size 29, 2 entries: "trace" = "abc", "t" = "0123456789" */
+        29, 0, 2, 0, 5, 3, 0, 't', 'r', 'a', 'c', 'e', 'a', 'b', 'c',
+        1, 10, 0, 't', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    static uint8_t frame[32 + 8192];
+    memcpy(frame + 32, valid, sizeof(valid));
+    raw_header(frame, 5 /*REQUEST*/, 1, 0x02, 1, raw_method_id("echo"), sizeof(valid), 0);
+    assert_int_equal(send(rc.fd[1], frame, 32 + sizeof(valid), MSG_NOSIGNAL),
+                     (ssize_t)(32 + sizeof(valid)));
+    int32_t first = -1;
+    char answer[64];
+    assert_int_equal(raw_response(rc.fd[1], 1, &first, answer, sizeof(answer)), 0);
+    assert_int_equal(first, 0); /* the block unchanged is served */
+    hwm_reset();
+    long before = hwm_kib();
+    int refused = 0, served = 0;
+    for (int i = 0; i < 4000; i++) {
+        uint8_t *b = frame + 32;
+        size_t blen;
+        if (i % 2) { /* garbage of up to 8 KiB */
+            blen = 1 + rnd() % 8192;
+            for (size_t k = 0; k < blen; k++)
+                b[k] = (uint8_t)rnd();
+        } else { /* a valid block, one to four bytes changed, sometimes cut */
+            blen = sizeof(valid);
+            memcpy(b, valid, blen);
+            for (int k = 0, n = 1 + (int)(rnd() % 4); k < n; k++)
+                b[rnd() % blen] = (uint8_t)rnd();
+            if (rnd() % 4 == 0)
+                blen = rnd() % blen + 1;
+        }
+        /* each request returns the credit of the previous answer */
+        raw_header(frame, 5 /*REQUEST*/, 1, 0x02, 10 + (uint64_t)i, raw_method_id("echo"),
+                   (uint32_t)blen, 1);
+        assert_int_equal(send(rc.fd[1], frame, 32 + blen, MSG_NOSIGNAL), (ssize_t)(32 + blen));
+        int32_t status = 1;
+        char msg[1200];
+        if (raw_response(rc.fd[1], 10 + (uint64_t)i, &status, msg, sizeof(msg)) < 0)
+            fail_msg("request %d: no answer (the server closed the connection?)", i);
+        if (status == RRPC_E_METADATA)
+            refused++;
+        else if (status == 0)
+            served++;
+        else
+            fail_msg("request %d: status %d (%s)", i, status, msg);
+    }
+    /* the changed bytes left some blocks valid: those were served */
+    assert_int_equal(refused + served, 4000);
+    assert_true(refused > 3000);
+    assert_int_equal(metrics_value(s.ctx, "rrpc_metadata_refused_total{frame=\"request\"}"),
+                     refused);
+    uint8_t hdr[32];
+    raw_header(hdr, 5 /*REQUEST*/, 1, 0, 9, raw_method_id("echo"), 4, 1);
+    assert_true(write(rc.fd[1], hdr, 32) == 32 && write(rc.fd[1], "ping", 4) == 4);
+    assert_int_equal(raw_echo_answer(rc.fd[1], 9, NULL), 0);
+    rrpc_ctx *cctx = client_ctx();
+    rrpc_conn_close(client_ok(cctx, &s, false));
+    rrpc_ctx_destroy(cctx);
+    long grew = hwm_kib() - before;
+    printf("# 4000 malformed metadata blocks: %d refused, %d left valid and served; peak +%ld "
+           "KiB\n",
+           refused, served, grew);
+    if (grew > 16 * 1024)
+        fail_msg("the server grew by %ld KiB serving malformed metadata", grew);
+    raw_close(&rc);
+    server_stop(&s);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_DFL); /* as a host process has it */
@@ -1175,6 +1269,7 @@ int main(void)
         cmocka_unit_test(test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget),
         cmocka_unit_test(test_a_client_opening_every_class_on_every_connection_at_once_keeps_them),
         cmocka_unit_test(test_twenty_peers_sending_most_of_large_frames_hold_at_most_the_budget),
+        cmocka_unit_test(test_a_peer_sending_malformed_metadata_blocks_gets_each_refused_and_is_served),
     };
     /* HOSTILE_ONLY=substring runs the tests whose names contain it. */
     const char *only = getenv("HOSTILE_ONLY");

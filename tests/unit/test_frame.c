@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests of libroce_rpc/core/frame.c: the wire header, the one-sided
- * sub-header and the handshake record. */
+ * sub-header, the handshake record and the metadata block. */
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -290,9 +293,262 @@ static void test_header_rejects_each_unknown_flag_bit_with_proto(void **state)
         h.flags = f;
         uint8_t buf[RRPCI_HDR_SIZE];
         rrpci_hdr_encode(&h, buf);
-        assert_int_equal(decode(buf, MAX_LEN), (f & RRPCI_F_ALL_) ? 0 : RRPC_E_PROTO);
+        /* the sample is an OS_WRITE: NOTIFY is its flag, META is not */
+        assert_int_equal(decode(buf, MAX_LEN), f == RRPCI_F_NOTIFY ? 0 : RRPC_E_PROTO);
     }
-    assert_int_equal(RRPCI_F_ALL_, RRPCI_F_NOTIFY); /* NOTIFY is the only known bit */
+    assert_int_equal(RRPCI_F_ALL_, RRPCI_F_NOTIFY | RRPCI_F_META); /* the known bits */
+}
+
+static void test_header_takes_the_metadata_flag_only_on_requests_and_responses(void **state)
+{
+    (void)state;
+    for (int t = 1; t < RRPCI_T_MAX_; t++) {
+        struct rrpci_hdr h = sample_hdr();
+        h.type = (uint8_t)t;
+        h.flags = RRPCI_F_META;
+        h.len = 0;
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        bool rpc = t == RRPCI_T_REQUEST || t == RRPCI_T_RESPONSE;
+        assert_int_equal(decode(buf, MAX_LEN), rpc ? 0 : RRPC_E_PROTO);
+    }
+}
+
+/* ---- metadata block ---------------------------------------------------- */
+
+static int meta_decode(const uint8_t *p, size_t len, struct rrpci_meta_view *v, size_t *size)
+{
+    char why[200] = "";
+    int r = rrpci_meta_decode(p, len, v, size, why, sizeof(why));
+    if (r)
+        assert_true(why[0] != 0); /* every refusal says why */
+    return r;
+}
+
+static void test_metadata_round_trips_at_documented_offsets(void **state)
+{
+    (void)state;
+    const rrpc_meta in[] = {
+        {.key = "traceparent",
+         .value = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+         .len = 55},
+        {.key = "empty", .value = NULL, .len = 0},
+        {.key = "bin", .value = "\0\xff\n", .len = 3},
+    };
+    size_t size = 0;
+    char why[200];
+    assert_int_equal(rrpci_meta_check(in, 3, &size, why, sizeof(why)), 0);
+    assert_int_equal(size, 4 + 3 * 3 + 11 + 55 + 5 + 0 + 3 + 3);
+    uint8_t buf[256 + 7];
+    rrpci_meta_encode(in, 3, buf);
+    memcpy(buf + size, "payload", 7); /* the application's bytes follow */
+    /* head: size u16, count u8, reserved u8; entry: key length u8, value length u16 */
+    assert_int_equal(rrpci_get16(buf), size);
+    assert_int_equal(buf[2], 3);
+    assert_int_equal(buf[3], 0);
+    assert_int_equal(buf[4], 11);
+    assert_int_equal(rrpci_get16(buf + 5), 55);
+    assert_memory_equal(buf + 7, "traceparent", 11);
+    assert_memory_equal(buf + 18, "00-0af7", 7);
+    struct rrpci_meta_view v;
+    size_t got = 0;
+    assert_int_equal(meta_decode(buf, size + 7, &v, &got), 0);
+    assert_int_equal(got, size);
+    assert_int_equal(v.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(v.e[i].key, in[i].key);
+        assert_int_equal(v.e[i].len, in[i].len);
+        if (in[i].len)
+            assert_memory_equal(v.e[i].value, in[i].value, in[i].len);
+        assert_int_equal(((const char *)v.e[i].value)[in[i].len], 0); /* NUL-terminated */
+    }
+    assert_ptr_equal(rrpc_meta_find(v.e, v.n, "bin"), &v.e[2]);
+    assert_null(rrpc_meta_find(v.e, v.n, "Bin"));
+}
+
+static void test_metadata_holds_the_largest_block_the_bounds_allow(void **state)
+{
+    (void)state;
+    static char keys[RRPC_META_MAX_ENTRIES][RRPC_META_MAX_KEY + 1];
+    static char val[RRPC_META_MAX_VALUE];
+    memset(val, 'v', sizeof(val));
+    rrpc_meta in[RRPC_META_MAX_ENTRIES];
+    /* 16 keys of 64 bytes and values to fill 4096 bytes exactly */
+    size_t left = RRPC_META_MAX_BYTES - RRPC_META_MAX_ENTRIES * RRPC_META_MAX_KEY;
+    for (int i = 0; i < RRPC_META_MAX_ENTRIES; i++) {
+        memset(keys[i], 'k', RRPC_META_MAX_KEY);
+        keys[i][0] = (char)('a' + i);
+        in[i] = (rrpc_meta){.key = keys[i], .value = val, .len = left / RRPC_META_MAX_ENTRIES};
+    }
+    size_t size = 0;
+    char why[200];
+    assert_int_equal(rrpci_meta_check(in, RRPC_META_MAX_ENTRIES, &size, why, sizeof(why)), 0);
+    assert_int_equal(size, RRPCI_META_MAX_BLOCK);
+    static uint8_t buf[RRPCI_META_MAX_BLOCK];
+    rrpci_meta_encode(in, RRPC_META_MAX_ENTRIES, buf);
+    struct rrpci_meta_view v;
+    size_t got;
+    assert_int_equal(meta_decode(buf, size, &v, &got), 0);
+    assert_int_equal(v.n, RRPC_META_MAX_ENTRIES);
+    /* one byte more is refused by the sender's check */
+    in[0].len++;
+    assert_int_equal(rrpci_meta_check(in, RRPC_META_MAX_ENTRIES, &size, why, sizeof(why)),
+                     RRPC_E_METADATA);
+    assert_non_null(strstr(why, "4096"));
+}
+
+static void test_metadata_check_refuses_each_bound_with_a_reason(void **state)
+{
+    (void)state;
+    static char big[RRPC_META_MAX_VALUE + 1];
+    static char longkey[RRPC_META_MAX_KEY + 2];
+    memset(longkey, 'k', RRPC_META_MAX_KEY + 1);
+    rrpc_meta many[RRPC_META_MAX_ENTRIES + 1];
+    static char names[RRPC_META_MAX_ENTRIES + 1][4];
+    for (int i = 0; i <= RRPC_META_MAX_ENTRIES; i++) {
+        snprintf(names[i], sizeof(names[i]), "k%d", i);
+        many[i] = (rrpc_meta){.key = names[i], .value = "v", .len = 1};
+    }
+    struct {
+        rrpc_meta m[2];
+        size_t n;
+        const char *says;
+    } cases[] = {
+        {{{.key = "Upper", .value = "v", .len = 1}}, 1, "0x55"},
+        {{{.key = "sp ace", .value = "v", .len = 1}}, 1, "0x20"},
+        {{{.key = "", .value = "v", .len = 1}}, 1, "0 bytes"},
+        {{{.key = longkey, .value = "v", .len = 1}}, 1, "65 bytes"},
+        {{{.key = "k", .value = big, .len = sizeof(big)}}, 1, "1025 bytes"},
+        {{{.key = NULL, .value = "v", .len = 1}}, 1, "no key"},
+        {{{.key = "k", .value = NULL, .len = 1}}, 1, "no value"},
+        {{{.key = "k", .value = "a", .len = 1}, {.key = "k", .value = "b", .len = 1}}, 2, "twice"},
+    };
+    char why[200];
+    size_t size;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        why[0] = 0;
+        assert_int_equal(rrpci_meta_check(cases[i].m, cases[i].n, &size, why, sizeof(why)),
+                         RRPC_E_METADATA);
+        if (!strstr(why, cases[i].says))
+            fail_msg("case %zu: \"%s\" does not say \"%s\"", i, why, cases[i].says);
+    }
+    assert_int_equal(
+        rrpci_meta_check(many, RRPC_META_MAX_ENTRIES + 1, &size, why, sizeof(why)),
+        RRPC_E_METADATA);
+    assert_non_null(strstr(why, "17 metadata entries"));
+    assert_int_equal(rrpci_meta_check(many, RRPC_META_MAX_ENTRIES, &size, why, sizeof(why)), 0);
+    assert_int_equal(rrpci_meta_check(NULL, 0, &size, why, sizeof(why)), 0);
+    assert_int_equal(size, 0); /* no entries: no block */
+}
+
+/* A valid one-entry block "ab" = "xyz" to break by hand. */
+static size_t one_entry(uint8_t *b)
+{
+    const rrpc_meta e = {.key = "ab", .value = "xyz", .len = 3};
+    size_t size;
+    char why[8];
+    assert_int_equal(rrpci_meta_check(&e, 1, &size, why, sizeof(why)), 0);
+    rrpci_meta_encode(&e, 1, b);
+    return size;
+}
+
+static void test_metadata_decode_refuses_each_malformed_block(void **state)
+{
+    (void)state;
+    uint8_t b[64];
+    struct rrpci_meta_view v;
+    size_t got;
+    size_t size = one_entry(b);
+    assert_int_equal(size, 12);
+    assert_int_equal(meta_decode(b, size, &v, &got), 0);
+    /* truncated: the frame ends inside the head, inside the block */
+    for (size_t len = 0; len < size; len++)
+        assert_int_equal(meta_decode(b, len, &v, &got), RRPC_E_METADATA);
+    /* the block's size cuts an entry */
+    one_entry(b);
+    rrpci_put16(b, 10);
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    rrpci_put16(b, 6); /* inside the entry's head */
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    /* a size smaller than the head itself (a decoder that subtracts reads
+     * past the frame: ASan saw it in the fuzz replay) */
+    for (uint16_t sz = 0; sz < 7; sz++) {
+        one_entry(b);
+        rrpci_put16(b, sz);
+        uint8_t *cut = malloc(4); /* exactly the head: nothing after it to read */
+        memcpy(cut, b, 4);
+        assert_int_equal(meta_decode(cut, 4, &v, &got), RRPC_E_METADATA);
+        free(cut);
+    }
+    /* the block's size is larger than its entries */
+    one_entry(b);
+    rrpci_put16(b, 13);
+    assert_int_equal(meta_decode(b, size + 1, &v, &got), RRPC_E_METADATA);
+    /* no entries, more than 16 */
+    one_entry(b);
+    b[2] = 0;
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    b[2] = 17;
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    /* the reserved byte */
+    one_entry(b);
+    b[3] = 1;
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    /* an empty key, a bad key character */
+    one_entry(b);
+    b[4] = 0;
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    one_entry(b);
+    b[7] = 'A';
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    one_entry(b);
+    b[8] = 0;
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+    /* a value length past the block */
+    one_entry(b);
+    rrpci_put16(b + 5, 0xffff);
+    assert_int_equal(meta_decode(b, size, &v, &got), RRPC_E_METADATA);
+}
+
+static void test_metadata_decode_refuses_oversized_keys_values_and_totals(void **state)
+{
+    (void)state;
+    static uint8_t b[8192];
+    struct rrpci_meta_view v;
+    size_t got;
+    /* a key of 65 bytes, well formed otherwise */
+    memset(b, 0, sizeof(b));
+    b[2] = 1;
+    b[4] = 65;
+    memset(b + 7, 'k', 65);
+    rrpci_put16(b, 7 + 65);
+    assert_int_equal(meta_decode(b, 7 + 65, &v, &got), RRPC_E_METADATA);
+    /* a value of 1025 bytes */
+    b[4] = 1;
+    b[7] = 'k';
+    rrpci_put16(b + 5, 1025);
+    rrpci_put16(b, 8 + 1025);
+    assert_int_equal(meta_decode(b, 8 + 1025, &v, &got), RRPC_E_METADATA);
+    rrpci_put16(b + 5, 1024);
+    rrpci_put16(b, 8 + 1024);
+    assert_int_equal(meta_decode(b, 8 + 1024, &v, &got), 0);
+    /* five values of 1000 bytes: 5005 bytes together */
+    size_t off = 4;
+    for (int i = 0; i < 5; i++) {
+        b[off] = 1;
+        rrpci_put16(b + off + 1, 1000);
+        b[off + 3] = (uint8_t)('a' + i);
+        off += 4 + 1000;
+    }
+    b[2] = 5;
+    rrpci_put16(b, (uint16_t)off);
+    assert_int_equal(meta_decode(b, off, &v, &got), RRPC_E_METADATA);
+    /* a duplicate key */
+    b[2] = 2;
+    b[4 + 1004 + 3] = 'a';
+    rrpci_put16(b, 4 + 2 * 1004);
+    assert_int_equal(meta_decode(b, 4 + 2 * 1004, &v, &got), RRPC_E_METADATA);
+    assert_int_equal(v.n, 0);
 }
 
 static void test_header_rejects_a_remaining_time_on_anything_but_a_request(void **state)
@@ -531,6 +787,12 @@ int main(void)
         cmocka_unit_test(test_header_accepts_classes_0_to_3),
         cmocka_unit_test(test_header_rejects_class_4_and_above_with_bad_class),
         cmocka_unit_test(test_header_rejects_each_unknown_flag_bit_with_proto),
+        cmocka_unit_test(test_header_takes_the_metadata_flag_only_on_requests_and_responses),
+        cmocka_unit_test(test_metadata_round_trips_at_documented_offsets),
+        cmocka_unit_test(test_metadata_holds_the_largest_block_the_bounds_allow),
+        cmocka_unit_test(test_metadata_check_refuses_each_bound_with_a_reason),
+        cmocka_unit_test(test_metadata_decode_refuses_each_malformed_block),
+        cmocka_unit_test(test_metadata_decode_refuses_oversized_keys_values_and_totals),
         cmocka_unit_test(test_header_rejects_a_remaining_time_on_anything_but_a_request),
         cmocka_unit_test(test_ttl_rounds_down_within_a_step_and_saturates),
         cmocka_unit_test(test_header_carries_the_remaining_time_of_a_request),

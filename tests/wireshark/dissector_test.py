@@ -148,6 +148,13 @@ def main():
         fail("REQUEST method ids %r lack FNV-1a('nope') or ('add')" % sorted(ids))
     if {r[2] for r in reqs} != {"1"}:
         fail("REQUEST classes %r, want low_latency (1) for every call" % reqs)
+    # Both adds carry a traceparent as metadata (flag 0x02, version 4)
+    meta = fields(script, cap, "rrpc.method", "rrpc.meta.count", "rrpc.meta.key",
+                  "rrpc.meta.value", flt="rrpc.flags.meta == 1", prefs=prefs)
+    trace = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".hex()
+    if len(meta) != 2 or any(m[:3] != ["add", "1", "traceparent"] or
+                             m[3].replace(":", "") != trace for m in meta):
+        fail("metadata %r, want the two adds with traceparent %s" % (meta, trace))
     st = sorted(int(r[0]) for r in fields(script, cap, "rrpc.status", flt="rrpc.type == 6"))
     if st != sorted([0, 3, 42, -1002, 0]):
         fail("RESPONSE statuses %r, want 0 (add), 3 (add overflow), 42 (fail), "

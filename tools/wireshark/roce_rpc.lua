@@ -16,7 +16,8 @@
 --
 -- Fields: rrpc.type, rrpc.class, rrpc.flags, rrpc.id, rrpc.arg, rrpc.method_id,
 -- rrpc.method, rrpc.status, rrpc.len, rrpc.credits, rrpc.hello.*,
--- rrpc.os.addr/key/len/imm, rrpc.error_text.
+-- rrpc.os.addr/key/len/imm, rrpc.error_text, rrpc.flags.meta, rrpc.meta.size/count,
+-- rrpc.meta.key/value (a REQUEST's or RESPONSE's metadata block).
 
 local p = Proto("roce_rpc", "roce-rpc")
 
@@ -37,6 +38,11 @@ local f = {
     class = ProtoField.uint8("rrpc.class", "Class", base.DEC, classes),
     flags = ProtoField.uint8("rrpc.flags", "Flags", base.HEX),
     notify = ProtoField.bool("rrpc.flags.notify", "Notify", 8, nil, 0x01),
+    meta_flag = ProtoField.bool("rrpc.flags.meta", "Metadata", 8, nil, 0x02),
+    meta_size = ProtoField.uint16("rrpc.meta.size", "Metadata block size"),
+    meta_count = ProtoField.uint8("rrpc.meta.count", "Metadata entries"),
+    meta_key = ProtoField.string("rrpc.meta.key", "Key"),
+    meta_value = ProtoField.bytes("rrpc.meta.value", "Value"),
     id = ProtoField.uint64("rrpc.id", "Id"),
     arg = ProtoField.uint64("rrpc.arg", "Arg", base.HEX),
     method_id = ProtoField.uint64("rrpc.method_id", "Method id", base.HEX),
@@ -96,6 +102,42 @@ local function os_subheader(tvb, off, t)
     st:add_le(f.os_imm, tvb(off + 20, 4))
 end
 
+-- The metadata block at @off of a REQUEST or RESPONSE flagged 0x02
+-- (docs/protocol.md section 10), of which @have bytes are here; its size
+-- (0 when it is not all here or is malformed, after marking it).
+local function meta_block(tvb, off, have, t)
+    if have < 4 then return 0 end
+    local size = tvb(off, 2):le_uint()
+    local n = tvb(off + 2, 1):uint()
+    local mt = t:add(p, tvb(off, math.min(size, have)), "Metadata")
+    mt:add_le(f.meta_size, tvb(off, 2))
+    mt:add(f.meta_count, tvb(off + 2, 1))
+    if size > have then
+        mt:append_text(" (truncated: " .. size .. " bytes announced, " .. have .. " here)")
+        return 0
+    end
+    local at = off + 4
+    for i = 1, n do
+        if at + 3 > off + size then
+            mt:append_text(" (malformed: entry " .. i .. " runs past the block)")
+            return 0
+        end
+        local kl = tvb(at, 1):uint()
+        local vl = tvb(at + 1, 2):le_uint()
+        if at + 3 + kl + vl > off + size then
+            mt:append_text(" (malformed: entry " .. i .. " runs past the block)")
+            return 0
+        end
+        local key = kl > 0 and tvb(at + 3, kl):string() or ""
+        local e = mt:add(p, tvb(at, 3 + kl + vl), key .. ": " ..
+                         (vl > 0 and tvb(at + 3 + kl, vl):string() or ""))
+        if kl > 0 then e:add(f.meta_key, tvb(at + 3, kl)) end
+        if vl > 0 then e:add(f.meta_value, tvb(at + 3 + kl, vl)) end
+        at = at + 3 + kl + vl
+    end
+    return size
+end
+
 -- Dissects one frame at the start of @tvb (the header and what of the
 -- payload @tvb holds); returns a one-line summary.
 local function frame(tvb, pinfo, tree)
@@ -110,6 +152,7 @@ local function frame(tvb, pinfo, tree)
     t:add(f.class, tvb(6, 1))
     local ft = t:add(f.flags, tvb(7, 1))
     ft:add(f.notify, tvb(7, 1))
+    ft:add(f.meta_flag, tvb(7, 1))
     t:add_le(f.id, tvb(8, 8))
     t:add_le(f.arg, tvb(16, 8))
     t:add_le(f.len, tvb(24, 4))
@@ -124,6 +167,12 @@ local function frame(tvb, pinfo, tree)
     local summary = (types[ty] or ("type " .. ty)) .. " " .. (classes[cls] or cls)
     local have = tvb:len() - HDR
     if have > plen then have = plen end
+    local body = HDR -- where the application's bytes start
+    if (ty == 5 or ty == 6) and math.floor(tvb(7, 1):uint() / 2) % 2 == 1 then
+        local ms = meta_block(tvb, HDR, have, t)
+        body = HDR + ms
+        have = have - ms
+    end
     if ty == 5 then
         local mid = tvb(16, 8):le_uint64()
         t:add_le(f.method_id, tvb(16, 8))
@@ -140,7 +189,7 @@ local function frame(tvb, pinfo, tree)
         local st = tvb(16, 4):le_int()
         summary = summary .. " id=" .. tostring(tvb(8, 8):le_uint64()) .. " status=" .. st
         if st ~= 0 and have > 0 then
-            t:add(f.text, tvb(HDR, have))
+            t:add(f.text, tvb(body, have))
         elseif ty == 10 and have >= OS_HDR then
             os_subheader(tvb, HDR, t)
         end
@@ -159,7 +208,7 @@ local function frame(tvb, pinfo, tree)
         summary = summary .. " id=" .. tostring(tvb(8, 8):le_uint64())
     end
     if have > 0 and not (ty == 1 or ty == 2) then
-        t:add(f.payload, tvb(HDR, have))
+        t:add(f.payload, tvb(body, have))
     end
     return summary
 end

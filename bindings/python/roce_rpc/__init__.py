@@ -26,7 +26,7 @@ from ._core import (Context, Conn, Listener, Region, Grant, Request, Token, Rrpc
                     E_PROTO, E_VERSION, E_NO_METHOD, E_BAD_CLASS, E_TOO_BIG, E_ACCESS,
                     E_CONN_LOST, E_DEADLINE, E_NO_DEVICE, E_URI, E_CLOSED, E_CREDIT,
                     E_DEADLOCK, E_ARGS, E_TRANSPORT, E_REGION, E_TICKET, E_LIMIT,
-                    E_UNKNOWN_HOST, E_CANCELLED, E_GRANT)
+                    E_UNKNOWN_HOST, E_CANCELLED, E_GRANT, E_METADATA, Reply, Metadata)
 from ._pack import pack_args, unpack_args
 
 __version__ = "0.2.0"
@@ -43,7 +43,7 @@ __all__ = ["Context", "Conn", "Listener", "Region", "Grant", "Request", "Token",
            "E_PROTO", "E_VERSION", "E_NO_METHOD", "E_BAD_CLASS", "E_TOO_BIG", "E_ACCESS",
            "E_CONN_LOST", "E_DEADLINE", "E_NO_DEVICE", "E_URI", "E_CLOSED", "E_CREDIT",
            "E_DEADLOCK", "E_ARGS", "E_TRANSPORT", "E_REGION", "E_TICKET", "E_LIMIT",
-           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT",
+           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT", "E_METADATA", "Reply", "Metadata",
            "pack_args", "unpack_args", "HAVE_TENSOR", "HAVE_BROKER", "__version__"]
 
 if HAVE_TENSOR:

@@ -28,7 +28,7 @@ import time
 import traceback
 import types
 import weakref
-from typing import (Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union,
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union,
                     get_args, Literal, TYPE_CHECKING)
 
 from ._rrpc import ffi, lib
@@ -46,7 +46,7 @@ __all__ = ["Context", "Conn", "Listener", "Region", "Grant", "Request", "Token",
            "E_PROTO", "E_VERSION", "E_NO_METHOD", "E_BAD_CLASS", "E_TOO_BIG", "E_ACCESS",
            "E_CONN_LOST", "E_DEADLINE", "E_NO_DEVICE", "E_URI", "E_CLOSED", "E_CREDIT",
            "E_DEADLOCK", "E_ARGS", "E_TRANSPORT", "E_REGION", "E_TICKET", "E_LIMIT",
-           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT"]
+           "E_UNKNOWN_HOST", "E_CANCELLED", "E_GRANT", "E_METADATA", "Reply", "Metadata"]
 
 _Buffer = Any  # bytes, bytearray, memoryview, a numpy array: the buffer protocol
 # The QoS class names rrpc_class_from_name knows: a type checker refuses any
@@ -92,6 +92,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_HOST = -1019
     CANCELLED = -1020
     GRANT = -1021
+    METADATA = -1022
 
 
 for _e in ErrorCode:
@@ -123,6 +124,7 @@ E_LIMIT = ErrorCode.LIMIT
 E_UNKNOWN_HOST = ErrorCode.UNKNOWN_HOST
 E_CANCELLED = ErrorCode.CANCELLED
 E_GRANT = ErrorCode.GRANT
+E_METADATA = ErrorCode.METADATA
 
 CLASS_CONTROL: int = lib.RRPC_CLASS_CONTROL
 CLASS_LOW_LATENCY: int = lib.RRPC_CLASS_LOW_LATENCY
@@ -311,6 +313,77 @@ def _deadline_ms(timeout):
 
 _opts_cache = {}
 _CALL_SPIN_US = 50  # Conn.call spins this long for its answer before it sleeps
+
+#: Per-call metadata as given: keys are lowercase tokens (up to 16 entries,
+#: keys up to 64 bytes, values up to 1 KiB, 4 KiB together); a str value
+#: travels as UTF-8, a bytes value as it is.
+Metadata = Mapping[str, Union[str, bytes]]
+_NO_META: Mapping[str, str] = types.MappingProxyType({})
+
+
+class Reply(bytes):
+    """What Conn.call (and a call_async future) returns: the response bytes,
+    with the response's metadata in .metadata (a read-only mapping of str
+    to str, values decoded from UTF-8 with surrogateescape; empty when the
+    handler set none)."""
+
+    metadata: Mapping[str, str]
+
+    def __new__(cls, data: bytes = b"", metadata: Mapping[str, str] = _NO_META) -> "Reply":
+        r = super().__new__(cls, data)
+        r.metadata = metadata
+        return r
+
+
+def _meta_read(meta, n):
+    """A read-only mapping of the n rrpc_meta entries at meta."""
+    if not n:
+        return _NO_META
+    return types.MappingProxyType({
+        ffi.string(meta[i].key).decode("ascii", "replace"):
+            ffi.buffer(meta[i].value, meta[i].len)[:].decode("utf-8", "surrogateescape")
+            if meta[i].len else ""
+        for i in range(n)})
+
+
+def _meta_c(metadata):
+    """(rrpc_meta array, n, what keeps its strings alive) of a mapping; the
+    library checks the bounds (RrpcError E_METADATA)."""
+    if not metadata:
+        return ffi.NULL, 0, None
+    if not isinstance(metadata, Mapping):
+        raise TypeError("metadata must be a mapping of str to str or bytes, not %s"
+                        % type(metadata).__name__)
+    n = len(metadata)
+    arr = ffi.new("rrpc_meta[]", n)
+    keep = [arr]
+    for i, (k, v) in enumerate(metadata.items()):
+        if not isinstance(k, str):
+            raise TypeError("metadata keys are str, not %s" % type(k).__name__)
+        if isinstance(v, str):
+            v = v.encode("utf-8", "surrogateescape")
+        elif not isinstance(v, (bytes, bytearray, memoryview)):
+            raise TypeError("metadata value of %r is %s; give str or bytes"
+                            % (k, type(v).__name__))
+        kb = ffi.new("char[]", k.encode("utf-8", "surrogateescape"))
+        vb = ffi.from_buffer(v)
+        keep += [kb, vb]
+        arr[i].key = kb
+        arr[i].value = vb
+        arr[i].len = len(vb)
+    return arr, n, keep
+
+
+def _call_opts_meta(cls, deadline_ms, metadata):
+    """_call_opts, or for a call with metadata its own rrpc_call_opts (and
+    what keeps it alive until rrpc_call has copied it)."""
+    if not metadata:
+        return _call_opts(cls, deadline_ms), None
+    arr, n, keep = _meta_c(metadata)
+    o = ffi.new("rrpc_call_opts *", [cls, deadline_ms])
+    o.meta = arr
+    o.nmeta = n
+    return o, keep
 
 
 def _call_opts(cls, deadline_ms):
@@ -780,7 +853,8 @@ def _rrpc_py_call_done(res, user):
     with _InCallback(core):
         try:
             if res.status == 0:
-                fut.set_result(ffi.buffer(res.data, res.len)[:] if res.len else b"")
+                fut.set_result(Reply(ffi.buffer(res.data, res.len)[:] if res.len else b"",
+                                     _meta_read(res.meta, res.nmeta)))
             else:
                 fut.set_exception(_call_error(res.status, _s(res.message), e[2]))
         except _INVALID_STATE:
@@ -1363,7 +1437,7 @@ class Request:
     value does that unless the handler called defer() (or answered itself)."""
 
     __slots__ = ("_ptr", "_core", "_method", "_answered", "_deferred", "_lock", "qos_class",
-                 "_conn", "deadline")
+                 "_conn", "deadline", "metadata")
 
     def __init__(self, ptr: Any, core: "_Core", method: str = "") -> None:
         self._ptr = ptr
@@ -1380,6 +1454,29 @@ class Request:
         #: time left when it was sent.
         self.deadline: Optional[float] = (
             None if left == _NO_DEADLINE else time.monotonic() + left / 1e6)
+        meta = ffi.new("const rrpc_meta **")
+        n = ffi.new("size_t *")
+        lib.rrpc_request_meta(ptr, meta, n)
+        #: The metadata the caller sent (a read-only mapping of str to str,
+        #: values decoded from UTF-8 with surrogateescape), copied: it stays
+        #: valid after the answer.
+        self.metadata: Mapping[str, str] = _meta_read(meta[0], n[0])
+
+    def set_response_metadata(self, metadata: Optional[Metadata]) -> None:
+        """Metadata to send back with the answer (respond, fail, or the
+        handler's return value), replacing any set before; None or {}
+        clears it.  Before the request is answered.  Raises RrpcError
+        E_METADATA when it breaks the bounds (see Metadata), TypeError for
+        keys or values of other types."""
+        arr, n, keep = _meta_c(metadata)
+        with self._lock:
+            if self._answered:
+                raise RrpcError(-22, "the request was already answered")
+            with self._core.use():
+                r = lib.rrpc_request_set_response_meta(self._ptr, arr, n)
+        del keep
+        if r:
+            raise _error(r, self._core.ptr, "response metadata")
 
     def remaining(self) -> Optional[float]:
         """Seconds the caller has left (<= 0: it gave up), or None when it
@@ -1588,18 +1685,22 @@ class Conn(_Closable):
     # -- RPC --
     def call_async(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
                    timeout: Optional[float] = None,
-                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None
+                   callback: Optional[Callable[["concurrent.futures.Future[bytes]"], Any]] = None,
+                   metadata: Optional[Metadata] = None
                    ) -> "concurrent.futures.Future[bytes]":
         """Calls method; returns a concurrent.futures.Future whose result is
-        the response bytes (or RrpcError).  callback(future), if given, is
-        added as a done callback; it runs on the loop thread."""
+        the response bytes, a Reply with the response's .metadata (or
+        RrpcError).  metadata: the request's (see Metadata).
+        callback(future), if given, is added as a done callback; it runs on
+        the loop thread."""
         core = self._core
         fut = core.future()
         if callback is not None:
             fut.add_done_callback(callback)
-        opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
+        opts, keep = _call_opts_meta(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
+                                     _deadline_ms(timeout), metadata)
 
-        def start(user):
+        def start(user, keep=keep):
             b, n = _cbuf(data)
             r = lib.rrpc_call(self._ptr, method.encode(), b, n, opts, lib._rrpc_py_call_done, user)
             return _error(r, core.ptr, "call %r" % method) if r else None
@@ -1619,29 +1720,34 @@ class Conn(_Closable):
                                         ffi.cast("void *", key)) == 0
 
     def call(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
-             timeout: Optional[float] = None) -> bytes:
-        """Calls method and returns the response bytes; raises RrpcError
-        (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
+             timeout: Optional[float] = None, metadata: Optional[Metadata] = None) -> Reply:
+        """Calls method and returns the response bytes, a Reply whose
+        .metadata is the response's; raises RrpcError (code > 0: the
+        handler's; E_NO_METHOD, E_DEADLINE, E_METADATA for metadata out of
+        its bounds, ...).  metadata: the request's (see Metadata)."""
         core = self._core
         core.check_blocking("call")
         # The completion runs in C (call_wait.h): the loop thread does not
         # take the GIL for it, and this thread spins briefly before it sleeps.
         w = ffi.new("rrpcpy_wait *")
-        opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
+        opts, keep = _call_opts_meta(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
+                                     _deadline_ms(timeout), metadata)
         b, n = _cbuf(data)
-        with core.use(self, "connection"):
-            r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
-            if r:
-                raise _error(r, core.ptr, "call %r" % method)
         try:
+            with core.use(self, "connection"):
+                r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
+                if r:
+                    raise _error(r, core.ptr, "call %r" % method)
             while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
                 pass
-        except BaseException:  # KeyboardInterrupt between two slices: the
-            self._cancel_wait(w)  # completion must run before w is freed
+        except BaseException:  # KeyboardInterrupt between two slices, or as
+            if w.started:  # rrpcpy_call returns: the completion must run
+                self._cancel_wait(w)  # before w is freed
             raise
         try:
             if w.status == 0:
-                return ffi.buffer(w.data, w.len)[:] if w.len else b""
+                return Reply(ffi.buffer(w.data, w.len)[:] if w.len else b"",
+                             _meta_read(w.meta, w.nmeta))
             msg = ffi.buffer(w.data, w.len)[:].decode("utf-8", "replace") if w.len else ""
             raise _call_error(w.status, msg, method)
         finally:
@@ -1657,9 +1763,11 @@ class Conn(_Closable):
         lib.rrpcpy_wait_clear(w)
 
     def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
-              timeout: Optional[float] = None) -> "asyncio.Future[bytes]":
+              timeout: Optional[float] = None,
+              metadata: Optional[Metadata] = None) -> "asyncio.Future[bytes]":
         """asyncio: await conn.acall(...)."""
-        return asyncio.wrap_future(self.call_async(method, data, qos=qos, timeout=timeout))
+        return asyncio.wrap_future(self.call_async(method, data, qos=qos, timeout=timeout,
+                                                   metadata=metadata))
 
     # -- one-sided --
     def _op(self, c_fn, what, local, local_offset, remote, remote_offset, length,

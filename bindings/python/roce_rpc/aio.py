@@ -391,12 +391,14 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
         return getattr(self.sync, name)
 
     async def call(self, method: str, data: Optional[_Buffer] = b"", *,
-                   qos: Optional[_QoS] = None, timeout: Optional[float] = None) -> bytes:
-        """Calls method; the response bytes, or RrpcError (a handler's code
-        > 0, RrpcTimeoutError at the deadline, ...).  Cancelling the
-        awaiting task cancels the call in the library (rrpc_call_cancel):
-        it no longer waits for its answer or its deadline."""
-        fut = self.sync.call_async(method, data, qos=qos, timeout=timeout)
+                   qos: Optional[_QoS] = None, timeout: Optional[float] = None,
+                   metadata: Optional[_core.Metadata] = None) -> bytes:
+        """Calls method; the response bytes (a roce_rpc.Reply, with the
+        response's .metadata), or RrpcError (a handler's code > 0,
+        RrpcTimeoutError at the deadline, ...).  Cancelling the awaiting
+        task cancels the call in the library (rrpc_call_cancel): it no
+        longer waits for its answer or its deadline."""
+        fut = self.sync.call_async(method, data, qos=qos, timeout=timeout, metadata=metadata)
         try:
             return await fut
         except asyncio.CancelledError:

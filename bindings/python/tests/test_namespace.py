@@ -34,7 +34,9 @@ def test_the_package_is_marked_typed_and_its_api_annotated():
     pkg = os.path.dirname(roce_rpc.__file__)
     assert os.path.isfile(os.path.join(pkg, "py.typed")), pkg
     hints = typing.get_type_hints(roce_rpc.Conn.call)
-    assert hints["return"] is bytes and hints["method"] is str
+    # the response bytes, with the response's metadata (a bytes subclass)
+    assert hints["return"] is roce_rpc.Reply and hints["method"] is str
+    assert issubclass(roce_rpc.Reply, bytes)
     assert typing.get_type_hints(roce_rpc.Context.connect)["return"] is roce_rpc.Conn
     assert typing.get_type_hints(roce_rpc.Context.wait_notify)["return"] is int
     for cls in (roce_rpc.Context, roce_rpc.Conn):

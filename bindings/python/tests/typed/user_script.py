@@ -2,7 +2,7 @@
 the examples) against the installed package, then runs it."""
 import asyncio
 import sys
-from typing import List
+from typing import List, Mapping
 
 if sys.version_info >= (3, 11):
     from typing import assert_type
@@ -11,7 +11,8 @@ else:  # pragma: no cover
 
 import roce_rpc
 import roce_rpc.aio as aio
-from roce_rpc import Conn, Context, ErrorCode, QosName, RrpcError, pack_args, unpack_args
+from roce_rpc import (Conn, Context, ErrorCode, QosName, Reply, RrpcError, pack_args,
+                      unpack_args)
 
 
 def sync_side(uri: str) -> None:
@@ -24,7 +25,13 @@ def sync_side(uri: str) -> None:
             return pack_args(a + b)
 
         conn: Conn = client.connect(lis.uri)
-        assert_type(conn.call("add", pack_args(40, 2), qos="low_latency", timeout=5), bytes)
+        reply = conn.call("add", pack_args(40, 2), qos="low_latency", timeout=5,
+                          metadata={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                                                   "00f067aa0ba902b7-01"})
+        assert_type(reply, Reply)
+        answer: bytes = reply  # a Reply is the response bytes
+        assert_type(reply.metadata, Mapping[str, str])
+        assert unpack_args(answer, "i") == [42]
         qos: QosName = "bulk"
         out = conn.call("add", pack_args(1, 2), qos=qos)
         assert unpack_args(out, "i") == [3]
