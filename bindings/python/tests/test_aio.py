@@ -99,8 +99,6 @@ async def test_a_stopped_server_is_declared_lost_by_the_driven_keepalive():
     asyncio.get_running_loop().remove_reader(s._fd)
     s._kick = lambda: None
     s._core.kick = None
-    if s._timer is not None:
-        s._timer.cancel()
     with pytest.raises(roce_rpc.RrpcConnectionError):
         await asyncio.wait_for(call, 20)
     c.close()
