@@ -323,6 +323,22 @@ def _call_opts(cls, deadline_ms):
     return o
 
 
+_DEFAULT_CALL_OPTS = _call_opts(lib.RRPC_CLASS_LOW_LATENCY, 0)
+_methods = {}  # method name -> its bytes (up to _METHODS_MAX names): encoded once
+_METHODS_MAX = 4096
+_waits = []  # idle rrpcpy_wait records of Conn.call (a record's completion has run)
+_WAITS_MAX = 256
+
+
+def _method_bytes(method):
+    if not isinstance(method, str):
+        raise TypeError("method must be a str, not %s" % type(method).__name__)
+    b = method.encode()
+    if len(_methods) < _METHODS_MAX:
+        _methods[method] = b
+    return b
+
+
 def _cbuf(data, writable=False):
     """(cdata pointer, length) over any buffer-protocol object, zero copy."""
     if data is None:
@@ -379,7 +395,8 @@ class _InCallback:
 
 
 def _in_callback(core):
-    return any(c is core for c in getattr(_tls, "active", ()))
+    st = getattr(_tls, "active", None)
+    return bool(st) and any(c is core for c in st)
 
 
 class _Use:
@@ -1623,21 +1640,45 @@ class Conn(_Closable):
         """Calls method and returns the response bytes; raises RrpcError
         (code > 0: the handler's; E_NO_METHOD, E_DEADLINE, ...)."""
         core = self._core
-        core.check_blocking("call")
+        if core.aio is not None or getattr(_tls, "active", None):
+            core.check_blocking("call")
         # The completion runs in C (call_wait.h): the loop thread does not
         # take the GIL for it, and this thread spins briefly before it sleeps.
-        w = ffi.new("rrpcpy_wait *")
-        opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
-        b, n = _cbuf(data)
-        with core.use(self, "connection"):
-            r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
+        # Nothing is allocated per call: the wait record comes from a pool,
+        # the options and the method's bytes from caches, bytes go as they are.
+        if qos is None and timeout is None:
+            opts = _DEFAULT_CALL_OPTS
+        else:
+            opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
+        mb = _methods.get(method)
+        if mb is None:
+            mb = _method_bytes(method)
+        if data.__class__ is bytes:  # rrpc_call copies it
+            n = len(data)
+        else:
+            data, n = _cbuf(data)
+        try:
+            w = _waits.pop()
+        except IndexError:
+            w = ffi.new("rrpcpy_wait *")
+        lock = core.lock
+        with lock:
+            if core.closing or core.closed or self._closed:
+                _waits.append(w)
+                raise _closed_error("context" if core.closing or core.closed else "connection")
+            core.busy += 1
+        try:
+            r = lib.rrpcpy_call(self._ptr, mb, data, n, opts, w)
             if r:
+                _waits.append(w)
                 raise _error(r, core.ptr, "call %r" % method)
+        finally:
+            core._exit()
         try:
             while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
                 pass
         except BaseException:  # KeyboardInterrupt between two slices: the
-            self._cancel_wait(w)  # completion must run before w is freed
+            self._cancel_wait(w)  # completion must run before w is reused
             raise
         try:
             if w.status == 0:
@@ -1646,6 +1687,8 @@ class Conn(_Closable):
             raise _call_error(w.status, msg, method)
         finally:
             lib.rrpcpy_wait_clear(w)
+            if len(_waits) < _WAITS_MAX:
+                _waits.append(w)
 
     def _cancel_wait(self, w):
         core = self._core
@@ -1655,6 +1698,8 @@ class Conn(_Closable):
         while not lib.rrpcpy_wait_for(w, 0, 100):
             pass
         lib.rrpcpy_wait_clear(w)
+        if len(_waits) < _WAITS_MAX:
+            _waits.append(w)
 
     def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
               timeout: Optional[float] = None) -> "asyncio.Future[bytes]":

@@ -78,25 +78,16 @@ _registry = _core._registry
 
 # ---- the per-call path ------------------------------------------------------
 
-_DEFAULT_CALL_OPTS = _core._call_opts(lib.RRPC_CLASS_LOW_LATENCY, 0)
+_DEFAULT_CALL_OPTS = _core._DEFAULT_CALL_OPTS
 _CALL_DONE = lib._rrpc_py_aio_call_done
-_methods = {}  # method name -> its bytes (up to _METHODS_MAX names)
-_METHODS_MAX = 4096
+_methods = _core._methods  # method name -> its bytes, encoded once
+_method_bytes = _core._method_bytes
 # (key, user pointer) handles of finished calls, for the next ones: a handle
 # goes back only once the library has run its call's completion, which it
 # runs exactly once (an answer, an error, rrpc_call_cancel), so a late
 # callback cannot find another call under a reused key.
 _handles = []
 _HANDLES_MAX = 4096
-
-
-def _method_bytes(method: str) -> bytes:
-    if not isinstance(method, str):
-        raise TypeError("method must be a str, not %s" % type(method).__name__)
-    b = method.encode()
-    if len(_methods) < _METHODS_MAX:
-        _methods[method] = b
-    return b
 
 
 def _handle() -> Tuple[int, Any]:
