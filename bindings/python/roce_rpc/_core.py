@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import operator
+import os
 import threading
 import time
 import traceback
@@ -310,7 +311,20 @@ def _deadline_ms(timeout):
 
 
 _opts_cache = {}
-_CALL_SPIN_US = 50  # Conn.call spins this long for its answer before it sleeps
+
+
+def _call_spin_us():
+    """How long Conn.call spins for its answer before it sleeps: 50 us, or
+    none where the process may run on one CPU only (taskset, cgroups): the
+    loop thread that runs the completion needs that CPU meanwhile."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        n = os.cpu_count() or 1
+    return 50 if n > 1 else 0
+
+
+_CALL_SPIN_US = _call_spin_us()  # read once, at import
 
 
 def _call_opts(cls, deadline_ms):
