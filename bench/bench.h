@@ -70,6 +70,7 @@ struct bench_opts {
     long scale_n[BENCH_SCALE_MAX_STEPS]; /* --scale-n: connection counts, ascending */
     int scale_nn;                        /* 0: the default list per transport */
     long scale_idle_ms;                  /* --scale-idle-ms */
+    bool no_peers;                       /* --no-peers: no peer tool runs */
     double peer_wait_s;                  /* --peer-wait: a peer's server must listen within this */
 };
 extern struct bench_opts g_opts;
@@ -282,6 +283,11 @@ void report_peers(FILE *f);
 void progress_begin(const char *fmt, ...) BENCH_PRINTF(1, 2);
 void progress_tick(double frac);
 void progress_end(const char *status);
+/* nic.c: the RDMA ports' kernel counters over each test (called by
+ * progress_begin / progress_end), and the report's section on them. */
+void nic_mark_begin(void);
+void nic_mark_end(const char *label);
+void report_nic(FILE *f);
 void note(const char *fmt, ...) BENCH_PRINTF(1, 2);
 /* Pins the calling process to @cpu (< 0: nothing); @quiet: no note on failure. */
 void bench_pin(int cpu, bool quiet);

@@ -56,6 +56,8 @@ static const char usage_text[] =
     "  --scale-idle-ms MS  how long the scale test's connections idle before their memory is\n"
     "                      read (default 2500; the keepalive interval is 1000)\n"
     "  --peer-wait S       a peer tool's server must listen within S s (default 10)\n"
+    "  --no-peers          run no peer tool (iperf3, sockperf, qperf, UCX, perftest): for\n"
+    "                      comparisons between rrpc runs; targets that need a peer say so\n"
     "  --quick             short run (0.2 s per test, 0.05 s per sweep point): meson benchmark\n"
     "  --duration S        seconds measured per test (default 2; a sweep point gets S/4)\n"
     "  --warmup N          warm-up operations per test (default 200; at most 20% of S, <= 1 s)\n"
@@ -830,6 +832,7 @@ static int run_client(unsigned transports, struct endpoints *ep)
         report_table(stdout);
         report_peers(stdout);
         report_targets(stdout);
+        report_nic(stdout);
     } else {
         report_targets(stderr);
     }
@@ -1097,6 +1100,8 @@ int main(int argc, char **argv)
             takes = false;
         } else if (strcmp(a, "--no-progress") == 0) {
             g_opts.progress = false;
+        } else if (strcmp(a, "--no-peers") == 0) {
+            g_opts.no_peers = true;
             takes = false;
         } else if (strcmp(a, "--stats") == 0) {
             g_opts.print_stats = true;

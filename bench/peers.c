@@ -800,7 +800,7 @@ static void perftest_given(bool bw)
 
 void peers_run(enum peer_kind k)
 {
-    if (g_peer.done & (1u << k))
+    if (g_opts.no_peers || (g_peer.done & (1u << k)))
         return;
     g_peer.done |= 1u << k;
     bool verbs = k == PEER_VERBS_LAT || k == PEER_VERBS_BW;

@@ -1166,12 +1166,13 @@ static char prog_label[160];
 
 void progress_begin(const char *fmt, ...)
 {
-    if (!g_opts.progress)
-        return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prog_label, sizeof(prog_label), fmt, ap);
     va_end(ap);
+    nic_mark_begin();
+    if (!g_opts.progress)
+        return;
     prog_tty = isatty(2);
     prog_t0 = prog_last = now_ns();
     prog_open = true;
@@ -1195,14 +1196,15 @@ void progress_tick(double frac)
 
 void progress_end(const char *status)
 {
-    if (!prog_open)
-        return;
-    prog_open = false;
-    double s = (double)(now_ns() - prog_t0) / 1e9;
-    if (prog_tty)
-        fprintf(stderr, "\rrrpc-bench: %s ... %s (%.1f s)\n", prog_label, status, s);
-    else
-        fprintf(stderr, " %s (%.1f s)\n", status, s);
+    if (prog_open) {
+        prog_open = false;
+        double s = (double)(now_ns() - prog_t0) / 1e9;
+        if (prog_tty)
+            fprintf(stderr, "\rrrpc-bench: %s ... %s (%.1f s)\n", prog_label, status, s);
+        else
+            fprintf(stderr, " %s (%.1f s)\n", status, s);
+    }
+    nic_mark_end(prog_label);
 }
 
 void note(const char *fmt, ...)

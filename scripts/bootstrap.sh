@@ -12,7 +12,7 @@ WHAT=${1:-}
 case "$WHAT" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
 PKGS="meson ninja-build pkg-config gcc scdoc man-db libev-dev libmsgpack-dev libssl-dev openssl libcmocka-dev libmicrohttpd-dev
-      libcurl4-openssl-dev libjson-c-dev libinih-dev libsystemd-dev etcd-server
+      libcurl4-openssl-dev libjson-c-dev libinih-dev libsystemd-dev libnl-xfrm-3-dev etcd-server
       libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
       python3 python3-dev python3-cffi python3-numpy python3-pytest python3-pytest-asyncio python3-mesonpy python3-venv python3-pip patchelf
       python3-msgpack mypy
@@ -109,7 +109,8 @@ vm_step "an idle verbs context with its default polling sleeps" \
 vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSanitizer" \
   tests/softroce/run-suite.sh build-asan
 vm_step "Python bindings and the Python example over verbs" tests/softroce/python-in-vm.sh build
-vm_step "DSCP of every class on the wire" tests/softroce/dscp-capture.sh build
+vm_step "DSCP of every class on the wire; NIC counters in the metrics, no RNR NAK" tests/softroce/dscp-capture.sh build
+vm_step "RoCEv2 and tcp under ESP between two hosts (rrpc-xfrm, AES-GCM)" tests/softroce/ipsec.sh build
 vm_step "the Wireshark dissector decodes that RoCEv2 capture" \
   tests/wireshark/dissector_test.py --roce build/dscp-capture/capture.pcap
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build

@@ -12,6 +12,7 @@
 
 #include "core/connsm.h"
 #include "core/credit.h"
+#include "util/nic_counters.h"
 #include "core/evloop.h"
 #include "core/governor.h"
 #include "core/frame.h"
@@ -154,6 +155,10 @@ struct rrpc_ctx {
     struct rrpci_list partial_waiters; /* struct rrpci_partial_wait.link (partial.c) */
     double rx_arrival; /* rrpci_ctx_rx_arrival: when the bytes being handed up came; 0 */
     struct rrpci_timer partial_wake;    /* runs the waiters once room came */
+    /* The RDMA devices the context uses (rrpci_ctx_nic_used), whose ports'
+     * kernel counters the metrics text carries; under the lock. */
+    struct rrpci_nic_dev nics[RRPCI_CTX_NICS];
+    unsigned n_nics;
 };
 
 struct rrpc_listener {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <time.h>
 
 #include "core/core.h"
@@ -546,15 +547,35 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
     ctx_snapshot(ctx, &st);
     size_t n = peer_snapshot(ctx, peers);
     struct rrpci_guard g = ctx->guard;
+    struct rrpci_nic_dev nics[RRPCI_CTX_NICS];
+    size_t n_nics = ctx->n_nics;
+    memcpy(nics, ctx->nics, n_nics * sizeof(nics[0]));
     pthread_mutex_unlock(&ctx->lock); /* as rrpc_ctx_stats */
     size_t used = 0;
     rrpci_stats_render(&st, peers, n, buf, len, &used);
     free(peers);
-    *ret_len = render_guard(&g, buf, len, used);
+    used = render_guard(&g, buf, len, used);
+    /* sysfs is read outside the lock: the loop does not wait for it */
+    *ret_len = rrpci_nic_render(nics, n_nics, buf, len, used);
     if (*ret_len >= len) { /* cut (or only sized, with @len 0) */
         if (len)
             buf[len - 1] = 0;
         return -ENOBUFS;
     }
     return 0;
+}
+
+void rrpci_ctx_nic_used(rrpc_ctx *ctx, const char *dev, unsigned ports)
+{
+    for (unsigned i = 0; i < ctx->n_nics; i++)
+        if (!strcmp(ctx->nics[i].name, dev))
+            return;
+    if (ctx->n_nics == RRPCI_CTX_NICS || strlen(dev) >= RRPCI_NIC_NAME_MAX) {
+        RRPCI_LOG(ctx, LOG_NOTICE, "RDMA device %s: its port counters are not in the metrics "
+                  "(the metrics carry %d devices per context)", dev, RRPCI_CTX_NICS);
+        return;
+    }
+    struct rrpci_nic_dev *d = &ctx->nics[ctx->n_nics++];
+    snprintf(d->name, sizeof(d->name), "%s", dev);
+    d->ports = ports;
 }

@@ -220,6 +220,13 @@ void *rrpci_region_addr(rrpc_region *r);
 size_t rrpci_region_len(rrpc_region *r);
 unsigned rrpci_region_access(rrpc_region *r);
 uint64_t rrpci_region_generation(rrpc_region *r);
+/* The transport opened RDMA device @dev, with @ports ports: the context's
+ * metrics text carries their kernel counters (util/nic_counters.h).  Once
+ * per device is enough; a device named again is ignored, and so are more
+ * than RRPCI_CTX_NICS (logged). */
+#define RRPCI_CTX_NICS 16
+void rrpci_ctx_nic_used(rrpc_ctx *ctx, const char *dev, unsigned ports);
+
 /* Grant helpers for transports (ops->grant_bind). */
 struct rrpci_grant_info {
     rrpc_region *region;

@@ -3057,5 +3057,21 @@ int main(void)
         cmocka_unit_test(test_a_control_frame_claiming_a_large_payload_is_refused_at_its_header),
         cmocka_unit_test(test_a_raw_write_outside_the_region_is_refused_by_the_target),
     };
-    return cmocka_run_group_tests_name(test_transport(), tests, group_setup, group_teardown);
+    /* RRPC_TEST_SKIP=NAME,NAME...: tests left out of this run, each named
+     * (tests/softroce/ipsec.sh: the two that need more throughput than ESP
+     * in software under TCG gives within their deadlines). */
+    enum { NT = sizeof(tests) / sizeof(tests[0]) };
+    static struct CMUnitTest run[NT];
+    size_t n = 0;
+    const char *skip_list = getenv("RRPC_TEST_SKIP");
+    for (size_t i = 0; i < NT; i++) {
+        const char *p = skip_list ? strstr(skip_list, tests[i].name) : NULL;
+        size_t k = strlen(tests[i].name);
+        if (p && (p == skip_list || p[-1] == ',') && (p[k] == ',' || p[k] == 0)) {
+            printf("# left out by RRPC_TEST_SKIP: %s\n", tests[i].name);
+            continue;
+        }
+        run[n++] = tests[i];
+    }
+    return _cmocka_run_group_tests(test_transport(), run, n, group_setup, group_teardown);
 }

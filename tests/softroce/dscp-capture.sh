@@ -11,7 +11,10 @@
 #   - the low_latency DSCP and the bulk DSCP each appear on data packets in both directions;
 #   - no data packet carries DSCP 0, and each carries one of the four classes' DSCPs;
 #   - every RDMA WRITE / READ request / READ response packet carries the bulk DSCP;
-#   - all packets towards one QP carry one DSCP (one QP per class).
+#   - all packets towards one QP carry one DSCP (one QP per class);
+#   - the client context's metrics text carries its RDMA port's kernel counters
+#     (rrpc_nic_*_total{device="rxe0",port="1"}), promtool takes it, the port sent packets,
+#     and neither device counted an RNR NAK (no receiver-not-ready, ever: the credits' promise).
 # "Data packets" are all but the CM's MADs (UD to QP 1); what those carry is printed as a comment.
 #
 # On a host it compiles dscp_traffic against BUILD_DIR/libroce_rpc into BUILD_DIR/dscp-capture/
@@ -70,7 +73,7 @@ TD=$!
 for _ in $(seq 100); do grep -q 'listening on' "$W/tcpdump.err" && break; sleep 0.1; done
 grep -q 'listening on' "$W/tcpdump.err" || { echo "# tcpdump did not start:"; sed 's/^/#   /' "$W/tcpdump.err"; }
 
-timeout 300 "$OUT/dscp_traffic" -s "$IP1" -c "$IP0" -l "$LL" -b "$BULK" > "$W/traffic" 2>&1
+timeout 300 "$OUT/dscp_traffic" -s "$IP1" -c "$IP0" -l "$LL" -b "$BULK" -m "$W/metrics" > "$W/traffic" 2>&1
 TRC=$?
 sleep 0.3   # let the last ACKs and CM messages out
 kill -INT $TD 2>/dev/null; wait $TD; TD=
@@ -188,6 +191,37 @@ else
   awk '{ k = $2 " qp " $8; if (!((k, $5) in s)) { s[k, $5] = 1; l[k] = l[k] " " $5 } }
        END { for (k in l) if (l[k] ~ / .* /) print "#   to " k ": DSCPs" l[k] }' "$W/data" | sort
 fi
+
+# The NIC counters in the client context's metrics text (its device: rxe0, the one bound to IP0).
+DEV0=${SOFTROCE_DEV0:-rxe0}
+M="$W/metrics"
+metric() { awk -v n="$1{device=\"$DEV0\",port=\"1\"}" '$1 == n { print $2 }' "$M"; }
+SENT=$(metric rrpc_nic_sent_pkts_total 2>/dev/null)
+if [ -s "$M" ] && [ -n "$SENT" ] && [ "$SENT" -gt 0 ]; then
+  ok "the client's metrics carry $DEV0's kernel counters: rrpc_nic_sent_pkts_total $SENT," \
+     "$(grep -c '^rrpc_nic_' "$M") rrpc_nic_* samples"
+else
+  bad "the client's metrics carry $DEV0's kernel counters (rrpc_nic_sent_pkts_total > 0): got '${SENT}'"
+  grep '^rrpc_nic_' "$M" 2>/dev/null | head -5 | sed 's/^/#   /'
+fi
+if [ ! -x /usr/bin/promtool ]; then
+  echo "# promtool not installed (prometheus package): the metrics text was not linted"
+elif /usr/bin/promtool check metrics < "$M" > "$W/promtool" 2>&1; then
+  ok "promtool check metrics takes the client's metrics text"
+else
+  bad "promtool check metrics takes the client's metrics text"; sed 's/^/#   /' "$W/promtool" | head -8
+fi
+# No RNR NAK on either device, read from the kernel directly: the receiver always had a buffer.
+RNR=0
+for d in /sys/class/infiniband/*/ports/1/hw_counters; do
+  for c in rcvd_rnr_err send_rnr_err; do
+    v=$(cat "$d/$c" 2>/dev/null || echo 0)
+    [ "$v" = 0 ] || { RNR=$((RNR + v)); echo "#   $d/$c = $v"; }
+  done
+done
+MRNR=$(metric rrpc_nic_rcvd_rnr_err_total)
+if [ "$RNR" = 0 ] && [ "$MRNR" = 0 ]; then ok "no RNR NAK sent or received on any device (kernel counters, and the metrics agree)"
+else bad "no RNR NAK sent or received: the kernel counts $RNR, the metrics say '${MRNR}'"; fi
 
 echo "$PASS passed, $FAIL failed"
 [ $FAIL = 0 ]

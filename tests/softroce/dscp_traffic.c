@@ -3,7 +3,7 @@
  * dscp_traffic: the traffic half of tests/softroce/dscp-capture.sh.
  *
  *   dscp_traffic [-s SERVER_ADDR] [-c CLIENT_SRC] [-p PORT] [-l LL_DSCP] [-b BULK_DSCP]
- *                [-n CALLS] [-k KIB] [-t rdma|tcp]
+ *                [-n CALLS] [-k KIB] [-t rdma|tcp] [-m METRICS_FILE]
  *
  * One process, two contexts (public API only): a server context listening on
  * rdma://SERVER_ADDR:PORT (default 10.77.0.2, port 0 = any) and a client
@@ -18,6 +18,9 @@
  *     same range on bulk into another buffer, compared with what was written:
  *     WRITE packets and READ requests go client->server, ACKs and READ
  *     responses server->client.
+ * With -m, the client context's metrics text (rrpc_ctx_stats_text, which
+ * carries the kernel counters of the RDMA port it used) is written to
+ * METRICS_FILE after the traffic.
  * Payloads stay far below the verbs transport's eager limit, so no RPC uses
  * the RDMA READ rendezvous: every RDMA WRITE/READ packet on the wire belongs
  * to the bulk class.
@@ -117,11 +120,11 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    const char *saddr = "10.77.0.2", *csrc = "10.77.0.1", *scheme = "rdma";
+    const char *saddr = "10.77.0.2", *csrc = "10.77.0.1", *scheme = "rdma", *metrics = NULL;
     int port = 0, ll = 46, bulk = 10, calls = 20, kib = 64, opt, r;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* keeps stdout and stderr in order in one file */
-    while ((opt = getopt(argc, argv, "s:c:p:l:b:n:k:t:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:c:p:l:b:n:k:t:m:")) != -1) {
         int bad = 0;
         switch (opt) {
         case 's': saddr = optarg; break;
@@ -131,12 +134,14 @@ int main(int argc, char **argv)
         case 'b': bad = parse_int(optarg, 0, 63, &bulk); break;
         case 'n': bad = parse_int(optarg, 1, 100000, &calls); break;
         case 'k': bad = parse_int(optarg, 1, 1 << 20, &kib); break;
+        case 'm': metrics = optarg; break;
         case 't': scheme = optarg; bad = strcmp(scheme, "rdma") && strcmp(scheme, "tcp"); break;
         default: bad = 1;
         }
         if (bad) {
             fprintf(stderr, "usage: dscp_traffic [-s SERVER_ADDR] [-c CLIENT_SRC] [-p PORT] "
-                            "[-l LL_DSCP] [-b BULK_DSCP] [-n CALLS] [-k KIB] [-t rdma|tcp]\n");
+                            "[-l LL_DSCP] [-b BULK_DSCP] [-n CALLS] [-k KIB] [-t rdma|tcp] "
+                            "[-m METRICS_FILE]\n");
             return 2;
         }
     }
@@ -258,6 +263,19 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("one-sided: WRITE + READ of %d KiB on bulk ok\n", kib);
+    if (metrics) {
+        size_t need = 0, cap = 1 << 20;
+        char *text = malloc(cap);
+        FILE *f = fopen(metrics, "w");
+        if (!text || !f)
+            return fail(NULL, -errno, "open the metrics file");
+        if ((r = rrpc_ctx_stats_text(cctx, text, cap, &need)))
+            return fail(cctx, r, "the client context's metrics text");
+        if (fputs(text, f) < 0 || fclose(f))
+            return fail(NULL, -EIO, "write the metrics file");
+        free(text);
+        printf("metrics: %zu bytes written to %s\n", need, metrics);
+    }
 
     rrpc_conn_close(c);
     rrpc_mem_dereg(lr);

@@ -16,6 +16,7 @@
 # goes to stdout); anything else is a failure.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+IPSEC_MODULES="xfrm_user esp4 authenc echainiv seqiv ctr gcm ghash_generic drbg jitterentropy_rng"
 CACHE=${1:-${SOFTROCE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/roce-rpc/softroce}}
 skip() { echo "skipped: $*"; exit 77; }
 note() { echo "softroce-prepare: $*" >&2; }
@@ -89,6 +90,9 @@ for m in virtio_pci 9pnet_virtio 9p rdma_rxe rdma_ucm ib_uverbs rdma_cm ib_umad 
   copy_mod "$m" || { note "kernel $KVER has no module $m"; exit 1; }
 done
 for m in crc32_generic crc32-pclmul af_packet; do copy_mod "$m" || true; done   # optional
+# Kernel IPsec for the encrypted-RoCE tests (../shared notes: ESP with AES-GCM needs these, and
+# xfrm states need the default RNG: drbg + jitterentropy_rng); optional, a test skips without them.
+for m in $IPSEC_MODULES; do copy_mod "$m" || true; done
 cp "$KX/lib/modules/$KVER/modules.builtin" "$KX/lib/modules/$KVER/modules.order" "$ST/lib/modules/$KVER/"
 [ -e "$KX/lib/modules/$KVER/modules.builtin.modinfo" ] && cp "$KX/lib/modules/$KVER/modules.builtin.modinfo" "$ST/lib/modules/$KVER/"
 depmod -b "$ST" "$KVER"

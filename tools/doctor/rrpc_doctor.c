@@ -1215,6 +1215,62 @@ static void check_memlock(bool verbs)
         detail_int(f, "memlock_bytes", (long long)rl.rlim_cur);
 }
 
+/* Encrypted RoCE (issue #30): what the kernel needs for the ESP states of a host pair
+ * (agent/xfrm.h: AES-GCM, transport mode): the XFRM netlink interface, ESP, GCM, and a
+ * default RNG for the IVs (without drbg + jitterentropy_rng, every state add fails with
+ * "Kernel was unable to initialize cryptographic operations").  Informational: clear-text
+ * RoCE needs none of it. */
+static bool module_present(const char *m)
+{
+    char p[128];
+    snprintf(p, sizeof(p), "/sys/module/%s", m);
+    return access(p, F_OK) == 0;
+}
+
+static bool crypto_has(const char *name)
+{
+    FILE *f = fopen("/proc/crypto", "r");
+    if (!f)
+        return false;
+    char line[256];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char v[128];
+        if (sscanf(line, "name : %127s", v) == 1 && !strcmp(v, name))
+            found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+static void check_ipsec(void)
+{
+    static const char *const mods[] = {"xfrm_user", "esp4", "gcm", "ghash_generic"};
+    char missing[160] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++)
+        if (!module_present(mods[i]))
+            k += (size_t)snprintf(missing + k, sizeof(missing) - k, "%s%s", k ? " " : "", mods[i]);
+    bool rng = crypto_has("stdrng");
+    if (!rng)
+        k += (size_t)snprintf(missing + k, sizeof(missing) - k, "%sdrbg jitterentropy_rng",
+                              k ? " " : "");
+    struct finding *f;
+    if (!missing[0]) {
+        f = add(SEV_OK, "ipsec", "kernel", NULL,
+                "kernel IPsec for encrypted RoCE: XFRM netlink, ESP, GCM and a default RNG "
+                "present (rrpc-xfrm can install a host pair)");
+    } else {
+        char fix[256];
+        snprintf(fix, sizeof(fix), "only for encrypted RoCE: modprobe %s", missing);
+        f = add(SEV_INFO, "ipsec", "kernel", fix,
+                "kernel IPsec for encrypted RoCE not ready (clear-text RoCE does not need it): "
+                "missing %s%s",
+                missing, rng ? "" : " (no default RNG: every ESP state add would fail)");
+    }
+    detail_str(f, "ipsec_missing", missing);
+}
+
 /* The tcp transport: an address peers can reach, and file descriptors (one socket per
  * connection and class). */
 static void check_tcp(void)
@@ -1691,6 +1747,7 @@ int main(int argc, char **argv)
             check_dcb(dcb_netdev);
     }
     check_memlock(!tcp);
+    check_ipsec();
     if (bo.addr)
         check_broker(&bo);
     else

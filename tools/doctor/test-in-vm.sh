@@ -52,6 +52,8 @@ MTU=${SOFTROCE_MTU:-1500}
 "$DOCTOR" > "$OUT/text" 2>&1; rc=$?
 cat "$OUT/text"
 check "text: exit status 0 (no errors)" [ "$rc" = 0 ]
+check "text: kernel IPsec ready (the VM loads XFRM, ESP, GCM and the RNG)" \
+  grep -q "^\[ OK  \] ipsec    kernel IPsec for encrypted RoCE" "$OUT/text"
 check "text: va has no DCB (a warning)" grep -Eq "^\[WARN \] dcb      (va has no DCB|PFC, ETS and DSCP trust of va not checked|dcb pfc show dev va failed)" "$OUT/text"
 for d in rxe0 rxe1; do
   check "text: $d is Soft-RoCE" grep -q "^\[INFO \] device   $d is Soft-RoCE (rdma_rxe): a software RoCE v2 device" "$OUT/text"

@@ -118,6 +118,7 @@ struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret
      * their own range (grant.c). */
     d->mw_range_unchecked = da.vendor_id == VB_RXE_VENDOR_ID;
     d->max_cqe = da.max_cqe;
+    rrpci_ctx_nic_used(vx->ctx, ibv_get_device_name(verbs->device), da.phys_port_cnt);
     d->max_msg_sz = vx->chunk;
     if (vb_ret(ibv_query_port(verbs, 1, &pa)) == 0 && pa.max_msg_sz && pa.max_msg_sz < d->max_msg_sz)
         d->max_msg_sz = pa.max_msg_sz;

@@ -1,0 +1,731 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rrpc-agent: the host agent of encrypted RoCE (issue #30).  It holds
+ * CAP_NET_ADMIN so that applications need none: with the agent of each peer
+ * host it agrees fresh ESP keys over TLS 1.3 and installs the host pair in
+ * the kernel (agent/xfrm.h), rekeys it before its lifetime ends, and
+ * removes it when it stops.
+ *
+ *   rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F
+ *              [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F] [-v]
+ *
+ * Pairing (docs/deployment.md, "Encrypted RoCE"): of two hosts, the one
+ * with the lower address initiates, to the peer's agent, over TLS 1.3 with
+ * both certificates checked against the CA and each holding its host's
+ * data address as an IP SAN.  The initiator sends PAIR {its address, the
+ * peer's, the SPI it wants for its inbound SA, the lifetime}; the responder
+ * picks its inbound SPI, derives the keys, installs its view and answers
+ * OK {its SPI} (or ERR {code, reason}); then the initiator installs its
+ * view.  Keys: SSL_export_keying_material(label "EXPORTER-roce-rpc-esp-v1",
+ * context = both SPIs and both addresses) gives 40 bytes: the initiator ->
+ * responder key and salt, then the other direction's.  They exist only in
+ * memory, are wiped after use, and an exchange's keys are fresh for every
+ * exchange (its own TLS session).  A rekey is the same exchange with new
+ * SPIs at 80 % of the lifetime; the new SAs are added beside the old ones
+ * (the policies pick the newest), and the old ones go 5 s later.  The
+ * agent's own sockets bypass IPsec (a per-socket policy), so an expired SA
+ * cannot lock the agents out.  Where both addresses are this kernel's (the
+ * test VM), the pair is one set of kernel objects: the initiator installs
+ * it, the responder only agrees.
+ *
+ * Bounds against a hostile peer at the port: one exchange at a time, 5 s
+ * for all of it (TLS handshake included), fixed-size messages, 256 peers.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/xfrm.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "xfrm.h"
+
+#define AG_MAGIC 0x52525041u /* "RRPA" */
+#define AG_VERSION 1
+#define AG_T_PAIR 1
+#define AG_T_OK 2
+#define AG_T_ERR 3
+#define AG_REQ_SIZE 48
+#define AG_REP_SIZE 144
+#define AG_REASON 128
+#define AG_DEADLINE_S 5
+#define AG_GRACE_S 5 /* the old SAs stay this long after a rekey */
+#define AG_MAX_PEERS 256
+#define AG_LABEL "EXPORTER-roce-rpc-esp-v1"
+#define AG_REQID 0x7273
+
+struct peer {
+    int family;
+    uint8_t addr[16];
+    char text[INET6_ADDRSTRLEN];
+    char endpoint[300]; /* HOST:PORT of its agent; "" when it initiates */
+    bool initiator;     /* we initiate (the lower address) */
+    bool loopback;      /* its address is this kernel's too */
+    bool installed;     /* a pair of ours is in the kernel */
+    struct rrpc_xfrm_pair cur, old;
+    bool old_pending;
+    time_t old_del_at, rekey_at, retry_at;
+    unsigned rekeys;
+};
+
+static struct {
+    int family;
+    uint8_t local[16];
+    char local_text[INET6_ADDRSTRLEN];
+    unsigned lifetime;
+    SSL_CTX *ctx;
+    struct peer peers[AG_MAX_PEERS];
+    int npeers;
+    bool verbose;
+} g;
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...)
+{
+    char ts[32];
+    time_t t = time(NULL);
+    strftime(ts, sizeof(ts), "%H:%M:%S", localtime(&t));
+    fprintf(stderr, "rrpc-agent %s: ", ts);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    v = htonl(v);
+    memcpy(p, &v, 4);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return ntohl(v);
+}
+
+static int parse_addr(const char *text, int *family, uint8_t out[16])
+{
+    memset(out, 0, 16);
+    if (inet_pton(AF_INET, text, out) == 1)
+        *family = AF_INET;
+    else if (inet_pton(AF_INET6, text, out) == 1)
+        *family = AF_INET6;
+    else
+        return -1;
+    return 0;
+}
+
+/* Whether @addr is one of this kernel's addresses (a bind to it works). */
+static bool is_local(int family, const uint8_t addr[16])
+{
+    int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_storage ss = {0};
+    socklen_t sl;
+    if (family == AF_INET) {
+        struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+        s->sin_family = AF_INET;
+        memcpy(&s->sin_addr, addr, 4);
+        sl = sizeof(*s);
+    } else {
+        struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+        s->sin6_family = AF_INET6;
+        memcpy(&s->sin6_addr, addr, 16);
+        sl = sizeof(*s);
+    }
+    bool ok = bind(fd, (struct sockaddr *)&ss, sl) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The agent's own sockets bypass IPsec: its TLS carries its own protection,
+ * and an expired SA must not cut the agents off from each other. */
+static int bypass(int fd, int family)
+{
+    struct xfrm_userpolicy_info pol;
+    memset(&pol, 0, sizeof(pol));
+    pol.action = XFRM_POLICY_ALLOW;
+    pol.sel.family = (uint16_t)family;
+    pol.lft.soft_byte_limit = pol.lft.hard_byte_limit = XFRM_INF;
+    pol.lft.soft_packet_limit = pol.lft.hard_packet_limit = XFRM_INF;
+    int lvl = family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6;
+    int opt = family == AF_INET ? IP_XFRM_POLICY : IPV6_XFRM_POLICY;
+    for (int dir = XFRM_POLICY_IN; dir <= XFRM_POLICY_OUT; dir++) {
+        pol.dir = (uint8_t)dir;
+        if (setsockopt(fd, lvl, opt, &pol, sizeof(pol)) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+static void set_deadline(int fd)
+{
+    struct timeval tv = {.tv_sec = AG_DEADLINE_S};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static const char *ssl_err(void)
+{
+    static char b[200];
+    unsigned long e = ERR_get_error();
+    if (!e)
+        return "connection closed or timed out";
+    ERR_error_string_n(e, b, sizeof(b));
+    ERR_clear_error();
+    return b;
+}
+
+/* Reads or writes exactly @n bytes before the socket's deadline. */
+static int ssl_io(SSL *ssl, void *buf, int n, bool wr)
+{
+    int done = 0;
+    while (done < n) {
+        int r = wr ? SSL_write(ssl, (uint8_t *)buf + done, n - done)
+                   : SSL_read(ssl, (uint8_t *)buf + done, n - done);
+        if (r <= 0)
+            return -1;
+        done += r;
+    }
+    return 0;
+}
+
+/* The certificate of the other end names @addr as an IP SAN. */
+static bool cert_names(SSL *ssl, const char *addr)
+{
+    X509 *c = SSL_get1_peer_certificate(ssl);
+    if (!c)
+        return false;
+    bool ok = X509_check_ip_asc(c, addr, 0) == 1;
+    X509_free(c);
+    return ok;
+}
+
+/* Both ends' keys from the TLS session: 40 bytes, initiator -> responder first. */
+static int derive(SSL *ssl, int family, const uint8_t ai[16], const uint8_t ar[16], uint32_t spi_i,
+                  uint32_t spi_r, uint8_t km[2 * RRPC_XFRM_KEY_BYTES])
+{
+    uint8_t ctx[8 + 32 + 1];
+    put32(ctx, spi_i);
+    put32(ctx + 4, spi_r);
+    memcpy(ctx + 8, ai, 16);
+    memcpy(ctx + 24, ar, 16);
+    ctx[40] = (uint8_t)(family == AF_INET ? 4 : 6);
+    return SSL_export_keying_material(ssl, km, 2 * RRPC_XFRM_KEY_BYTES, AG_LABEL,
+                                      sizeof(AG_LABEL) - 1, ctx, sizeof(ctx), 1) == 1
+               ? 0
+               : -1;
+}
+
+static uint32_t random_spi(uint32_t not)
+{
+    uint32_t s = 0;
+    while (s < 0x100 || s == not) {
+        if (getrandom(&s, sizeof(s), 0) != sizeof(s))
+            s = (uint32_t)rand();
+    }
+    return s;
+}
+
+/* Installs @pr's new keys: the whole pair the first time, the SAs alone on
+ * a rekey (the old SAs then go after AG_GRACE_S).  @agree_only: the pair is
+ * this kernel's once, and the other agent installs it. */
+static int install(struct peer *pr, const struct rrpc_xfrm_pair *np, bool agree_only, char *why,
+                   size_t len)
+{
+    if (agree_only)
+        return 0;
+    int rc = pr->installed ? rrpc_xfrm_sas_add(np, why, len) : rrpc_xfrm_pair_add(np, why, len);
+    if (rc)
+        return rc;
+    if (pr->installed) {
+        if (pr->old_pending) /* a rekey before the last one's grace ended */
+            rrpc_xfrm_sas_del(&pr->old);
+        pr->old = pr->cur;
+        pr->old_pending = true;
+        pr->old_del_at = time(NULL) + AG_GRACE_S;
+        pr->rekeys++;
+    }
+    pr->cur = *np;
+    pr->installed = true;
+    explicit_bzero(pr->cur.key_out, sizeof(pr->cur.key_out));
+    explicit_bzero(pr->cur.key_in, sizeof(pr->cur.key_in));
+    return 0;
+}
+
+static struct peer *find_peer(int family, const uint8_t addr[16])
+{
+    for (int i = 0; i < g.npeers; i++)
+        if (g.peers[i].family == family && !memcmp(g.peers[i].addr, addr, 16))
+            return &g.peers[i];
+    return NULL;
+}
+
+static struct peer *add_peer(int family, const uint8_t addr[16])
+{
+    if (g.npeers == AG_MAX_PEERS)
+        return NULL;
+    struct peer *pr = &g.peers[g.npeers++];
+    memset(pr, 0, sizeof(*pr));
+    pr->family = family;
+    memcpy(pr->addr, addr, 16);
+    inet_ntop(family, addr, pr->text, sizeof(pr->text));
+    pr->initiator = memcmp(g.local, addr, 16) < 0;
+    pr->loopback = is_local(family, addr);
+    return pr;
+}
+
+/* ---- responder ------------------------------------------------------------------ */
+
+static void reply(SSL *ssl, int type, uint32_t spi, int32_t code, const char *reason)
+{
+    uint8_t rep[AG_REP_SIZE] = {0};
+    put32(rep, AG_MAGIC);
+    rep[4] = AG_VERSION;
+    rep[5] = (uint8_t)type;
+    put32(rep + 8, spi);
+    put32(rep + 12, (uint32_t)code);
+    snprintf((char *)rep + 16, AG_REASON, "%s", reason ? reason : "");
+    ssl_io(ssl, rep, sizeof(rep), true);
+}
+
+static void serve_one(int lfd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    set_deadline(fd);
+    char from[INET6_ADDRSTRLEN] = "?";
+    uint8_t from_addr[16] = {0};
+    if (ss.ss_family == AF_INET) {
+        memcpy(from_addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    } else if (ss.ss_family == AF_INET6) {
+        memcpy(from_addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    }
+    inet_ntop(ss.ss_family, from_addr, from, sizeof(from));
+    SSL *ssl = SSL_new(g.ctx);
+    if (!ssl) {
+        close(fd);
+        return;
+    }
+    SSL_set_fd(ssl, fd);
+    uint8_t req[AG_REQ_SIZE];
+    char why[400] = "";
+    if (SSL_accept(ssl) != 1) {
+        logf_("refused %s: TLS handshake: %s", from, ssl_err());
+        goto out;
+    }
+    if (ssl_io(ssl, req, sizeof(req), false)) {
+        logf_("refused %s: no PAIR request within %d s", from, AG_DEADLINE_S);
+        goto out;
+    }
+    if (get32(req) != AG_MAGIC || req[4] != AG_VERSION || req[5] != AG_T_PAIR ||
+        (req[6] != 4 && req[6] != 6)) {
+        logf_("refused %s: not a version %d PAIR request", from, AG_VERSION);
+        reply(ssl, AG_T_ERR, 0, -EPROTO, "not a PAIR request of agent protocol version 1");
+        goto out;
+    }
+    int family = req[6] == 4 ? AF_INET : AF_INET6;
+    const uint8_t *ai = req + 8, *ar = req + 24;
+    uint32_t spi_i = get32(req + 40), lifetime = get32(req + 44);
+    char ai_text[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(family, ai, ai_text, sizeof(ai_text));
+    const char *bad = NULL;
+    if (family != g.family || memcmp(ar, g.local, 16))
+        bad = "the pair is not for this host's address";
+    else if (!cert_names(ssl, ai_text))
+        bad = "the initiator's certificate does not name its address (IP SAN)";
+    else if (memcmp(g.local, ai, 16) <= 0)
+        bad = "the lower address initiates: this host does, not yours";
+    else if (spi_i < 0x100)
+        bad = "SPI below 0x100";
+    else if (lifetime && lifetime < 5)
+        bad = "lifetime below 5 s";
+    if (bad) {
+        logf_("refused %s (claims %s): %s", from, ai_text, bad);
+        reply(ssl, AG_T_ERR, 0, -EACCES, bad);
+        goto out;
+    }
+    struct peer *pr = find_peer(family, ai);
+    if (!pr && !(pr = add_peer(family, ai))) {
+        reply(ssl, AG_T_ERR, 0, -ENOSPC, "this agent has its 256 peers");
+        goto out;
+    }
+    uint32_t spi_r = random_spi(spi_i);
+    if (pr->installed && (spi_r == pr->cur.spi_in || spi_r == pr->cur.spi_out))
+        spi_r = random_spi(spi_i);
+    uint8_t km[2 * RRPC_XFRM_KEY_BYTES];
+    if (derive(ssl, family, ai, ar, spi_i, spi_r, km)) {
+        reply(ssl, AG_T_ERR, 0, -EIO, "key derivation failed");
+        goto out;
+    }
+    struct rrpc_xfrm_pair np = {.family = family, .spi_out = spi_i, .spi_in = spi_r,
+                                .reqid = AG_REQID, .hard_s = lifetime,
+                                .soft_s = rrpc_xfrm_soft_s(lifetime), .loopback = pr->loopback};
+    memcpy(np.local, g.local, 16);
+    memcpy(np.peer, ai, 16);
+    memcpy(np.key_out, km + RRPC_XFRM_KEY_BYTES, RRPC_XFRM_KEY_BYTES);
+    memcpy(np.key_in, km, RRPC_XFRM_KEY_BYTES);
+    explicit_bzero(km, sizeof(km));
+    int rc = install(pr, &np, pr->loopback, why, sizeof(why));
+    explicit_bzero(&np, sizeof(np));
+    if (rc) {
+        logf_("pairing with %s failed: %s", ai_text, why);
+        reply(ssl, AG_T_ERR, 0, rc, why);
+        goto out;
+    }
+    reply(ssl, AG_T_OK, spi_r, 0, NULL);
+    logf_("paired with %s as responder (spi in 0x%x, out 0x%x%s)", ai_text, spi_r, spi_i,
+          pr->loopback ? "; both addresses are this kernel's: the initiator installs" : "");
+out:
+    SSL_shutdown(ssl);
+    SSL_free(ssl);
+    close(fd);
+}
+
+/* ---- initiator ------------------------------------------------------------------ */
+
+static int dial(const char *endpoint)
+{
+    char host[256], port[16];
+    const char *c = strrchr(endpoint, ':');
+    if (!c || c == endpoint || (size_t)(c - endpoint) >= sizeof(host) || strlen(c + 1) >= sizeof(port))
+        return -EINVAL;
+    memcpy(host, endpoint, (size_t)(c - endpoint));
+    host[c - endpoint] = 0;
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = 0;
+    }
+    snprintf(port, sizeof(port), "%s", c + 1);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, port, &hints, &ai) || !ai)
+        return -EHOSTUNREACH;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = fd < 0 ? -errno : 0;
+    if (!rc && (rc = bypass(fd, ai->ai_family)) == 0) {
+        set_deadline(fd);
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+            rc = -errno;
+    }
+    freeaddrinfo(ai);
+    if (rc) {
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* One PAIR exchange with @pr (first pairing or rekey). */
+static int initiate(struct peer *pr)
+{
+    char why[400] = "";
+    int fd = dial(pr->endpoint);
+    if (fd < 0) {
+        logf_("cannot reach the agent of %s at %s: %s", pr->text, pr->endpoint, strerror(-fd));
+        return fd;
+    }
+    int rc = -EPROTO;
+    SSL *ssl = SSL_new(g.ctx);
+    if (!ssl) {
+        close(fd);
+        return -ENOMEM;
+    }
+    SSL_set_fd(ssl, fd);
+    uint8_t req[AG_REQ_SIZE] = {0}, rep[AG_REP_SIZE];
+    if (SSL_connect(ssl) != 1) {
+        logf_("TLS with the agent of %s: %s", pr->text, ssl_err());
+        goto out;
+    }
+    if (!cert_names(ssl, pr->text)) {
+        logf_("the agent at %s does not hold a certificate for %s (IP SAN): not pairing",
+              pr->endpoint, pr->text);
+        rc = -EACCES;
+        goto out;
+    }
+    uint32_t spi_i = random_spi(0);
+    if (pr->installed && (spi_i == pr->cur.spi_in || spi_i == pr->cur.spi_out))
+        spi_i = random_spi(pr->cur.spi_in);
+    put32(req, AG_MAGIC);
+    req[4] = AG_VERSION;
+    req[5] = AG_T_PAIR;
+    req[6] = (uint8_t)(g.family == AF_INET ? 4 : 6);
+    memcpy(req + 8, g.local, 16);
+    memcpy(req + 24, pr->addr, 16);
+    put32(req + 40, spi_i);
+    put32(req + 44, g.lifetime);
+    if (ssl_io(ssl, req, sizeof(req), true) || ssl_io(ssl, rep, sizeof(rep), false)) {
+        logf_("pairing with %s: no answer within %d s: %s", pr->text, AG_DEADLINE_S, ssl_err());
+        goto out;
+    }
+    if (get32(rep) != AG_MAGIC || rep[4] != AG_VERSION || (rep[5] != AG_T_OK && rep[5] != AG_T_ERR)) {
+        logf_("pairing with %s: the answer is not agent protocol version %d", pr->text, AG_VERSION);
+        goto out;
+    }
+    rep[AG_REP_SIZE - 1] = 0;
+    if (rep[5] == AG_T_ERR) {
+        int32_t code = (int32_t)get32(rep + 12);
+        logf_("the agent of %s refused to pair: %s", pr->text, (char *)rep + 16);
+        rc = code < 0 ? code : -EACCES;
+        goto out;
+    }
+    uint32_t spi_r = get32(rep + 8);
+    if (spi_r < 0x100 || spi_r == spi_i) {
+        logf_("pairing with %s: the answer's SPI 0x%x is invalid", pr->text, spi_r);
+        goto out;
+    }
+    uint8_t km[2 * RRPC_XFRM_KEY_BYTES];
+    if (derive(ssl, g.family, g.local, pr->addr, spi_i, spi_r, km)) {
+        logf_("pairing with %s: key derivation failed", pr->text);
+        goto out;
+    }
+    struct rrpc_xfrm_pair np = {.family = g.family, .spi_out = spi_r, .spi_in = spi_i,
+                                .reqid = AG_REQID, .hard_s = g.lifetime,
+                                .soft_s = rrpc_xfrm_soft_s(g.lifetime), .loopback = pr->loopback};
+    memcpy(np.local, g.local, 16);
+    memcpy(np.peer, pr->addr, 16);
+    memcpy(np.key_out, km, RRPC_XFRM_KEY_BYTES);
+    memcpy(np.key_in, km + RRPC_XFRM_KEY_BYTES, RRPC_XFRM_KEY_BYTES);
+    explicit_bzero(km, sizeof(km));
+    bool rekey = pr->installed;
+    rc = install(pr, &np, false, why, sizeof(why));
+    explicit_bzero(&np, sizeof(np));
+    if (rc) {
+        logf_("pairing with %s: installing: %s", pr->text, why);
+        goto out;
+    }
+    logf_("%s with %s as initiator (spi out 0x%x, in 0x%x%s)", rekey ? "rekeyed" : "paired",
+          pr->text, spi_r, spi_i, pr->loopback ? "; both addresses are this kernel's" : "");
+out:
+    SSL_shutdown(ssl);
+    SSL_free(ssl);
+    close(fd);
+    return rc;
+}
+
+/* ---- main ----------------------------------------------------------------------- */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F\n"
+                    "                  [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F] [-v]\n");
+    return 2;
+}
+
+static int listen_on(const char *endpoint, const char *port_file)
+{
+    char host[256];
+    const char *c = strrchr(endpoint, ':');
+    if (!c || (size_t)(c - endpoint) >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, endpoint, (size_t)(c - endpoint));
+    host[c - endpoint] = 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    if (getaddrinfo(host[0] ? host : NULL, c + 1, &hints, &ai) || !ai)
+        return -EINVAL;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rc = 0;
+    if (fd < 0)
+        rc = -errno;
+    else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+             (rc = bypass(fd, ai->ai_family)) || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+             listen(fd, 16) < 0)
+        rc = rc ? rc : -errno;
+    freeaddrinfo(ai);
+    if (rc) {
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    if (port_file) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        getsockname(fd, (struct sockaddr *)&ss, &sl);
+        int port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                                 : ((struct sockaddr_in6 *)&ss)->sin6_port);
+        FILE *f = fopen(port_file, "w");
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f))
+            return -EIO;
+    }
+    return fd;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"local", required_argument, NULL, 'l'},   {"listen", required_argument, NULL, 'L'},
+        {"cert", required_argument, NULL, 'c'},    {"key", required_argument, NULL, 'k'},
+        {"ca", required_argument, NULL, 'a'},      {"peer", required_argument, NULL, 'p'},
+        {"lifetime", required_argument, NULL, 't'}, {"port-file", required_argument, NULL, 'P'},
+        {"verbose", no_argument, NULL, 'v'},       {NULL, 0, NULL, 0}};
+    const char *local = NULL, *listen_ep = NULL, *cert = NULL, *key = NULL, *ca = NULL,
+               *port_file = NULL;
+    const char *peer_args[AG_MAX_PEERS];
+    int npeer_args = 0, c;
+    while ((c = getopt_long(argc, argv, "v", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l': local = optarg; break;
+        case 'L': listen_ep = optarg; break;
+        case 'c': cert = optarg; break;
+        case 'k': key = optarg; break;
+        case 'a': ca = optarg; break;
+        case 'P': port_file = optarg; break;
+        case 'v': g.verbose = true; break;
+        case 'p':
+            if (npeer_args == AG_MAX_PEERS)
+                return usage();
+            peer_args[npeer_args++] = optarg;
+            break;
+        case 't': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (*end || !*optarg || v < 5 || v > 7 * 86400) {
+                fprintf(stderr, "rrpc-agent: --lifetime wants 5 to 604800 seconds\n");
+                return 2;
+            }
+            g.lifetime = (unsigned)v;
+            break;
+        }
+        default: return usage();
+        }
+    }
+    if (optind != argc || !local || !listen_ep || !cert || !key || !ca)
+        return usage();
+    if (parse_addr(local, &g.family, g.local)) {
+        fprintf(stderr, "rrpc-agent: --local %s is not an IP address\n", local);
+        return 2;
+    }
+    inet_ntop(g.family, g.local, g.local_text, sizeof(g.local_text));
+    for (int i = 0; i < npeer_args; i++) {
+        const char *at = strchr(peer_args[i], '@');
+        char a[INET6_ADDRSTRLEN + 1];
+        int fam;
+        uint8_t addr[16];
+        if (!at || (size_t)(at - peer_args[i]) >= sizeof(a)) {
+            fprintf(stderr, "rrpc-agent: --peer %s: want ADDR@HOST:PORT\n", peer_args[i]);
+            return 2;
+        }
+        memcpy(a, peer_args[i], (size_t)(at - peer_args[i]));
+        a[at - peer_args[i]] = 0;
+        if (parse_addr(a, &fam, addr) || fam != g.family || !memcmp(addr, g.local, 16)) {
+            fprintf(stderr, "rrpc-agent: --peer %s: not an address of --local's family, "
+                            "or --local itself\n", peer_args[i]);
+            return 2;
+        }
+        struct peer *pr = find_peer(fam, addr) ? NULL : add_peer(fam, addr);
+        if (!pr) {
+            fprintf(stderr, "rrpc-agent: --peer %s named twice\n", a);
+            return 2;
+        }
+        snprintf(pr->endpoint, sizeof(pr->endpoint), "%s", at + 1);
+    }
+
+    g.ctx = SSL_CTX_new(TLS_method());
+    if (!g.ctx || !SSL_CTX_set_min_proto_version(g.ctx, TLS1_3_VERSION) ||
+        SSL_CTX_use_certificate_chain_file(g.ctx, cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(g.ctx, key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(g.ctx) != 1 || SSL_CTX_load_verify_locations(g.ctx, ca, NULL) != 1) {
+        fprintf(stderr, "rrpc-agent: TLS setup (--cert %s --key %s --ca %s): %s\n", cert, key, ca,
+                ssl_err());
+        return 1;
+    }
+    SSL_CTX_set_verify(g.ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int lfd = listen_on(listen_ep, port_file);
+    if (lfd < 0) {
+        fprintf(stderr, "rrpc-agent: cannot listen on %s: %s%s\n", listen_ep, strerror(-lfd),
+                lfd == -EPERM ? " (the agent needs CAP_NET_ADMIN)" : "");
+        return 1;
+    }
+    logf_("agent of %s listening on %s, %d peer%s named, lifetime %s", g.local_text, listen_ep,
+          g.npeers, g.npeers == 1 ? "" : "s", g.lifetime ? "set" : "none (no rekey)");
+    for (int i = 0; i < g.npeers; i++)
+        g.peers[i].retry_at = time(NULL);
+
+    while (!stop) {
+        time_t now = time(NULL), next = now + 3600;
+        for (int i = 0; i < g.npeers && !stop; i++) {
+            struct peer *pr = &g.peers[i];
+            if (pr->old_pending && now >= pr->old_del_at) {
+                if (!pr->loopback || pr->initiator)
+                    rrpc_xfrm_sas_del(&pr->old);
+                pr->old_pending = false;
+            }
+            bool due = pr->initiator && pr->endpoint[0] &&
+                       ((!pr->installed && now >= pr->retry_at) ||
+                        (pr->installed && g.lifetime && now >= pr->rekey_at));
+            if (due) {
+                if (initiate(pr) == 0)
+                    pr->rekey_at = now + (g.lifetime ? g.lifetime * 8 / 10 : 0);
+                else if (!pr->installed)
+                    pr->retry_at = now + 2;
+                else
+                    pr->rekey_at = now + 2; /* retry the rekey before the hard expiry */
+            }
+            if (pr->old_pending && pr->old_del_at < next)
+                next = pr->old_del_at;
+            if (pr->initiator && pr->endpoint[0]) {
+                time_t t = pr->installed ? (g.lifetime ? pr->rekey_at : next) : pr->retry_at;
+                if (t < next)
+                    next = t;
+            }
+        }
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        long ms = (long)(next - time(NULL)) * 1000;
+        if (ms < 0)
+            ms = 0;
+        if (ms > 1000)
+            ms = 1000;
+        if (poll(&pfd, 1, (int)ms) > 0 && (pfd.revents & POLLIN))
+            serve_one(lfd);
+    }
+    int removed = 0;
+    for (int i = 0; i < g.npeers; i++) {
+        struct peer *pr = &g.peers[i];
+        char why[200];
+        if (pr->old_pending && (!pr->loopback || pr->initiator))
+            rrpc_xfrm_sas_del(&pr->old);
+        if (pr->installed && (!pr->loopback || pr->initiator) &&
+            rrpc_xfrm_pair_del(&pr->cur, why, sizeof(why)) == 0)
+            removed++;
+    }
+    logf_("stopping: removed %d host pair%s", removed, removed == 1 ? "" : "s");
+    close(lfd);
+    SSL_CTX_free(g.ctx);
+    return 0;
+}

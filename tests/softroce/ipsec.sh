@@ -1,0 +1,228 @@
+#!/bin/bash
+# tests/softroce/ipsec.sh BUILD_DIR
+#
+# RoCEv2 and tcp under ESP (issue #30), in the Soft-RoCE VM: rrpc-xfrm (agent/, libnl-xfrm-3)
+# installs the host pair 10.77.0.1 <-> 10.77.0.2 (AES-GCM, transport mode, random keys; both
+# addresses are the VM's, so --loopback installs both hosts' policies), then checks:
+#   - the states and policies are in the kernel (ip xfrm state / policy);
+#   - dscp_traffic over rdma:// and over tcp:// (RPCs on low_latency, WRITE + READ on bulk) works
+#     with ESP on, and a capture on "any" shows every packet sent between the two addresses as
+#     ESP (none in clear: no RoCEv2 UDP 4791, no tcp), with the classes' DSCPs in the outer header
+#     (transport mode); a decrypted packet is seen again "In" in clear on "any", and only so;
+#   - the SAs counted the traffic (rrpc-xfrm stats), with no integrity or replay failure;
+#   - the conformance suite over verbs passes with ESP on (but for two tests whose deadlines
+#     ESP in software on a TCG guest cannot meet; RRPC_TEST_SKIP names them);
+#   - rrpc-xfrm del removes all of it (no state or policy left), and a second del says what was
+#     not there (exit 1);
+#   - rrpc-agent: two agents (10.77.0.1 initiates, 10.77.0.2 answers) agree the keys over TLS 1.3
+#     and pair; the responder refuses garbage and an agent whose certificate names another
+#     address, and keeps serving; RPCs and WRITE + READ over rdma:// run for 16 s across two rekeys
+#     (lifetime 8 s) and none fails; stopped, the agents leave no state or policy.
+# With BENCH_ESP=1 it also runs rrpc-bench (rtt and 1 MiB large over verbs and tcp) in clear and
+# under ESP in the same VM, for the cost of ESP (BUILD_DIR/ipsec/bench-{clear,esp}.txt).
+# Skips (77) without libnl-xfrm-3 (no rrpc-xfrm), without a VM, or when the VM kernel has no
+# ESP/GCM (the reason printed). Output: "ok - ..." / "not ok - ..." lines, then "N passed, N failed".
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[ $# = 1 ] || { echo "usage: tests/softroce/ipsec.sh BUILD_DIR" >&2; exit 2; }
+BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "ipsec: no such directory: $1" >&2; exit 2; }
+OUT=$BUILD/ipsec
+
+if [ "${SOFTROCE_IN_VM:-}" != 1 ]; then
+  grep -q RRPC_HAVE_VERBS "$BUILD/build.ninja" 2>/dev/null ||
+    { echo "skipped: $BUILD was configured without the verbs transport"; exit 77; }
+  [ -x "$BUILD/agent/rrpc-xfrm" ] ||
+    { echo "skipped: no $BUILD/agent/rrpc-xfrm (install libnl-xfrm-3-dev, meson setup --reconfigure)"; exit 77; }
+  command -v tcpdump >/dev/null || PATH=$PATH:/usr/sbin:/sbin command -v tcpdump >/dev/null ||
+    { echo "skipped: no tcpdump on the host (the VM uses the host's)"; exit 77; }
+  mkdir -p "$OUT" || exit 2
+  TOP=$(cd "$HERE/../.." && pwd)
+  ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -I"$TOP/include" \
+      -o "$OUT/dscp_traffic" "$HERE/dscp_traffic.c" \
+      -L"$BUILD/libroce_rpc" -Wl,-rpath,"$BUILD/libroce_rpc" -lroce_rpc -lpthread ||
+    { echo "ipsec: compiling dscp_traffic failed" >&2; exit 2; }
+  cp "$HERE/ipsec.sh" "$HERE/agent-certs.sh" "$OUT/" || exit 2
+  SOFTROCE_PASS_VARS="${SOFTROCE_PASS_VARS:+$SOFTROCE_PASS_VARS }BENCH_ESP" \
+    exec "$HERE/run-in-vm.sh" "$BUILD" bash "$OUT/ipsec.sh" "$BUILD"
+fi
+
+# ---- in the VM --------------------------------------------------------------------------------
+PASS=0 FAIL=0
+ok()  { PASS=$((PASS + 1)); echo "ok - $*"; }
+bad() { FAIL=$((FAIL + 1)); echo "not ok - $*"; }
+W=$(mktemp -d)
+TD=
+XF="$BUILD/agent/rrpc-xfrm"
+IP0=${SOFTROCE_IP0:-10.77.0.1} IP1=${SOFTROCE_IP1:-10.77.0.2}
+PAIR=("$IP0" "$IP1" --spi-out 0x1001 --spi-in 0x1002 --loopback)
+cleanup() { [ -n "$TD" ] && kill -INT $TD 2>/dev/null; "$XF" del "${PAIR[@]}" >/dev/null 2>&1; rm -rf "$W"; }
+trap cleanup EXIT
+ulimit -l unlimited
+# Policies of the pair: the agents' per-socket bypass policies ("socket in/out") do not count.
+npol() { ip xfrm policy | grep -cE '^[[:space:]]+dir (in|out|fwd)'; }
+
+if ! "$XF" add "${PAIR[@]}" --random-keys --lifetime 3600 2> "$W/add.err"; then
+  if grep -q "the kernel needs" "$W/add.err"; then
+    echo "skipped: the VM kernel cannot make the ESP states: $(cat "$W/add.err")"
+    echo "  (tests/softroce/prepare.sh puts the IPsec modules in the initramfs; is it rebuilt?)"
+    exit 77
+  fi
+  bad "rrpc-xfrm add: $(cat "$W/add.err")"
+  echo "$PASS passed, $FAIL failed"; exit 1
+fi
+NS=$(ip xfrm state | grep -c '^src')
+NP=$(npol)
+if [ "$NS" = 2 ] && [ "$NP" = 4 ] && ip xfrm state | grep -q 'rfc4106(gcm(aes))'; then
+  ok "rrpc-xfrm add installed 2 AES-GCM states and 4 policies (both hosts' in and out)"
+else
+  bad "rrpc-xfrm add installed 2 states and 4 policies: $NS states, $NP policies"
+  ip xfrm state | sed 's/^/#   /'; ip xfrm policy | sed 's/^/#   /'
+fi
+
+tcpdump -i any --immediate-mode -B 16384 -nn -w "$W/x.pcap" "host $IP0 and host $IP1" 2> "$W/tcpdump.err" &
+TD=$!
+for _ in $(seq 100); do grep -q 'listening on' "$W/tcpdump.err" && break; sleep 0.1; done
+for t in rdma tcp; do
+  if timeout 300 "$OUT/dscp_traffic" -t $t -s "$IP1" -c "$IP0" -n 50 -k 256 > "$W/traffic.$t" 2>&1; then
+    ok "dscp_traffic over $t:// with ESP on: 50 RPCs, a 256 KiB WRITE + READ checked"
+  else
+    bad "dscp_traffic over $t:// with ESP on"; sed 's/^/#   /' "$W/traffic.$t"
+  fi
+done
+sleep 0.3
+kill -INT $TD 2>/dev/null; wait $TD; TD=
+cp "$W/x.pcap" "$OUT/capture.pcap" 2>/dev/null
+# Direction, protocol and TOS of every captured IPv4 packet.  On "any", a packet ESP decrypted is
+# seen once more, "In", in clear, after the transform: what left ("Out") is what was on the wire.
+tcpdump -nn -v -r "$W/x.pcap" 2>/dev/null |
+  awk '/tos 0x/ { match($0, /tos 0x[0-9a-f]+/); tos = substr($0, RSTART + 6, RLENGTH - 6)
+                  p = "?"; if ($0 ~ /proto ESP/) p = "esp"; else if ($0 ~ /proto UDP/) p = "udp"
+                  else if ($0 ~ /proto TCP/) p = "tcp"; print $3, p, tos }' > "$W/pkts"
+NESP=$(awk '$1 == "Out" && $2 == "esp"' "$W/pkts" | wc -l)
+NCLEAR=$(awk '$1 == "Out" && $2 != "esp"' "$W/pkts" | wc -l)
+NDEC=$(awk '$1 == "In" && $2 != "esp"' "$W/pkts" | wc -l)
+if [ "$NESP" -gt 0 ] && [ "$NCLEAR" = 0 ]; then
+  ok "every packet sent between $IP0 and $IP1 is ESP: $NESP sent, none in clear ($NDEC seen again in clear after decryption)"
+else
+  bad "ESP only between $IP0 and $IP1: $NESP ESP sent, $NCLEAR sent in clear"
+  sort "$W/pkts" | uniq -c | head | sed 's/^/#   /'
+fi
+# DSCP 46 (low_latency) = tos 0xb8, DSCP 10 (bulk) = tos 0x28, in the ESP packets' outer header
+if awk '$2 == "esp" && $3 == "b8"' "$W/pkts" | grep -q . && awk '$2 == "esp" && $3 == "28"' "$W/pkts" | grep -q .; then
+  ok "ESP packets carry the classes' DSCPs in the outer header (46 low_latency, 10 bulk)"
+else
+  bad "ESP packets carry the classes' DSCPs (tos b8 and 28)"
+  awk '$2 == "esp" { print "tos 0x" $3 }' "$W/pkts" | sort | uniq -c | sed 's/^/#   /'
+fi
+"$XF" stats "${PAIR[@]:0:6}" > "$W/stats" 2>&1
+OUTP=$(awk '$1 == "out" { sub("packets=", "", $3); print $3 }' "$W/stats")
+INP=$(awk '$1 == "in" { sub("packets=", "", $3); print $3 }' "$W/stats")
+FAILS=$(grep -o '_fails=[0-9]*' "$W/stats" | cut -d= -f2 | paste -sd+ | bc 2>/dev/null || echo "?")
+if [ "${OUTP:-0}" -gt 0 ] && [ "${INP:-0}" -gt 0 ] && [ "$FAILS" = 0 ]; then
+  ok "the SAs counted the traffic: $OUTP packets out, $INP in, no integrity or replay failure"
+else
+  bad "the SAs counted the traffic with no failure"; sed 's/^/#   /' "$W/stats"
+fi
+
+# Two tests move many 1-16 MiB borrowed calls within deadlines that ESP in software on a TCG
+# guest cannot meet (they fail with RRPC_E_DEADLINE there, and pass without ESP): left out here.
+export RRPC_TEST_SKIP=test_a_borrowed_buffer_arrives_bit_exact_whether_pieces_are_large_or_small,test_a_borrowed_buffer_is_not_read_after_its_completion_ran
+export RRPC_TEST_TRANSPORT=verbs RRPC_TEST_SERVER=$IP1 RRPC_TEST_CLIENT_SRC=$IP0
+if timeout 900 "$BUILD/tests/conformance" > "$OUT/conformance.txt" 2>&1; then
+  ok "the conformance suite over verbs passes with ESP on ($(grep -c '^\[       OK \]' "$OUT/conformance.txt") tests OK)"
+else
+  bad "the conformance suite over verbs with ESP on (build/ipsec/conformance.txt)"
+  grep -E -B3 'FAILED|Error' "$OUT/conformance.txt" | head -30 | sed 's/^/#   /'
+fi
+unset RRPC_TEST_TRANSPORT RRPC_TEST_SERVER RRPC_TEST_CLIENT_SRC RRPC_TEST_SKIP
+
+if [ "${BENCH_ESP:-0}" = 1 ]; then
+  B=$BUILD/bench/rrpc-bench
+  for mode in esp clear; do
+    [ $mode = clear ] && "$XF" del "${PAIR[@]}" > /dev/null 2>&1
+    "$B" server --host "$IP1" --port 17600 > "$W/bs.$mode" 2>&1 &
+    SP=$!
+    for _ in $(seq 100); do grep -q running "$W/bs.$mode" && break; sleep 0.1; done
+    timeout 300 "$B" client --host "$IP1" --port 17600 --src "$IP0" --transport verbs,tcp \
+      --tests rtt,large --duration 1 --no-progress --no-peers > "$OUT/bench-$mode.txt" 2>&1
+    kill $SP 2>/dev/null; wait $SP 2>/dev/null
+    echo "# rrpc-bench with $mode: $OUT/bench-$mode.txt"
+  done
+  "$XF" add "${PAIR[@]}" --random-keys > /dev/null 2>&1   # for the del checks below
+fi
+
+"$XF" del "${PAIR[@]}" 2> "$W/del.err"; RC=$?
+NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
+if [ $RC = 0 ] && [ "$NS" = 0 ] && [ "$NP" = 0 ]; then
+  ok "rrpc-xfrm del removed every state and policy"
+else
+  bad "rrpc-xfrm del removed everything: exit $RC, $NS states and $NP policies left: $(cat "$W/del.err")"
+fi
+"$XF" del "${PAIR[@]}" 2> "$W/del2.err"; RC=$?
+if [ $RC = 1 ] && grep -q "were not installed" "$W/del2.err"; then
+  ok "a second del fails and says what was not there: $(cat "$W/del2.err")"
+else
+  bad "a second del fails (exit 1) and says so: exit $RC, $(cat "$W/del2.err")"
+fi
+
+# ---- rrpc-agent: the keys agreed over TLS, rekeyed, removed ---------------------------------
+AG="$BUILD/agent/rrpc-agent"
+if [ ! -x "$AG" ]; then
+  echo "# no $AG (OpenSSL missing at build time): the agent checks are left out"
+else
+  bash "$OUT/agent-certs.sh" "$W/certs" "$IP0" "$IP1" 10.77.0.9 || bad "making the test certificates"
+  C=$W/certs
+  "$AG" --local "$IP1" --listen "$IP1:0" --port-file "$W/pb" --cert "$C/$IP1.crt" --key "$C/$IP1.key" \
+    --ca "$C/ca.crt" > "$W/agent-b.log" 2>&1 &
+  AB=$!
+  for _ in $(seq 100); do [ -s "$W/pb" ] && break; sleep 0.1; done
+  PB=$(cat "$W/pb" 2>/dev/null)
+  "$AG" --local "$IP0" --listen "$IP0:0" --cert "$C/$IP0.crt" --key "$C/$IP0.key" --ca "$C/ca.crt" \
+    --peer "$IP1@$IP1:$PB" --lifetime 8 > "$W/agent-a.log" 2>&1 &
+  AA=$!
+  for _ in $(seq 200); do grep -q "paired with $IP1" "$W/agent-a.log" && break; sleep 0.1; done
+  NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
+  SPI0=$(ip xfrm state | grep -o 'spi 0x[0-9a-f]*' | sort | tr '\n' ' ')
+  if grep -q "paired with $IP1 as initiator" "$W/agent-a.log" && [ "$NS" = 2 ] && [ "$NP" = 4 ]; then
+    ok "two agents paired over TLS (keys from the TLS exporter): 2 states, 4 policies"
+  else
+    bad "two agents paired: $NS states, $NP policies"; sed 's/^/#   A: /' "$W/agent-a.log"; sed 's/^/#   B: /' "$W/agent-b.log"
+  fi
+  # a hostile peer at B's port: garbage, then an agent whose certificate names another address
+  exec 3<>"/dev/tcp/$IP1/$PB" && printf 'GARBAGE %.0s' $(seq 64) >&3 && exec 3>&- 3<&-
+  timeout 6 "$AG" --local "$IP0" --listen "$IP0:0" --cert "$C/10.77.0.9.crt" --key "$C/10.77.0.9.key" \
+    --ca "$C/ca.crt" --peer "$IP1@$IP1:$PB" > "$W/agent-w.log" 2>&1
+  if grep -q "refused to pair: the initiator's certificate does not name its address" "$W/agent-w.log" &&
+     grep -q "refused .*TLS handshake" "$W/agent-b.log"; then
+    ok "the agent refuses garbage and a peer whose certificate names another address, and keeps serving"
+  else
+    bad "the agent refuses garbage and a wrong certificate"; sed 's/^/#   W: /' "$W/agent-w.log" | head -3
+    sed 's/^/#   B: /' "$W/agent-b.log" | tail -4
+  fi
+  # traffic across two rekeys (lifetime 8 s: a rekey every 6.4 s)
+  T0=$(date +%s); RUNS=0; RFAIL=0
+  while [ $(( $(date +%s) - T0 )) -lt 16 ]; do
+    RUNS=$((RUNS + 1))
+    timeout 120 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 20 -k 64 > "$W/rk.$RUNS" 2>&1 || RFAIL=$((RFAIL + 1))
+  done
+  REKEYS=$(grep -c "rekeyed with $IP1" "$W/agent-a.log")
+  SPI1=$(ip xfrm state | grep -o 'spi 0x[0-9a-f]*' | sort | tr '\n' ' ')
+  if [ "$RFAIL" = 0 ] && [ "$REKEYS" -ge 2 ] && [ "$SPI1" != "$SPI0" ]; then
+    ok "$RUNS runs of RPCs and WRITE + READ over rdma:// across $REKEYS rekeys, none failed (SPIs $SPI0-> $SPI1)"
+  else
+    bad "traffic across rekeys: $RFAIL of $RUNS runs failed, $REKEYS rekeys, SPIs $SPI0-> $SPI1"
+    for f in "$W"/rk.*; do grep -q done "$f" || sed 's/^/#   /' "$f" | tail -3; done
+    grep -v paired "$W/agent-a.log" | tail -5 | sed 's/^/#   A: /'
+  fi
+  kill -TERM $AA $AB 2>/dev/null; wait $AA $AB 2>/dev/null
+  NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
+  if [ "$NS" = 0 ] && [ "$NP" = 0 ] && grep -q "removed 1 host pair" "$W/agent-a.log"; then
+    ok "stopped agents leave no state or policy"
+  else
+    bad "stopped agents leave nothing: $NS states, $NP policies"; tail -2 "$W/agent-a.log" | sed 's/^/#   A: /'
+  fi
+  cp "$W"/agent-*.log "$OUT/" 2>/dev/null
+fi
+
+echo "$PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
