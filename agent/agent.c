@@ -44,6 +44,8 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,6 +79,8 @@ struct peer {
     bool initiator;     /* we initiate (the lower address) */
     bool loopback;      /* its address is this kernel's too */
     bool installed;     /* a pair of ours is in the kernel */
+    bool agreed;        /* keys agreed (loopback responder: the other agent installed) */
+    time_t expires;     /* the current SAs' hard expiry; 0: none */
     struct rrpc_xfrm_pair cur, old;
     bool old_pending;
     time_t old_del_at, rekey_at, retry_at;
@@ -260,8 +264,11 @@ static uint32_t random_spi(uint32_t not)
 static int install(struct peer *pr, const struct rrpc_xfrm_pair *np, bool agree_only, char *why,
                    size_t len)
 {
-    if (agree_only)
+    if (agree_only) {
+        pr->agreed = true;
+        pr->expires = np->hard_s ? time(NULL) + (time_t)np->hard_s : 0;
         return 0;
+    }
     int rc = pr->installed ? rrpc_xfrm_sas_add(np, why, len) : rrpc_xfrm_pair_add(np, why, len);
     if (rc)
         return rc;
@@ -274,7 +281,8 @@ static int install(struct peer *pr, const struct rrpc_xfrm_pair *np, bool agree_
         pr->rekeys++;
     }
     pr->cur = *np;
-    pr->installed = true;
+    pr->installed = pr->agreed = true;
+    pr->expires = np->hard_s ? time(NULL) + (time_t)np->hard_s : 0;
     explicit_bzero(pr->cur.key_out, sizeof(pr->cur.key_out));
     explicit_bzero(pr->cur.key_in, sizeof(pr->cur.key_in));
     return 0;
@@ -533,12 +541,69 @@ out:
     return rc;
 }
 
+/* ---- the local query socket ------------------------------------------------------ */
+
+/* A UNIX seqpacket socket on which local processes (the library, with
+ * RRPC_REQUIRE_ESP set) ask whether this host has an ESP pair with an
+ * address: "PAIR? ADDR" -> "yes EXPIRES_IN_S" (0: no expiry) or "no REASON".
+ * Read-only; one request per connection, answered at once. */
+static int query_listen(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    unlink(path);
+    mode_t old = umask(0111); /* any local user may ask: it learns only whether a pair is up */
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ? -errno : 0;
+    umask(old);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+static void query_answer(int qfd)
+{
+    int fd = accept4(qfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char req[80], rep[160];
+    ssize_t n = poll(&p, 1, 200) > 0 ? recv(fd, req, sizeof(req) - 1, 0) : -1;
+    if (n <= 0) {
+        close(fd);
+        return;
+    }
+    req[n] = 0;
+    int fam;
+    uint8_t addr[16];
+    struct peer *pr = NULL;
+    if (strncmp(req, "PAIR? ", 6) || parse_addr(req + 6, &fam, addr)) {
+        snprintf(rep, sizeof(rep), "no bad request (want \"PAIR? ADDR\")");
+    } else if (!(pr = find_peer(fam, addr)) || !pr->agreed) {
+        snprintf(rep, sizeof(rep), "no this host's rrpc-agent has no ESP pair with %s", req + 6);
+    } else if (pr->expires && pr->expires <= time(NULL)) {
+        snprintf(rep, sizeof(rep), "no the ESP pair with %s expired (no rekey)", pr->text);
+    } else {
+        snprintf(rep, sizeof(rep), "yes %lld",
+                 pr->expires ? (long long)(pr->expires - time(NULL)) : 0ll);
+    }
+    send(fd, rep, strlen(rep), MSG_NOSIGNAL);
+    close(fd);
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 static int usage(void)
 {
     fprintf(stderr, "usage: rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F\n"
-                    "                  [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F] [-v]\n");
+                    "                  [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F]\n"
+                    "                  [--query-socket PATH] [-v]\n");
     return 2;
 }
 
@@ -586,9 +651,10 @@ int main(int argc, char **argv)
         {"cert", required_argument, NULL, 'c'},    {"key", required_argument, NULL, 'k'},
         {"ca", required_argument, NULL, 'a'},      {"peer", required_argument, NULL, 'p'},
         {"lifetime", required_argument, NULL, 't'}, {"port-file", required_argument, NULL, 'P'},
-        {"verbose", no_argument, NULL, 'v'},       {NULL, 0, NULL, 0}};
+        {"verbose", no_argument, NULL, 'v'},       {"query-socket", required_argument, NULL, 'Q'},
+        {NULL, 0, NULL, 0}};
     const char *local = NULL, *listen_ep = NULL, *cert = NULL, *key = NULL, *ca = NULL,
-               *port_file = NULL;
+               *port_file = NULL, *query_path = NULL;
     const char *peer_args[AG_MAX_PEERS];
     int npeer_args = 0, c;
     while ((c = getopt_long(argc, argv, "v", opts, NULL)) != -1) {
@@ -599,6 +665,7 @@ int main(int argc, char **argv)
         case 'k': key = optarg; break;
         case 'a': ca = optarg; break;
         case 'P': port_file = optarg; break;
+        case 'Q': query_path = optarg; break;
         case 'v': g.verbose = true; break;
         case 'p':
             if (npeer_args == AG_MAX_PEERS)
@@ -672,6 +739,12 @@ int main(int argc, char **argv)
                 lfd == -EPERM ? " (the agent needs CAP_NET_ADMIN)" : "");
         return 1;
     }
+    int qfd = -1;
+    if (query_path && (qfd = query_listen(query_path)) < 0) {
+        fprintf(stderr, "rrpc-agent: cannot listen on the query socket %s: %s\n", query_path,
+                strerror(-qfd));
+        return 1;
+    }
     logf_("agent of %s listening on %s, %d peer%s named, lifetime %s", g.local_text, listen_ep,
           g.npeers, g.npeers == 1 ? "" : "s", g.lifetime ? "set" : "none (no rekey)");
     for (int i = 0; i < g.npeers; i++)
@@ -705,14 +778,18 @@ int main(int argc, char **argv)
                     next = t;
             }
         }
-        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        struct pollfd pfd[2] = {{.fd = lfd, .events = POLLIN}, {.fd = qfd, .events = POLLIN}};
         long ms = (long)(next - time(NULL)) * 1000;
         if (ms < 0)
             ms = 0;
         if (ms > 1000)
             ms = 1000;
-        if (poll(&pfd, 1, (int)ms) > 0 && (pfd.revents & POLLIN))
-            serve_one(lfd);
+        if (poll(pfd, qfd >= 0 ? 2 : 1, (int)ms) > 0) {
+            if (pfd[1].revents & POLLIN)
+                query_answer(qfd);
+            if (pfd[0].revents & POLLIN)
+                serve_one(lfd);
+        }
     }
     int removed = 0;
     for (int i = 0; i < g.npeers; i++) {
@@ -726,6 +803,10 @@ int main(int argc, char **argv)
     }
     logf_("stopping: removed %d host pair%s", removed, removed == 1 ? "" : "s");
     close(lfd);
+    if (qfd >= 0) {
+        close(qfd);
+        unlink(query_path);
+    }
     SSL_CTX_free(g.ctx);
     return 0;
 }

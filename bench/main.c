@@ -1100,6 +1100,7 @@ int main(int argc, char **argv)
             takes = false;
         } else if (strcmp(a, "--no-progress") == 0) {
             g_opts.progress = false;
+            takes = false;
         } else if (strcmp(a, "--no-peers") == 0) {
             g_opts.no_peers = true;
             takes = false;

@@ -8,7 +8,10 @@
 #include <syslog.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "core/core.h"
 
@@ -227,6 +230,86 @@ static int admit(rrpc_ctx *ctx, const uint8_t *key, const char *text, char *why,
     return 0;
 }
 
+/* ---- RRPC_REQUIRE_ESP: only peers this host has an ESP pair with --------------- */
+
+#define ESP_ASK_MS 200   /* the local agent answers at once; a stuck one costs this */
+#define ESP_CACHE_S 2.0  /* a "yes" is believed this long */
+
+static bool is_loopback(const uint8_t key[16])
+{
+    static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t v6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return (!memcmp(key, v4, 12) && key[12] == 127) || !memcmp(key, v6, 16);
+}
+
+/* Asks the agent at @path whether this host has an ESP pair with @text:
+ * 0 yes, -EACCES no (its reason in @why), other: the agent did not answer. */
+static int esp_ask(const char *path, const char *text, char *why, size_t whylen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t plen = strlen(path); /* checked when the context was made (config.c) */
+    if (plen >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    memcpy(sa.sun_path, path, plen + 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    char req[80], rep[160];
+    int n = snprintf(req, sizeof(req), "PAIR? %s", text), r = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ssize_t got = -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+        r = -errno;
+    else if (poll(&p, 1, ESP_ASK_MS) <= 0 || (got = recv(fd, rep, sizeof(rep) - 1, 0)) <= 0)
+        r = -ETIMEDOUT;
+    close(fd);
+    if (r)
+        return r;
+    rep[got] = 0;
+    if (!strncmp(rep, "yes", 3))
+        return 0;
+    snprintf(why, whylen, "%s", !strncmp(rep, "no ", 3) ? rep + 3 : "the agent's answer is not "
+                                                                    "understood");
+    return -EACCES;
+}
+
+/* With RRPC_REQUIRE_ESP set, a peer on another host is accepted only when
+ * this host's rrpc-agent says it has an ESP pair with it (so the peer's
+ * packets are encrypted, and the kernel drops its clear-text ones); loopback
+ * peers and inproc stay on the host and pass. */
+static int esp_gate(rrpc_ctx *ctx, const uint8_t key[16], const char *text, char *why,
+                    size_t whylen)
+{
+    const char *path = ctx->cfg.require_esp;
+    if (!*path || is_loopback(key))
+        return 0;
+    double now = rrpci_stats_now();
+    for (int i = 0; i < RRPCI_ESP_CACHE; i++)
+        if (ctx->esp_yes[i].until > now && !memcmp(ctx->esp_yes[i].key, key, 16))
+            return 0;
+    char reason[160] = "";
+    int r = esp_ask(path, text, reason, sizeof(reason));
+    if (r == 0) {
+        int slot = 0; /* the entry that expires first */
+        for (int i = 1; i < RRPCI_ESP_CACHE; i++)
+            if (ctx->esp_yes[i].until < ctx->esp_yes[slot].until)
+                slot = i;
+        memcpy(ctx->esp_yes[slot].key, key, 16);
+        ctx->esp_yes[slot].until = now + ESP_CACHE_S;
+        return 0;
+    }
+    if (r == -EACCES)
+        snprintf(why, whylen, "this server requires ESP with the client's host (RRPC_REQUIRE_ESP): "
+                 "%s; run rrpc-agent on both hosts (docs/deployment.md, \"Encrypted RoCE\")",
+                 reason);
+    else
+        snprintf(why, whylen, "this server requires ESP (RRPC_REQUIRE_ESP) and cannot ask its "
+                 "rrpc-agent at %s: %s", path, strerror(-r));
+    RRPCI_LOG(ctx, LOG_NOTICE, "refusing %s: %s", text, why);
+    return -EACCES;
+}
+
 int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_conn **ret,
                           char *why, size_t whylen)
 {
@@ -234,7 +317,10 @@ int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_co
     uint8_t key[16];
     char text[INET6_ADDRSTRLEN];
     bool has = addr_key(peer, key, text, sizeof(text));
-    int r = admit(ctx, has ? key : NULL, text, why, whylen);
+    int r = has ? esp_gate(ctx, key, text, why, whylen) : 0;
+    if (r < 0)
+        return r;
+    r = admit(ctx, has ? key : NULL, text, why, whylen);
     if (r < 0)
         return r;
     rrpc_conn *c = rrpci_conn_alloc(ctx, l->ops, l->fn, l->user, ctx->cfg.auth_timeout_ms);

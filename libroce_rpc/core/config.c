@@ -27,6 +27,19 @@ static int check_listen(const char *v, char *why, size_t whylen)
 #endif
 }
 
+/* RRPC_REQUIRE_ESP: "" or an absolute path that fits a UNIX socket address. */
+static int check_esp(const char *v, char *why, size_t whylen)
+{
+    if (!*v)
+        return 0;
+    if (v[0] != '/' || strlen(v) >= 108) {
+        snprintf(why, whylen, "want the absolute path of rrpc-agent's --query-socket (at most "
+                 "107 bytes), e.g. /run/rrpc-agent/query.sock");
+        return -EINVAL;
+    }
+    return 0;
+}
+
 #define C struct rrpci_config
 static const struct rrpci_conf_field core_fields[] = {
     {.name = "RRPC_MAX_MSG", RRPCI_CONF_UINT(C, max_msg), .def = 64L << 20, .min = 4096,
@@ -148,6 +161,11 @@ static const struct rrpci_conf_field core_fields[] = {
      .def_doc = "\"\" (off)", .check = check_listen, .flags = RRPCI_CONF_NO_ENV,
      .doc = "serve GET /metrics (Prometheus text) over HTTP on HOST:PORT, [IPv6]:PORT (port 0: "
             "a free one, rrpc_ctx_metrics_port says which); \"\": off"},
+    {.name = "RRPC_REQUIRE_ESP", RRPCI_CONF_TEXT(C, require_esp), .def_text = "",
+     .def_doc = "\"\" (off)", .check = check_esp,
+     .doc = "accept a connection from another host only when this host's rrpc-agent, asked "
+            "on its query socket at this path, has an ESP pair with it (loopback and inproc "
+            "peers pass); \"\": off"},
 };
 #undef C
 

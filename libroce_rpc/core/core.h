@@ -13,6 +13,8 @@
 #include "core/connsm.h"
 #include "core/credit.h"
 #include "util/nic_counters.h"
+
+#define RRPCI_ESP_CACHE 64
 #include "core/evloop.h"
 #include "core/governor.h"
 #include "core/frame.h"
@@ -66,6 +68,7 @@ struct rrpci_config {
     uint64_t tensor_max_bytes; /* tensor servers: offered bytes not yet arrived */
     int tensor_max_pending;    /* tensor servers: offers accepted and not yet done */
     char metrics_listen[RRPCI_TEXT_MAX]; /* serve GET /metrics here; "": off */
+    char require_esp[RRPCI_TEXT_MAX];    /* the local rrpc-agent's query socket; "": off */
     /* Each transport's own values, by slot (transport/tunables.h). */
     _Alignas(max_align_t) unsigned char tp[RRPCI_CONF_NSLOTS][RRPCI_CONF_SLOT_BYTES];
 };
@@ -159,6 +162,11 @@ struct rrpc_ctx {
      * kernel counters the metrics text carries; under the lock. */
     struct rrpci_nic_dev nics[RRPCI_CTX_NICS];
     unsigned n_nics;
+    /* RRPC_REQUIRE_ESP: peers the agent said yes for, until when (admit.c) */
+    struct {
+        uint8_t key[16];
+        double until;
+    } esp_yes[RRPCI_ESP_CACHE];
 };
 
 struct rrpc_listener {

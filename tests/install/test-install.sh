@@ -213,4 +213,28 @@ if [ $have_broker = yes ]; then
   [ -f "$PREFIX/etc/rrpcd/rrpcd.conf.example" ] && ok "etc/rrpcd/rrpcd.conf.example installed" ||
     bad "etc/rrpcd/rrpcd.conf.example is not installed"
 fi
+# The host agent of encrypted RoCE (issue #30), built with libnl-xfrm-3 and OpenSSL.
+if [ -x "$PREFIX/sbin/rrpc-agent" ]; then
+  [ -x "$PREFIX/sbin/rrpc-xfrm" ] && ok "sbin/rrpc-xfrm installed beside rrpc-agent" ||
+    bad "sbin/rrpc-xfrm is not installed"
+  unit=$(find "$PREFIX" -name rrpc-agent.service | head -1)
+  if [ -z "$unit" ]; then
+    bad "rrpc-agent.service is not installed"
+  else
+    grep -q "^ExecStart=$PREFIX/sbin/rrpc-agent --key " "$unit" &&
+      grep -qx 'CapabilityBoundingSet=CAP_NET_ADMIN' "$unit" &&
+      ok "rrpc-agent.service runs the installed agent with CAP_NET_ADMIN alone" ||
+      bad "rrpc-agent.service: $(grep '^ExecStart=' "$unit")"
+    if command -v systemd-analyze > /dev/null; then
+      if out=$(MANPATH=$PREFIX/share/man: systemd-analyze verify "$unit" 2>&1); then
+        ok "systemd-analyze verify accepts rrpc-agent.service"
+      else
+        bad "systemd-analyze verify rrpc-agent.service: $out"
+      fi
+      score=$(MANPATH=$PREFIX/share/man: systemd-analyze security --offline=true "$unit" 2>/dev/null |
+              sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+      [ -n "$score" ] && echo "# systemd-analyze security rates rrpc-agent.service $score"
+    fi
+  fi
+fi
 exit $fail

@@ -17,7 +17,11 @@
 #   - rrpc-agent: two agents (10.77.0.1 initiates, 10.77.0.2 answers) agree the keys over TLS 1.3
 #     and pair; the responder refuses garbage and an agent whose certificate names another
 #     address, and keeps serving; RPCs and WRITE + READ over rdma:// run for 16 s across two rekeys
-#     (lifetime 8 s) and none fails; stopped, the agents leave no state or policy.
+#     (lifetime 8 s) and none fails; stopped, the agents leave no state or policy;
+#   - RRPC_REQUIRE_ESP: a server accepts a client whose host pair the agent confirms, refuses it
+#     over tcp:// (with the reason) and rdma:// once there is no pair, and when no agent answers;
+#   - two hosts for real (network namespaces joined by a veth, one agent in each, each installing
+#     its own view): rrpc-bench over tcp:// runs and every packet on the veth is ESP.
 # With BENCH_ESP=1 it also runs rrpc-bench (rtt and 1 MiB large over verbs and tcp) in clear and
 # under ESP in the same VM, for the cost of ESP (BUILD_DIR/ipsec/bench-{clear,esp}.txt).
 # Skips (77) without libnl-xfrm-3 (no rrpc-xfrm), without a VM, or when the VM kernel has no
@@ -72,7 +76,7 @@ if ! "$XF" add "${PAIR[@]}" --random-keys --lifetime 3600 2> "$W/add.err"; then
 fi
 NS=$(ip xfrm state | grep -c '^src')
 NP=$(npol)
-if [ "$NS" = 2 ] && [ "$NP" = 4 ] && ip xfrm state | grep -q 'rfc4106(gcm(aes))'; then
+if [ "$NS" = 2 ] && [ "$NP" = 4 ] && [ "$(ip xfrm state | grep -c 'rfc4106(gcm(aes))')" = 2 ]; then
   ok "rrpc-xfrm add installed 2 AES-GCM states and 4 policies (both hosts' in and out)"
 else
   bad "rrpc-xfrm add installed 2 states and 4 policies: $NS states, $NP policies"
@@ -108,7 +112,10 @@ else
   sort "$W/pkts" | uniq -c | head | sed 's/^/#   /'
 fi
 # DSCP 46 (low_latency) = tos 0xb8, DSCP 10 (bulk) = tos 0x28, in the ESP packets' outer header
-if awk '$2 == "esp" && $3 == "b8"' "$W/pkts" | grep -q . && awk '$2 == "esp" && $3 == "28"' "$W/pkts" | grep -q .; then
+# (counted, not `| grep -q`: under pipefail an early grep exit fails the pipeline by SIGPIPE)
+NLL=$(awk '$2 == "esp" && $3 == "b8"' "$W/pkts" | wc -l)
+NBULK=$(awk '$2 == "esp" && $3 == "28"' "$W/pkts" | wc -l)
+if [ "$NLL" -gt 0 ] && [ "$NBULK" -gt 0 ]; then
   ok "ESP packets carry the classes' DSCPs in the outer header (46 low_latency, 10 bulk)"
 else
   bad "ESP packets carry the classes' DSCPs (tos b8 and 28)"
@@ -172,8 +179,9 @@ if [ ! -x "$AG" ]; then
 else
   bash "$OUT/agent-certs.sh" "$W/certs" "$IP0" "$IP1" 10.77.0.9 || bad "making the test certificates"
   C=$W/certs
+  Q=$W/query.sock
   "$AG" --local "$IP1" --listen "$IP1:0" --port-file "$W/pb" --cert "$C/$IP1.crt" --key "$C/$IP1.key" \
-    --ca "$C/ca.crt" > "$W/agent-b.log" 2>&1 &
+    --ca "$C/ca.crt" --query-socket "$Q" > "$W/agent-b.log" 2>&1 &
   AB=$!
   for _ in $(seq 100); do [ -s "$W/pb" ] && break; sleep 0.1; done
   PB=$(cat "$W/pb" 2>/dev/null)
@@ -199,6 +207,12 @@ else
     bad "the agent refuses garbage and a wrong certificate"; sed 's/^/#   W: /' "$W/agent-w.log" | head -3
     sed 's/^/#   B: /' "$W/agent-b.log" | tail -4
   fi
+  # RRPC_REQUIRE_ESP: the server asks its host's agent (B, the one of 10.77.0.2) about the client
+  if RRPC_REQUIRE_ESP=$Q timeout 120 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.ok" 2>&1; then
+    ok "a server with RRPC_REQUIRE_ESP accepts a client whose host pair has ESP (the agent says yes)"
+  else
+    bad "a server with RRPC_REQUIRE_ESP accepts a paired client"; sed 's/^/#   /' "$W/req.ok" | tail -4
+  fi
   # traffic across two rekeys (lifetime 8 s: a rekey every 6.4 s)
   T0=$(date +%s); RUNS=0; RFAIL=0
   while [ $(( $(date +%s) - T0 )) -lt 16 ]; do
@@ -222,6 +236,72 @@ else
     bad "stopped agents leave nothing: $NS states, $NP policies"; tail -2 "$W/agent-a.log" | sed 's/^/#   A: /'
   fi
   cp "$W"/agent-*.log "$OUT/" 2>/dev/null
+  # ... and refuses, saying why, once the pair is gone (B alone again: it has no pair), or when
+  # no agent answers
+  "$AG" --local "$IP1" --listen "$IP1:0" --cert "$C/$IP1.crt" --key "$C/$IP1.key" --ca "$C/ca.crt" \
+    --query-socket "$Q" > "$W/agent-b2.log" 2>&1 &
+  AB=$!
+  for _ in $(seq 100); do [ -S "$Q" ] && break; sleep 0.1; done
+  RRPC_REQUIRE_ESP=$Q timeout 60 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.no" 2>&1; R1=$?
+  RRPC_REQUIRE_ESP=$Q timeout 60 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.no.rdma" 2>&1; R2=$?
+  kill -TERM $AB; wait $AB 2>/dev/null
+  RRPC_REQUIRE_ESP=$Q timeout 60 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.none" 2>&1; R3=$?
+  if [ $R1 != 0 ] && grep -q "requires ESP with the client's host (RRPC_REQUIRE_ESP): this host's rrpc-agent has no ESP pair with $IP0" "$W/req.no" &&
+     [ $R2 != 0 ] && [ $R3 != 0 ] && grep -q "cannot ask its rrpc-agent at $Q" "$W/req.none"; then
+    ok "without a pair the server refuses the client over tcp:// (saying why) and rdma://, and refuses when no agent answers"
+  else
+    bad "RRPC_REQUIRE_ESP refuses an unpaired client: exits $R1 $R2 $R3"
+    for f in req.no req.no.rdma req.none; do tail -3 "$W/$f" | sed "s/^/#   $f: /"; done
+  fi
+
+  # Two hosts for real: network namespaces a and b joined by a veth pair, one agent in each,
+  # each installing its own view (the key of each direction must agree across the two kernels).
+  # rxe does not work across namespaces on this kernel: tcp:// carries the traffic here.
+  NA=10.88.0.1 NB=10.88.0.2
+  if ip netns add rrpc-a 2>/dev/null && ip netns add rrpc-b 2>/dev/null &&
+     ip link add rrpc-va netns rrpc-a type veth peer rrpc-vb netns rrpc-b 2>/dev/null; then
+    ip -n rrpc-a addr add $NA/24 dev rrpc-va; ip -n rrpc-a link set rrpc-va up; ip -n rrpc-a link set lo up
+    ip -n rrpc-b addr add $NB/24 dev rrpc-vb; ip -n rrpc-b link set rrpc-vb up; ip -n rrpc-b link set lo up
+    bash "$OUT/agent-certs.sh" "$W/c2" $NA $NB || bad "making the namespace certificates"
+    C=$W/c2
+    ip netns exec rrpc-b "$AG" --local $NB --listen $NB:7445 --cert "$C/$NB.crt" --key "$C/$NB.key" \
+      --ca "$C/ca.crt" > "$W/ns-b.log" 2>&1 &
+    NBP=$!
+    sleep 0.5
+    ip netns exec rrpc-a "$AG" --local $NA --listen $NA:7445 --cert "$C/$NA.crt" --key "$C/$NA.key" \
+      --ca "$C/ca.crt" --peer $NB@$NB:7445 --lifetime 600 > "$W/ns-a.log" 2>&1 &
+    NAP=$!
+    for _ in $(seq 200); do grep -q "paired with $NB" "$W/ns-a.log" && break; sleep 0.1; done
+    ip netns exec rrpc-a tcpdump -i rrpc-va --immediate-mode -nn -w "$W/ns.pcap" "host $NA and host $NB" \
+      2> "$W/ns-td.err" &
+    TD=$!
+    for _ in $(seq 100); do grep -q 'listening on' "$W/ns-td.err" && break; sleep 0.1; done
+    B=$BUILD/bench/rrpc-bench
+    ip netns exec rrpc-b "$B" server --host $NB --port 17700 > "$W/ns-srv.txt" 2>&1 &
+    SP=$!
+    for _ in $(seq 100); do grep -q running "$W/ns-srv.txt" && break; sleep 0.1; done
+    ip netns exec rrpc-a timeout 120 "$B" client --host $NB --port 17700 --transport tcp --tests rtt,large \
+      --duration 0.5 --no-progress --no-peers > "$OUT/ns-bench.txt" 2>&1
+    BRC=$?
+    kill $SP 2>/dev/null; wait $SP 2>/dev/null
+    sleep 0.2; kill -INT $TD 2>/dev/null; wait $TD 2>/dev/null; TD=
+    NSA=$(ip -n rrpc-a xfrm state | grep -c '^src'); NSB=$(ip -n rrpc-b xfrm state | grep -c '^src')
+    ALL=$(tcpdump -nn -r "$W/ns.pcap" 2>/dev/null | wc -l)
+    CLEAR=$(tcpdump -nn -r "$W/ns.pcap" 2>/dev/null | grep -vc ' ESP(')
+    if grep -q "paired with $NB as initiator" "$W/ns-a.log" && grep -q "paired with $NA as responder" "$W/ns-b.log" &&
+       [ "$NSA" = 2 ] && [ "$NSB" = 2 ] && [ $BRC = 0 ] && ! grep -q FAILED "$OUT/ns-bench.txt" &&
+       [ "$ALL" -gt 0 ] && [ "$CLEAR" = 0 ]; then
+      ok "two hosts (namespaces), one agent each: each kernel holds its own 2 SAs, rrpc-bench over tcp:// runs, and all $ALL packets on the wire are ESP"
+    else
+      bad "two hosts, one agent each: states $NSA/$NSB, bench exit $BRC, $CLEAR of $ALL packets in clear"
+      tail -3 "$W/ns-a.log" | sed 's/^/#   a: /'; tail -3 "$W/ns-b.log" | sed 's/^/#   b: /'
+      grep -E "FAILED|error" "$OUT/ns-bench.txt" | head -3 | sed 's/^/#   /'
+    fi
+    kill -TERM $NAP $NBP 2>/dev/null; wait $NAP $NBP 2>/dev/null
+    ip netns del rrpc-a; ip netns del rrpc-b
+  else
+    echo "# no network namespaces here (ip netns add failed): the two-host agent check is left out"
+  fi
 fi
 
 echo "$PASS passed, $FAIL failed"
