@@ -1,31 +1,36 @@
 #!/usr/bin/python3
-"""bench/python-bench.py [BUILD_DIR] [--duration S] [--tensor-mib N] [--count K] [--rounds R]
+"""bench/python-bench.py [BUILD_DIR] [--runs N] [--duration S] [--tensor-mib N] [--count K]
 
-The Python bindings beside the C library, in one run on one machine (only
-ratios mean anything; see docs/performance.md):
+The Python bindings beside the C library on one machine (only ratios mean
+anything; see docs/performance.md), --runs times (default 3), every run
+printed with its verdicts:
 
-  rtt      a 64 B "echo" round trip against one rrpc-bench server process:
-           the C client (rrpc-bench client, driven and thread mode), the
-           Python client in thread mode (Conn.call) and through asyncio
-           (roce_rpc.aio, the loop drives the context), each with the
-           client's CPU time per call.
+  rtt      a 64 B "echo" round trip against one rrpc-bench server process,
+           in two placements: "1 vCPU" (server and client pinned to the
+           same CPU) and "2 vCPUs" (server on one CPU, client on another),
+           pinned with sched_setaffinity as taskset does.  Clients: C
+           (rrpc-bench client, driven and thread mode), Python in thread
+           mode (Conn.call) and through asyncio (roce_rpc.aio, the loop
+           drives the context), each a process of its own, with its CPU
+           time per call.  Each Python client is judged against the C
+           client of the same mode and placement, in the same run
+           (issue #33): asyncio p50 <= 2.5x and CPU <= 2x C driven,
+           Conn.call p50 <= 1.2x C thread mode.
   tensor   a float32 tensor of N MiB sent K times between two contexts of
-           one process: the C reference (rrpc-tensor-bw, registered source
-           and destination), then Python from a fresh numpy array each time
-           (first send included: registration of the source) into the
-           default receiver (fresh memory the first time, then the memory it
-           kept: TensorServer keep_bytes) and into a receive pool.  The
-           three take turns, --rounds times (each round new contexts, so
-           each has its first send), so that the load of a shared machine
-           falls on all of them alike; the figures cover every round.
-           Where the kernel gives freed memory back to a hypervisor after
-           a few seconds (virtio-balloon free page reporting), memory freed
-           a moment ago is cheaper to fault in than memory long free: the
-           default receiver's first send of the first round is the one
-           that stands for a first receive in a long-running process.
+           one process (unpinned): the C reference (rrpc-tensor-bw,
+           registered source and destination), then Python from a fresh
+           numpy array each time into the default receiver (fresh memory
+           the first time, then the memory it kept), into the default
+           receiver after TensorServer.warm(N MiB), and into a receive
+           pool.  Judged: the first receive into the default receiver >=
+           0.8x a later one (plain, and after warm()); Python >= 0.9x C
+           (issue #15).  Where the kernel gives freed memory back to a
+           hypervisor after a few seconds (virtio-balloon free page
+           reporting), memory freed a moment ago is cheaper to fault in
+           than memory long free: a first receive in a long-running
+           process is the plain default receiver's first send of run 1.
 
-Prints a table and the targets of issue #15 (Python RTT <= 2x C, asyncio
-<= 2.5x, tensor >= 0.9x C, first send included) as met / NOT MET.  Uses the
+Ends with each target's verdict in every run and placement.  Uses the
 package in BUILD_DIR/bindings/python (default build); run it with Debian's
 /usr/bin/python3.
 """
@@ -61,14 +66,30 @@ def p50(v):
     return v[len(v) // 2] if v else float("nan")
 
 
-def c_rtt(bench, port, mode, duration):
+def pinned(cpus):
+    """preexec_fn: the child runs on @cpus only (what taskset -c does)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def c_rtt(bench, port, mode, duration, cpus):
     out = subprocess.run([bench, "client", "--host", "127.0.0.1", "--port", str(port),
                           "--transport", "tcp", "--tests", "rtt", "--duration", str(duration),
                           "--client-mode", mode, "--no-progress", "--json", "-"],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True,
+                         preexec_fn=pinned(cpus)).stdout
     r = [x for x in json.loads(out)["results"] if x["test"] == "rpc_rtt"][0]
     cdf = dict((int(p), v) for p, v in r["rtt_cdf_us"])
     return cdf[50], r["cpu_us_per_op"]["client"]
+
+
+def py_child(build, kind, uri, duration, cpus):
+    """A Python client (kind "thread" or "aio") in a process of its own on
+    @cpus: (p50 µs, CPU µs per call)."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), build, "--child", kind,
+                          "--uri", uri, "--duration", str(duration)],
+                         check=True, capture_output=True, text=True,
+                         preexec_fn=pinned(cpus)).stdout
+    return tuple(json.loads(out.splitlines()[-1]))
 
 
 class Sampler:
@@ -128,13 +149,17 @@ def c_tensor(tool, nbytes, count):
     return rates, sum(cpu)
 
 
-def py_tensor(roce_rpc, np, nbytes, count, pool):
+def py_tensor(roce_rpc, np, nbytes, count, kind):
+    """kind: "default", "warm" (TensorServer.warm(nbytes) first) or "pool"."""
     rates = []
     c0 = cpu_s()
     with roce_rpc.Context() as s, roce_rpc.Context() as c:
         lis = s.listen("tcp://127.0.0.1:0")
-        rp = s.receive_pool(nbytes, count=2) if pool else None
-        srv = s.serve_tensors(pool=rp, max_bytes=max(nbytes, 1 << 30))
+        rp = s.receive_pool(nbytes, count=2) if kind == "pool" else None
+        srv = s.serve_tensors(pool=rp, max_bytes=max(nbytes, 1 << 30),
+                              keep_bytes=max(nbytes, 512 << 20))
+        if kind == "warm":
+            srv.warm(nbytes)  # before the first send, not timed with it
         conn = c.connect(lis.uri)
         for k in range(count):
             a = np.ones(nbytes // 4, np.float32)  # a fresh array: registered by the send
@@ -156,25 +181,22 @@ def verdict(ok):
     return "met" if ok else "NOT MET"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("build", nargs="?", default="build")
-    ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--tensor-mib", type=int, default=256)
-    ap.add_argument("--count", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="tensor rounds: C, default receiver and pool in turn (default 3)")
-    a = ap.parse_args()
-    build = os.path.abspath(a.build)
-    sys.path.insert(0, os.path.join(build, "bindings", "python"))
-    import numpy as np
-    import roce_rpc
-    bench = os.path.join(build, "bench", "rrpc-bench")
-    tool = os.path.join(build, "bench", "rrpc-tensor-bw")
+def placements():
+    """(name, server CPUs, client CPUs) for one vCPU and for two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    out = [("1 vCPU", {cpus[0]}, {cpus[0]})]
+    if len(cpus) > 1:
+        out.append(("2 vCPUs", {cpus[0]}, {cpus[1]}))
+    return out
 
+
+def rtt_run(build, bench, duration, place):
+    """One placement: {client: (p50, cpu)}."""
+    _, srv_cpus, cli_cpus = place
     port = free_port()
     server = subprocess.Popen([bench, "server", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              preexec_fn=pinned(srv_cpus))
     uri = "tcp://127.0.0.1:%d" % port
     try:
         for _ in range(500):
@@ -183,67 +205,121 @@ def main():
                 break
             except OSError:
                 time.sleep(0.01)
-        rows = []
-        c_drv = c_rtt(bench, port, "driven", a.duration)
-        c_thr = c_rtt(bench, port, "thread", a.duration)
-        p_thr = py_rtt(roce_rpc, uri, a.duration)
-        p_aio = aio_rtt(uri, a.duration)
-        rows += [("C client, driven", *c_drv), ("C client, thread", *c_thr),
-                 ("Python Conn.call (thread)", *p_thr), ("Python roce_rpc.aio", *p_aio)]
+        return {"C driven": c_rtt(bench, port, "driven", duration, cli_cpus),
+                "C thread": c_rtt(bench, port, "thread", duration, cli_cpus),
+                "Python Conn.call (thread)": py_child(build, "thread", uri, duration, cli_cpus),
+                "Python roce_rpc.aio": py_child(build, "aio", uri, duration, cli_cpus)}
     finally:
         server.terminate()
         server.wait(10)
-    nbytes = a.tensor_mib << 20
-    # [rates of every round], CPU s, sends into registered memory
-    tc, tp, tpp = [[], 0.0, 0], [[], 0.0, 0], [[], 0.0, 0]
-    for _ in range(max(a.rounds, 1)):
-        r, cpu = c_tensor(tool, nbytes, a.count)
-        tc[0].append(r)
-        tc[1] += cpu
-        tc[2] += a.count
-        for acc, pool in ((tp, False), (tpp, True)):
-            r, cpu, n = py_tensor(roce_rpc, np, nbytes, a.count, pool=pool)
-            acc[0].append(r)
-            acc[1] += cpu
-            acc[2] += n
 
-    print("rtt, 64 B echo against one rrpc-bench server process (tcp loopback)")
-    print("| client | p50 µs | client CPU µs/call |")
-    print("| --- | ---: | ---: |")
-    for name, lat, cpu in rows:
-        print("| %s | %.1f | %.1f |" % (name, lat, cpu))
-    print()
-    rounds = len(tc[0])
-    print("tensor, %d MiB float32, %d sends a round, %d rounds (MiB/s; first: the first send of "
-          "each round, later: the mean of the others)" % (a.tensor_mib, a.count, rounds))
-    print("| sender -> receiver | first | later (mean) | process CPU s | into registered memory |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    kinds = (("C, registered -> registered", tc),
-             ("Python, fresh array -> default receiver", tp),
-             ("Python, fresh array -> receive pool", tpp))
-    for name, (rs, cpu, n) in kinds:
-        later = [x for r in rs for x in r[1:]]
-        print("| %s | %s | %.0f | %.2f | %d of %d |" % (
-            name, " ".join("%.0f" % r[0] for r in rs), sum(later) / max(len(later), 1), cpu, n,
-            a.count * rounds))
-    print()
-    print("per round, mean of its sends, ratio to C's in that round (first sends included):")
-    for k in range(rounds):
-        cm = sum(tc[0][k]) / len(tc[0][k])
-        print("- round %d: C %.0f, default receiver %.2fx, receive pool %.2fx" % (
-            k + 1, cm, sum(tp[0][k]) / len(tp[0][k]) / cm, sum(tpp[0][k]) / len(tpp[0][k]) / cm))
-    print()
-    ct, pt, pp = ([x for r in acc[0] for x in r] for acc in (tc, tp, tpp))
-    best_c = min(c_drv[0], c_thr[0])
-    r_sync, r_aio = p_thr[0] / best_c, p_aio[0] / best_c
-    c_all = sum(ct) / len(ct)
-    r_t, r_tp = (sum(pt) / len(pt)) / c_all, (sum(pp) / len(pp)) / c_all
-    print("targets (issue #15; ratios to the best C client / the C tensor mean over every "
-          "send of every round, first sends included)")
-    print("- Python call p50 <= 2x C: %.2fx, %s" % (r_sync, verdict(r_sync <= 2)))
-    print("- asyncio call p50 <= 2.5x C: %.2fx, %s" % (r_aio, verdict(r_aio <= 2.5)))
-    print("- tensor >= 0.9x C, default receiver: %.2fx, %s" % (r_t, verdict(r_t >= 0.9)))
-    print("- tensor >= 0.9x C, receive pool: %.2fx, %s" % (r_tp, verdict(r_tp >= 0.9)))
+
+def rtt_targets(r):
+    """[(target, ratio, limit)] of one placement's figures."""
+    return [("asyncio call p50 <= 2.5x C driven",
+             r["Python roce_rpc.aio"][0] / r["C driven"][0], 2.5),
+            ("asyncio client CPU/call <= 2x C driven",
+             r["Python roce_rpc.aio"][1] / r["C driven"][1], 2.0),
+            ("Conn.call p50 <= 1.2x C thread mode",
+             r["Python Conn.call (thread)"][0] / r["C thread"][0], 1.2)]
+
+
+def child(a):
+    sys.path.insert(0, os.path.join(os.path.abspath(a.build), "bindings", "python"))
+    import roce_rpc
+    r = py_rtt(roce_rpc, a.uri, a.duration) if a.child == "thread" else \
+        aio_rtt(a.uri, a.duration)
+    print(json.dumps(list(r)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("--runs", type=int, default=3, help="runs, each printed (default 3)")
+    ap.add_argument("--duration", type=float, default=2.0, help="s per RTT client (default 2)")
+    ap.add_argument("--tensor-mib", type=int, default=256)
+    ap.add_argument("--count", type=int, default=3, help="tensor sends per kind and run")
+    ap.add_argument("--no-tensor", action="store_true", help="the RTT part only")
+    ap.add_argument("--child", choices=("thread", "aio"), help=argparse.SUPPRESS)
+    ap.add_argument("--uri", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(a)
+    if a.runs < 1 or a.count < 2:
+        ap.error("--runs must be >= 1 and --count >= 2 (a first send and a later one)")
+    build = os.path.abspath(a.build)
+    sys.path.insert(0, os.path.join(build, "bindings", "python"))
+    import numpy as np
+    import roce_rpc
+    bench = os.path.join(build, "bench", "rrpc-bench")
+    tool = os.path.join(build, "bench", "rrpc-tensor-bw")
+    nbytes = a.tensor_mib << 20
+    verdicts = []  # (target, placement, run, ok)
+
+    for run in range(1, a.runs + 1):
+        print("## run %d of %d" % (run, a.runs))
+        print()
+        for place in placements():
+            r = rtt_run(build, bench, a.duration, place)
+            print("rtt, 64 B echo, tcp loopback, %s (server CPUs %s, client CPUs %s)" % (
+                place[0], ",".join(map(str, sorted(place[1]))),
+                ",".join(map(str, sorted(place[2])))))
+            print("| client | p50 µs | client CPU µs/call |")
+            print("| --- | ---: | ---: |")
+            for name, (lat, cpu) in r.items():
+                print("| %s | %.1f | %.1f |" % (name, lat, cpu))
+            for name, ratio, limit in rtt_targets(r):
+                ok = ratio <= limit
+                verdicts.append((name, place[0], run, ok))
+                print("- %s: %.2fx, %s" % (name, ratio, verdict(ok)))
+            print()
+        if a.no_tensor:
+            continue
+        kinds = (("C, registered -> registered", None),
+                 ("Python, fresh array -> default receiver", "default"),
+                 ("Python, fresh array -> default receiver after warm()", "warm"),
+                 ("Python, fresh array -> receive pool", "pool"))
+        res = {}
+        for name, kind in kinds:
+            if kind is None:
+                rates, cpu = c_tensor(tool, nbytes, a.count)
+                res[name] = (rates, cpu, a.count)
+            else:
+                res[name] = py_tensor(roce_rpc, np, nbytes, a.count, kind)
+        print("tensor, %d MiB float32, %d sends (MiB/s)" % (a.tensor_mib, a.count))
+        print("| sender -> receiver | first | later (mean) | first / later | process CPU s "
+              "| into registered memory |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        c_mean = sum(res[kinds[0][0]][0]) / a.count
+        for name, _ in kinds:
+            rates, cpu, n = res[name]
+            later = sum(rates[1:]) / len(rates[1:])
+            print("| %s | %.0f | %.0f | %.2f | %.2f | %d of %d |" % (
+                name, rates[0], later, rates[0] / later, cpu, n, a.count))
+        for name, kind in kinds[1:3]:
+            rates = res[name][0]
+            ratio = rates[0] / (sum(rates[1:]) / len(rates[1:]))
+            t = "first receive >= 0.8x a later one, %s" % (
+                "default receiver" if kind == "default" else "default receiver after warm()")
+            verdicts.append((t, "-", run, ratio >= 0.8))
+            print("- %s: %.2fx, %s" % (t, ratio, verdict(ratio >= 0.8)))
+        for name, _ in kinds[1:]:
+            ratio = (sum(res[name][0]) / a.count) / c_mean
+            t = "tensor >= 0.9x C (issue #15), %s" % name.split("-> ")[1]
+            verdicts.append((t, "-", run, ratio >= 0.9))
+            print("- %s: %.2fx, %s" % (t, ratio, verdict(ratio >= 0.9)))
+        print()
+
+    print("## targets, every run")
+    print("| target | placement | %s |" % " | ".join("run %d" % k for k in range(1, a.runs + 1)))
+    print("| --- | --- |%s" % (" --- |" * a.runs))
+    seen = []
+    for t, place, _, _ in verdicts:
+        if (t, place) not in seen:
+            seen.append((t, place))
+    for t, place in seen:
+        cells = [verdict(ok) for tt, pp, _, ok in verdicts if (tt, pp) == (t, place)]
+        print("| %s | %s | %s |" % (t, place, " | ".join(cells)))
 
 
 if __name__ == "__main__":

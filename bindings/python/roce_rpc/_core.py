@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import operator
+import os
 import threading
 import time
 import traceback
@@ -312,7 +313,20 @@ def _deadline_ms(timeout):
 
 
 _opts_cache = {}
-_CALL_SPIN_US = 50  # Conn.call spins this long for its answer before it sleeps
+
+
+def _call_spin_us():
+    """How long Conn.call spins for its answer before it sleeps: 50 us, or
+    none where the process may run on one CPU only (taskset, cgroups): the
+    loop thread that runs the completion needs that CPU meanwhile."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        n = os.cpu_count() or 1
+    return 50 if n > 1 else 0
+
+
+_CALL_SPIN_US = _call_spin_us()  # read once, at import
 
 #: Per-call metadata as given: keys are lowercase tokens (up to 16 entries,
 #: keys up to 64 bytes, values up to 1 KiB, 4 KiB together); a str value
@@ -396,6 +410,22 @@ def _call_opts(cls, deadline_ms):
     return o
 
 
+_DEFAULT_CALL_OPTS = _call_opts(lib.RRPC_CLASS_LOW_LATENCY, 0)
+_methods = {}  # method name -> its bytes (up to _METHODS_MAX names): encoded once
+_METHODS_MAX = 4096
+_waits = []  # idle rrpcpy_wait records of Conn.call (a record's completion has run)
+_WAITS_MAX = 256
+
+
+def _method_bytes(method):
+    if not isinstance(method, str):
+        raise TypeError("method must be a str, not %s" % type(method).__name__)
+    b = method.encode()
+    if len(_methods) < _METHODS_MAX:
+        _methods[method] = b
+    return b
+
+
 def _cbuf(data, writable=False):
     """(cdata pointer, length) over any buffer-protocol object, zero copy."""
     if data is None:
@@ -452,7 +482,8 @@ class _InCallback:
 
 
 def _in_callback(core):
-    return any(c is core for c in getattr(_tls, "active", ()))
+    st = getattr(_tls, "active", None)
+    return bool(st) and any(c is core for c in st)
 
 
 class _Use:
@@ -1726,24 +1757,55 @@ class Conn(_Closable):
         handler's; E_NO_METHOD, E_DEADLINE, E_METADATA for metadata out of
         its bounds, ...).  metadata: the request's (see Metadata)."""
         core = self._core
-        core.check_blocking("call")
+        if core.aio is not None or getattr(_tls, "active", None):
+            core.check_blocking("call")
         # The completion runs in C (call_wait.h): the loop thread does not
         # take the GIL for it, and this thread spins briefly before it sleeps.
-        w = ffi.new("rrpcpy_wait *")
-        opts, keep = _call_opts_meta(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
-                                     _deadline_ms(timeout), metadata)
-        b, n = _cbuf(data)
+        # Nothing is allocated per call without metadata: the wait record
+        # comes from a pool, the options and the method's bytes from caches,
+        # bytes go as they are.
+        keep = None
+        if metadata:
+            opts, keep = _call_opts_meta(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
+                                         _deadline_ms(timeout), metadata)
+        elif qos is None and timeout is None:
+            opts = _DEFAULT_CALL_OPTS
+        else:
+            opts = _call_opts(_qos(qos, lib.RRPC_CLASS_LOW_LATENCY), _deadline_ms(timeout))
+        mb = _methods.get(method)
+        if mb is None:
+            mb = _method_bytes(method)
+        if data.__class__ is bytes:  # rrpc_call copies it
+            n = len(data)
+        else:
+            data, n = _cbuf(data)
         try:
-            with core.use(self, "connection"):
-                r = lib.rrpcpy_call(self._ptr, method.encode(), b, n, opts, w)
-                if r:
-                    raise _error(r, core.ptr, "call %r" % method)
+            w = _waits.pop()
+        except IndexError:
+            w = ffi.new("rrpcpy_wait *")
+        w.started = 0  # a pooled record: only this call's rrpcpy_call may set it
+        lock = core.lock
+        with lock:
+            if core.closing or core.closed or self._closed:
+                _waits.append(w)
+                raise _closed_error("context" if core.closing or core.closed else "connection")
+            core.busy += 1
+        try:
+            try:
+                r = lib.rrpcpy_call(self._ptr, mb, data, n, opts, w)
+            finally:
+                core._exit()
+            if r:
+                raise _error(r, core.ptr, "call %r" % method)
             while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
                 pass
         except BaseException:  # KeyboardInterrupt between two slices, or as
             if w.started:  # rrpcpy_call returns: the completion must run
-                self._cancel_wait(w)  # before w is freed
+                self._cancel_wait(w)  # before w is reused (it goes back then)
+            elif len(_waits) < _WAITS_MAX:
+                _waits.append(w)
             raise
+        del keep  # the metadata rrpc_call copied
         try:
             if w.status == 0:
                 return Reply(ffi.buffer(w.data, w.len)[:] if w.len else b"",
@@ -1752,6 +1814,8 @@ class Conn(_Closable):
             raise _call_error(w.status, msg, method)
         finally:
             lib.rrpcpy_wait_clear(w)
+            if len(_waits) < _WAITS_MAX:
+                _waits.append(w)
 
     def _cancel_wait(self, w):
         core = self._core
@@ -1761,6 +1825,8 @@ class Conn(_Closable):
         while not lib.rrpcpy_wait_for(w, 0, 100):
             pass
         lib.rrpcpy_wait_clear(w)
+        if len(_waits) < _WAITS_MAX:
+            _waits.append(w)
 
     def acall(self, method: str, data: Optional[_Buffer] = b"", *, qos: Optional[_QoS] = None,
               timeout: Optional[float] = None,

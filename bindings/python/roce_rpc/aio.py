@@ -14,11 +14,16 @@
             assert await conn.call("echo", b"hi") == b"hi"
 
 An aio.Context has no library thread.  The event loop watches the
-context's own file descriptor (rrpc_ctx_fd) with loop.add_reader and sleeps
-no longer than rrpc_ctx_timeout says, so deadlines, keepalives and connect
-timeouts fire on time; every completion and every handler runs on the event
-loop's thread, inside rrpc_ctx_progress.  No thread per future, no
-call_soon_threadsafe on the way back.
+context's own file descriptor (rrpc_ctx_fd) with loop.add_reader; the
+library keeps its timers in that fd, so deadlines, keepalives and connect
+timeouts fire on time with no timer of the loop's.  Every completion and
+every handler runs on the event loop's thread, inside the one
+rrpc_ctx_progress that each readiness of the fd runs.  No thread per
+future, no call_soon_threadsafe on the way back: a call's answer settles
+its future inside that progress, and the awaiting task resumes at the
+loop's next turn, as after any future.  A call allocates no cffi object:
+its callback handle is reused, its method name encoded once, its bytes
+passed as they are.
 
 Handlers may be plain functions or `async def` coroutines (a task on the
 loop answers when it returns).  A coroutine that raises, or returns
@@ -68,6 +73,55 @@ if TYPE_CHECKING:
 __all__ = ["Context", "Conn", "TensorServer", "TaskCounts", "set_task_limits", "task_counts"]
 
 _log = logging.getLogger("roce_rpc")
+_progress = lib.rrpc_ctx_progress
+_registry = _core._registry
+
+# ---- the per-call path ------------------------------------------------------
+
+_DEFAULT_CALL_OPTS = _core._DEFAULT_CALL_OPTS
+_CALL_DONE = lib._rrpc_py_aio_call_done
+_methods = _core._methods  # method name -> its bytes, encoded once
+_method_bytes = _core._method_bytes
+# (key, user pointer) handles of finished calls, for the next ones: a handle
+# goes back only once the library has run its call's completion, which it
+# runs exactly once (an answer, an error, rrpc_call_cancel), so a late
+# callback cannot find another call under a reused key.
+_handles = []
+_HANDLES_MAX = 4096
+
+
+def _handle() -> Tuple[int, Any]:
+    try:
+        return _handles.pop()
+    except IndexError:
+        k = next(_core._keys)
+        return k, ffi.cast("void *", k)
+
+
+@ffi.def_extern()
+def _rrpc_py_aio_call_done(res: Any, user: Any) -> None:
+    """The completion of an aio call, inside rrpc_ctx_progress on the loop's
+    thread (or inside rrpc_call_cancel): settles the future right here."""
+    key = int(ffi.cast("uintptr_t", user))
+    e = _registry.pop(key, None)
+    if e is None:
+        return
+    fut, core = e[0], e[1]
+    core.pending.pop(key, None)
+    core.keys.discard(key)
+    if len(_handles) < _HANDLES_MAX:
+        _handles.append(e[3])
+    if fut.done():  # cancelled by its task, or failed by a close
+        return
+    try:
+        if res.status == 0:
+            n = res.len
+            fut.set_result(_core.Reply(ffi.buffer(res.data, n)[:] if n else b"",
+                                       _core._meta_read(res.meta, res.nmeta)))
+        else:
+            fut.set_exception(_core._call_error(res.status, _core._s(res.message), e[2]))
+    except Exception:  # pragma: no cover
+        _log.exception("roce_rpc: completion callback failed")
 _A = TypeVar("_A", bound="_AsyncWith")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -143,7 +197,6 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                                   config=config, _driven=True)
         core = self._core = self.sync._core
         self._ptr = self.sync._ptr
-        self._timer = None
         self._soon = None
         self._running = False
         self._notes = collections.deque(maxlen=1 << 16)
@@ -162,52 +215,37 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         self._kick()
 
     # -- the driver --
+    # The context's fd alone says when to run: the library keeps its timers
+    # (deadlines, keepalives, connect timeouts) in it and re-arms it after
+    # every progress and every operation started outside the loop, and makes
+    # it readable at once when work is pending.  So the loop needs no timer
+    # of its own, and starting an operation needs no extra pass: a call's
+    # request is written inside rrpc_call, and its answer makes the fd
+    # readable.
     def _kick(self) -> None:
         """Runs the library's loop at the next turn of the event loop."""
         if self._soon is None and not self._core.closed and not self._core.closing:
             self._soon = self._loop.call_soon(self._run)
 
     def _run(self) -> None:
+        """The fd's reader: one rrpc_ctx_progress, however many completions
+        are ready; each completion settles its future right there."""
         self._soon = None
         core = self._core
         if self._running or core.closing or core.closed:
             return
         self._running = True
         try:
-            r = lib.rrpc_ctx_progress(self._ptr, 0)
+            r = _progress(self._ptr, 0)
             if r and r != lib.RRPC_E_DEADLOCK:
                 _log.warning("roce_rpc.aio: rrpc_ctx_progress: %s", _core.strerror(r))
-            stop, core.stop_exc = core.stop_exc, None
-            if stop is not None:
-                lib.rrpc_ctx_progress(self._ptr, 0)  # the caller's answer goes out first
+            if core.stop_exc is not None:
+                stop, core.stop_exc = core.stop_exc, None
+                _progress(self._ptr, 0)  # the caller's answer goes out first
                 self._kick()  # should the host's loop run on, so does this context
                 raise stop  # a handler's KeyboardInterrupt/SystemExit, as Python would
-            ms = ffi.new("int *")
-            if lib.rrpc_ctx_timeout(self._ptr, ms) == 0:
-                self._arm(ms[0])
         finally:
             self._running = False
-
-    def _arm(self, ms: int) -> None:
-        if ms == 0:
-            self._kick()
-            return
-        if ms < 0:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            return
-        due = self._loop.time() + ms / 1000.0
-        t = self._timer
-        if t is not None and not t.cancelled() and t.when() <= due:
-            return  # it fires first; the run then arms the next one
-        if t is not None:
-            t.cancel()
-        self._timer = self._loop.call_at(due, self._timer_fired)
-
-    def _timer_fired(self) -> None:
-        self._timer = None
-        self._run()
 
     # -- lifetime --
     @property
@@ -224,10 +262,9 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
             self._loop.remove_reader(self._fd)
         except Exception:  # the loop is already closed
             pass
-        for h in (self._timer, self._soon):
-            if h is not None:
-                h.cancel()
-        self._timer = self._soon = None
+        if self._soon is not None:
+            self._soon.cancel()
+        self._soon = None
         for t in list(core.tasks):
             t.cancel()
         core.kick = None
@@ -383,6 +420,8 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
 
     def __init__(self, actx: Context, conn: _core.Conn) -> None:
         self._actx = actx
+        self._loop = actx._loop
+        self._core = conn._core
         self.sync = conn
 
     def __getattr__(self, name: str) -> Any:
@@ -395,14 +434,52 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
                    metadata: Optional[_core.Metadata] = None) -> bytes:
         """Calls method; the response bytes (a roce_rpc.Reply, with the
         response's .metadata), or RrpcError (a handler's code > 0,
-        RrpcTimeoutError at the deadline, ...).  Cancelling the awaiting
-        task cancels the call in the library (rrpc_call_cancel): it no
-        longer waits for its answer or its deadline."""
-        fut = self.sync.call_async(method, data, qos=qos, timeout=timeout, metadata=metadata)
+        RrpcTimeoutError at the deadline, ...).  metadata: the request's
+        (see roce_rpc.Metadata).  Cancelling the awaiting task cancels the
+        call in the library (rrpc_call_cancel): it no longer waits for its
+        answer or its deadline."""
+        sync = self.sync
+        core = self._core
+        if sync._closed or core.closing or core.closed:
+            with core.use(sync, "connection"):  # raises the error that says which
+                pass
+        keep = None
+        if metadata:
+            opts, keep = _core._call_opts_meta(_core._qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
+                                               _core._deadline_ms(timeout), metadata)
+        elif qos is None and timeout is None:
+            opts = _DEFAULT_CALL_OPTS
+        else:
+            opts = _core._call_opts(_core._qos(qos, lib.RRPC_CLASS_LOW_LATENCY),
+                                    _core._deadline_ms(timeout))
+        mb = _methods.get(method)
+        if mb is None:
+            mb = _method_bytes(method)
+        if data.__class__ is bytes:  # passed as it is: rrpc_call copies it
+            n = len(data)
+        else:
+            data, n = _core._cbuf(data)
+        fut = self._loop.create_future()
+        h = _handle()
+        key = h[0]
+        _registry[key] = (fut, core, method, h)
+        core.pending[key] = fut
+        core.keys.add(key)
+        r = lib.rrpc_call(sync._ptr, mb, data, n, opts, _CALL_DONE, h[1])
+        del keep  # rrpc_call copied the metadata
+        if r:
+            _registry.pop(key, None)
+            core.pending.pop(key, None)
+            core.keys.discard(key)
+            _handles.append(h)
+            raise _core._error(r, core.ptr, "call %r" % method)
         try:
             return await fut
         except asyncio.CancelledError:
-            self.sync._cancel_call(fut)
+            e = _registry.get(key)
+            if (e is not None and e[0] is fut and not sync._closed and not core.closing
+                    and not core.closed):
+                lib.rrpc_call_cancel(sync._ptr, _CALL_DONE, h[1])  # runs the completion now
             raise
 
     async def write(self, local: _core.Region, local_offset: int, remote: _TokenLike,

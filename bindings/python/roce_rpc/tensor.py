@@ -21,6 +21,7 @@ peer calls conn.kv_transfer(its_pool, token, [(src, dst), ...]).
 import contextlib
 import errno
 import logging
+import operator
 import os as _os
 import queue
 import threading
@@ -524,6 +525,31 @@ class _Recycler:
             ent = [cap, buf, Region(self._ctx, buf, _core.REMOTE_WRITE)]
         return _lent_array(ent[1], 0, n, dtype, shape, strides, self._give_back, ent)
 
+    def warm(self, nbytes):
+        """Keeps a buffer of nbytes (rounded up to a page) whose every page
+        is in memory, registered: the next tensor of nbytes/2 to nbytes
+        lands there with no page fault.  Returns its capacity."""
+        n = operator.index(nbytes)
+        if n < self.RECYCLE_MIN or n > self.keep_bytes:
+            raise ValueError("warm: %d bytes is outside what the default receiver keeps: "
+                             "%d (1 MiB) to keep_bytes=%d; raise keep_bytes= of "
+                             "serve_tensors, or use receive_pool()"
+                             % (n, self.RECYCLE_MIN, self.keep_bytes))
+        cap = (n + 4095) & ~4095
+        buf = np.empty(cap, np.uint8)
+        buf[::4096] = 0  # one write a page: the kernel faults every page in now
+        buf[-1] = 0  # (the buffer need not start on a page: its last one)
+        ent = [cap, buf, Region(self._ctx, buf, _core.REMOTE_WRITE)]
+        with self._held():
+            if self.closed:
+                self._dead.append(ent[2])
+            else:
+                self._keep(ent)
+        self._reap()
+        if self.closed:
+            raise _core._closed_error("tensor server")
+        return cap
+
     @contextlib.contextmanager
     def _held(self):
         with self._lock:
@@ -689,6 +715,23 @@ class TensorServer(_core._Closable):
         st = self._st
         with st.qlock:
             return st.arriving + st.queued
+
+    def warm(self, nbytes: int) -> int:
+        """Pays up front for a first receive of about nbytes (1 MiB up to
+        keep_bytes): allocates a buffer of nbytes rounded up to a page,
+        faults every page of it in and registers it, and keeps it as the
+        default receiver keeps memory (kept_bytes; keep_bytes bounds it, the
+        least recently kept let go first).  The next tensor of nbytes/2 to
+        nbytes then lands there with no page fault (reused counts it).
+        Returns the buffer's size.  Raises ValueError for a size outside
+        1 MiB..keep_bytes (keep_bytes=0: the server keeps nothing to warm),
+        RrpcError(E_CLOSED) once closed."""
+        rc = self._st.recycler
+        if self._st.closed:
+            raise _core._closed_error("tensor server")
+        if rc is None:
+            raise ValueError("warm: this tensor server keeps no memory (keep_bytes=0)")
+        return rc.warm(nbytes)
 
     def close(self) -> None:
         """Stops serving; tensors still arriving fail with E_CLOSED."""

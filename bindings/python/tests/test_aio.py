@@ -99,8 +99,6 @@ async def test_a_stopped_server_is_declared_lost_by_the_driven_keepalive():
     asyncio.get_running_loop().remove_reader(s._fd)
     s._kick = lambda: None
     s._core.kick = None
-    if s._timer is not None:
-        s._timer.cancel()
     with pytest.raises(roce_rpc.RrpcConnectionError):
         await asyncio.wait_for(call, 20)
     c.close()
@@ -327,3 +325,81 @@ def test_an_aio_context_needs_a_running_loop():
     with pytest.raises(RuntimeError):
         aio.Context()
     assert sys.modules["roce_rpc.aio"] is aio
+
+
+@pytest.mark.asyncio
+async def test_one_progress_per_readiness_and_many_concurrent_calls_get_their_own_answers(
+        monkeypatch):
+    """The fd's reader runs one rrpc_ctx_progress however many answers are
+    ready, and starting a call runs none (the request goes out inside
+    rrpc_call); 300 concurrent calls of every buffer kind each get their
+    own answer through pooled handles."""
+    s, lis, c = await _pair()
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    conn = await c.connect(client_uri(lis))
+    assert await conn.call("echo", b"warm") == b"warm"
+    runs = []
+    real = aio._progress
+
+    def counting(ptr, ms):
+        if ptr == c._ptr:
+            runs.append(ms)
+        return real(ptr, ms)
+
+    monkeypatch.setattr(aio, "_progress", counting)
+    n = 200
+    for i in range(n):
+        assert await conn.call("echo", b"%d" % i) == b"%d" % i
+    # one pass for each answer, and a few spare ones (a credit frame, a
+    # keepalive): never the two passes a call took when each call kicked one
+    assert n <= len(runs) <= n + n // 4, len(runs)
+    kinds = (bytes, bytearray, lambda b: memoryview(b), lambda b: np.frombuffer(b, np.uint8))
+    want = [(b"%d-" % i) * (1 + i % 50) for i in range(300)]
+    got = await asyncio.gather(*(conn.call("echo", kinds[i % 4](want[i]))
+                                 for i in range(300)))
+    assert got == want
+    assert not c._core.pending
+    assert 0 < len(aio._handles) <= 4096
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_call_gives_its_handle_back_only_once_completed_and_calls_go_on():
+    """A cancelled call's completion runs inside rrpc_call_cancel; only
+    then is its handle reused, so its late answer cannot settle the call
+    that reuses the handle."""
+    s, lis, c = await _pair()
+    held = _holder(s)
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    conn = await c.connect(client_uri(lis))
+    aio._handles.clear()
+    task = asyncio.ensure_future(conn.call("hold", b"x", timeout=30))
+    while not held:
+        await asyncio.sleep(0.01)
+    (key, _), = [(k, e) for k, e in roce_rpc._core._registry.items()
+                 if isinstance(e, tuple) and len(e) == 4 and e[1] is c._core]
+    assert not aio._handles  # in use
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [h[0] for h in aio._handles] == [key]  # back once its completion ran
+    nxt = asyncio.ensure_future(conn.call("hold", b"y", timeout=30))
+    while len(held) < 2:
+        await asyncio.sleep(0.01)
+    assert key in roce_rpc._core._registry  # the next call reuses it
+    held[0].respond(b"late answer of the cancelled call")
+    assert await conn.call("echo", b"after") == b"after"
+    assert not nxt.done()  # the late answer was dropped, not given to nxt
+    held[1].respond(b"mine")
+    assert await nxt == b"mine"
+    c.close()
+    s.close()

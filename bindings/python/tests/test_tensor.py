@@ -487,3 +487,38 @@ def test_a_transposed_array_moves_in_one_piece_and_arrives_in_its_own_layout(tpa
     # a C-contiguous array stays C-contiguous; a gappy one into C order
     b = np.arange(60, dtype=np.int32).reshape(3, 20)
     assert write_count(b, b) == 1 and write_count(b[:, ::2], np.empty((3, 10), np.int32)) == 30
+
+
+def test_warm_puts_a_first_large_receive_into_memory_already_in_place(pair):
+    """TensorServer.warm(n) pays for a first receive up front: a kept
+    buffer whose every page is in memory (counted in the page table, not
+    timed), into which the next tensor of n/2..n bytes lands."""
+    if not os.path.exists("/proc/self/pagemap"):
+        pytest.skip("no /proc/self/pagemap to count resident pages with")
+    s, lis, c = pair
+    mib = 1 << 20
+    srv = s.serve_tensors(keep_bytes=64 * mib)
+    assert srv.warm(40 * mib + 1) == 40 * mib + 4096  # rounded up to a page
+    assert srv.kept_bytes == 40 * mib + 4096 and srv.reused == 0
+    ent = srv._st.recycler._idle[0]
+    assert _pages_not_in_memory(ent[1].ctypes.data, ent[0]) == 0
+    conn = c.connect(client_uri(lis))
+    a = np.arange(10 * mib, dtype=np.float32)  # 40 MiB
+    conn.send_tensor("a", a)
+    _, got = srv.receive(timeout=60)
+    assert srv.reused == 1 and np.array_equal(got, a)
+    assert got.__array_interface__["data"][0] == ent[1].ctypes.data
+    del got
+    for bad in (mib - 1, 65 * mib):  # under 1 MiB, over keep_bytes
+        with pytest.raises(ValueError, match="keep_bytes"):
+            srv.warm(bad)
+    with pytest.raises(TypeError):
+        srv.warm(2.5 * mib)
+    srv.close()
+    with pytest.raises(RrpcError) as ei:
+        srv.warm(2 * mib)
+    assert ei.value.code == roce_rpc.E_CLOSED
+    none = s.serve_tensors(keep_bytes=0)
+    with pytest.raises(ValueError, match="keep_bytes=0"):
+        none.warm(2 * mib)
+    none.close()
