@@ -189,11 +189,30 @@ static int bypass(int fd, int family)
     return 0;
 }
 
+static uint64_t g_deadline_ms; /* the exchange under way must end by then (CLOCK_MONOTONIC) */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Starts an exchange on @fd: AG_DEADLINE_S for all of it, TLS handshake
+ * included, whatever the peer trickles (the socket is non-blocking and every
+ * wait is for what is left). */
 static void set_deadline(int fd)
 {
-    struct timeval tv = {.tv_sec = AG_DEADLINE_S};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    g_deadline_ms = mono_ms() + AG_DEADLINE_S * 1000u;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Waits for @events on @fd until the exchange's deadline: 0, or -1 (late). */
+static int wait_fd(int fd, short events)
+{
+    int64_t left = (int64_t)g_deadline_ms - (int64_t)mono_ms();
+    struct pollfd p = {.fd = fd, .events = events};
+    return left > 0 && poll(&p, 1, (int)left) > 0 ? 0 : -1;
 }
 
 static const char *ssl_err(void)
@@ -207,13 +226,32 @@ static const char *ssl_err(void)
     return b;
 }
 
-/* Reads or writes exactly @n bytes before the socket's deadline. */
+enum ssl_op { OP_ACCEPT, OP_CONNECT, OP_READ, OP_WRITE };
+
+/* One TLS operation, retried on the non-blocking socket until it is done,
+ * fails, or the exchange's deadline passes: > 0, or -1. */
+static int ssl_step(SSL *ssl, enum ssl_op op, void *buf, int n)
+{
+    for (;;) {
+        int r = op == OP_ACCEPT    ? SSL_accept(ssl)
+                : op == OP_CONNECT ? SSL_connect(ssl)
+                : op == OP_READ    ? SSL_read(ssl, buf, n)
+                                   : SSL_write(ssl, buf, n);
+        if (r > 0)
+            return r;
+        int e = SSL_get_error(ssl, r);
+        short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        if (!ev || wait_fd(SSL_get_fd(ssl), ev))
+            return -1;
+    }
+}
+
+/* Reads or writes exactly @n bytes before the exchange's deadline. */
 static int ssl_io(SSL *ssl, void *buf, int n, bool wr)
 {
     int done = 0;
     while (done < n) {
-        int r = wr ? SSL_write(ssl, (uint8_t *)buf + done, n - done)
-                   : SSL_read(ssl, (uint8_t *)buf + done, n - done);
+        int r = ssl_step(ssl, wr ? OP_WRITE : OP_READ, (uint8_t *)buf + done, n - done);
         if (r <= 0)
             return -1;
         done += r;
@@ -348,7 +386,7 @@ static void serve_one(int lfd)
     SSL_set_fd(ssl, fd);
     uint8_t req[AG_REQ_SIZE];
     char why[400] = "";
-    if (SSL_accept(ssl) != 1) {
+    if (ssl_step(ssl, OP_ACCEPT, NULL, 0) != 1) {
         logf_("refused %s: TLS handshake: %s", from, ssl_err());
         goto out;
     }
@@ -442,8 +480,16 @@ static int dial(const char *endpoint)
     int rc = fd < 0 ? -errno : 0;
     if (!rc && (rc = bypass(fd, ai->ai_family)) == 0) {
         set_deadline(fd);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0)
-            rc = -errno;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+            int err = 0;
+            socklen_t el = sizeof(err);
+            if (errno != EINPROGRESS)
+                rc = -errno;
+            else if (wait_fd(fd, POLLOUT))
+                rc = -ETIMEDOUT;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err)
+                rc = err ? -err : -errno;
+        }
     }
     freeaddrinfo(ai);
     if (rc) {
@@ -471,7 +517,7 @@ static int initiate(struct peer *pr)
     }
     SSL_set_fd(ssl, fd);
     uint8_t req[AG_REQ_SIZE] = {0}, rep[AG_REP_SIZE];
-    if (SSL_connect(ssl) != 1) {
+    if (ssl_step(ssl, OP_CONNECT, NULL, 0) != 1) {
         logf_("TLS with the agent of %s: %s", pr->text, ssl_err());
         goto out;
     }
