@@ -354,9 +354,13 @@ async def test_one_progress_per_readiness_and_many_concurrent_calls_get_their_ow
     n = 200
     for i in range(n):
         assert await conn.call("echo", b"%d" % i) == b"%d" % i
-    # one pass for each answer, and a few spare ones (a credit frame, a
-    # keepalive): never the two passes a call took when each call kicked one
-    assert n <= len(runs) <= n + n // 4, len(runs)
+    # one pass for each readiness of the fd: on tcp one per answer, and a few
+    # spare ones (a credit frame, a keepalive); on verbs the request's send
+    # completion may wake the fd apart from the answer's, so up to two per
+    # call.  Never one more per call: a call that kicked a pass of its own
+    # took 2 (tcp) or 2.7 (verbs) passes a call.
+    per_call = 2 if conn.transport == "verbs" else 1
+    assert n <= len(runs) <= per_call * n + n // 4, (len(runs), conn.transport)
     kinds = (bytes, bytearray, lambda b: memoryview(b), lambda b: np.frombuffer(b, np.uint8))
     want = [(b"%d-" % i) * (1 + i % 50) for i in range(300)]
     got = await asyncio.gather(*(conn.call("echo", kinds[i % 4](want[i]))
