@@ -358,7 +358,7 @@ async def test_one_progress_per_readiness_and_many_concurrent_calls_get_their_ow
     # spare ones (a credit frame, a keepalive); on verbs the request's send
     # completion may wake the fd apart from the answer's, so up to two per
     # call.  Never one more per call: a call that kicked a pass of its own
-    # took 2 (tcp) or 2.7 (verbs) passes a call.
+    # took two passes a call on tcp (400 for 200).
     per_call = 2 if conn.transport == "verbs" else 1
     assert n <= len(runs) <= per_call * n + n // 4, (len(runs), conn.transport)
     kinds = (bytes, bytearray, lambda b: memoryview(b), lambda b: np.frombuffer(b, np.uint8))
