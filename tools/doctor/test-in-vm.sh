@@ -39,6 +39,9 @@ fi
 # ---- inside the VM -------------------------------------------------------------------------
 BUILD=$1
 DOCTOR=$BUILD/tools/doctor/rrpc-doctor
+# The build tree's doctor links the core statically, so it is not beside the modules as
+# libroce_rpc.so is: point it at the build's module directory (as meson test does on the host).
+export RRPC_MODULE_DIR=$BUILD/libroce_rpc/roce_rpc
 PY=/usr/bin/python3
 OUT=$BUILD/doctor-vm.$$    # /tmp is an empty tmpfs in the VM; any place would do
 mkdir -p "$OUT"
