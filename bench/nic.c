@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "util/nic_counters.h"
 
 #define NIC_MAX 512   /* counters per snapshot */
 #define NIC_NOTES 64  /* tests named in the report */
@@ -27,6 +28,8 @@ struct nic_val {
 struct nic_snap {
     struct nic_val v[NIC_MAX];
     int n;
+    const char *dev; /* while snap() reads it */
+    unsigned port;
 };
 
 /* Names that mean a packet was lost, repeated or pushed back. */
@@ -42,42 +45,31 @@ static bool have_before;
 static char notes[NIC_NOTES][320];
 static int n_notes, n_tests;
 
+static void snap_one(void *arg, const char *dir, const char *name, uint64_t v)
+{
+    struct nic_snap *s = arg;
+    if (strcmp(dir, "hw_counters") || s->n == NIC_MAX)
+        return; /* the driver's counters; the IB port counters are not compared */
+    struct nic_val *x = &s->v[s->n++];
+    snprintf(x->key, sizeof(x->key), "%.40s/%u/%.48s", s->dev, s->port, name);
+    x->v = v;
+}
+
+/* Every port's hw_counters, read by the library's own reader (util/nic_counters.c). */
 static void snap(struct nic_snap *s)
 {
     s->n = 0;
-    const char *base = "/sys/class/infiniband";
-    DIR *devs = opendir(base);
+    DIR *devs = opendir("/sys/class/infiniband");
     if (!devs)
         return;
     struct dirent *d;
     while ((d = readdir(devs))) {
         if (d->d_name[0] == '.')
             continue;
-        for (int port = 1; port <= 8; port++) {
-            char path[512];
-            snprintf(path, sizeof(path), "%s/%s/ports/%d/hw_counters", base, d->d_name, port);
-            DIR *c = opendir(path);
-            if (!c)
+        s->dev = d->d_name;
+        for (s->port = 1; s->port <= 8; s->port++)
+            if (rrpci_nic_counters(d->d_name, s->port, snap_one, s) < 0)
                 break;
-            struct dirent *e;
-            while ((e = readdir(c)) && s->n < NIC_MAX) {
-                if (e->d_name[0] == '.' || !strcmp(e->d_name, "lifespan"))
-                    continue;
-                char f[800];
-                snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
-                FILE *fp = fopen(f, "r");
-                if (!fp)
-                    continue;
-                unsigned long long v;
-                if (fscanf(fp, "%llu", &v) == 1) {
-                    struct nic_val *x = &s->v[s->n++];
-                    snprintf(x->key, sizeof(x->key), "%.40s/%d/%.48s", d->d_name, port, e->d_name);
-                    x->v = v;
-                }
-                fclose(fp);
-            }
-            closedir(c);
-        }
     }
     closedir(devs);
 }
