@@ -57,19 +57,12 @@
 #include <openssl/x509v3.h>
 
 #include "agent_metrics.h"
+#include "wire.h"
 #include "xfrm.h"
 #ifdef RRPC_HAVE_MHD
 #include "util/metrics_http.h"
 #endif
 
-#define AG_MAGIC 0x52525041u /* "RRPA" */
-#define AG_VERSION 1
-#define AG_T_PAIR 1
-#define AG_T_OK 2
-#define AG_T_ERR 3
-#define AG_REQ_SIZE 48
-#define AG_REP_SIZE 144
-#define AG_REASON 128
 #define AG_DEADLINE_S 5
 #define AG_GRACE_S 5 /* the old SAs stay this long after a rekey */
 #define AG_MAX_PEERS 256
@@ -144,13 +137,6 @@ static void put32(uint8_t *p, uint32_t v)
 {
     v = htonl(v);
     memcpy(p, &v, 4);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return ntohl(v);
 }
 
 static int parse_addr(const char *text, int *family, uint8_t out[16])
@@ -372,13 +358,8 @@ static struct peer *add_peer(int family, const uint8_t addr[16])
 
 static void reply(SSL *ssl, int type, uint32_t spi, int32_t code, const char *reason)
 {
-    uint8_t rep[AG_REP_SIZE] = {0};
-    put32(rep, AG_MAGIC);
-    rep[4] = AG_VERSION;
-    rep[5] = (uint8_t)type;
-    put32(rep + 8, spi);
-    put32(rep + 12, (uint32_t)code);
-    snprintf((char *)rep + 16, AG_REASON, "%s", reason ? reason : "");
+    uint8_t rep[AG_REP_SIZE];
+    ag_reply_build(type, spi, code, reason, rep);
     ssl_io(ssl, rep, sizeof(rep), true);
 }
 
@@ -416,16 +397,16 @@ static void serve_one(int lfd)
         failed(AG_FAIL_TIMEOUT);
         goto out;
     }
-    if (get32(req) != AG_MAGIC || req[4] != AG_VERSION || req[5] != AG_T_PAIR ||
-        (req[6] != 4 && req[6] != 6)) {
+    struct ag_pair_msg pm;
+    if (ag_pair_parse(req, &pm)) {
         logf_("refused %s: not a version %d PAIR request", from, AG_VERSION);
         reply(ssl, AG_T_ERR, 0, -EPROTO, "not a PAIR request of agent protocol version 1");
         failed(AG_FAIL_PROTOCOL);
         goto out;
     }
-    int family = req[6] == 4 ? AF_INET : AF_INET6;
-    const uint8_t *ai = req + 8, *ar = req + 24;
-    uint32_t spi_i = get32(req + 40), lifetime = get32(req + 44);
+    int family = pm.family;
+    const uint8_t *ai = pm.initiator, *ar = pm.responder;
+    uint32_t spi_i = pm.spi_i, lifetime = pm.lifetime;
     char ai_text[INET6_ADDRSTRLEN] = "?";
     inet_ntop(family, ai, ai_text, sizeof(ai_text));
     const char *bad = NULL;
@@ -437,7 +418,7 @@ static void serve_one(int lfd)
         why_bad = AG_FAIL_CERTIFICATE;
     else if (memcmp(g.local, ai, 16) <= 0)
         bad = "the lower address initiates: this host does, not yours";
-    else if (spi_i < 0x100)
+    else if (spi_i < AG_MIN_SPI)
         bad = "SPI below 0x100", why_bad = AG_FAIL_PROTOCOL;
     else if (lifetime && lifetime < 5)
         bad = "lifetime below 5 s", why_bad = AG_FAIL_PROTOCOL;
@@ -547,7 +528,7 @@ static int initiate(struct peer *pr)
         return -ENOMEM;
     }
     SSL_set_fd(ssl, fd);
-    uint8_t req[AG_REQ_SIZE] = {0}, rep[AG_REP_SIZE];
+    uint8_t req[AG_REQ_SIZE], rep[AG_REP_SIZE];
     if (ssl_step(ssl, OP_CONNECT, NULL, 0) != 1) {
         logf_("TLS with the agent of %s: %s", pr->text, ssl_err());
         failed(AG_FAIL_TLS);
@@ -563,34 +544,31 @@ static int initiate(struct peer *pr)
     uint32_t spi_i = random_spi(0);
     if (pr->installed && (spi_i == pr->cur.spi_in || spi_i == pr->cur.spi_out))
         spi_i = random_spi(pr->cur.spi_in);
-    put32(req, AG_MAGIC);
-    req[4] = AG_VERSION;
-    req[5] = AG_T_PAIR;
-    req[6] = (uint8_t)(g.family == AF_INET ? 4 : 6);
-    memcpy(req + 8, g.local, 16);
-    memcpy(req + 24, pr->addr, 16);
-    put32(req + 40, spi_i);
-    put32(req + 44, g.lifetime);
+    struct ag_pair_msg pm = {.family = g.family, .spi_i = spi_i, .lifetime = g.lifetime};
+    memcpy(pm.initiator, g.local, 16);
+    memcpy(pm.responder, pr->addr, 16);
+    ag_pair_build(&pm, req);
     if (ssl_io(ssl, req, sizeof(req), true) || ssl_io(ssl, rep, sizeof(rep), false)) {
         logf_("pairing with %s: no answer within %d s: %s", pr->text, AG_DEADLINE_S, ssl_err());
         failed(AG_FAIL_TIMEOUT);
         goto out;
     }
-    if (get32(rep) != AG_MAGIC || rep[4] != AG_VERSION || (rep[5] != AG_T_OK && rep[5] != AG_T_ERR)) {
-        logf_("pairing with %s: the answer is not agent protocol version %d", pr->text, AG_VERSION);
+    struct ag_reply_msg rm;
+    if (ag_reply_parse(rep, &rm)) {
+        logf_("pairing with %s: the answer is not an OK or ERR of agent protocol version %d "
+              "(or its SPI is below 0x100)", pr->text, AG_VERSION);
         failed(AG_FAIL_PROTOCOL);
         goto out;
     }
-    rep[AG_REP_SIZE - 1] = 0;
-    if (rep[5] == AG_T_ERR) {
-        int32_t code = (int32_t)get32(rep + 12);
-        logf_("the agent of %s refused to pair: %s", pr->text, (char *)rep + 16);
-        rc = code < 0 ? code : -EACCES;
+    if (rm.type == AG_T_ERR) {
+        int32_t code = rm.code;
+        logf_("the agent of %s refused to pair: %s", pr->text, rm.reason);
+        rc = code < 0 && code > -4096 ? code : -EACCES;
         failed(AG_FAIL_REFUSED);
         goto out;
     }
-    uint32_t spi_r = get32(rep + 8);
-    if (spi_r < 0x100 || spi_r == spi_i) {
+    uint32_t spi_r = rm.spi;
+    if (spi_r == spi_i) {
         logf_("pairing with %s: the answer's SPI 0x%x is invalid", pr->text, spi_r);
         failed(AG_FAIL_PROTOCOL);
         goto out;
@@ -669,7 +647,7 @@ static void query_answer(int qfd)
     int fam;
     uint8_t addr[16];
     struct peer *pr = NULL;
-    if (strncmp(req, "PAIR? ", 6) || parse_addr(req + 6, &fam, addr)) {
+    if (ag_query_parse(req, (size_t)n, &fam, addr)) {
         snprintf(rep, sizeof(rep), "no bad request (want \"PAIR? ADDR\")");
     } else if (!(pr = find_peer(fam, addr)) || !pr->agreed) {
         snprintf(rep, sizeof(rep), "no this host's rrpc-agent has no ESP pair with %s", req + 6);
