@@ -20,6 +20,10 @@
 #     two rekeys (lifetime 8 s) and none fails: the calls the clients made, the calls the servers
 #     handled and the WRITEs found in the servers' regions all agree; the initiator's /metrics
 #     (promtool check metrics) counts the rekeys, the pair and the SAs' packets, no ESP error;
+#     with netem corrupting 2 % of the pair's ESP packets (on lo, where they pass: a prio qdisc
+#     and a u32 filter on IP protocol 50), RPCs and WRITE + READ over rdma:// run on (rxe
+#     retransmits) or fail cleanly, never with wrong data, the kernel counts the ICV failures,
+#     and a run after it is clean;
 #     stopped, the agents leave no state or policy;
 #   - RRPC_REQUIRE_ESP: a server accepts a client whose host pair the agent confirms, refuses it
 #     over tcp:// (with the reason) and rdma:// once there is no pair, and when no agent answers;
@@ -282,6 +286,38 @@ else
     fi
   else
     echo "# rrpc-agent built without libmicrohttpd: its /metrics are not checked"
+  fi
+  # Tampering over rdma://: the pair's ESP leaves through lo; only ESP goes through netem.
+  # XfrmInStateProtoError counts the ICV failures of every SA (rekeys remove SAs and their
+  # own counters with them).
+  protoerr() { awk '$1 == "XfrmInStateProtoError" { print $2 }' /proc/net/xfrm_stat; }
+  P0=$(protoerr)
+  if tc qdisc add dev lo root handle 1: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1 2> "$W/tc.err" &&
+     tc qdisc add dev lo parent 1:4 handle 40: netem corrupt 2% 2>> "$W/tc.err" &&
+     tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip protocol 50 0xff flowid 1:4 2>> "$W/tc.err"; then
+    timeout 300 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 100 -k 512 > "$W/tamper.rdma" 2>&1; TR=$?
+    tc -s qdisc show dev lo > "$W/lo.stats" 2>&1
+    tc qdisc del dev lo root
+    P1=$(protoerr)
+    timeout 120 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 20 -k 64 > "$W/tamper.after" 2>&1; AR=$?
+    cp "$W/tamper.rdma" "$W/lo.stats" "$OUT/" 2>/dev/null
+    HANDLED=$(sed -n 's/^server: \([0-9]*\) echo calls handled.*/\1/p' "$W/tamper.rdma")
+    if [ $TR = 0 ] && [ "$HANDLED" = 100 ] && grep -q "WRITE + READ of 512 KiB on bulk ok" "$W/tamper.rdma"; then
+      HOW="completed: 100 calls made = $HANDLED handled, the 512 KiB WRITE + READ checked"
+    elif [ $TR = 1 ] && grep -q "^dscp_traffic: .*: " "$W/tamper.rdma" && ! grep -q "differ\|came back different" "$W/tamper.rdma"; then
+      HOW="failed cleanly: $(grep -m1 '^dscp_traffic: ' "$W/tamper.rdma")"
+    else
+      HOW=
+    fi
+    if [ $((P1 - P0)) -gt 0 ] && [ -n "$HOW" ] && [ $AR = 0 ]; then
+      ok "tampered ESP over rdma:// (netem on lo, 2 % of ESP): $((P1 - P0)) ICV failures counted (XfrmInStateProtoError), the run $HOW; the next run is clean"
+    else
+      bad "tampered ESP over rdma://: $((P1 - P0)) ICV failures, run exit $TR, the next run exit $AR"
+      tail -4 "$W/tamper.rdma" | sed 's/^/#   /'; grep -E "qdisc netem|Sent" "$W/lo.stats" | head -4 | sed 's/^/#   /'
+    fi
+  else
+    tc qdisc del dev lo root 2> /dev/null
+    echo "# no prio/netem/u32 qdisc on lo ($(head -1 "$W/tc.err")): the rdma:// tampering check is left out"
   fi
   kill -TERM $AA $AB 2>/dev/null; wait $AA $AB 2>/dev/null
   NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
