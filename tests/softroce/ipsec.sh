@@ -20,8 +20,8 @@
 #     two rekeys (lifetime 8 s) and none fails: the calls the clients made, the calls the servers
 #     handled and the WRITEs found in the servers' regions all agree; the initiator's /metrics
 #     (promtool check metrics) counts the rekeys, the pair and the SAs' packets, no ESP error;
-#     with netem corrupting 2 % of the pair's ESP packets (on lo, where they pass: a prio qdisc
-#     and a u32 filter on IP protocol 50), RPCs and WRITE + READ over rdma:// run on (rxe
+#     with netem corrupting 2 % of the pair's ESP packets (on lo and the veth's two ends: a prio
+#     qdisc and a u32 filter on IP protocol 50), RPCs and WRITE + READ over rdma:// run on (rxe
 #     retransmits) or fail cleanly, never with wrong data, the kernel counts the ICV failures,
 #     and a run after it is clean;
 #     stopped, the agents leave no state or policy;
@@ -287,17 +287,26 @@ else
   else
     echo "# rrpc-agent built without libmicrohttpd: its /metrics are not checked"
   fi
-  # Tampering over rdma://: the pair's ESP leaves through lo; only ESP goes through netem.
+  # Tampering over rdma://: the pair's ESP leaves through the rxe devices' netdevs (or lo: a
+  # first try with netem on lo alone saw none of it); only ESP goes through netem.
   # XfrmInStateProtoError counts the ICV failures of every SA (rekeys remove SAs and their
   # own counters with them).
   protoerr() { awk '$1 == "XfrmInStateProtoError" { print $2 }' /proc/net/xfrm_stat; }
+  TDEVS="lo ${SOFTROCE_NETDEV0:-va} ${SOFTROCE_NETDEV1:-vb}"
+  tamper_on() {
+    local d
+    for d in $TDEVS; do
+      tc qdisc add dev $d root handle 1: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1 &&
+        tc qdisc add dev $d parent 1:4 handle 40: netem corrupt 2% &&
+        tc filter add dev $d parent 1: protocol ip prio 1 u32 match ip protocol 50 0xff flowid 1:4 || return 1
+    done
+  }
+  tamper_off() { local d; for d in $TDEVS; do tc qdisc del dev $d root 2> /dev/null; done; }
   P0=$(protoerr)
-  if tc qdisc add dev lo root handle 1: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1 2> "$W/tc.err" &&
-     tc qdisc add dev lo parent 1:4 handle 40: netem corrupt 2% 2>> "$W/tc.err" &&
-     tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip protocol 50 0xff flowid 1:4 2>> "$W/tc.err"; then
+  if tamper_on 2> "$W/tc.err"; then
     timeout 300 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 100 -k 512 > "$W/tamper.rdma" 2>&1; TR=$?
-    tc -s qdisc show dev lo > "$W/lo.stats" 2>&1
-    tc qdisc del dev lo root
+    for d in $TDEVS; do echo "== $d"; tc -s qdisc show dev $d; done > "$W/lo.stats" 2>&1
+    tamper_off
     P1=$(protoerr)
     timeout 120 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 20 -k 64 > "$W/tamper.after" 2>&1; AR=$?
     cp "$W/tamper.rdma" "$W/lo.stats" "$OUT/" 2>/dev/null
@@ -310,14 +319,14 @@ else
       HOW=
     fi
     if [ $((P1 - P0)) -gt 0 ] && [ -n "$HOW" ] && [ $AR = 0 ]; then
-      ok "tampered ESP over rdma:// (netem on lo, 2 % of ESP): $((P1 - P0)) ICV failures counted (XfrmInStateProtoError), the run $HOW; the next run is clean"
+      ok "tampered ESP over rdma:// (netem on $TDEVS, 2 % of ESP): $((P1 - P0)) ICV failures counted (XfrmInStateProtoError), the run $HOW; the next run is clean"
     else
       bad "tampered ESP over rdma://: $((P1 - P0)) ICV failures, run exit $TR, the next run exit $AR"
-      tail -4 "$W/tamper.rdma" | sed 's/^/#   /'; grep -E "qdisc netem|Sent" "$W/lo.stats" | head -4 | sed 's/^/#   /'
+      tail -4 "$W/tamper.rdma" | sed 's/^/#   /'; grep -E "^==|qdisc netem|Sent" "$W/lo.stats" | head -12 | sed 's/^/#   /'
     fi
   else
-    tc qdisc del dev lo root 2> /dev/null
-    echo "# no prio/netem/u32 qdisc on lo ($(head -1 "$W/tc.err")): the rdma:// tampering check is left out"
+    tamper_off
+    echo "# no prio/netem/u32 qdisc on $TDEVS ($(head -1 "$W/tc.err")): the rdma:// tampering check is left out"
   fi
   kill -TERM $AA $AB 2>/dev/null; wait $AA $AB 2>/dev/null
   NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
