@@ -37,6 +37,7 @@
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,16 +56,13 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "agent_metrics.h"
+#include "wire.h"
 #include "xfrm.h"
+#ifdef RRPC_HAVE_MHD
+#include "util/metrics_http.h"
+#endif
 
-#define AG_MAGIC 0x52525041u /* "RRPA" */
-#define AG_VERSION 1
-#define AG_T_PAIR 1
-#define AG_T_OK 2
-#define AG_T_ERR 3
-#define AG_REQ_SIZE 48
-#define AG_REP_SIZE 144
-#define AG_REASON 128
 #define AG_DEADLINE_S 5
 #define AG_GRACE_S 5 /* the old SAs stay this long after a rekey */
 #define AG_MAX_PEERS 256
@@ -96,7 +94,22 @@ static struct {
     struct peer peers[AG_MAX_PEERS];
     int npeers;
     bool verbose;
+    uint64_t pairings, failures[AG_FAIL_N]; /* for /metrics */
 } g;
+
+/* What /metrics reads (on the HTTP server's thread): a copy of the peers and
+ * counters, published by the main loop before each wait (publish()). */
+static struct {
+    pthread_mutex_t lock;
+    struct peer peers[AG_MAX_PEERS];
+    int npeers;
+    uint64_t pairings, failures[AG_FAIL_N];
+} snap = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void failed(enum ag_fail r)
+{
+    g.failures[r]++;
+}
 
 static volatile sig_atomic_t stop;
 
@@ -124,13 +137,6 @@ static void put32(uint8_t *p, uint32_t v)
 {
     v = htonl(v);
     memcpy(p, &v, 4);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return ntohl(v);
 }
 
 static int parse_addr(const char *text, int *family, uint8_t out[16])
@@ -352,13 +358,8 @@ static struct peer *add_peer(int family, const uint8_t addr[16])
 
 static void reply(SSL *ssl, int type, uint32_t spi, int32_t code, const char *reason)
 {
-    uint8_t rep[AG_REP_SIZE] = {0};
-    put32(rep, AG_MAGIC);
-    rep[4] = AG_VERSION;
-    rep[5] = (uint8_t)type;
-    put32(rep + 8, spi);
-    put32(rep + 12, (uint32_t)code);
-    snprintf((char *)rep + 16, AG_REASON, "%s", reason ? reason : "");
+    uint8_t rep[AG_REP_SIZE];
+    ag_reply_build(type, spi, code, reason, rep);
     ssl_io(ssl, rep, sizeof(rep), true);
 }
 
@@ -388,42 +389,49 @@ static void serve_one(int lfd)
     char why[400] = "";
     if (ssl_step(ssl, OP_ACCEPT, NULL, 0) != 1) {
         logf_("refused %s: TLS handshake: %s", from, ssl_err());
+        failed(AG_FAIL_TLS);
         goto out;
     }
     if (ssl_io(ssl, req, sizeof(req), false)) {
         logf_("refused %s: no PAIR request within %d s", from, AG_DEADLINE_S);
+        failed(AG_FAIL_TIMEOUT);
         goto out;
     }
-    if (get32(req) != AG_MAGIC || req[4] != AG_VERSION || req[5] != AG_T_PAIR ||
-        (req[6] != 4 && req[6] != 6)) {
+    struct ag_pair_msg pm;
+    if (ag_pair_parse(req, &pm)) {
         logf_("refused %s: not a version %d PAIR request", from, AG_VERSION);
         reply(ssl, AG_T_ERR, 0, -EPROTO, "not a PAIR request of agent protocol version 1");
+        failed(AG_FAIL_PROTOCOL);
         goto out;
     }
-    int family = req[6] == 4 ? AF_INET : AF_INET6;
-    const uint8_t *ai = req + 8, *ar = req + 24;
-    uint32_t spi_i = get32(req + 40), lifetime = get32(req + 44);
+    int family = pm.family;
+    const uint8_t *ai = pm.initiator, *ar = pm.responder;
+    uint32_t spi_i = pm.spi_i, lifetime = pm.lifetime;
     char ai_text[INET6_ADDRSTRLEN] = "?";
     inet_ntop(family, ai, ai_text, sizeof(ai_text));
     const char *bad = NULL;
+    enum ag_fail why_bad = AG_FAIL_REFUSED;
     if (family != g.family || memcmp(ar, g.local, 16))
         bad = "the pair is not for this host's address";
     else if (!cert_names(ssl, ai_text))
-        bad = "the initiator's certificate does not name its address (IP SAN)";
+        bad = "the initiator's certificate does not name its address (IP SAN)",
+        why_bad = AG_FAIL_CERTIFICATE;
     else if (memcmp(g.local, ai, 16) <= 0)
         bad = "the lower address initiates: this host does, not yours";
-    else if (spi_i < 0x100)
-        bad = "SPI below 0x100";
+    else if (spi_i < AG_MIN_SPI)
+        bad = "SPI below 0x100", why_bad = AG_FAIL_PROTOCOL;
     else if (lifetime && lifetime < 5)
-        bad = "lifetime below 5 s";
+        bad = "lifetime below 5 s", why_bad = AG_FAIL_PROTOCOL;
     if (bad) {
         logf_("refused %s (claims %s): %s", from, ai_text, bad);
         reply(ssl, AG_T_ERR, 0, -EACCES, bad);
+        failed(why_bad);
         goto out;
     }
     struct peer *pr = find_peer(family, ai);
     if (!pr && !(pr = add_peer(family, ai))) {
         reply(ssl, AG_T_ERR, 0, -ENOSPC, "this agent has its 256 peers");
+        failed(AG_FAIL_REFUSED);
         goto out;
     }
     uint32_t spi_r = random_spi(spi_i);
@@ -432,6 +440,7 @@ static void serve_one(int lfd)
     uint8_t km[2 * RRPC_XFRM_KEY_BYTES];
     if (derive(ssl, family, ai, ar, spi_i, spi_r, km)) {
         reply(ssl, AG_T_ERR, 0, -EIO, "key derivation failed");
+        failed(AG_FAIL_KEYS);
         goto out;
     }
     struct rrpc_xfrm_pair np = {.family = family, .spi_out = spi_i, .spi_in = spi_r,
@@ -447,9 +456,11 @@ static void serve_one(int lfd)
     if (rc) {
         logf_("pairing with %s failed: %s", ai_text, why);
         reply(ssl, AG_T_ERR, 0, rc, why);
+        failed(AG_FAIL_INSTALL);
         goto out;
     }
     reply(ssl, AG_T_OK, spi_r, 0, NULL);
+    g.pairings++;
     logf_("paired with %s as responder (spi in 0x%x, out 0x%x%s)", ai_text, spi_r, spi_i,
           pr->loopback ? "; both addresses are this kernel's: the initiator installs" : "");
 out:
@@ -507,6 +518,7 @@ static int initiate(struct peer *pr)
     int fd = dial(pr->endpoint);
     if (fd < 0) {
         logf_("cannot reach the agent of %s at %s: %s", pr->text, pr->endpoint, strerror(-fd));
+        failed(AG_FAIL_UNREACHABLE);
         return fd;
     }
     int rc = -EPROTO;
@@ -516,51 +528,55 @@ static int initiate(struct peer *pr)
         return -ENOMEM;
     }
     SSL_set_fd(ssl, fd);
-    uint8_t req[AG_REQ_SIZE] = {0}, rep[AG_REP_SIZE];
+    uint8_t req[AG_REQ_SIZE], rep[AG_REP_SIZE];
     if (ssl_step(ssl, OP_CONNECT, NULL, 0) != 1) {
         logf_("TLS with the agent of %s: %s", pr->text, ssl_err());
+        failed(AG_FAIL_TLS);
         goto out;
     }
     if (!cert_names(ssl, pr->text)) {
         logf_("the agent at %s does not hold a certificate for %s (IP SAN): not pairing",
               pr->endpoint, pr->text);
         rc = -EACCES;
+        failed(AG_FAIL_CERTIFICATE);
         goto out;
     }
     uint32_t spi_i = random_spi(0);
     if (pr->installed && (spi_i == pr->cur.spi_in || spi_i == pr->cur.spi_out))
         spi_i = random_spi(pr->cur.spi_in);
-    put32(req, AG_MAGIC);
-    req[4] = AG_VERSION;
-    req[5] = AG_T_PAIR;
-    req[6] = (uint8_t)(g.family == AF_INET ? 4 : 6);
-    memcpy(req + 8, g.local, 16);
-    memcpy(req + 24, pr->addr, 16);
-    put32(req + 40, spi_i);
-    put32(req + 44, g.lifetime);
+    struct ag_pair_msg pm = {.family = g.family, .spi_i = spi_i, .lifetime = g.lifetime};
+    memcpy(pm.initiator, g.local, 16);
+    memcpy(pm.responder, pr->addr, 16);
+    ag_pair_build(&pm, req);
     if (ssl_io(ssl, req, sizeof(req), true) || ssl_io(ssl, rep, sizeof(rep), false)) {
         logf_("pairing with %s: no answer within %d s: %s", pr->text, AG_DEADLINE_S, ssl_err());
+        failed(AG_FAIL_TIMEOUT);
         goto out;
     }
-    if (get32(rep) != AG_MAGIC || rep[4] != AG_VERSION || (rep[5] != AG_T_OK && rep[5] != AG_T_ERR)) {
-        logf_("pairing with %s: the answer is not agent protocol version %d", pr->text, AG_VERSION);
+    struct ag_reply_msg rm;
+    if (ag_reply_parse(rep, &rm)) {
+        logf_("pairing with %s: the answer is not an OK or ERR of agent protocol version %d "
+              "(or its SPI is below 0x100)", pr->text, AG_VERSION);
+        failed(AG_FAIL_PROTOCOL);
         goto out;
     }
-    rep[AG_REP_SIZE - 1] = 0;
-    if (rep[5] == AG_T_ERR) {
-        int32_t code = (int32_t)get32(rep + 12);
-        logf_("the agent of %s refused to pair: %s", pr->text, (char *)rep + 16);
-        rc = code < 0 ? code : -EACCES;
+    if (rm.type == AG_T_ERR) {
+        int32_t code = rm.code;
+        logf_("the agent of %s refused to pair: %s", pr->text, rm.reason);
+        rc = code < 0 && code > -4096 ? code : -EACCES;
+        failed(AG_FAIL_REFUSED);
         goto out;
     }
-    uint32_t spi_r = get32(rep + 8);
-    if (spi_r < 0x100 || spi_r == spi_i) {
+    uint32_t spi_r = rm.spi;
+    if (spi_r == spi_i) {
         logf_("pairing with %s: the answer's SPI 0x%x is invalid", pr->text, spi_r);
+        failed(AG_FAIL_PROTOCOL);
         goto out;
     }
     uint8_t km[2 * RRPC_XFRM_KEY_BYTES];
     if (derive(ssl, g.family, g.local, pr->addr, spi_i, spi_r, km)) {
         logf_("pairing with %s: key derivation failed", pr->text);
+        failed(AG_FAIL_KEYS);
         goto out;
     }
     struct rrpc_xfrm_pair np = {.family = g.family, .spi_out = spi_r, .spi_in = spi_i,
@@ -576,8 +592,10 @@ static int initiate(struct peer *pr)
     explicit_bzero(&np, sizeof(np));
     if (rc) {
         logf_("pairing with %s: installing: %s", pr->text, why);
+        failed(AG_FAIL_INSTALL);
         goto out;
     }
+    g.pairings++;
     logf_("%s with %s as initiator (spi out 0x%x, in 0x%x%s)", rekey ? "rekeyed" : "paired",
           pr->text, spi_r, spi_i, pr->loopback ? "; both addresses are this kernel's" : "");
 out:
@@ -629,7 +647,7 @@ static void query_answer(int qfd)
     int fam;
     uint8_t addr[16];
     struct peer *pr = NULL;
-    if (strncmp(req, "PAIR? ", 6) || parse_addr(req + 6, &fam, addr)) {
+    if (ag_query_parse(req, (size_t)n, &fam, addr)) {
         snprintf(rep, sizeof(rep), "no bad request (want \"PAIR? ADDR\")");
     } else if (!(pr = find_peer(fam, addr)) || !pr->agreed) {
         snprintf(rep, sizeof(rep), "no this host's rrpc-agent has no ESP pair with %s", req + 6);
@@ -643,13 +661,101 @@ static void query_answer(int qfd)
     close(fd);
 }
 
+/* ---- /metrics (--metrics-listen) ------------------------------------------------- */
+
+/* Copies what /metrics shows for the HTTP server's thread (the main loop's
+ * state is the main thread's alone). */
+static void publish(void)
+{
+    pthread_mutex_lock(&snap.lock);
+    memcpy(snap.peers, g.peers, (size_t)g.npeers * sizeof(g.peers[0]));
+    snap.npeers = g.npeers;
+    snap.pairings = g.pairings;
+    memcpy(snap.failures, g.failures, sizeof(snap.failures));
+    pthread_mutex_unlock(&snap.lock);
+}
+
+#define AG_XFRM_STAT_MAX 64
+
+/* One scrape, on the HTTP server's thread: the published state, and the
+ * kernel's counters of each SA (netlink) and of the namespace
+ * (/proc/net/xfrm_stat) read now. */
+static int metrics_text(void *user, char **ret_text, size_t *ret_len)
+{
+    (void)user;
+    struct peer *ps = malloc(sizeof(snap.peers));
+    struct ag_peer_view *views = calloc(AG_MAX_PEERS, sizeof(*views));
+    char(*names)[48] = malloc(AG_XFRM_STAT_MAX * sizeof(*names));
+    uint64_t *values = malloc(AG_XFRM_STAT_MAX * sizeof(*values));
+    char *proc = malloc(8192);
+    int rc = -ENOMEM;
+    if (!ps || !views || !names || !values || !proc)
+        goto out;
+    struct ag_metrics_snap m = {.local = g.local_text};
+    pthread_mutex_lock(&snap.lock);
+    int n = snap.npeers;
+    memcpy(ps, snap.peers, (size_t)n * sizeof(ps[0]));
+    m.pairings_total = snap.pairings;
+    memcpy(m.failures, snap.failures, sizeof(m.failures));
+    pthread_mutex_unlock(&snap.lock);
+    time_t now = time(NULL);
+    for (int i = 0; i < n; i++) {
+        const struct peer *pr = &ps[i];
+        struct ag_peer_view *v = &views[i];
+        snprintf(v->addr, sizeof(v->addr), "%s", pr->text);
+        v->configured = pr->endpoint[0] != 0;
+        v->agreed = pr->agreed;
+        v->up = pr->agreed && (!pr->expires || pr->expires > now);
+        m.rekeys_total += pr->rekeys;
+        if (!pr->installed)
+            continue; /* none, or the loopback pair the other agent installed */
+        for (int k = 0; k < (pr->old_pending ? 4 : 2); k++) {
+            struct ag_sa_view *sa = &v->sas[v->nsas++];
+            const struct rrpc_xfrm_pair *xp = k < 2 ? &pr->cur : &pr->old;
+            sa->out = k % 2 == 0;
+            sa->current = k < 2;
+            sa->spi = sa->out ? xp->spi_out : xp->spi_in;
+            sa->have = rrpc_xfrm_sa_stats(xp, sa->out, &sa->stats) == 0;
+        }
+    }
+    m.npeers = (unsigned)n;
+    m.peers = views;
+    FILE *f = fopen("/proc/net/xfrm_stat", "re");
+    if (f) {
+        size_t got = fread(proc, 1, 8191, f);
+        proc[got] = 0;
+        fclose(f);
+        m.nxfrm_stat = ag_parse_xfrm_stat(proc, names, values, AG_XFRM_STAT_MAX);
+        m.have_xfrm_stat = m.nxfrm_stat > 0;
+        m.xfrm_stat_name = (const char(*)[48])names;
+        m.xfrm_stat_value = values;
+    }
+    rc = ag_metrics_render(&m, ret_text, ret_len);
+out:
+    free(ps);
+    free(views);
+    free(names);
+    free(values);
+    free(proc);
+    return rc;
+}
+
+#ifdef RRPC_HAVE_MHD
+static void metrics_log(void *user, const char *msg)
+{
+    (void)user;
+    if (g.verbose)
+        logf_("/metrics: %s", msg);
+}
+#endif
+
 /* ---- main ----------------------------------------------------------------------- */
 
 static int usage(void)
 {
     fprintf(stderr, "usage: rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F\n"
                     "                  [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F]\n"
-                    "                  [--query-socket PATH] [-v]\n");
+                    "                  [--query-socket PATH] [--metrics-listen HOST:PORT] [-v]\n");
     return 2;
 }
 
@@ -698,9 +804,10 @@ int main(int argc, char **argv)
         {"ca", required_argument, NULL, 'a'},      {"peer", required_argument, NULL, 'p'},
         {"lifetime", required_argument, NULL, 't'}, {"port-file", required_argument, NULL, 'P'},
         {"verbose", no_argument, NULL, 'v'},       {"query-socket", required_argument, NULL, 'Q'},
+        {"metrics-listen", required_argument, NULL, 'M'},
         {NULL, 0, NULL, 0}};
     const char *local = NULL, *listen_ep = NULL, *cert = NULL, *key = NULL, *ca = NULL,
-               *port_file = NULL, *query_path = NULL;
+               *port_file = NULL, *query_path = NULL, *metrics_listen = NULL;
     const char *peer_args[AG_MAX_PEERS];
     int npeer_args = 0, c;
     while ((c = getopt_long(argc, argv, "v", opts, NULL)) != -1) {
@@ -712,6 +819,22 @@ int main(int argc, char **argv)
         case 'a': ca = optarg; break;
         case 'P': port_file = optarg; break;
         case 'Q': query_path = optarg; break;
+        case 'M': {
+#ifdef RRPC_HAVE_MHD
+            char why[200];
+            if (rrpci_mhttp_check_listen(optarg, why, sizeof(why))) {
+                fprintf(stderr, "rrpc-agent: --metrics-listen %s: %s\n", optarg, why);
+                return 2;
+            }
+            metrics_listen = optarg;
+            break;
+#else
+            fprintf(stderr, "rrpc-agent: --metrics-listen: this rrpc-agent was built without "
+                            "libmicrohttpd (install libmicrohttpd-dev and build with meson "
+                            "-Dmetrics_http=enabled)\n");
+            return 2;
+#endif
+        }
         case 'v': g.verbose = true; break;
         case 'p':
             if (npeer_args == AG_MAX_PEERS)
@@ -791,6 +914,23 @@ int main(int argc, char **argv)
                 strerror(-qfd));
         return 1;
     }
+#ifdef RRPC_HAVE_MHD
+    struct rrpci_mhttp *mh = NULL;
+    if (metrics_listen) {
+        char why[300];
+        struct rrpci_mhttp_opts mo = {.listen = metrics_listen, .max_conns = 8, .timeout_s = 10,
+                                      .text = metrics_text, .log = metrics_log};
+        int r = rrpci_mhttp_start(&mo, &mh, why, sizeof(why));
+        if (r) {
+            fprintf(stderr, "rrpc-agent: --metrics-listen %s: %s\n", metrics_listen, why);
+            return 1;
+        }
+        logf_("serving /metrics on %s (port %d)", metrics_listen, rrpci_mhttp_port(mh));
+    }
+#else
+    (void)metrics_listen;
+    (void)metrics_text;
+#endif
     logf_("agent of %s listening on %s, %d peer%s named, lifetime %s", g.local_text, listen_ep,
           g.npeers, g.npeers == 1 ? "" : "s", g.lifetime ? "set" : "none (no rekey)");
     for (int i = 0; i < g.npeers; i++)
@@ -824,6 +964,7 @@ int main(int argc, char **argv)
                     next = t;
             }
         }
+        publish();
         struct pollfd pfd[2] = {{.fd = lfd, .events = POLLIN}, {.fd = qfd, .events = POLLIN}};
         long ms = (long)(next - time(NULL)) * 1000;
         if (ms < 0)
@@ -837,6 +978,9 @@ int main(int argc, char **argv)
                 serve_one(lfd);
         }
     }
+#ifdef RRPC_HAVE_MHD
+    rrpci_mhttp_stop(mh); /* no scrape after this: the pairs go below */
+#endif
     int removed = 0;
     for (int i = 0; i < g.npeers; i++) {
         struct peer *pr = &g.peers[i];

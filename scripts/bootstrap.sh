@@ -68,7 +68,7 @@ echo "== the same under AddressSanitizer + UndefinedBehaviorSanitizer =="
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson_suites -C build-asan --no-suite soak --print-errorlogs
-echo "== fuzzing: frame decoder, msgpack, broker protocol, tcp receive path, core dispatch, one-sided target, tickets (clang libFuzzer, 30 s each) =="
+echo "== fuzzing: frame decoder, msgpack, broker protocol, tcp receive path, core dispatch, one-sided target, tickets, agent messages (clang libFuzzer, 30 s each) =="
 set +e
 tests/fuzz/run-fuzz.sh build 30
 rc=$?

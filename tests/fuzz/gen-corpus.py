@@ -530,3 +530,41 @@ tk_seed('issue-flip-mac', tk_mode(issue=True), 0, issue_fields(b'carol', flips=[
 tk_seed('issue-flip-length', tk_mode(issue=True), 0, issue_fields(b'carol', flips=[(5, 3)]))
 tk_seed('issue-empty-principal', tk_mode(issue=True), 0, issue_fields(b''))
 tk_seed('issue-expired', tk_mode(issue=True, rotated=True), 0, issue_fields(b'dave', expiry_s=-2))
+
+
+# ---- agent_wire: rrpc-agent's PAIR / OK / ERR and its query request (agent/wire.h) ----
+AG_MAGIC = b'RRPA'
+
+
+def ag_pair(fam=4, ai=b'\x0a\x4d\x00\x01', ar=b'\x0a\x4d\x00\x02', spi=0x1001, life=8,
+            version=1, typ=1, reserved=0):
+    return (AG_MAGIC + bytes([version, typ, fam, reserved]) + ai.ljust(16, b'\0') +
+            ar.ljust(16, b'\0') + struct.pack('>II', spi, life))
+
+
+def ag_reply(typ=2, spi=0x2002, code=0, reason=b'', reserved=0):
+    return (AG_MAGIC + bytes([1, typ, reserved, 0]) + struct.pack('>Ii', spi, code) +
+            reason[:128].ljust(128, b'\0'))
+
+
+V6A = bytes.fromhex('fd000000000000000000000000000001')
+V6B = bytes.fromhex('fd000000000000000000000000000002')
+write('agent_wire', 'pair-v4', b'\x00' + ag_pair())
+write('agent_wire', 'pair-v6', b'\x00' + ag_pair(6, V6A, V6B, 0xabcdef01, 0))
+write('agent_wire', 'pair-v4-padding', b'\x00' + ag_pair(ai=b'\x0a\x4d\x00\x01\x01'))
+write('agent_wire', 'pair-version-2', b'\x00' + ag_pair(version=2))
+write('agent_wire', 'pair-family-5', b'\x00' + ag_pair(fam=5))
+write('agent_wire', 'pair-reserved', b'\x00' + ag_pair(reserved=0x80))
+write('agent_wire', 'pair-short', b'\x00' + ag_pair()[:20])
+write('agent_wire', 'ok', b'\x01' + ag_reply())
+write('agent_wire', 'ok-spi-low', b'\x01' + ag_reply(spi=0xff))
+write('agent_wire', 'err', b'\x01' + ag_reply(3, 0, -13, b'the lower address initiates'))
+write('agent_wire', 'err-escape', b'\x01' + ag_reply(3, 0, 5, b'\x1b[31mred\nline\xff'))
+write('agent_wire', 'err-full-reason', b'\x01' + ag_reply(3, 0, -1, b'x' * 128))
+write('agent_wire', 'reply-reserved', b'\x01' + ag_reply(reserved=1))
+write('agent_wire', 'query-v4', b'\x02PAIR? 10.77.0.1')
+write('agent_wire', 'query-v6', b'\x02PAIR? fd00::1')
+write('agent_wire', 'query-newline', b'\x02PAIR? 10.77.0.1\n')
+write('agent_wire', 'query-nul', b'\x02PAIR? 10.77.0.1\x00junk')
+write('agent_wire', 'query-long', b'\x02PAIR? ' + b'1' * 70)
+write('agent_wire', 'query-verb', b'\x02pair? 10.77.0.1')

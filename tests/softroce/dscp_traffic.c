@@ -48,9 +48,12 @@ static size_t region_len;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static rrpc_conn *server_conn; /* the accepted connection, for its DSCP read-back */
 
+static _Atomic int echoes_handled; /* the server's count (ipsec.sh checks it against the client's) */
+
 static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
 {
     (void)user;
+    echoes_handled++;
     rrpc_respond(req, p, len);
 }
 
@@ -263,6 +266,8 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("one-sided: WRITE + READ of %d KiB on bulk ok\n", kib);
+    printf("server: %d echo calls handled, the WRITE's %d KiB found in its region\n",
+           (int)echoes_handled, kib);
     if (metrics) {
         size_t need = 0, cap = 1 << 20;
         char *text = malloc(cap);

@@ -16,12 +16,22 @@
 #     not there (exit 1);
 #   - rrpc-agent: two agents (10.77.0.1 initiates, 10.77.0.2 answers) agree the keys over TLS 1.3
 #     and pair; the responder refuses garbage and an agent whose certificate names another
-#     address, and keeps serving; RPCs and WRITE + READ over rdma:// run for 16 s across two rekeys
-#     (lifetime 8 s) and none fails; stopped, the agents leave no state or policy;
+#     address, and keeps serving; RPCs and WRITE + READ over rdma:// run for 30 s across at least
+#     two rekeys (lifetime 8 s) and none fails: the calls the clients made, the calls the servers
+#     handled and the WRITEs found in the servers' regions all agree; the initiator's /metrics
+#     (promtool check metrics) counts the rekeys, the pair and the SAs' packets, no ESP error;
+#     with netem corrupting 2 % of the pair's ESP packets (on lo and the veth's two ends: a prio
+#     qdisc and a u32 filter on IP protocol 50), RPCs and WRITE + READ over rdma:// run on (rxe
+#     retransmits) or fail cleanly, never with wrong data, the kernel counts the ICV failures,
+#     and a run after it is clean;
+#     stopped, the agents leave no state or policy;
 #   - RRPC_REQUIRE_ESP: a server accepts a client whose host pair the agent confirms, refuses it
 #     over tcp:// (with the reason) and rdma:// once there is no pair, and when no agent answers;
 #   - two hosts for real (network namespaces joined by a veth, one agent in each, each installing
-#     its own view): rrpc-bench over tcp:// runs and every packet on the veth is ESP.
+#     its own view): rrpc-bench over tcp:// runs and every packet on the veth is ESP; then with
+#     netem corrupting 2 % of b's packets on the veth, a's inbound SA drops the tampered ones for
+#     their ICV (counted by `ip -s xfrm state` and by a's /metrics alike), tcp retransmits, and
+#     rrpc-bench still completes with its calls verified; with netem gone it runs clean again.
 # With BENCH_ESP=1 it also runs rrpc-bench (rtt and 1 MiB large over verbs and tcp) in clear and
 # under ESP in the same VM, for the cost of ESP (BUILD_DIR/ipsec/bench-{clear,esp}.txt).
 # Skips (77) without libnl-xfrm-3 (no rrpc-xfrm), without a VM, or when the VM kernel has no
@@ -182,13 +192,29 @@ else
   bash "$OUT/agent-certs.sh" "$W/certs" "$IP0" "$IP1" 10.77.0.9 || bad "making the test certificates"
   C=$W/certs
   Q=$W/query.sock
+  # the agents' /metrics (built with libmicrohttpd), read by promtool
+  METRICS_A= HAVE_MHTTP=no
+  grep -q "without libmicrohttpd" <("$AG" --local 1.2.3.4 --listen 1.2.3.4:0 --cert x --key x --ca x \
+    --metrics-listen 1.2.3.4:0 2>&1) || { HAVE_MHTTP=yes; METRICS_A="--metrics-listen $IP0:0"; }
+  # scrape LOG OUT [NETNS]: GET /metrics of the agent that wrote LOG into OUT, then promtool
+  scrape() {
+    local port host
+    port=$(sed -n 's/.*serving \/metrics on .* (port \([0-9]*\)).*/\1/p' "$1")
+    host=$(sed -n 's/.*serving \/metrics on \(.*\):[0-9]* (port.*/\1/p' "$1")
+    [ -n "$port" ] || { echo "no /metrics in $1" > "$2"; return 1; }
+    ${3:+ip netns exec $3} curl -sf --max-time 20 "http://$host:$port/metrics" > "$2" || return 1
+    command -v promtool > /dev/null || { echo "# promtool not installed: $2 not checked by it"; return 0; }
+    promtool check metrics < "$2" > "$2.promtool" 2>&1 || { sed 's/^/#   promtool: /' "$2.promtool"; return 1; }
+  }
+  # mval FILE SERIES-PREFIX: the sum of the series whose name{labels} starts with the prefix
+  mval() { awk -v p="$2" 'index($1, p) == 1 { s += $2; f = 1 } END { print f ? s : "none" }' "$1"; }
   "$AG" --local "$IP1" --listen "$IP1:0" --port-file "$W/pb" --cert "$C/$IP1.crt" --key "$C/$IP1.key" \
     --ca "$C/ca.crt" --query-socket "$Q" > "$W/agent-b.log" 2>&1 &
   AB=$!
   for _ in $(seq 100); do [ -s "$W/pb" ] && break; sleep 0.1; done
   PB=$(cat "$W/pb" 2>/dev/null)
   "$AG" --local "$IP0" --listen "$IP0:0" --cert "$C/$IP0.crt" --key "$C/$IP0.key" --ca "$C/ca.crt" \
-    --peer "$IP1@$IP1:$PB" --lifetime 8 > "$W/agent-a.log" 2>&1 &
+    --peer "$IP1@$IP1:$PB" --lifetime 8 $METRICS_A > "$W/agent-a.log" 2>&1 &
   AA=$!
   for _ in $(seq 200); do grep -q "paired with $IP1" "$W/agent-a.log" && break; sleep 0.1; done
   NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
@@ -215,20 +241,92 @@ else
   else
     bad "a server with RRPC_REQUIRE_ESP accepts a paired client"; sed 's/^/#   /' "$W/req.ok" | tail -4
   fi
-  # traffic across two rekeys (lifetime 8 s: a rekey every 6.4 s)
+  # traffic across rekeys (lifetime 8 s: a rekey every 6.4 s; 30 s cross 4), counted on both sides
+  R0=$(grep -c "rekeyed with $IP1" "$W/agent-a.log")
   T0=$(date +%s); RUNS=0; RFAIL=0
-  while [ $(( $(date +%s) - T0 )) -lt 16 ]; do
+  while [ $(( $(date +%s) - T0 )) -lt 30 ]; do
     RUNS=$((RUNS + 1))
     timeout 120 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 20 -k 64 > "$W/rk.$RUNS" 2>&1 || RFAIL=$((RFAIL + 1))
   done
-  REKEYS=$(grep -c "rekeyed with $IP1" "$W/agent-a.log")
+  SECS=$(( $(date +%s) - T0 ))
+  REKEYS=$(( $(grep -c "rekeyed with $IP1" "$W/agent-a.log") - R0 ))
   SPI1=$(ip xfrm state | grep -o 'spi 0x[0-9a-f]*' | sort | tr '\n' ' ')
-  if [ "$RFAIL" = 0 ] && [ "$REKEYS" -ge 2 ] && [ "$SPI1" != "$SPI0" ]; then
-    ok "$RUNS runs of RPCs and WRITE + READ over rdma:// across $REKEYS rekeys, none failed (SPIs $SPI0-> $SPI1)"
+  CCALLS=$(cat "$W"/rk.* | awk '/^rpc: [0-9]+ echo calls on low_latency ok/ { s += $2 } END { print s + 0 }')
+  SCALLS=$(cat "$W"/rk.* | awk '/^server: [0-9]+ echo calls handled/ { s += $2 } END { print s + 0 }')
+  WRITES=$(cat "$W"/rk.* | grep -c "WRITE's 64 KiB found in its region")
+  if [ "$RFAIL" = 0 ] && [ "$SECS" -ge 30 ] && [ "$REKEYS" -ge 2 ] && [ "$SPI1" != "$SPI0" ] &&
+     [ "$CCALLS" = $((RUNS * 20)) ] && [ "$SCALLS" = "$CCALLS" ] && [ "$WRITES" = "$RUNS" ]; then
+    ok "$SECS s of RPCs and WRITE + READ over rdma:// across $REKEYS rekeys, nothing lost: $CCALLS calls made = $SCALLS handled, $WRITES WRITEs of 64 KiB in the server's region = $RUNS runs (SPIs $SPI0-> $SPI1)"
   else
-    bad "traffic across rekeys: $RFAIL of $RUNS runs failed, $REKEYS rekeys, SPIs $SPI0-> $SPI1"
+    bad "traffic across rekeys for $SECS s: $RFAIL of $RUNS runs failed, $REKEYS rekeys, calls $CCALLS made / $SCALLS handled, $WRITES of $RUNS WRITEs, SPIs $SPI0-> $SPI1"
     for f in "$W"/rk.*; do grep -q done "$f" || sed 's/^/#   /' "$f" | tail -3; done
     grep -v paired "$W/agent-a.log" | tail -5 | sed 's/^/#   A: /'
+  fi
+  if [ $HAVE_MHTTP = yes ]; then
+    # Read right after some traffic: a rekey (every 6.4 s) starts SAs that have seen none yet, and
+    # the previous ones expire 1.6 s later (lifetime 8 s), so a few tries.
+    for _ in 1 2 3 4 5; do
+      R_LO=$(grep -c "rekeyed with $IP1" "$W/agent-a.log")
+      timeout 60 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 5 -k 16 > /dev/null 2>&1
+      scrape "$W/agent-a.log" "$W/metrics-a.txt"; SRC=$?
+      R_HI=$(grep -c "rekeyed with $IP1" "$W/agent-a.log")
+      MPK=$(mval "$W/metrics-a.txt" 'rrpc_esp_sa_packets_total{peer="'$IP1'",direction="in"')
+      [ $SRC = 0 ] && [ "$MPK" != none ] && [ "$MPK" -gt 0 ] && break
+    done
+    cp "$W/metrics-a.txt" "$OUT/" 2>/dev/null
+    MRK=$(mval "$W/metrics-a.txt" rrpc_agent_rekeys_total); MUP=$(mval "$W/metrics-a.txt" rrpc_agent_pairs_up)
+    MSA=$(mval "$W/metrics-a.txt" rrpc_agent_sas_installed)
+    MERR=$(awk '/^rrpc_esp_sa_(integrity|replay|replay_window)_failures_total/ { s += $2 } END { print s + 0 }' "$W/metrics-a.txt")
+    if [ $SRC = 0 ] && [ "$MRK" != none ] && [ "$MRK" -ge "$R_LO" ] && [ "$MRK" -le "$R_HI" ] && [ "$MUP" = 1 ] &&
+       { [ "$MSA" = 2 ] || [ "$MSA" = 4 ]; } && [ "$MPK" != none ] && [ "$MPK" -gt 0 ] && [ "$MERR" = 0 ]; then
+      ok "the initiator's /metrics is valid Prometheus text: $MRK rekeys, 1 pair up, $MSA SAs, $MPK packets in, no ESP error"
+    else
+      bad "the initiator's /metrics: scrape $SRC, rekeys $MRK (log: $R_LO..$R_HI), up $MUP, SAs $MSA, packets in $MPK, ESP errors $MERR"
+      grep -E '^rrpc_(agent|esp_sa)' "$W/metrics-a.txt" | head -30 | sed 's/^/#   /'
+    fi
+  else
+    echo "# rrpc-agent built without libmicrohttpd: its /metrics are not checked"
+  fi
+  # Tampering over rdma://: the pair's ESP leaves through the rxe devices' netdevs (or lo: a
+  # first try with netem on lo alone saw none of it); only ESP goes through netem.
+  # XfrmInStateProtoError counts the ICV failures of every SA (rekeys remove SAs and their
+  # own counters with them).
+  protoerr() { awk '$1 == "XfrmInStateProtoError" { print $2 }' /proc/net/xfrm_stat; }
+  TDEVS="lo ${SOFTROCE_NETDEV0:-va} ${SOFTROCE_NETDEV1:-vb}"
+  tamper_on() {
+    local d
+    for d in $TDEVS; do
+      tc qdisc add dev $d root handle 1: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1 &&
+        tc qdisc add dev $d parent 1:4 handle 40: netem corrupt 2% &&
+        tc filter add dev $d parent 1: protocol ip prio 1 u32 match ip protocol 50 0xff flowid 1:4 || return 1
+    done
+  }
+  tamper_off() { local d; for d in $TDEVS; do tc qdisc del dev $d root 2> /dev/null; done; }
+  P0=$(protoerr)
+  if tamper_on 2> "$W/tc.err"; then
+    timeout 300 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 100 -k 512 > "$W/tamper.rdma" 2>&1; TR=$?
+    for d in $TDEVS; do echo "== $d"; tc -s qdisc show dev $d; done > "$W/lo.stats" 2>&1
+    tamper_off
+    P1=$(protoerr)
+    timeout 120 "$OUT/dscp_traffic" -t rdma -s "$IP1" -c "$IP0" -n 20 -k 64 > "$W/tamper.after" 2>&1; AR=$?
+    cp "$W/tamper.rdma" "$W/lo.stats" "$OUT/" 2>/dev/null
+    HANDLED=$(sed -n 's/^server: \([0-9]*\) echo calls handled.*/\1/p' "$W/tamper.rdma")
+    if [ $TR = 0 ] && [ "$HANDLED" = 100 ] && grep -q "WRITE + READ of 512 KiB on bulk ok" "$W/tamper.rdma"; then
+      HOW="completed: 100 calls made = $HANDLED handled, the 512 KiB WRITE + READ checked"
+    elif [ $TR = 1 ] && grep -q "^dscp_traffic: .*: " "$W/tamper.rdma" && ! grep -q "differ\|came back different" "$W/tamper.rdma"; then
+      HOW="failed cleanly: $(grep -m1 '^dscp_traffic: ' "$W/tamper.rdma")"
+    else
+      HOW=
+    fi
+    if [ $((P1 - P0)) -gt 0 ] && [ -n "$HOW" ] && [ $AR = 0 ]; then
+      ok "tampered ESP over rdma:// (netem on $TDEVS, 2 % of ESP): $((P1 - P0)) ICV failures counted (XfrmInStateProtoError), the run $HOW; the next run is clean"
+    else
+      bad "tampered ESP over rdma://: $((P1 - P0)) ICV failures, run exit $TR, the next run exit $AR"
+      tail -4 "$W/tamper.rdma" | sed 's/^/#   /'; grep -E "^==|qdisc netem|Sent" "$W/lo.stats" | head -12 | sed 's/^/#   /'
+    fi
+  else
+    tamper_off
+    echo "# no prio/netem/u32 qdisc on $TDEVS ($(head -1 "$W/tc.err")): the rdma:// tampering check is left out"
   fi
   kill -TERM $AA $AB 2>/dev/null; wait $AA $AB 2>/dev/null
   NS=$(ip xfrm state | grep -c '^src'); NP=$(npol)
@@ -271,7 +369,7 @@ else
     NBP=$!
     sleep 0.5
     ip netns exec rrpc-a "$AG" --local $NA --listen $NA:7445 --cert "$C/$NA.crt" --key "$C/$NA.key" \
-      --ca "$C/ca.crt" --peer $NB@$NB:7445 --lifetime 600 > "$W/ns-a.log" 2>&1 &
+      --ca "$C/ca.crt" --peer $NB@$NB:7445 --lifetime 600 ${METRICS_A:+--metrics-listen $NA:0} > "$W/ns-a.log" 2>&1 &
     NAP=$!
     for _ in $(seq 200); do grep -q "paired with $NB" "$W/ns-a.log" && break; sleep 0.1; done
     ip netns exec rrpc-a tcpdump -i rrpc-va --immediate-mode -nn -w "$W/ns.pcap" "host $NA and host $NB" \
@@ -298,6 +396,50 @@ else
       bad "two hosts, one agent each: states $NSA/$NSB, bench exit $BRC, $CLEAR of $ALL packets in clear"
       tail -3 "$W/ns-a.log" | sed 's/^/#   a: /'; tail -3 "$W/ns-b.log" | sed 's/^/#   b: /'
       grep -E "FAILED|error" "$OUT/ns-bench.txt" | head -3 | sed 's/^/#   /'
+    fi
+    # Tampering: netem flips a bit in 2 % of b's packets on the veth (after ESP: the ciphertext,
+    # ICV, SPI or headers). a's inbound SA must drop those it gets for their ICV and count them;
+    # tcp retransmits, so the bench still completes with verified calls.
+    integ() {   # the integrity failures of the SA NB -> NA, from `ip -s xfrm state` in a
+      ip -n rrpc-a -s xfrm state | awk -v d=$NA '/^src/ { cur = $4 }
+        /replay-window/ && cur == d { for (i = 1; i < NF; i++) if ($i == "failed") s += $(i + 1) }
+        END { print s + 0 }'
+    }
+    I0=$(integ)
+    if ip netns exec rrpc-b tc qdisc add dev rrpc-vb root netem corrupt 2% 2> "$W/netem.err"; then
+      ip netns exec rrpc-b "$B" server --host $NB --port 17701 > "$W/ns-srv2.txt" 2>&1 &
+      SP=$!
+      for _ in $(seq 100); do grep -q running "$W/ns-srv2.txt" && break; sleep 0.1; done
+      ip netns exec rrpc-a timeout 300 "$B" client --host $NB --port 17701 --transport tcp --tests rtt,large \
+        --duration 2 --no-progress --no-peers > "$OUT/ns-bench-tampered.txt" 2>&1
+      TRC=$?
+      ip netns exec rrpc-b tc -s qdisc show dev rrpc-vb > "$W/netem.stats" 2>&1
+      ip netns exec rrpc-b tc qdisc del dev rrpc-vb root
+      I1=$(integ)
+      XS=$(ip -n rrpc-a -s xfrm state)
+      MI=none
+      if [ -n "$METRICS_A" ] && scrape "$W/ns-a.log" "$W/metrics-ns-a.txt" rrpc-a; then
+        MI=$(mval "$W/metrics-ns-a.txt" 'rrpc_esp_sa_integrity_failures_total{peer="'$NB'",direction="in"')
+        cp "$W/metrics-ns-a.txt" "$OUT/" 2>/dev/null
+      fi
+      RETR=$(ip netns exec rrpc-a nstat -az TcpRetransSegs 2>/dev/null | awk '$1 == "TcpRetransSegs" { print $2 }')
+      ip netns exec rrpc-a timeout 120 "$B" client --host $NB --port 17701 --transport tcp --tests rtt \
+        --duration 0.5 --no-progress --no-peers > "$OUT/ns-bench-after.txt" 2>&1
+      ARC=$?
+      kill $SP 2>/dev/null; wait $SP 2>/dev/null
+      NSA=$(ip -n rrpc-a xfrm state | grep -c '^src')
+      if [ $((I1 - I0)) -gt 0 ] && { [ -z "$METRICS_A" ] || [ "$MI" = "$I1" ]; } && [ $TRC = 0 ] &&
+         ! grep -qE "FAILED|mismatch" "$OUT/ns-bench-tampered.txt" && [ $ARC = 0 ] &&
+         ! grep -q FAILED "$OUT/ns-bench-after.txt" && [ "$NSA" = 2 ]; then
+        ok "tampered ESP packets are dropped and counted: $((I1 - I0)) integrity failures on a's inbound SA (ip -s xfrm state; /metrics says $MI), $RETR tcp segments retransmitted, rrpc-bench over tcp:// completed verified, and ran clean after"
+      else
+        bad "tampered ESP: integrity failures $I0 -> $I1 (/metrics $MI), bench exit $TRC, after $ARC, $NSA states in a"
+        sed 's/^/#   netem: /' "$W/netem.stats" | head -4
+        grep -E "FAILED|error|mismatch" "$OUT/ns-bench-tampered.txt" | head -5 | sed 's/^/#   /'
+        printf '%s\n' "$XS" | grep -E '^src|replay-window' | sed 's/^/#   /'
+      fi
+    else
+      echo "# tc netem is unavailable here ($(cat "$W/netem.err")): the tampering check is left out"
     fi
     kill -TERM $NAP $NBP 2>/dev/null; wait $NAP $NBP 2>/dev/null
     ip netns del rrpc-a; ip netns del rrpc-b

@@ -16,7 +16,7 @@
 # goes to stdout); anything else is a failure.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-IPSEC_MODULES="xfrm_user esp4 authenc echainiv seqiv ctr gcm ghash_generic drbg jitterentropy_rng"
+IPSEC_MODULES="xfrm_user esp4 authenc echainiv seqiv ctr gcm ghash_generic drbg jitterentropy_rng sch_netem sch_prio cls_u32"
 CACHE=${1:-${SOFTROCE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/roce-rpc/softroce}}
 skip() { echo "skipped: $*"; exit 77; }
 note() { echo "softroce-prepare: $*" >&2; }
