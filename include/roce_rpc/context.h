@@ -188,7 +188,11 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx);
  * work, I/O or a timer that is due (a call's deadline, a keepalive, a
  * connect timeout); then call rrpc_ctx_progress(ctx, 0).  An application
  * may wait on this fd alone, with no timeout of its own: the timers are in
- * it (after each rrpc_ctx_progress it is armed to the next one).  The
+ * it (after each rrpc_ctx_progress it is armed to the next one).  Such an
+ * application does not poll after traffic: the fd stays readable through
+ * the polling window (RRPC_BUSY_POLL_US) only where a transport left work
+ * no fd shows (verbs' completion queues while they are polled); to poll,
+ * ask rrpc_ctx_timeout, which says 0 while the context polls.  The
  * library creates the fd on the first call (an epoll instance of its own)
  * and owns it: do not close it; it is closed by rrpc_ctx_destroy, and the
  * same fd is returned on every call.  Errors: -EBUSY (thread mode is on),
@@ -199,8 +203,9 @@ RRPC_API int rrpc_ctx_fd(rrpc_ctx *ctx);
 /*
  * Driven mode: how long the application may wait before it must call
  * rrpc_ctx_progress, in *@ret_ms: the time until the context's next timer,
- * rounded up to a millisecond; 0 when work is pending now; -1 when no timer
- * runs (wait for the fd alone).  For loops that take a timeout rather than
+ * rounded up to a millisecond; 0 when work is pending now or while the
+ * context polls after traffic (RRPC_BUSY_POLL_US); -1 when no timer runs
+ * (wait for the fd alone).  For loops that take a timeout rather than
  * an fd (like libuv's uv_backend_timeout).  Returns 0, -EINVAL, or -EBUSY in
  * thread mode.
  */

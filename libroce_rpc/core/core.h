@@ -565,6 +565,9 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms);
 /* Milliseconds the runner may wait (rounded up): 0 when work is pending,
  * -1 when no timer runs.  The lock held. */
 int rrpci_loop_timeout(rrpc_ctx *ctx);
+/* The same for a driven context's fd (driven.c): polling counts only for
+ * work that wakes no fd (a transport's unarmed CQ). */
+int rrpci_loop_fd_timeout(rrpc_ctx *ctx);
 /* Thread mode: the loop thread, its sleeping set, and its stop. */
 int rrpci_loop_thread_init(rrpc_ctx *ctx);
 void rrpci_loop_thread_fini(rrpc_ctx *ctx);

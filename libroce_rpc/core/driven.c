@@ -31,7 +31,7 @@ void rrpci_driven_rearm(rrpc_ctx *ctx)
     double now = rrpci_evloop_now(ctx->ev);
     if (ctx->timer_armed && ctx->timer_due <= now)
         ctx->timer_armed = false; /* fired, or about to: its read re-arms */
-    int ms = rrpci_loop_timeout(ctx);
+    int ms = rrpci_loop_fd_timeout(ctx);
     if (ms < 0)
         return; /* no timer runs: an armed one only makes a spare wake-up */
     double due = now + ms / 1000.0;

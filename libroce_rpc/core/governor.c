@@ -133,6 +133,7 @@ bool rrpci_gov_continue(const struct rrpci_governor *g, double now, bool held)
 void rrpci_gov_stop(struct rrpci_governor *g)
 {
     g->polling = false;
+    g->unarmed = false;
     g->found = false;
     g->mark_ok = false;
 }

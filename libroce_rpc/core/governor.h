@@ -58,6 +58,9 @@ struct rrpci_governor {
     int window_us, budget_pct, min_share_pct;
 
     bool polling;        /* the loop polls instead of sleeping */
+    /* ... because a transport asked (rrpci_ctx_busy): it left work that
+     * wakes no fd (an unarmed CQ), which only polling finds */
+    bool unarmed;
     double until;        /* ... at least until then */
     double held_until;   /* polling is refused until then (a stop) */
     double contend_hold; /* the current hold after contention (0: none recently) */

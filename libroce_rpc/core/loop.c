@@ -121,15 +121,36 @@ static bool work_pending(rrpc_ctx *ctx)
            rrpci_evloop_has_pending(ctx->ev);
 }
 
-int rrpci_loop_timeout(rrpc_ctx *ctx)
+/* The same, for a driven context's fd: polling counts only where a
+ * transport left work that wakes no fd (an unarmed CQ).  Polling for what
+ * the fd shows anyway would make an application that waits on the fd alone
+ * (asyncio) spin its own loop through the window; one that asks
+ * rrpc_ctx_timeout is told 0 and polls. */
+static bool fd_work_pending(rrpc_ctx *ctx)
 {
-    if (work_pending(ctx))
+    return (ctx->gov.polling && ctx->gov.unarmed) || !rrpci_list_empty(&ctx->credit_dirty) ||
+           rrpci_evloop_has_pending(ctx->ev);
+}
+
+static int timeout_ms(rrpc_ctx *ctx, bool pending)
+{
+    if (pending)
         return 0;
     double t = rrpci_evloop_next_timer(ctx->ev);
     if (t < 0)
         return -1;
     double ms = t * 1000.0;
     return ms <= 0 ? 0 : ms >= 86400000.0 ? 86400000 : (int)ms + (ms > (int)ms);
+}
+
+int rrpci_loop_timeout(rrpc_ctx *ctx)
+{
+    return timeout_ms(ctx, work_pending(ctx));
+}
+
+int rrpci_loop_fd_timeout(rrpc_ctx *ctx)
+{
+    return timeout_ms(ctx, fd_work_pending(ctx));
 }
 
 _Thread_local rrpc_ctx *rrpci_sync_starting;
@@ -144,7 +165,7 @@ void rrpci_unlock(rrpc_ctx *ctx)
      * application's fd is made to say so only when the work cannot wait
      * for the next timer (the timer fd is re-armed to that). */
     bool idle_driven = other && !ctx->in_run && !ctx->thread_mode;
-    bool wake = other && (!idle_driven || work_pending(ctx));
+    bool wake = other && (!idle_driven || fd_work_pending(ctx));
     if (idle_driven)
         rrpci_driven_rearm(ctx);
     pthread_mutex_unlock(&ctx->lock);
@@ -186,7 +207,10 @@ static double now_s(rrpc_ctx *ctx)
 
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
 {
-    return rrpci_gov_request(&ctx->gov, now_s(ctx), us, thread_cpu_s(), thread_id());
+    if (!rrpci_gov_request(&ctx->gov, now_s(ctx), us, thread_cpu_s(), thread_id()))
+        return false;
+    ctx->gov.unarmed = true;
+    return true;
 }
 
 void rrpci_ctx_activity(rrpc_ctx *ctx)

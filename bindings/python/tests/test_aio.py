@@ -17,9 +17,9 @@ from conftest import client_uri, listen_uri
 pytest.importorskip("pytest_asyncio", reason="install python3-pytest-asyncio")
 
 
-async def _pair(config=None):
+async def _pair():
     s = aio.Context()
-    c = aio.Context(config=config)
+    c = aio.Context()
     lis = s.listen(listen_uri())
     return s, lis, c
 
@@ -333,11 +333,8 @@ async def test_one_progress_per_readiness_and_many_concurrent_calls_get_their_ow
     """The fd's reader runs one rrpc_ctx_progress however many answers are
     ready, and starting a call runs none (the request goes out inside
     rrpc_call); 300 concurrent calls of every buffer kind each get their
-    own answer through pooled handles.  The client does not poll after
-    traffic (RRPC_BUSY_POLL_US 0): a polling context's fd stays readable
-    for its window, one pass after another, which is polling, not a pass
-    too many."""
-    s, lis, c = await _pair(config={"RRPC_BUSY_POLL_US": 0})
+    own answer through pooled handles."""
+    s, lis, c = await _pair()
 
     @s.handler("echo")
     def echo(data):
