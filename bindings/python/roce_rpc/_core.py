@@ -315,19 +315,6 @@ def _deadline_ms(timeout):
 _opts_cache = {}
 
 
-def _call_spin_us():
-    """How long Conn.call spins for its answer before it sleeps: 50 us, or
-    none where the process may run on one CPU only (taskset, cgroups): the
-    loop thread that runs the completion needs that CPU meanwhile."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover
-        n = os.cpu_count() or 1
-    return 50 if n > 1 else 0
-
-
-_CALL_SPIN_US = _call_spin_us()  # read once, at import
-
 #: Per-call metadata as given: keys are lowercase tokens (up to 16 entries,
 #: keys up to 64 bytes, values up to 1 KiB, 4 KiB together); a str value
 #: travels as UTF-8, a bytes value as it is.
@@ -1759,8 +1746,10 @@ class Conn(_Closable):
         core = self._core
         if core.aio is not None or getattr(_tls, "active", None):
             core.check_blocking("call")
-        # The completion runs in C (call_wait.h): the loop thread does not
-        # take the GIL for it, and this thread spins briefly before it sleeps.
+        # The completion runs in C (call_wait.h) without the GIL, and this
+        # thread waits as rrpc_call_sync does (rrpc_ctx_wait_until: it runs
+        # the loop itself while the loop thread sleeps), the GIL released,
+        # in slices of 100 ms so that signals reach Python between them.
         # Nothing is allocated per call without metadata: the wait record
         # comes from a pool, the options and the method's bytes from caches,
         # bytes go as they are.
@@ -1792,13 +1781,13 @@ class Conn(_Closable):
             core.busy += 1
         try:
             try:
-                r = lib.rrpcpy_call(self._ptr, mb, data, n, opts, w)
+                r = lib.rrpcpy_call_wait(core.ptr, self._ptr, mb, data, n, opts, w, 100)
             finally:
                 core._exit()
-            if r:
+            if r < 0:
                 raise _error(r, core.ptr, "call %r" % method)
-            while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
-                pass
+            while not r:
+                r = self._wait_slice(w)
         except BaseException:  # KeyboardInterrupt between two slices, or as
             if w.started:  # rrpcpy_call returns: the completion must run
                 self._cancel_wait(w)  # before w is reused (it goes back then)
@@ -1817,12 +1806,28 @@ class Conn(_Closable):
             if len(_waits) < _WAITS_MAX:
                 _waits.append(w)
 
+    def _wait_slice(self, w):
+        """Waits up to 100 ms more for the call of w: whether it is done.
+        While the context closes, on the record alone (the close fails the
+        call): the context must not be in use then."""
+        core = self._core
+        with core.lock:
+            usable = not (core.closing or core.closed)
+            if usable:
+                core.busy += 1
+        if not usable:
+            return lib.rrpcpy_wait_for(w, 0, 100)
+        try:
+            return lib.rrpcpy_wait_more(core.ptr, w, 100)
+        finally:
+            core._exit()
+
     def _cancel_wait(self, w):
         core = self._core
         if not (self._closed or core.closing or core.closed):
             with core.use(self, "connection"):
                 lib.rrpcpy_cancel(self._ptr, w)
-        while not lib.rrpcpy_wait_for(w, 0, 100):
+        while not self._wait_slice(w):
             pass
         lib.rrpcpy_wait_clear(w)
         if len(_waits) < _WAITS_MAX:
