@@ -159,6 +159,10 @@ def err_name(code: int) -> str:
 
 # ---- errors -----------------------------------------------------------------
 
+# The metadata of a reply or error that has none.
+_NO_META: Mapping[str, str] = types.MappingProxyType({})
+
+
 class RrpcError(Exception):
     """An error from the library or from a remote handler.
 
@@ -182,9 +186,15 @@ class RrpcError(Exception):
                                                           E_REGION, -EINVAL
 
     The OSError ones carry the matching positive .errno (ETIMEDOUT, ...).
+
+    metadata the failed call's response metadata, as a handler set it
+             before it failed (Request.set_response_metadata): a read-only
+             mapping of str to str like Reply.metadata, empty when none
+             (and for errors that are not a call's)
     """
 
     _errno = None  # the OSError subclasses' errno when code is no errno
+    metadata: Mapping[str, str] = _NO_META
 
     def __new__(cls, code: int = 0, message: str = "", *rest: Any) -> "RrpcError":
         if cls is RrpcError:
@@ -202,6 +212,8 @@ class RrpcError(Exception):
         self.args = (self.code, self.message)
 
     def __reduce__(self):
+        if self.metadata:
+            return (_error_with_meta, (type(self), self.code, self.message, dict(self.metadata)))
         return (type(self), (self.code, self.message))
 
     @property
@@ -216,6 +228,14 @@ class RrpcError(Exception):
         if self.message and self.message != desc:
             return "%s (%d): %s" % (self.name, self.code, self.message)
         return "%s (%d): %s" % (self.name, self.code, desc)
+
+
+def _error_with_meta(cls, code, message, metadata):
+    """An error of cls carrying a failed call's response metadata (also
+    what unpickles one)."""
+    e = cls(code, message)
+    e.metadata = types.MappingProxyType(dict(metadata)) if metadata else _NO_META
+    return e
 
 
 class RrpcTimeoutError(RrpcError, TimeoutError):
@@ -319,7 +339,6 @@ _opts_cache = {}
 #: keys up to 64 bytes, values up to 1 KiB, 4 KiB together); a str value
 #: travels as UTF-8, a bytes value as it is.
 Metadata = Mapping[str, Union[str, bytes]]
-_NO_META: Mapping[str, str] = types.MappingProxyType({})
 
 
 class Reply(bytes):
@@ -851,13 +870,18 @@ def _rrpc_py_req_cancel(req, user):
         task.cancel()
 
 
-def _call_error(status, message, method):
+def _call_error(status, message, method, metadata=_NO_META):
     """The error of a failed call: the handler's code and message as they
-    are; a library code with rrpc_call_sync's detail, the method named."""
+    are; a library code with rrpc_call_sync's detail, the method named; the
+    response's metadata (a _meta_read mapping) in .metadata."""
     if status > 0:
-        return RrpcError(status, message)
-    return RrpcError(status, 'call "%s" failed: %s%s%s' % (
-        method, strerror(status), ": " if message else "", message))
+        e = RrpcError(status, message)
+    else:
+        e = RrpcError(status, 'call "%s" failed: %s%s%s' % (
+            method, strerror(status), ": " if message else "", message))
+    if metadata:
+        e.metadata = metadata
+    return e
 
 
 @ffi.def_extern()
@@ -874,7 +898,8 @@ def _rrpc_py_call_done(res, user):
                 fut.set_result(Reply(ffi.buffer(res.data, res.len)[:] if res.len else b"",
                                      _meta_read(res.meta, res.nmeta)))
             else:
-                fut.set_exception(_call_error(res.status, _s(res.message), e[2]))
+                fut.set_exception(_call_error(res.status, _s(res.message), e[2],
+                                              _meta_read(res.meta, res.nmeta)))
         except _INVALID_STATE:
             pass
         except Exception:
@@ -1742,7 +1767,8 @@ class Conn(_Closable):
         """Calls method and returns the response bytes, a Reply whose
         .metadata is the response's; raises RrpcError (code > 0: the
         handler's; E_NO_METHOD, E_DEADLINE, E_METADATA for metadata out of
-        its bounds, ...).  metadata: the request's (see Metadata)."""
+        its bounds, ...) whose .metadata is the failed response's.
+        metadata: the request's (see Metadata)."""
         core = self._core
         if core.aio is not None or getattr(_tls, "active", None):
             core.check_blocking("call")
@@ -1800,7 +1826,7 @@ class Conn(_Closable):
                 return Reply(ffi.buffer(w.data, w.len)[:] if w.len else b"",
                              _meta_read(w.meta, w.nmeta))
             msg = ffi.buffer(w.data, w.len)[:].decode("utf-8", "replace") if w.len else ""
-            raise _call_error(w.status, msg, method)
+            raise _call_error(w.status, msg, method, _meta_read(w.meta, w.nmeta))
         finally:
             lib.rrpcpy_wait_clear(w)
             if len(_waits) < _WAITS_MAX:
