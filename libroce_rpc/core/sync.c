@@ -270,23 +270,27 @@ static bool flag_sleep(rrpc_ctx *ctx, const int *flag, int ms, bool *woke)
 
 /* Runs or waits for the loop until *@flag is set or @end passes, the lock
  * held on entry; *@locked: whether it still is on return. */
-static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end, bool *woke,
-                     bool *locked)
+static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end, bool taken,
+                     bool *woke, bool *locked)
 {
     int ms;
-    while (!flag_is_set(flag)) {
-        if ((ms = ms_left(end)) == 0)
-            return rrpci_set_error(ctx, -ETIMEDOUT, "rrpc_ctx_wait_until: the flag was not set "
-                                                    "within the timeout");
-        if (!ctx->thread_mode && !ctx->in_run) {
-            rrpci_loop_pass(ctx, ms);
-            rrpci_driven_rearm(ctx);
-            continue;
+    while (!flag_is_set(flag) || taken) {
+        if (!taken) {
+            if ((ms = ms_left(end)) == 0)
+                return rrpci_set_error(ctx, -ETIMEDOUT, "rrpc_ctx_wait_until: the flag was not "
+                                                        "set within the timeout");
+            if (!ctx->thread_mode && !ctx->in_run) {
+                rrpci_loop_pass(ctx, ms);
+                rrpci_driven_rearm(ctx);
+                continue;
+            }
+            taken = rrpci_loop_take(ctx);
         }
-        if (rrpci_loop_take(ctx)) {
+        if (taken) {
             while (!flag_is_set(flag) && (ms = ms_left(end)) != 0)
                 rrpci_loop_pass(ctx, ms);
             rrpci_loop_give_back(ctx);
+            taken = false;
             *woke = true; /* the loop thread has seen it all */
             continue;
         }
@@ -318,18 +322,24 @@ RRPC_API int rrpc_ctx_wait_until(rrpc_ctx *ctx, int (*start)(void *arg), void *a
         }
     }
     rrpci_lock(ctx);
+    /* A sleeping loop thread is taken over before the operation starts:
+     * an answer that comes at once then cannot wake it for nothing. */
+    bool taken = false;
     if (start) {
+        taken = timeout_ms != 0 && rrpci_loop_take(ctx);
         rrpci_sync_starting = ctx; /* the loop is not woken for it: see flag_sleep */
         int r = start(arg);
         rrpci_sync_starting = NULL;
         if (r) {
+            if (taken)
+                rrpci_loop_give_back(ctx);
             rrpci_unlock(ctx);
             return r;
         }
     }
     /* Without an operation started here, the loop has nothing new to see. */
     bool woke = start == NULL, locked = true;
-    int r = flag_wait(ctx, flag, timeout_ms >= 0 ? &end : NULL, &woke, &locked);
+    int r = flag_wait(ctx, flag, timeout_ms >= 0 ? &end : NULL, taken, &woke, &locked);
     if (!locked)
         ;
     else if (woke && ctx->thread_mode)
