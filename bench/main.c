@@ -532,25 +532,33 @@ static void run_variant(const char *transport, enum variant_kind kind)
     run_variant_hog(transport, kind, false);
 }
 
-/* An idle context with polling on: after some traffic and 100 ms of quiet,
- * the CPU both processes use over the next second (thread mode, so the
- * client's loop thread is there to poll). */
+/* An idle context with the defaults (polling on since the default
+ * RRPC_BUSY_POLL_US is not 0): after some traffic and 100 ms of quiet, the
+ * CPU both processes use over the next second (thread mode, so the client's
+ * loop thread is there to poll). */
 static void run_idle(void)
 {
-    char env[160], uri[300], err[400] = "";
-    poll_on_env(env, sizeof(env), BENCH_TCP_POLL_ENV);
-    const char *what = "tcp, polling on both ends, thread mode";
+    char uri[300], err[400] = "";
+    const char *what = "tcp, defaults both ends, thread mode";
     struct driver d;
     memset(&d, 0, sizeof(d));
     int r = -EINVAL;
-    if (g_ep->tcp_poll_port > 0) {
-        make_uri(uri, sizeof(uri), "tcp", g_ep->host, g_ep->tcp_poll_port, g_ep->src);
-        r = lib_driver_open(&d, "tcp", uri, true, env, err, sizeof(err));
+    if (g_ep->tcp_port > 0) {
+        make_uri(uri, sizeof(uri), "tcp", g_ep->host, g_ep->tcp_port, g_ep->src);
+        r = lib_driver_open(&d, "tcp", uri, true, "", err, sizeof(err));
     } else {
-        snprintf(err, sizeof(err), "the server has no listener with polling on");
+        snprintf(err, sizeof(err), "the server has no tcp listener");
     }
     struct result *res = result_add("tcp", "idle_cpu", 0, 0, NULL);
-    snprintf(res->variant, sizeof(res->variant), "%.90s; CPU over 1 s after 100 ms idle", env);
+    long poll_us = -1;
+    rrpc_config *cfg;
+    if (rrpc_config_create(&cfg) == 0) {
+        if (rrpc_config_get(cfg, BENCH_TCP_POLL_ENV, &poll_us))
+            poll_us = -1;
+        rrpc_config_destroy(cfg);
+    }
+    snprintf(res->variant, sizeof(res->variant),
+             "defaults (" BENCH_TCP_POLL_ENV " %ld); CPU over 1 s after 100 ms idle", poll_us);
     if (r) {
         snprintf(res->error, sizeof(res->error), "%s", err);
         return;

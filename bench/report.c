@@ -646,6 +646,8 @@ static int targets(struct target *t)
     int n = 0;
     t_iso(&t[n++], "isolation tcp: probe under bulk p50<=3x p99<=10x, bulk>=0.8x", "tcp");
     t_iso(&t[n++], "isolation verbs: probe under bulk p50<=3x p99<=10x, bulk>=0.8x", "verbs");
+    t_lat(&t[n++], "tcp 64 B RTT (defaults) <= 1.5x UCX tcp tag_lat", "tcp", "rpc_rtt", "ucx-tcp",
+          "tag_lat", 1.5);
     t_lat(&t[n++], "tcp 64 B RTT, polling on <= UCX tcp tag_lat", "tcp", "rtt_poll_on", "ucx-tcp",
           "tag_lat", 1.0);
     t_lat(&t[n++], "tcp 64 B RTT, polling off <= 1.2x raw-tcp blocking", "tcp", "rtt_poll_off",
@@ -666,7 +668,7 @@ static int targets(struct target *t)
     t_bw(&t[n++], "verbs 1 MiB WRITE (defaults) >= 0.95x ib_write_bw", "verbs", "write_bw",
          "perftest", "ib_write_bw", 0.95);
 
-    t[n] = (struct target){.name = "idle tcp context, polling on: < 5% of a core"};
+    t[n] = (struct target){.name = "idle tcp context (defaults): < 5% of a core"};
     struct result *r = result_find("tcp", "idle_cpu", 0);
     if (r && r->cli_core_pct >= 0) {
         double worst = r->srv_core_pct > r->cli_core_pct ? r->srv_core_pct : r->cli_core_pct;

@@ -77,6 +77,9 @@ if [ $rc = 0 ]; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1));
   echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"; exit $rc; fi
 tests/softroce/install-deps.sh
 # In the VM: exit 77 means no VM can be made here (the reason is printed).
+# A failed step does not stop the later ones (each says what it found); the
+# run fails at the end, naming every failed step.
+VM_FAILED=() VM_RC=0
 vm_step() {
   local what=$1; shift
   echo "== $what (RoCEv2 over Soft-RoCE in a VM) =="
@@ -88,10 +91,10 @@ vm_step() {
     echo "bootstrap: $what was SKIPPED (see the reason above)"
     SKIPPED=$((SKIPPED + 1))
   elif [ $rc != 0 ]; then
-    echo "bootstrap: $what FAILED (exit $rc)" >&2
+    echo "bootstrap: $what FAILED (exit $rc); going on with the next step" >&2
     FAILED=$((FAILED + 1))
-    echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
-    exit $rc
+    VM_FAILED+=("$what (exit $rc)")
+    [ "$VM_RC" != 0 ] || VM_RC=$rc
   else
     PASSED=$((PASSED + 1))
   fi
@@ -119,4 +122,6 @@ vm_step "the main job (rrpcd, server, client, tensor) over verbs" \
   tests/softroce/run-in-vm.sh "$PWD" bash -c \
   'ulimit -l unlimited && RRPC_DEMO_HOST=10.77.0.2 examples/run-demo.sh build verbs'
 echo "(meson suites count one each, and each VM step counts one)"
+for f in "${VM_FAILED[@]}"; do echo "bootstrap: FAILED: $f" >&2; done
 echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+exit "$VM_RC"

@@ -115,10 +115,11 @@ static const struct rrpci_conf_field core_fields[] = {
      .max = 100000,
      .doc = "thread mode: a blocking (_sync) call watches for its answer this long before it "
             "sleeps, us (0: sleep at once); saves a wake-up per call when answers come fast"},
-    {.name = "RRPC_BUSY_POLL_US", RRPCI_CONF_INT(C, busy_poll_us), .def = 0, .min = 0,
+    {.name = "RRPC_BUSY_POLL_US", RRPCI_CONF_INT(C, busy_poll_us), .def = 200, .min = 0,
      .max = 100000,
      .doc = "after traffic the loop keeps polling its fds without sleeping this long, us (0: "
-            "off); trades CPU for latency, an idle context sleeps again once it passes"},
+            "off); trades CPU for latency (a round trip's wake-ups), within "
+            "RRPC_BUSY_POLL_BUDGET_PCT; an idle context sleeps again once it passes"},
     {.name = "RRPC_BUSY_POLL_BUDGET_PCT", RRPCI_CONF_INT(C, busy_poll_budget_pct), .def = 50,
      .min = 1, .max = 100,
      .doc = "share of one core, percent, the loop's thread may waste polling (this and the "

@@ -86,10 +86,12 @@ struct rrpc_ctx {
     int in_run;      /* the runner's passes, nested */
     /* Thread mode: the loop thread sleeps on thread_fd (the loop's fd and
      * thread_ctl_fd); loop_sleeping while it does, until sleep_until (-1:
-     * no limit).  taken: a blocking call runs the loop (rrpci_loop_take),
-     * and the loop's fd is out of thread_fd meanwhile. */
+     * no limit); loop_yielded while, polling, it let go of the lock
+     * between two passes for the threads waiting for it.  taken: a
+     * blocking call runs the loop (rrpci_loop_take), and the loop's fd is
+     * out of thread_fd meanwhile. */
     int thread_fd, thread_ctl_fd;
-    _Atomic bool loop_sleeping;
+    _Atomic bool loop_sleeping, loop_yielded;
     double sleep_until;
     bool taken;
     /* rrpc_ctx_wait_until's threads asleep while another runs the loop

@@ -15,7 +15,10 @@
  * through the traffic, and waits on the loop's fd itself, so its answer
  * wakes it directly, as in driven mode, instead of waking the loop thread
  * that would then wake it.  It hands the loop back when its operation is
- * done (rrpci_loop_give_back).
+ * done (rrpci_loop_give_back).  A loop thread that polls instead of
+ * sleeping (after traffic, under the governor) lets go of the lock between
+ * two passes whenever a thread waits for it; a blocking call can take the
+ * loop over then too, and polls for its own answer.
  */
 #include <errno.h>
 #include <sched.h>
@@ -291,6 +294,18 @@ static int pass_prepare(rrpc_ctx *ctx, int max_ms)
     return ms;
 }
 
+/* A runner that does not wait (polling, or work ready) lets the threads
+ * waiting for the lock through between two passes: without it a polling
+ * runner would hold the lock for as long as it polls. */
+static bool let_waiters_through(rrpc_ctx *ctx)
+{
+    if (atomic_load(&ctx->lock_waiters) == 0)
+        return false;
+    runner_release(ctx);
+    runner_acquire(ctx);
+    return true;
+}
+
 void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
 {
     run_enter(ctx);
@@ -300,6 +315,8 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
         runner_release(ctx);
         (void)rrpci_evloop_wait(ctx->ev, ms);
         runner_acquire(ctx);
+    } else {
+        (void)let_waiters_through(ctx); /* in_run stays set here too */
     }
     pass_dispatch(ctx, ms == 0);
     run_leave(ctx);
@@ -321,8 +338,9 @@ static void thread_wait(rrpc_ctx *ctx, int ms)
     (void)!read(ctx->thread_ctl_fd, &v, sizeof(v));
 }
 
-/* One pass of the loop thread.  While it waits, a blocking call may take
- * the loop over: then it collects nothing. */
+/* One pass of the loop thread.  While it waits, or lets the threads
+ * waiting for the lock through, a blocking call may take the loop over:
+ * then it collects nothing. */
 static void thread_pass(rrpc_ctx *ctx)
 {
     run_enter(ctx);
@@ -331,6 +349,12 @@ static void thread_pass(rrpc_ctx *ctx)
     if (ms != 0) {
         thread_wait(ctx, ms);
         if (ctx->taken || ctx->stopping)
+            return;
+    } else {
+        atomic_store_explicit(&ctx->loop_yielded, true, memory_order_relaxed);
+        bool let = let_waiters_through(ctx);
+        atomic_store_explicit(&ctx->loop_yielded, false, memory_order_relaxed);
+        if (let && (ctx->taken || ctx->stopping))
             return;
     }
     run_enter(ctx);
@@ -398,10 +422,13 @@ void rrpci_loop_thread_stop(rrpc_ctx *ctx)
 
 bool rrpci_loop_take(rrpc_ctx *ctx)
 {
-    /* Only from a thread-mode loop asleep in its wait, never from a
-     * callback (the caller's own pass would nest). */
+    /* Only from a thread-mode loop asleep in its wait or between two
+     * passes (it let this thread through), never from a callback (the
+     * caller's own pass would nest). */
     if (!ctx->thread_mode || ctx->taken || ctx->stopping ||
-        !atomic_load_explicit(&ctx->loop_sleeping, memory_order_relaxed) || rrpci_in_callback(ctx))
+        !(atomic_load_explicit(&ctx->loop_sleeping, memory_order_relaxed) ||
+          atomic_load_explicit(&ctx->loop_yielded, memory_order_relaxed)) ||
+        rrpci_in_callback(ctx))
         return false;
     if (epoll_ctl(ctx->thread_fd, EPOLL_CTL_DEL, rrpci_evloop_fd(ctx->ev), NULL) < 0)
         return false;

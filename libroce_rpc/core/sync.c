@@ -90,9 +90,13 @@ static void sync_settled(struct rrpci_sync *s)
 }
 
 /* Runs the loop on the calling thread until @s is done (the lock held,
- * this thread the runner or allowed to become it). */
+ * this thread the runner or allowed to become it).  The operation is
+ * traffic that waits for its answer: the governor's window of polling
+ * (RRPC_BUSY_POLL_US) starts with it, as after a frame received, so a quick
+ * answer is found without the caller going to sleep. */
 static void sync_run(rrpc_ctx *ctx, struct rrpci_sync *s)
 {
+    rrpci_ctx_activity(ctx);
     while (!sync_done(s))
         rrpci_loop_pass(ctx, -1);
 }
