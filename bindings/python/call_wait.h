@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Part of the roce_rpc extension's C source (build_ffi.py appends it): what
- * Conn.call waits on.  The call's completion runs in C on the loop thread,
- * without the GIL: it copies the answer and wakes the caller, who spins a
- * few microseconds before sleeping (as rrpc_call_sync does), and sleeps in
- * slices so that Python can raise KeyboardInterrupt between them.
+ * Conn.call waits on.  The call's completion runs in C, without the GIL: it
+ * copies the answer and sets the record's done.  The caller starts the
+ * call and waits inside rrpc_ctx_wait_until, as rrpc_call_sync would: while
+ * the loop thread sleeps it runs the loop itself, so the answer wakes it
+ * directly rather than through the loop thread.  It waits in slices so that
+ * Python can raise KeyboardInterrupt between them.  Where the context
+ * cannot be used (it is closing), rrpcpy_wait_for sleeps on the record
+ * alone until a close fails the call.
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -17,7 +21,8 @@
 #define RRPCPY_INLINE 256 /* answers up to this size need no allocation */
 
 typedef struct rrpcpy_wait {
-    int done; /* the futex word: 1 once the completion has run */
+    int done; /* 1 once the completion has run; a futex word for rrpcpy_wait_for */
+    int sleeping; /* 1 while rrpcpy_wait_for may sleep on done: the completion wakes it */
     int started; /* 1 once rrpc_call took the call: its completion will run */
     int status;
     void *data; /* the answer (status 0) or the message: small ones in inline */
@@ -79,17 +84,51 @@ static void rrpcpy_call_done(const rrpc_result *res, void *user)
             w->status = -ENOMEM;
         }
     }
-    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    /* Sequentially consistent with rrpcpy_wait_for's sleeping, then done:
+     * either it sees done, or this sees sleeping and wakes it. */
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&w->sleeping, __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-static int rrpcpy_call(rrpc_conn *conn, const char *method, const void *req, size_t len,
-                       const rrpc_call_opts *opts, rrpcpy_wait *w)
+struct rrpcpy_start {
+    rrpc_conn *conn;
+    const char *method;
+    const void *req;
+    size_t len;
+    const rrpc_call_opts *opts;
+    rrpcpy_wait *w;
+};
+
+static int rrpcpy_start_call(void *arg)
 {
-    w->done = 0;
-    int r = rrpc_call(conn, method, req, len, opts, rrpcpy_call_done, w);
-    w->started = r == 0;
+    struct rrpcpy_start *s = arg;
+    int r = rrpc_call(s->conn, s->method, s->req, s->len, s->opts, rrpcpy_call_done, s->w);
+    s->w->started = r == 0;
     return r;
+}
+
+/* Starts the call on @conn (of @ctx) and waits up to @slice_ms for it:
+ * 1 once its completion ran, 0 while it is pending (w->started: wait on
+ * with rrpcpy_wait_more), or the error that kept it from starting. */
+static int rrpcpy_call_wait(rrpc_ctx *ctx, rrpc_conn *conn, const char *method, const void *req,
+                            size_t len, const rrpc_call_opts *opts, rrpcpy_wait *w, int slice_ms)
+{
+    struct rrpcpy_start s = {conn, method, req, len, opts, w};
+    w->done = 0;
+    w->sleeping = 0;
+    w->started = 0;
+    int r = rrpc_ctx_wait_until(ctx, rrpcpy_start_call, &s, &w->done, slice_ms);
+    if (!w->started)
+        return r;
+    return r == 0 ? 1 : 0; /* -ETIMEDOUT: the slice passed */
+}
+
+/* Waits up to @slice_ms more for a started call: 1 once its completion
+ * ran, 0 while it is pending. */
+static int rrpcpy_wait_more(rrpc_ctx *ctx, rrpcpy_wait *w, int slice_ms)
+{
+    return rrpc_ctx_wait_until(ctx, NULL, NULL, &w->done, slice_ms) == 0;
 }
 
 static int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w)
@@ -104,7 +143,8 @@ static double rrpcpy_now_us(void)
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
-/* 1 once @w's completion has run; 0 after about @slice_ms without it. */
+/* 1 once @w's completion has run; 0 after about @slice_ms without it.
+ * Without the context: for a context being closed, whose close runs it. */
 static int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms)
 {
     double t0 = rrpcpy_now_us();
@@ -113,8 +153,10 @@ static int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms)
             return 1;
     } while (rrpcpy_now_us() - t0 < spin_us);
     struct timespec ts = {slice_ms / 1000, (long)(slice_ms % 1000) * 1000000L};
-    if (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+    __atomic_store_n(&w->sleeping, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&w->done, __ATOMIC_SEQ_CST))
         syscall(SYS_futex, &w->done, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    __atomic_store_n(&w->sleeping, 0, __ATOMIC_RELAXED);
     return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
 }
 

@@ -42,6 +42,8 @@ int rrpc_ctx_start_thread(rrpc_ctx *ctx);
 int rrpc_ctx_fd(rrpc_ctx *ctx);
 int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms);
 int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
+int rrpc_ctx_wait_until(rrpc_ctx *ctx, int (*start)(void *arg), void *arg, const int *flag,
+                        int timeout_ms);
 typedef struct rrpc_config rrpc_config;
 int rrpc_config_create(rrpc_config **ret_cfg);
 int rrpc_config_set(rrpc_config *cfg, const char *name, const char *value);

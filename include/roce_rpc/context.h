@@ -222,6 +222,37 @@ RRPC_API int rrpc_ctx_timeout(rrpc_ctx *ctx, int *ret_ms);
  */
 RRPC_API int rrpc_ctx_progress(rrpc_ctx *ctx, int timeout_ms);
 
+/*
+ * Waits, as a blocking call does, until *@flag is non-zero: the cost of
+ * rrpc_call_sync for a wait on any asynchronous operation (a binding's
+ * call whose completion callback sets the flag, several calls at once).
+ * First, if @start is not NULL, calls @start(@arg) with the context held,
+ * so that the operation it starts (rrpc_call, rrpc_write, ...) does not
+ * wake the loop thread; a non-zero return from @start is returned at once,
+ * with no wait.  Then, like a blocking call: in driven mode with nobody in
+ * the loop, runs the loop on this thread; in thread mode while the loop
+ * thread sleeps, takes the loop over and runs it here, so that the answer
+ * wakes this thread directly; otherwise sleeps until the thread running
+ * the loop sees the flag set after a pass.  Callbacks may therefore run on
+ * this thread, inside this call.
+ * @flag: owned by the caller, valid until this returns; set it to non-zero
+ * (an atomic or release store) from a callback of @ctx, typically the
+ * operation's completion.  A flag set by another thread outside the
+ * context's callbacks is seen within about 20 ms.  The function only reads
+ * it.  @timeout_ms: -1 waits for the flag alone; 0 looks once.  A caller
+ * that must react to signals waits in slices (say 100 ms, @start given on
+ * the first only) and checks between them.
+ * Any thread may call it, also several at once, but not from a callback of
+ * @ctx (it would wait for itself).
+ * Returns 0 once *@flag is non-zero; -ETIMEDOUT when @timeout_ms passed
+ * first (the operation goes on: wait again, or cancel it and wait for its
+ * completion before releasing what it uses); @start's non-zero return;
+ * RRPC_E_DEADLOCK from a callback of @ctx; -EINVAL for a NULL @ctx or
+ * @flag.  Errors set rrpc_ctx_last_error.
+ */
+RRPC_API int rrpc_ctx_wait_until(rrpc_ctx *ctx, int (*start)(void *arg), void *arg,
+                                 const int *flag, int timeout_ms);
+
 /* ---- metrics --------------------------------------------------------------- */
 
 /* Latency buckets of rrpc_class_stats (call round trips, one-sided

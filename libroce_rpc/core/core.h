@@ -94,6 +94,9 @@ struct rrpc_ctx {
     _Atomic bool loop_sleeping, loop_yielded;
     double sleep_until;
     bool taken;
+    /* rrpc_ctx_wait_until's threads asleep while another runs the loop
+     * (core/sync.c), under the lock. */
+    struct rrpci_flag_wait *flag_waiters;
     /* Driven mode: a timer fd in the loop's fd, armed to the next timer
      * (rrpci_driven_rearm) once the application asked for the fd. */
     int timer_fd;
@@ -290,6 +293,9 @@ void rrpci_sync_op_cb(int status, void *user);
  * calling thread's last error.  Then unlocks, releases @s and returns the
  * status, or @started when that is non-zero (its detail is already set). */
 int rrpci_sync_end(struct rrpci_sync *s, int started);
+/* With the lock held, after callbacks may have run: wakes (and unlinks) the
+ * rrpc_ctx_wait_until sleepers whose flag is set.  One load when none. */
+void rrpci_flag_waiters_wake(rrpc_ctx *ctx);
 /* The transport of URI scheme @scheme; for "rdma" the verbs module is loaded
  * (transport/module.h) the first time.  NULL with the reason in @why when
  * the scheme is unknown or its module will not load. */

@@ -168,6 +168,7 @@ void rrpci_unlock(rrpc_ctx *ctx)
     bool wake = other && (!idle_driven || fd_work_pending(ctx));
     if (idle_driven)
         rrpci_driven_rearm(ctx);
+    rrpci_flag_waiters_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     /* Another thread changed what the runner waits for (a timer, work,
      * a completion it waits for): make it look. */
@@ -298,6 +299,7 @@ static void pass_dispatch(rrpc_ctx *ctx, bool collect)
     if (collect)
         (void)rrpci_evloop_wait(ctx->ev, 0);
     unsigned n = rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS);
+    rrpci_flag_waiters_wake(ctx);
     if (ctx->gov.polling) {
         if (n > 0)
             rrpci_gov_found(&ctx->gov);

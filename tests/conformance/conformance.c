@@ -3335,6 +3335,151 @@ static void test_a_response_with_malformed_metadata_fails_its_call(void **state)
     raw_close(&rc);
 }
 
+/* ---- rrpc_ctx_wait_until ---------------------------------------------------- */
+
+/* One call waited for with rrpc_ctx_wait_until: its completion sets done. */
+struct wu_call {
+    rrpc_conn *conn;
+    const char *method;
+    int value;
+    int done;
+    int status;
+    int answer;
+};
+
+static void wu_call_done(const rrpc_result *res, void *user)
+{
+    struct wu_call *w = user;
+    w->status = res->status;
+    if (res->status == 0 && res->len == sizeof(w->answer))
+        memcpy(&w->answer, res->data, sizeof(w->answer));
+    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+}
+
+static int wu_start(void *arg)
+{
+    struct wu_call *w = arg;
+    return rrpc_call(w->conn, w->method, &w->value, sizeof(w->value), NULL, wu_call_done, w);
+}
+
+static double wu_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Calls echo 200 times through the wait, then waits without a start for a
+ * batch of calls whose last completion sets the flag. */
+static void wait_until_echoes(rrpc_ctx *ctx, rrpc_conn *c)
+{
+    for (int i = 0; i < 200; i++) {
+        struct wu_call w = {.conn = c, .method = "echo", .value = i, .answer = -1};
+        assert_int_equal(rrpc_ctx_wait_until(ctx, wu_start, &w, &w.done, 5000), 0);
+        assert_int_equal(w.done, 1);
+        assert_int_equal(w.status, 0);
+        assert_int_equal(w.answer, i);
+    }
+    struct wu_call batch[8];
+    for (int i = 0; i < 8; i++) {
+        batch[i] = (struct wu_call){.conn = c, .method = "echo", .value = 1000 + i, .answer = -1};
+        assert_int_equal(wu_start(&batch[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(rrpc_ctx_wait_until(ctx, NULL, NULL, &batch[i].done, 5000), 0);
+        assert_int_equal(batch[i].answer, 1000 + i);
+    }
+}
+
+static void test_wait_until_returns_once_a_completion_sets_the_flag(void **state)
+{
+    /* the suite's client: its loop thread, or driven by a thread of ours */
+    rrpc_conn *c = connect_client(T.cctx);
+    wait_until_echoes(T.cctx, c);
+    rrpc_conn_close(c);
+    /* a driven context nobody drives: the wait runs its loop */
+    rrpc_ctx *cl;
+    assert_int_equal(rrpc_ctx_create(&cl), 0);
+    assert_int_equal(rrpc_connect_sync(cl, T.uri, 10000, NULL, NULL, &c), 0);
+    wait_until_echoes(cl, c);
+    rrpc_ctx_destroy(cl);
+}
+
+static void test_wait_until_times_out_and_the_operation_goes_on(void **state)
+{
+    lock();
+    T.held = NULL;
+    unlock();
+    rrpc_conn *c = connect_client(T.cctx);
+    struct wu_call w = {.conn = c, .method = "hold", .answer = -1};
+    double t0 = wu_now_ms();
+    assert_int_equal(rrpc_ctx_wait_until(T.cctx, wu_start, &w, &w.done, 100), -ETIMEDOUT);
+    double took = wu_now_ms() - t0;
+    assert_true(took >= 99.0);
+    assert_true(took < 2000.0);
+    assert_non_null(strstr(rrpc_ctx_last_error(T.cctx), "timeout"));
+    assert_int_equal(rrpc_ctx_wait_until(T.cctx, NULL, NULL, &w.done, 0), -ETIMEDOUT);
+    assert_int_equal(w.done, 0);
+    /* the call is still pending: answered now, a later wait sees it */
+    rrpc_request *req = NULL;
+    for (int i = 0; i < 1000 && !req; i++) {
+        lock();
+        req = T.held;
+        T.held = NULL;
+        unlock();
+        if (!req)
+            usleep(5000);
+    }
+    assert_non_null(req);
+    int v = 77;
+    assert_int_equal(rrpc_respond(req, &v, sizeof(v)), 0);
+    assert_int_equal(rrpc_ctx_wait_until(T.cctx, NULL, NULL, &w.done, 5000), 0);
+    assert_int_equal(w.status, 0);
+    assert_int_equal(w.answer, 77);
+    rrpc_conn_close(c);
+}
+
+/* A handler that waits on its own context: refused. */
+static void h_wait_in_callback(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    int flag = 0;
+    int32_t code = rrpc_ctx_wait_until(user, NULL, NULL, &flag, 1000);
+    rrpc_respond(req, &code, sizeof(code));
+}
+
+static int wu_refused_start(void *arg)
+{
+    (*(int *)arg)++;
+    return -E2BIG;
+}
+
+static void test_wait_until_refuses_misuse_without_waiting(void **state)
+{
+    int flag = 0, starts = 0;
+    assert_int_equal(rrpc_ctx_wait_until(NULL, NULL, NULL, &flag, 10), -EINVAL);
+    assert_int_equal(rrpc_ctx_wait_until(T.cctx, NULL, NULL, NULL, 10), -EINVAL);
+    /* a start that fails: its code, at once, with no wait */
+    double t0 = wu_now_ms();
+    assert_int_equal(rrpc_ctx_wait_until(T.cctx, wu_refused_start, &starts, &flag, 5000), -E2BIG);
+    assert_true(wu_now_ms() - t0 < 1000.0);
+    assert_int_equal(starts, 1);
+    /* a flag already set: 0 at once */
+    flag = 1;
+    assert_int_equal(rrpc_ctx_wait_until(T.cctx, NULL, NULL, &flag, 0), 0);
+    /* from a callback of the context: RRPC_E_DEADLOCK, not a hang */
+    assert_int_equal(rrpc_register(T.sctx, "wait_in_callback", h_wait_in_callback, T.sctx), 0);
+    rrpc_conn *c = connect_client(T.cctx);
+    void *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rrpc_call_sync(c, "wait_in_callback", NULL, 0, NULL, &out, &n), 0);
+    int32_t code;
+    assert_int_equal(n, sizeof(code));
+    memcpy(&code, out, sizeof(code));
+    assert_int_equal(code, RRPC_E_DEADLOCK);
+    free(out);
+    rrpc_conn_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -3346,6 +3491,9 @@ int main(void)
         cmocka_unit_test(test_thread_mode_is_refused_while_another_thread_drives_the_loop),
         cmocka_unit_test(test_driven_progress_returns_after_an_answer_found_between_two_calls),
         cmocka_unit_test(test_a_blocking_call_from_a_handler_is_refused_not_hung),
+        cmocka_unit_test(test_wait_until_returns_once_a_completion_sets_the_flag),
+        cmocka_unit_test(test_wait_until_times_out_and_the_operation_goes_on),
+        cmocka_unit_test(test_wait_until_refuses_misuse_without_waiting),
         cmocka_unit_test(test_a_server_requiring_tickets_runs_no_handler_without_a_good_one),
         cmocka_unit_test(test_a_ticket_sent_to_a_server_that_needs_none_is_acknowledged),
         cmocka_unit_test(test_connect_with_options_presents_its_ticket_asynchronously),

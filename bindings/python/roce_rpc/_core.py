@@ -159,6 +159,10 @@ def err_name(code: int) -> str:
 
 # ---- errors -----------------------------------------------------------------
 
+# The metadata of a reply or error that has none.
+_NO_META: Mapping[str, str] = types.MappingProxyType({})
+
+
 class RrpcError(Exception):
     """An error from the library or from a remote handler.
 
@@ -182,9 +186,15 @@ class RrpcError(Exception):
                                                           E_REGION, -EINVAL
 
     The OSError ones carry the matching positive .errno (ETIMEDOUT, ...).
+
+    metadata the failed call's response metadata, as a handler set it
+             before it failed (Request.set_response_metadata): a read-only
+             mapping of str to str like Reply.metadata, empty when none
+             (and for errors that are not a call's)
     """
 
     _errno = None  # the OSError subclasses' errno when code is no errno
+    metadata: Mapping[str, str] = _NO_META
 
     def __new__(cls, code: int = 0, message: str = "", *rest: Any) -> "RrpcError":
         if cls is RrpcError:
@@ -202,6 +212,8 @@ class RrpcError(Exception):
         self.args = (self.code, self.message)
 
     def __reduce__(self):
+        if self.metadata:
+            return (_error_with_meta, (type(self), self.code, self.message, dict(self.metadata)))
         return (type(self), (self.code, self.message))
 
     @property
@@ -216,6 +228,14 @@ class RrpcError(Exception):
         if self.message and self.message != desc:
             return "%s (%d): %s" % (self.name, self.code, self.message)
         return "%s (%d): %s" % (self.name, self.code, desc)
+
+
+def _error_with_meta(cls, code, message, metadata):
+    """An error of cls carrying a failed call's response metadata (also
+    what unpickles one)."""
+    e = cls(code, message)
+    e.metadata = types.MappingProxyType(dict(metadata)) if metadata else _NO_META
+    return e
 
 
 class RrpcTimeoutError(RrpcError, TimeoutError):
@@ -315,24 +335,10 @@ def _deadline_ms(timeout):
 _opts_cache = {}
 
 
-def _call_spin_us():
-    """How long Conn.call spins for its answer before it sleeps: 50 us, or
-    none where the process may run on one CPU only (taskset, cgroups): the
-    loop thread that runs the completion needs that CPU meanwhile."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover
-        n = os.cpu_count() or 1
-    return 50 if n > 1 else 0
-
-
-_CALL_SPIN_US = _call_spin_us()  # read once, at import
-
 #: Per-call metadata as given: keys are lowercase tokens (up to 16 entries,
 #: keys up to 64 bytes, values up to 1 KiB, 4 KiB together); a str value
 #: travels as UTF-8, a bytes value as it is.
 Metadata = Mapping[str, Union[str, bytes]]
-_NO_META: Mapping[str, str] = types.MappingProxyType({})
 
 
 class Reply(bytes):
@@ -864,13 +870,18 @@ def _rrpc_py_req_cancel(req, user):
         task.cancel()
 
 
-def _call_error(status, message, method):
+def _call_error(status, message, method, metadata=_NO_META):
     """The error of a failed call: the handler's code and message as they
-    are; a library code with rrpc_call_sync's detail, the method named."""
+    are; a library code with rrpc_call_sync's detail, the method named; the
+    response's metadata (a _meta_read mapping) in .metadata."""
     if status > 0:
-        return RrpcError(status, message)
-    return RrpcError(status, 'call "%s" failed: %s%s%s' % (
-        method, strerror(status), ": " if message else "", message))
+        e = RrpcError(status, message)
+    else:
+        e = RrpcError(status, 'call "%s" failed: %s%s%s' % (
+            method, strerror(status), ": " if message else "", message))
+    if metadata:
+        e.metadata = metadata
+    return e
 
 
 @ffi.def_extern()
@@ -887,7 +898,8 @@ def _rrpc_py_call_done(res, user):
                 fut.set_result(Reply(ffi.buffer(res.data, res.len)[:] if res.len else b"",
                                      _meta_read(res.meta, res.nmeta)))
             else:
-                fut.set_exception(_call_error(res.status, _s(res.message), e[2]))
+                fut.set_exception(_call_error(res.status, _s(res.message), e[2],
+                                              _meta_read(res.meta, res.nmeta)))
         except _INVALID_STATE:
             pass
         except Exception:
@@ -1755,12 +1767,15 @@ class Conn(_Closable):
         """Calls method and returns the response bytes, a Reply whose
         .metadata is the response's; raises RrpcError (code > 0: the
         handler's; E_NO_METHOD, E_DEADLINE, E_METADATA for metadata out of
-        its bounds, ...).  metadata: the request's (see Metadata)."""
+        its bounds, ...) whose .metadata is the failed response's.
+        metadata: the request's (see Metadata)."""
         core = self._core
         if core.aio is not None or getattr(_tls, "active", None):
             core.check_blocking("call")
-        # The completion runs in C (call_wait.h): the loop thread does not
-        # take the GIL for it, and this thread spins briefly before it sleeps.
+        # The completion runs in C (call_wait.h) without the GIL, and this
+        # thread waits as rrpc_call_sync does (rrpc_ctx_wait_until: it runs
+        # the loop itself while the loop thread sleeps), the GIL released,
+        # in slices of 100 ms so that signals reach Python between them.
         # Nothing is allocated per call without metadata: the wait record
         # comes from a pool, the options and the method's bytes from caches,
         # bytes go as they are.
@@ -1792,13 +1807,13 @@ class Conn(_Closable):
             core.busy += 1
         try:
             try:
-                r = lib.rrpcpy_call(self._ptr, mb, data, n, opts, w)
+                r = lib.rrpcpy_call_wait(core.ptr, self._ptr, mb, data, n, opts, w, 100)
             finally:
                 core._exit()
-            if r:
+            if r < 0:
                 raise _error(r, core.ptr, "call %r" % method)
-            while not lib.rrpcpy_wait_for(w, _CALL_SPIN_US, 100):
-                pass
+            while not r:
+                r = self._wait_slice(w)
         except BaseException:  # KeyboardInterrupt between two slices, or as
             if w.started:  # rrpcpy_call returns: the completion must run
                 self._cancel_wait(w)  # before w is reused (it goes back then)
@@ -1811,18 +1826,34 @@ class Conn(_Closable):
                 return Reply(ffi.buffer(w.data, w.len)[:] if w.len else b"",
                              _meta_read(w.meta, w.nmeta))
             msg = ffi.buffer(w.data, w.len)[:].decode("utf-8", "replace") if w.len else ""
-            raise _call_error(w.status, msg, method)
+            raise _call_error(w.status, msg, method, _meta_read(w.meta, w.nmeta))
         finally:
             lib.rrpcpy_wait_clear(w)
             if len(_waits) < _WAITS_MAX:
                 _waits.append(w)
+
+    def _wait_slice(self, w):
+        """Waits up to 100 ms more for the call of w: whether it is done.
+        While the context closes, on the record alone (the close fails the
+        call): the context must not be in use then."""
+        core = self._core
+        with core.lock:
+            usable = not (core.closing or core.closed)
+            if usable:
+                core.busy += 1
+        if not usable:
+            return lib.rrpcpy_wait_for(w, 0, 100)
+        try:
+            return lib.rrpcpy_wait_more(core.ptr, w, 100)
+        finally:
+            core._exit()
 
     def _cancel_wait(self, w):
         core = self._core
         if not (self._closed or core.closing or core.closed):
             with core.use(self, "connection"):
                 lib.rrpcpy_cancel(self._ptr, w)
-        while not lib.rrpcpy_wait_for(w, 0, 100):
+        while not self._wait_slice(w):
             pass
         lib.rrpcpy_wait_clear(w)
         if len(_waits) < _WAITS_MAX:

@@ -119,7 +119,8 @@ def _rrpc_py_aio_call_done(res: Any, user: Any) -> None:
             fut.set_result(_core.Reply(ffi.buffer(res.data, n)[:] if n else b"",
                                        _core._meta_read(res.meta, res.nmeta)))
         else:
-            fut.set_exception(_core._call_error(res.status, _core._s(res.message), e[2]))
+            fut.set_exception(_core._call_error(res.status, _core._s(res.message), e[2],
+                                                _core._meta_read(res.meta, res.nmeta)))
     except Exception:  # pragma: no cover
         _log.exception("roce_rpc: completion callback failed")
 _A = TypeVar("_A", bound="_AsyncWith")

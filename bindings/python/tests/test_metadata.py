@@ -121,3 +121,54 @@ def test_an_async_handler_reads_metadata_and_an_awaited_call_gets_the_reply():
             assert r2.metadata["got"] == "t"
 
     asyncio.run(main())
+
+
+def test_a_failed_call_carries_the_metadata_its_handler_set(pair):
+    """#29: a handler that sets response metadata and then fails: the
+    caller's RrpcError has it in .metadata, from Conn.call, a call_async
+    future and an aio call; an error without any has an empty mapping."""
+    import pickle
+
+    import roce_rpc.aio as aio
+    from conftest import listen_uri
+    s, lis, c = pair
+
+    @s.handler("refuse", request=True)
+    def refuse(req, data):
+        req.set_response_metadata({"retry-after": "3", "tenant": req.metadata.get("tenant", "")})
+        raise RrpcError(42, "over quota")
+
+    conn = c.connect(client_uri(lis))
+    with pytest.raises(RrpcError) as ei:
+        conn.call("refuse", b"x", metadata={"tenant": "blue"})
+    e = ei.value
+    assert e.code == 42 and e.message == "over quota"
+    assert dict(e.metadata) == {"retry-after": "3", "tenant": "blue"}
+    with pytest.raises(TypeError):
+        e.metadata["tenant"] = "red"  # read-only, as Reply.metadata
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is type(e) and dict(back.metadata) == dict(e.metadata)
+    with pytest.raises(RrpcError) as ei:
+        conn.call_async("refuse", b"y", metadata={"tenant": "green"}).result(10)
+    assert dict(ei.value.metadata) == {"retry-after": "3", "tenant": "green"}
+    # an error whose response had no metadata, and one from the library
+    with pytest.raises(RrpcError) as ei:
+        conn.call("no-such-method")
+    assert ei.value.code == roce_rpc.E_NO_METHOD and dict(ei.value.metadata) == {}
+    assert dict(RrpcError(7, "x").metadata) == {}
+
+    async def main():
+        async with aio.Context() as server, aio.Context() as client:
+            alis = server.listen(listen_uri())
+
+            @server.handler("refuse", request=True)
+            async def arefuse(req, data):
+                req.set_response_metadata({"where": "aio"})
+                raise RrpcError(43, "no")
+
+            aconn = await client.connect(client_uri(alis))
+            with pytest.raises(RrpcError) as ai:
+                await aconn.call("refuse", b"a")
+            assert ai.value.code == 43 and dict(ai.value.metadata) == {"where": "aio"}
+
+    asyncio.run(main())
