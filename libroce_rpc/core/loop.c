@@ -114,22 +114,16 @@ static void run_leave(rrpc_ctx *ctx)
 }
 
 /* Work the next pass must do without waiting: ready watchers, due timers,
- * sent asyncs, credit owed, or polling after traffic. */
-static bool work_pending(rrpc_ctx *ctx)
+ * sent asyncs, credit owed, or polling after traffic.  For a driven
+ * context's fd (@for_fd) polling counts only where a transport left work
+ * that wakes no fd (an unarmed CQ): polling for what the fd shows anyway
+ * would make an application that waits on the fd alone (asyncio) spin its
+ * own loop through the window; one that asks rrpc_ctx_timeout is told 0
+ * and polls. */
+static bool work_pending(rrpc_ctx *ctx, bool for_fd)
 {
-    return ctx->gov.polling || !rrpci_list_empty(&ctx->credit_dirty) ||
-           rrpci_evloop_has_pending(ctx->ev);
-}
-
-/* The same, for a driven context's fd: polling counts only where a
- * transport left work that wakes no fd (an unarmed CQ).  Polling for what
- * the fd shows anyway would make an application that waits on the fd alone
- * (asyncio) spin its own loop through the window; one that asks
- * rrpc_ctx_timeout is told 0 and polls. */
-static bool fd_work_pending(rrpc_ctx *ctx)
-{
-    return (ctx->gov.polling && ctx->gov.unarmed) || !rrpci_list_empty(&ctx->credit_dirty) ||
-           rrpci_evloop_has_pending(ctx->ev);
+    return (ctx->gov.polling && (!for_fd || ctx->gov.unarmed)) ||
+           !rrpci_list_empty(&ctx->credit_dirty) || rrpci_evloop_has_pending(ctx->ev);
 }
 
 static int timeout_ms(rrpc_ctx *ctx, bool pending)
@@ -145,12 +139,12 @@ static int timeout_ms(rrpc_ctx *ctx, bool pending)
 
 int rrpci_loop_timeout(rrpc_ctx *ctx)
 {
-    return timeout_ms(ctx, work_pending(ctx));
+    return timeout_ms(ctx, work_pending(ctx, false));
 }
 
 int rrpci_loop_fd_timeout(rrpc_ctx *ctx)
 {
-    return timeout_ms(ctx, fd_work_pending(ctx));
+    return timeout_ms(ctx, work_pending(ctx, true));
 }
 
 _Thread_local rrpc_ctx *rrpci_sync_starting;
@@ -165,7 +159,7 @@ void rrpci_unlock(rrpc_ctx *ctx)
      * application's fd is made to say so only when the work cannot wait
      * for the next timer (the timer fd is re-armed to that). */
     bool idle_driven = other && !ctx->in_run && !ctx->thread_mode;
-    bool wake = other && (!idle_driven || fd_work_pending(ctx));
+    bool wake = other && (!idle_driven || work_pending(ctx, true));
     if (idle_driven)
         rrpci_driven_rearm(ctx);
     rrpci_flag_waiters_wake(ctx);
@@ -320,13 +314,19 @@ static int pass_prepare(rrpc_ctx *ctx, int max_ms)
 
 /* A runner that does not wait (polling, or work ready) lets the threads
  * waiting for the lock through between two passes: without it a polling
- * runner would hold the lock for as long as it polls. */
-static bool let_waiters_through(rrpc_ctx *ctx)
+ * runner would hold the lock for as long as it polls.  The loop thread
+ * (@loop_thread) says meanwhile that it yielded: a blocking call may take
+ * the loop over. */
+static bool let_waiters_through(rrpc_ctx *ctx, bool loop_thread)
 {
     if (atomic_load(&ctx->lock_waiters) == 0)
         return false;
+    if (loop_thread)
+        atomic_store_explicit(&ctx->loop_yielded, true, memory_order_relaxed);
     runner_release(ctx);
     runner_acquire(ctx);
+    if (loop_thread)
+        atomic_store_explicit(&ctx->loop_yielded, false, memory_order_relaxed);
     return true;
 }
 
@@ -340,7 +340,7 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
         (void)rrpci_evloop_wait(ctx->ev, ms);
         runner_acquire(ctx);
     } else {
-        (void)let_waiters_through(ctx); /* in_run stays set here too */
+        (void)let_waiters_through(ctx, false); /* in_run stays set here too */
     }
     pass_dispatch(ctx, ms == 0);
     run_leave(ctx);
@@ -374,12 +374,8 @@ static void thread_pass(rrpc_ctx *ctx)
         thread_wait(ctx, ms);
         if (ctx->taken || ctx->stopping)
             return;
-    } else {
-        atomic_store_explicit(&ctx->loop_yielded, true, memory_order_relaxed);
-        bool let = let_waiters_through(ctx);
-        atomic_store_explicit(&ctx->loop_yielded, false, memory_order_relaxed);
-        if (let && (ctx->taken || ctx->stopping))
-            return;
+    } else if (let_waiters_through(ctx, true) && (ctx->taken || ctx->stopping)) {
+        return;
     }
     run_enter(ctx);
     pass_dispatch(ctx, true);
@@ -473,7 +469,7 @@ void rrpci_loop_give_back(rrpc_ctx *ctx)
      * something.  A timer due before the loop thread's wait ends, or work
      * that does not show in the fd, needs a kick. */
     bool kick = epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, rrpci_evloop_fd(ctx->ev), &e1) < 0 ||
-                work_pending(ctx);
+                work_pending(ctx, false);
     double t = rrpci_evloop_next_timer(ctx->ev);
     if (t >= 0 && (ctx->sleep_until < 0 || rrpci_evloop_now(ctx->ev) + t < ctx->sleep_until))
         kick = true;
