@@ -81,6 +81,10 @@ struct peer {
     time_t expires;     /* the current SAs' hard expiry; 0: none */
     struct rrpc_xfrm_pair cur, old;
     bool old_pending;
+    /* Loopback responder: the view before the last rekey (@cur is the new
+     * one), whose SAs still count while the initiator installs the new. */
+    struct rrpc_xfrm_pair lb_prev;
+    bool lb_has_prev;
     time_t old_del_at, rekey_at, retry_at;
     unsigned rekeys;
 };
@@ -309,6 +313,16 @@ static int install(struct peer *pr, const struct rrpc_xfrm_pair *np, bool agree_
                    size_t len)
 {
     if (agree_only) {
+        /* The other agent installs these SAs in this same kernel, after our
+         * answer: until they are there the query socket asks the kernel
+         * (lb_in_kernel) rather than answering yes. */
+        if (pr->agreed) {
+            pr->lb_prev = pr->cur;
+            pr->lb_has_prev = true;
+        }
+        pr->cur = *np;
+        explicit_bzero(pr->cur.key_out, sizeof(pr->cur.key_out));
+        explicit_bzero(pr->cur.key_in, sizeof(pr->cur.key_in));
         pr->agreed = true;
         pr->expires = np->hard_s ? time(NULL) + (time_t)np->hard_s : 0;
         return 0;
@@ -631,6 +645,13 @@ static int query_listen(const char *path)
     return fd;
 }
 
+/* Both SAs of @p are in the kernel (a loopback pair the other agent installs). */
+static bool lb_in_kernel(const struct rrpc_xfrm_pair *p)
+{
+    struct rrpc_xfrm_sa_stats st;
+    return rrpc_xfrm_sa_stats(p, true, &st) == 0 && rrpc_xfrm_sa_stats(p, false, &st) == 0;
+}
+
 static void query_answer(int qfd)
 {
     int fd = accept4(qfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -653,6 +674,11 @@ static void query_answer(int qfd)
         snprintf(rep, sizeof(rep), "no this host's rrpc-agent has no ESP pair with %s", req + 6);
     } else if (pr->expires && pr->expires <= time(NULL)) {
         snprintf(rep, sizeof(rep), "no the ESP pair with %s expired (no rekey)", pr->text);
+    } else if (pr->loopback && !pr->installed && !lb_in_kernel(&pr->cur) &&
+               !(pr->lb_has_prev && lb_in_kernel(&pr->lb_prev))) {
+        snprintf(rep, sizeof(rep),
+                 "no the ESP pair with %s is agreed but not yet installed by the other agent",
+                 pr->text);
     } else {
         snprintf(rep, sizeof(rep), "yes %lld",
                  pr->expires ? (long long)(pr->expires - time(NULL)) : 0ll);

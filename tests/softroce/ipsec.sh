@@ -236,6 +236,7 @@ else
     sed 's/^/#   B: /' "$W/agent-b.log" | tail -4
   fi
   # RRPC_REQUIRE_ESP: the server asks its host's agent (B, the one of 10.77.0.2) about the client
+  # (B is the loopback responder: it says yes only once it finds A's SAs in the kernel)
   if RRPC_REQUIRE_ESP=$Q timeout 120 "$OUT/dscp_traffic" -t tcp -s "$IP1" -c "$IP0" -n 5 -k 16 > "$W/req.ok" 2>&1; then
     ok "a server with RRPC_REQUIRE_ESP accepts a client whose host pair has ESP (the agent says yes)"
   else
