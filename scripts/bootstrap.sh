@@ -118,6 +118,8 @@ vm_step "the Wireshark dissector decodes that RoCEv2 capture" \
   tests/wireshark/dissector_test.py --roce build/dscp-capture/capture.pcap
 vm_step "rrpc-doctor finds the Soft-RoCE devices" tools/doctor/test-in-vm.sh build
 vm_step "an rxe link taken down and up under a live connection" tests/softroce/link-flap.sh build
+vm_step "two rails per side (SOFTROCE_RAILS=2): each rail's rxe counters move with its own traffic" \
+  tests/softroce/rails-smoke.sh
 vm_step "the main job (rrpcd, server, client, tensor) over verbs" \
   tests/softroce/run-in-vm.sh "$PWD" bash -c \
   'ulimit -l unlimited && RRPC_DEMO_HOST=10.77.0.2 examples/run-demo.sh build verbs'

@@ -18,6 +18,7 @@
 #   SOFTROCE_MEM        guest RAM, MiB (default 1024)
 #   SOFTROCE_SMP        guest CPUs (default 2; 1 makes busy-polling peers very slow)
 #   SOFTROCE_MTU        netdev MTU of va/vb (default 1500 -> RoCE active_mtu 1024; 9000 -> 4096)
+#   SOFTROCE_RAILS      1 (default) or 2: 2 adds a second veth pair vc/vd (10.78.0.1/.2) with rxe2/rxe3
 #   SOFTROCE_CACHE      kernel + initramfs cache (default ${XDG_CACHE_HOME:-~/.cache}/roce-rpc/softroce)
 #   SOFTROCE_ENV        shell lines sourced in the VM before COMMAND, e.g. "export FOO=1"
 #   SOFTROCE_PASS_VARS  names of host variables to copy into the VM, e.g. "CC CFLAGS"
@@ -44,6 +45,8 @@ TMO=${SOFTROCE_TIMEOUT:-600}
 MEM=${SOFTROCE_MEM:-1024}
 SMP=${SOFTROCE_SMP:-2}
 MTU=${SOFTROCE_MTU:-1500}
+RAILS=${SOFTROCE_RAILS:-1}
+[[ $RAILS =~ ^[12]$ ]] || fail "SOFTROCE_RAILS must be 1 or 2, not '$RAILS'"
 for v in TMO MEM SMP MTU; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || fail "not a positive integer: ${v/TMO/SOFTROCE_TIMEOUT}=${!v}"
 done
@@ -84,7 +87,7 @@ trap 'exit 143' TERM
 
 sq() { local s=${1//\'/\'\\\'\'}; printf "'%s'" "$s"; }   # quoting that busybox sh reads too
 echo "SOFTROCE_SHARE=$(sq "$SHARE")" > "$CTL/boot.env"
-{ printf 'SOFTROCE_SHARE=%q\n' "$SHARE"; echo "SOFTROCE_MTU=$MTU"; } > "$CTL/setup.env"
+{ printf 'SOFTROCE_SHARE=%q\n' "$SHARE"; echo "SOFTROCE_MTU=$MTU"; echo "SOFTROCE_RAILS=$RAILS"; } > "$CTL/setup.env"
 {
   for n in ${SOFTROCE_PASS_VARS:-}; do
     [[ $n =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || fail "SOFTROCE_PASS_VARS: bad name '$n'"
