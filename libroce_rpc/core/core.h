@@ -251,9 +251,11 @@ bool rrpci_in_callback(rrpc_ctx *ctx);
  * operations, the blocking tensor and KV transfers, and rrpc_connect_sync
  * all wait on a struct rrpci_sync of their own.  The completion (on the
  * loop) records its status and its detail in it, so blocking operations on
- * several threads never read each other's detail; the caller sleeps on the
- * sync's own mutex, never on the context lock, so it does not compete with
- * the loop to wake up.
+ * several threads never read each other's detail, then sets its done flag.
+ * The caller waits as rrpc_ctx_wait_until does: it takes a sleeping loop
+ * thread over before the operation starts and runs the loop itself, or
+ * sleeps on a futex of its own until a runner sees the flag set, never on
+ * the context lock, so it does not compete with the loop to wake up.
  *
  *     struct rrpci_sync s;
  *     int r = rrpci_sync_begin(&s, ctx, "... from a callback; use the async form");
@@ -261,9 +263,8 @@ bool rrpci_in_callback(rrpc_ctx *ctx);
  *     return rrpci_sync_end(&s, start(..., rrpci_sync_op_cb, &s));
  */
 struct rrpci_sync {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
+    int done; /* set (release) by rrpci_sync_done, last */
+    bool taken; /* the caller took the loop over in rrpci_sync_begin */
     rrpc_ctx *ctx;
     int status;
     char detail[RRPCI_ERRMSG_MAX]; /* this operation's, when @status is a failure */

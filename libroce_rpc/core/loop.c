@@ -348,6 +348,10 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
 
 /* ---- the loop thread and blocking calls that take the loop over ---------- */
 
+/* A wait's timeout is whole milliseconds, rounded up: the loop thread may
+ * wake up to this late for a timer (s). */
+#define RRPCI_WAIT_SLACK 0.001
+
 /* The loop thread's wait on thread_fd, at most @ms, the lock let go. */
 static void thread_wait(rrpc_ctx *ctx, int ms)
 {
@@ -467,11 +471,15 @@ void rrpci_loop_give_back(rrpc_ctx *ctx)
         polling_end(ctx);
     /* Back in the loop thread's set: it wakes if the loop's fd has
      * something.  A timer due before the loop thread's wait ends, or work
-     * that does not show in the fd, needs a kick. */
+     * that does not show in the fd, needs a kick.  Not a timer due within
+     * the wait's own rounding (RRPCI_WAIT_SLACK): a timer restarted at every
+     * call (a deadline, an idle timer) moves by microseconds, and kicking
+     * for that woke the loop thread after a third of all calls. */
     bool kick = epoll_ctl(ctx->thread_fd, EPOLL_CTL_ADD, rrpci_evloop_fd(ctx->ev), &e1) < 0 ||
                 work_pending(ctx, false);
     double t = rrpci_evloop_next_timer(ctx->ev);
-    if (t >= 0 && (ctx->sleep_until < 0 || rrpci_evloop_now(ctx->ev) + t < ctx->sleep_until))
+    if (t >= 0 && (ctx->sleep_until < 0 ||
+                   rrpci_evloop_now(ctx->ev) + t + RRPCI_WAIT_SLACK < ctx->sleep_until))
         kick = true;
     if (kick)
         thread_ctl_kick(ctx);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Blocking operations: the one rendezvous of a blocking call with the loop
- * (struct rrpci_sync). */
+/* Blocking operations: the one way a thread waits for the loop, on a flag
+ * the loop sets (struct rrpci_sync's done, rrpc_ctx_wait_until's flag). */
 #include <dirent.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -30,13 +30,15 @@ int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_he
         return -EINVAL;
     if (rrpci_in_callback(ctx))
         return rrpci_set_error(ctx, RRPC_E_DEADLOCK, "%s", why_not_here);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    s->done = false;
+    s->done = 0;
     s->ctx = ctx;
     s->status = 0;
     s->detail[0] = 0;
     rrpci_lock(ctx);
+    /* A sleeping loop thread is taken over before the operation starts, as
+     * in rrpc_ctx_wait_until: an answer that comes at once then cannot
+     * wake it for nothing. */
+    s->taken = rrpci_loop_take(ctx);
     rrpci_sync_starting = ctx;
     return 0;
 }
@@ -54,10 +56,9 @@ void rrpci_sync_done(struct rrpci_sync *s, int status, const char *fmt, ...)
             snprintf(s->detail, sizeof(s->detail), "%s", rrpc_strerror(status));
         }
     }
-    pthread_mutex_lock(&s->mu);
-    __atomic_store_n(&s->done, true, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+    /* A waiter asleep goes at once, not after the rest of this pass. */
+    rrpci_flag_waiters_wake(s->ctx);
 }
 
 void rrpci_sync_op_cb(int status, void *user)
@@ -67,125 +68,7 @@ void rrpci_sync_op_cb(int status, void *user)
     rrpci_sync_done(s, status, "%s", why[0] ? why : rrpc_strerror(status));
 }
 
-static bool sync_done(struct rrpci_sync *s)
-{
-    pthread_mutex_lock(&s->mu);
-    bool d = s->done;
-    pthread_mutex_unlock(&s->mu);
-    return d;
-}
-
-/* Whether the loop has recorded the completion of @s (for rrpci_spin). */
-static bool seen_done(void *s)
-{
-    return __atomic_load_n(&((struct rrpci_sync *)s)->done, __ATOMIC_ACQUIRE);
-}
-
-/* After seeing s->done without s->mu: waits until the loop has left
- * rrpci_sync_done (it sets done under s->mu), so @s may be released. */
-static void sync_settled(struct rrpci_sync *s)
-{
-    pthread_mutex_lock(&s->mu);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Runs the loop on the calling thread until @s is done (the lock held,
- * this thread the runner or allowed to become it).  The operation is
- * traffic that waits for its answer: the governor's window of polling
- * (RRPC_BUSY_POLL_US) starts with it, as after a frame received, so a quick
- * answer is found without the caller going to sleep. */
-static void sync_run(rrpc_ctx *ctx, struct rrpci_sync *s)
-{
-    rrpci_ctx_activity(ctx);
-    while (!sync_done(s))
-        rrpci_loop_pass(ctx, -1);
-}
-
-/* Waits for @s.  Returns whether the context lock is still held: a thread
- * whose answer came while it let go of the context returns without taking
- * it again, since the loop thread, which just ran the completion, still
- * holds it for the rest of its pass (waiting for it cost the caller a
- * second sleep and wake-up per call).  *@woke: whether the loop was woken
- * after the operation began.
- *
- * Where nobody runs the loop (driven mode between two progress calls), or
- * the loop thread sleeps in its wait, the caller runs it itself: its
- * answer then wakes it directly, with no second thread to go through. */
-static bool sync_wait(rrpc_ctx *ctx, struct rrpci_sync *s, bool *woke)
-{
-    while (!sync_done(s)) {
-        if (!ctx->thread_mode && !ctx->in_run) {
-            sync_run(ctx, s);
-            rrpci_driven_rearm(ctx);
-            continue;
-        }
-        if (rrpci_loop_take(ctx)) {
-            sync_run(ctx, s);
-            rrpci_loop_give_back(ctx);
-            *woke = true; /* the loop thread has seen it all: nothing to wake it for */
-            continue;
-        }
-        /* Another thread runs the loop.  Let go of the context (waking
-         * the loop, the first time: it must see what this thread started)
-         * and sleep on the sync.  A later pass changed nothing, so it lets
-         * go quietly.  The timeout re-checks who runs the loop. */
-        if (*woke && ctx->thread_mode) {
-            pthread_mutex_unlock(&ctx->lock);
-        } else {
-            rrpci_unlock(ctx);
-            *woke = true;
-        }
-        /* An answer that comes within the spin costs no wake-up of this thread. */
-        if (rrpci_spin(seen_done, s, ctx->cfg.sync_spin_us)) {
-            sync_settled(s);
-            return false;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&s->mu);
-        if (!s->done)
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        bool done = s->done;
-        pthread_mutex_unlock(&s->mu);
-        if (done)
-            return false;
-        rrpci_lock(ctx);
-    }
-    return true;
-}
-
-int rrpci_sync_end(struct rrpci_sync *s, int started)
-{
-    rrpc_ctx *ctx = s->ctx;
-    int r = started;
-    bool woke = false, locked = true;
-    rrpci_sync_starting = NULL;
-    if (r == 0) {
-        locked = sync_wait(ctx, s, &woke);
-        r = s->status;
-        if (r != 0)
-            rrpci_set_error(ctx, r, "%s", s->detail);
-    }
-    /* Once the loop was woken for what the operation started, only results
-     * were read: a thread-mode loop has nothing to see, and waking it would
-     * cost it a pass for nothing after every call. */
-    if (!locked)
-        ;
-    else if (woke && ctx->thread_mode)
-        pthread_mutex_unlock(&ctx->lock);
-    else
-        rrpci_unlock(ctx);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    return r;
-}
-
-/* ---- rrpc_ctx_wait_until -------------------------------------------------- */
+/* ---- the wait: run the loop, or sleep until a runner sees the flag -------- */
 
 /* A thread of rrpc_ctx_wait_until asleep while another thread runs the
  * loop: linked in ctx->flag_waiters under the lock.  The runner that finds
@@ -273,7 +156,11 @@ static bool flag_sleep(rrpc_ctx *ctx, const int *flag, int ms, bool *woke)
 }
 
 /* Runs or waits for the loop until *@flag is set or @end passes, the lock
- * held on entry; *@locked: whether it still is on return. */
+ * held on entry (@taken: the loop already taken over); *@locked: whether
+ * it still is on return.  The thread that runs the loop for its answer
+ * starts the governor's window of polling (RRPC_BUSY_POLL_US) as after a
+ * frame received: the operation is traffic that waits for its answer, and
+ * a quick answer is then found without the caller going to sleep. */
 static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end, bool taken,
                      bool *woke, bool *locked)
 {
@@ -284,7 +171,7 @@ static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end,
                 return rrpci_set_error(ctx, -ETIMEDOUT, "rrpc_ctx_wait_until: the flag was not "
                                                         "set within the timeout");
             if (!ctx->thread_mode && !ctx->in_run) {
-                rrpci_ctx_activity(ctx); /* as sync_run: a quick answer is polled for */
+                rrpci_ctx_activity(ctx);
                 rrpci_loop_pass(ctx, ms);
                 rrpci_driven_rearm(ctx);
                 continue;
@@ -306,6 +193,39 @@ static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end,
         }
     }
     return 0;
+}
+
+/* Unlocks after a wait: once the loop was woken for what the operation
+ * started (@woke), only results were read, so a thread-mode loop has
+ * nothing to see, and waking it would cost it a pass for nothing after
+ * every call.  Nothing to do when the wait returned without the lock. */
+static void wait_unlock(rrpc_ctx *ctx, bool woke, bool locked)
+{
+    if (!locked)
+        return;
+    if (woke && ctx->thread_mode)
+        pthread_mutex_unlock(&ctx->lock);
+    else
+        rrpci_unlock(ctx);
+}
+
+int rrpci_sync_end(struct rrpci_sync *s, int started)
+{
+    rrpc_ctx *ctx = s->ctx;
+    rrpci_sync_starting = NULL;
+    if (started != 0) {
+        if (s->taken)
+            rrpci_loop_give_back(ctx);
+        rrpci_unlock(ctx);
+        return started;
+    }
+    bool woke = false, locked = true;
+    (void)flag_wait(ctx, &s->done, NULL, s->taken, &woke, &locked);
+    int r = s->status;
+    if (r != 0)
+        rrpci_set_error(ctx, r, "%s", s->detail);
+    wait_unlock(ctx, woke, locked);
+    return r;
 }
 
 RRPC_API int rrpc_ctx_wait_until(rrpc_ctx *ctx, int (*start)(void *arg), void *arg,
@@ -346,11 +266,6 @@ RRPC_API int rrpc_ctx_wait_until(rrpc_ctx *ctx, int (*start)(void *arg), void *a
     /* Without an operation started here, the loop has nothing new to see. */
     bool woke = start == NULL, locked = true;
     int r = flag_wait(ctx, flag, timeout_ms >= 0 ? &end : NULL, taken, &woke, &locked);
-    if (!locked)
-        ;
-    else if (woke && ctx->thread_mode)
-        pthread_mutex_unlock(&ctx->lock);
-    else
-        rrpci_unlock(ctx);
+    wait_unlock(ctx, woke, locked);
     return r;
 }
