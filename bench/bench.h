@@ -147,6 +147,8 @@ struct cpu_mark {
      * this process's library contexts and of the server's; polls_srv_ok: known. */
     uint64_t polls_cli[2], polls_srv[2];
     bool polls_srv_ok;
+    /* This process's library contexts' loop_thread_wakeups and loop_takeovers so far. */
+    uint64_t loop_cli[2];
 };
 struct driver;
 void cpu_server_is_local(int pid);
@@ -178,7 +180,7 @@ struct driver {
 int lib_driver_open(struct driver *d, const char *name, const char *uri, bool thread_mode,
                     const char *env, char *err, size_t errlen);
 /* Polling stops of every library client context open now, summed (see cpu_mark). */
-void lib_client_polls(uint64_t polls[2]);
+void lib_client_polls(uint64_t polls[2], uint64_t loop[2]);
 /* The library server: listens on @tcp_uri and/or @rdma_uri (NULL: not that one).
  * *ret_tcp_port / *ret_rdma_port get the bound ports (or a negative code, with
  * the reason in @rdma_err for rdma). */
@@ -228,6 +230,9 @@ struct result {
     /* Times polling stopped during the test (budget, contended), client and server; the
      * server's < 0: unknown.  Where a polling figure misses, these say whether polling ran. */
     long long polls_cli[2], polls_srv[2];
+    /* Thread-mode client: its loop thread's wake-ups and the blocking calls that ran the
+     * loop themselves during the test (rrpc_stats loop_thread_wakeups, loop_takeovers). */
+    long long loop_cli[2];
     int ncdf;                          /* latency at the quantiles cdf_q[0..ncdf) */
     double cdf[112];
     bool skipped;

@@ -97,7 +97,7 @@ void cpu_mark(struct cpu_mark *m, bool end)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     m->self_ns = rusage_ns(&ru);
-    lib_client_polls(m->polls_cli);
+    lib_client_polls(m->polls_cli, m->loop_cli);
     if (srv_pid > 0)
         m->srv_ok = proc_cpu_ns(srv_pid, &m->srv_ns);
     m->t_ns = now_ns();

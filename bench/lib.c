@@ -122,13 +122,18 @@ static uint64_t get_le64(const uint8_t *b)
     return le64toh(v);
 }
 
-/* Adds @ctx's polling stops (over the CPU budget, contended) to @polls. */
-static void add_poll_stops(rrpc_ctx *ctx, uint64_t polls[2])
+/* Adds @ctx's polling stops (over the CPU budget, contended) to @polls and,
+ * where @loop, its loop thread's wake-ups and the loop takeovers to @loop. */
+static void add_poll_stops(rrpc_ctx *ctx, uint64_t polls[2], uint64_t loop[2])
 {
     rrpc_stats st;
     if (rrpc_ctx_stats(ctx, &st) == 0) {
         polls[0] += st.busy_poll_budget_stops;
         polls[1] += st.busy_poll_contended_stops;
+        if (loop) {
+            loop[0] += st.loop_thread_wakeups;
+            loop[1] += st.loop_takeovers;
+        }
     }
 }
 
@@ -150,7 +155,7 @@ static void h_cpu(rrpc_request *req, const void *p, size_t len, void *user)
     pthread_mutex_lock(&srv_mu);
     for (int i = 0; i < nsrvs; i++)
         if (srvs[i].running)
-            add_poll_stops(srvs[i].ctx, polls);
+            add_poll_stops(srvs[i].ctx, polls, NULL);
     pthread_mutex_unlock(&srv_mu);
     uint8_t b[24];
     put_le64(b, rusage_ns(&ru));
@@ -608,12 +613,12 @@ static void client_track(rrpc_ctx *ctx, bool open)
         }
 }
 
-void lib_client_polls(uint64_t polls[2])
+void lib_client_polls(uint64_t polls[2], uint64_t loop[2])
 {
-    polls[0] = polls[1] = 0;
+    polls[0] = polls[1] = loop[0] = loop[1] = 0;
     for (size_t i = 0; i < sizeof(clients) / sizeof(clients[0]); i++)
         if (clients[i])
-            add_poll_stops(clients[i], polls);
+            add_poll_stops(clients[i], polls, loop);
 }
 
 /* --stats: the context's metrics, as a scrape would see them. */

@@ -96,6 +96,7 @@ void result_cpu(struct result *r, const struct cpu_mark *a, const struct cpu_mar
     double wall = (double)(b->t_ns - a->t_ns);
     for (int k = 0; k < 2; k++) {
         r->polls_cli[k] = (long long)(b->polls_cli[k] - a->polls_cli[k]);
+        r->loop_cli[k] = (long long)(b->loop_cli[k] - a->loop_cli[k]);
         r->polls_srv[k] =
             a->polls_srv_ok && b->polls_srv_ok ? (long long)(b->polls_srv[k] - a->polls_srv[k]) : -1;
     }
@@ -352,6 +353,30 @@ static void fmt_polls(char *buf, size_t len, const struct result *r)
              r->polls_cli[0], r->polls_cli[1], srv);
 }
 
+/* Thread-mode clients: how often the loop thread woke, and how many blocking
+ * calls ran the loop themselves (each taken over costs no wake-up of the loop
+ * thread; a wake-up per call is the two-wake-up path). */
+static void report_loop(FILE *f)
+{
+    bool first = true;
+    for (size_t i = 0; i < nresults; i++) {
+        struct result *r = results[i];
+        if (r->loop_cli[0] <= 0 && r->loop_cli[1] <= 0)
+            continue;
+        if (first)
+            fprintf(f, "\nThread-mode client's loop thread (rrpc_stats loop_takeovers / "
+                       "loop_thread_wakeups; per operation):\n");
+        first = false;
+        char sz[16];
+        fmt_size(sz, sizeof(sz), r->size);
+        double ops = (double)(r->ops > 0 ? r->ops : 1);
+        fprintf(f, "  %-8s %-15s %8s  %lld calls ran the loop themselves (%.2f/op), the loop "
+                   "thread woke %lld times (%.2f/op)\n",
+                r->transport, r->test, sz, r->loop_cli[1], (double)r->loop_cli[1] / ops,
+                r->loop_cli[0], (double)r->loop_cli[0] / ops);
+    }
+}
+
 /* The tests during which a context stopped polling: over its CPU budget, or
  * while its thread did not get the CPU (RRPC_BUSY_POLL_MIN_SHARE_PCT); each
  * contended stop means 0.1-1.6 s of sleeping on the fd instead. */
@@ -446,6 +471,7 @@ void report_table(FILE *f)
                "warm-up included.  Peer rows that report RTT/2 are doubled: every latency here is "
                "a round trip.)\n");
     report_polls(f);
+    report_loop(f);
     report_scale(f);
     bool first = true;
     for (size_t i = 0; i < nresults; i++) {
@@ -1049,6 +1075,9 @@ void report_json(FILE *f)
             else
                 fputs("null}", f);
         }
+        if (r->loop_cli[0] > 0 || r->loop_cli[1] > 0)
+            fprintf(f, ", \"loop_thread\": {\"takeovers\": %lld, \"wakeups\": %lld}",
+                    r->loop_cli[1], r->loop_cli[0]);
         if (r->scale)
             json_scale(f, r->scale);
         if (r->ncdf) {

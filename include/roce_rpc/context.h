@@ -324,7 +324,16 @@ typedef struct rrpc_stats {
      * getting its CPU (others runnable on it; it then sleeps 0.1-1.6 s). */
     uint64_t busy_poll_budget_stops;
     uint64_t busy_poll_contended_stops;
-    uint64_t reserved[6];
+    /* Thread mode: times the loop thread woke from its wait (for traffic, a
+     * timer, a wake-up from another thread), and blocking calls or
+     * rrpc_ctx_wait_until that ran the loop themselves because the loop
+     * thread slept (then their answer woke only them).  A thread that makes
+     * blocking calls back to back on a context whose loop thread has
+     * nothing else to do sees loop_takeovers grow by one per call and
+     * loop_thread_wakeups barely move.  Zero in driven mode. */
+    uint64_t loop_thread_wakeups;
+    uint64_t loop_takeovers;
+    uint64_t reserved[4];
 } rrpc_stats;
 
 /*

@@ -94,6 +94,7 @@ struct rrpc_ctx {
     _Atomic bool loop_sleeping, loop_yielded;
     double sleep_until;
     bool taken;
+    uint64_t thread_wakeups, takeovers; /* rrpc_stats.loop_thread_wakeups, loop_takeovers */
     /* rrpc_ctx_wait_until's threads asleep while another runs the loop
      * (core/sync.c), under the lock. */
     struct rrpci_flag_wait *flag_waiters;

@@ -361,6 +361,7 @@ static void thread_wait(rrpc_ctx *ctx, int ms)
     struct epoll_event e[2];
     (void)epoll_wait(ctx->thread_fd, e, 2, ms);
     runner_acquire(ctx);
+    ctx->thread_wakeups++;
     atomic_store_explicit(&ctx->loop_sleeping, false, memory_order_relaxed);
     uint64_t v;
     (void)!read(ctx->thread_ctl_fd, &v, sizeof(v));
@@ -457,6 +458,7 @@ bool rrpci_loop_take(rrpc_ctx *ctx)
     if (epoll_ctl(ctx->thread_fd, EPOLL_CTL_DEL, rrpci_evloop_fd(ctx->ev), NULL) < 0)
         return false;
     ctx->taken = true;
+    ctx->takeovers++;
     return true;
 }
 

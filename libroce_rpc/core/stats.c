@@ -246,6 +246,8 @@ static void ctx_snapshot(rrpc_ctx *ctx, rrpc_stats *ret)
     /* the governor keeps its own counts (core/governor.h) */
     ret->busy_poll_budget_stops = ctx->gov.budget_stops;
     ret->busy_poll_contended_stops = ctx->gov.contended_stops;
+    ret->loop_thread_wakeups = ctx->thread_wakeups;
+    ret->loop_takeovers = ctx->takeovers;
     for (struct rrpci_list *l = ctx->conns.next; l != &ctx->conns; l = l->next) {
         const rrpc_conn *c = rrpci_container_of(l, rrpc_conn, link);
         for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
@@ -455,6 +457,11 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
     single(&o, "rrpc_busy_poll_contended_stops_total",
            "Times polling stopped because the polling thread was not getting its CPU.",
            st.busy_poll_contended_stops);
+    single(&o, "rrpc_loop_thread_wakeups_total",
+           "Times the loop thread woke from its wait (thread mode).", st.loop_thread_wakeups);
+    single(&o, "rrpc_loop_takeovers_total",
+           "Blocking calls that ran the loop themselves while the loop thread slept (thread mode).",
+           st.loop_takeovers);
 #define P(field) offsetof(rrpc_conn_stat, field)
     per_peer(&o, peers, n_peers, "rrpc_peer_connections", "Connections to the peer up now.",
              SIZE_MAX);

@@ -1162,7 +1162,8 @@ class Context(_Closable):
         onesided_buckets}}, "peers": {address: {conns, calls, calls_ok,
         calls_failed, requests, frames_out, bytes_out, frames_in, bytes_in,
         onesided_ops, onesided_bytes}}, "conns_up", "conns_down",
-        "keepalive_losses", "busy_poll_budget_stops", "busy_poll_contended_stops"};
+        "keepalive_losses", "busy_poll_budget_stops", "busy_poll_contended_stops",
+        "loop_thread_wakeups", "loop_takeovers"};
         docs/metrics.md says what each counts."""
         st = ffi.new("rrpc_stats *")
         peers = ffi.new("rrpc_peer_stats[]", lib.RRPC_STATS_PEERS + 1)
@@ -1198,7 +1199,9 @@ class Context(_Closable):
         return {"classes": classes, "peers": by_peer, "conns_up": int(st.conns_up),
                 "conns_down": int(st.conns_down), "keepalive_losses": int(st.keepalive_losses),
                 "busy_poll_budget_stops": int(st.busy_poll_budget_stops),
-                "busy_poll_contended_stops": int(st.busy_poll_contended_stops)}
+                "busy_poll_contended_stops": int(st.busy_poll_contended_stops),
+                "loop_thread_wakeups": int(st.loop_thread_wakeups),
+                "loop_takeovers": int(st.loop_takeovers)}
 
     @property
     def metrics_port(self) -> Optional[int]:
