@@ -56,10 +56,12 @@ static void mark(struct rrpci_governor *g, double now, double cpu, uint64_t thre
 }
 
 bool rrpci_gov_request(struct rrpci_governor *g, double now, unsigned us, double cpu,
-                       uint64_t thread)
+                       uint64_t thread, bool unarmed)
 {
     if (rrpci_gov_held(g, now))
         return false;
+    if (unarmed)
+        g->unarmed = true;
     double until = now + us * 1e-6;
     if (until > g->until)
         g->until = until;
@@ -74,7 +76,7 @@ bool rrpci_gov_request(struct rrpci_governor *g, double now, unsigned us, double
 void rrpci_gov_activity(struct rrpci_governor *g, double now, double cpu, uint64_t thread)
 {
     if (g->window_us > 0)
-        (void)rrpci_gov_request(g, now, (unsigned)g->window_us, cpu, thread);
+        (void)rrpci_gov_request(g, now, (unsigned)g->window_us, cpu, thread, false);
 }
 
 bool rrpci_gov_charge(struct rrpci_governor *g, double now, double cpu, uint64_t thread)

@@ -91,9 +91,11 @@ static inline bool rrpci_gov_held(const struct rrpci_governor *g, double now)
  * Traffic: poll until at least @now + @us.  Returns false, and changes
  * nothing, while a stop holds polling back (the caller then arms what it
  * would have polled).  @cpu and @thread start the charge of a new stretch.
+ * @unarmed: the caller (a transport) left work that wakes no fd, so polling
+ * must go on until it ends (g->unarmed, cleared by rrpci_gov_stop).
  */
 bool rrpci_gov_request(struct rrpci_governor *g, double now, unsigned us, double cpu,
-                       uint64_t thread);
+                       uint64_t thread, bool unarmed);
 /* Traffic seen by the core: rrpci_gov_request with the configured window
  * (nothing when it is 0). */
 void rrpci_gov_activity(struct rrpci_governor *g, double now, double cpu, uint64_t thread);

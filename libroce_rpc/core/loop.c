@@ -202,10 +202,7 @@ static double now_s(rrpc_ctx *ctx)
 
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
 {
-    if (!rrpci_gov_request(&ctx->gov, now_s(ctx), us, thread_cpu_s(), thread_id()))
-        return false;
-    ctx->gov.unarmed = true;
-    return true;
+    return rrpci_gov_request(&ctx->gov, now_s(ctx), us, thread_cpu_s(), thread_id(), true);
 }
 
 void rrpci_ctx_activity(rrpc_ctx *ctx)

@@ -31,11 +31,15 @@ static void test_polling_ends_when_the_window_passes_without_traffic(void **stat
     assert_true(g.polling);
     assert_true(rrpci_gov_continue(&g, 10.0009, false));
     assert_false(rrpci_gov_continue(&g, 10.0011, false));
-    /* a transport's longer window extends it */
-    assert_true(rrpci_gov_request(&g, 10.0005, 5000, cpu, 1));
+    assert_false(g.unarmed);
+    /* a transport's longer window extends it, and what it left unarmed is
+     * kept until polling stops */
+    assert_true(rrpci_gov_request(&g, 10.0005, 5000, cpu, 1, true));
+    assert_true(g.unarmed);
     assert_true(rrpci_gov_continue(&g, 10.005, false));
     rrpci_gov_stop(&g);
     assert_false(g.polling);
+    assert_false(g.unarmed);
     /* a zero window asks for nothing */
     struct rrpci_governor off;
     rrpci_gov_init(&off, 0, 50, 50);
@@ -49,7 +53,7 @@ static void test_a_spent_budget_stops_polling_and_refuses_it_for_a_while(void **
     struct rrpci_governor g;
     rrpci_gov_init(&g, 100000, 50, 0);
     double cpu = 0;
-    assert_true(rrpci_gov_request(&g, 5.0, 100000, cpu, 1));
+    assert_true(rrpci_gov_request(&g, 5.0, 100000, cpu, 1, false));
     /* running all the time it polls and finding nothing: when the 100 ms
      * window passes, all of it was wasted, past 50 % of 100 ms */
     double t = poll_for(&g, 5.0, 0.2, 1.0, &cpu);
@@ -57,7 +61,9 @@ static void test_a_spent_budget_stops_polling_and_refuses_it_for_a_while(void **
     assert_int_equal(g.budget_stops, 1);
     assert_true(rrpci_gov_held(&g, t));
     assert_false(rrpci_gov_continue(&g, t, true));
-    assert_false(rrpci_gov_request(&g, t + 0.0001, 1000, cpu, 1));
+    /* a refused request leaves nothing unarmed: the transport arms it */
+    assert_false(rrpci_gov_request(&g, t + 0.0001, 1000, cpu, 1, true));
+    assert_false(g.unarmed);
     assert_false(rrpci_gov_held(&g, t + 0.2));
 }
 
@@ -73,7 +79,7 @@ static double poll_with_traffic(struct rrpci_governor *g, double t, double secs,
         if (t >= next) {
             next += every;
             rrpci_gov_found(g);
-            if (!rrpci_gov_request(g, t, window_us, *cpu, 1))
+            if (!rrpci_gov_request(g, t, window_us, *cpu, 1, false))
                 return t;
         }
         if (rrpci_gov_charge(g, t, *cpu, 1))
@@ -95,7 +101,7 @@ static void test_polling_that_finds_work_costs_no_budget(void **state)
     struct rrpci_governor g;
     rrpci_gov_init(&g, 1000, 50, 0);
     double cpu = 0;
-    assert_true(rrpci_gov_request(&g, 1.0, 1000, cpu, 1));
+    assert_true(rrpci_gov_request(&g, 1.0, 1000, cpu, 1, false));
     assert_true(poll_with_traffic(&g, 1.0, 1.0, 120e-6, 1000, &cpu) < 0);
     assert_int_equal(g.budget_stops, 0);
     /* traffic a little slower than the window: each 1 ms of polling after
@@ -103,7 +109,7 @@ static void test_polling_that_finds_work_costs_no_budget(void **state)
     struct rrpci_governor h;
     rrpci_gov_init(&h, 1000, 50, 0);
     cpu = 0;
-    assert_true(rrpci_gov_request(&h, 1.0, 1000, cpu, 1));
+    assert_true(rrpci_gov_request(&h, 1.0, 1000, cpu, 1, false));
     double t = poll_with_traffic(&h, 1.0, 1.0, 1.1e-3, 1000, &cpu);
     assert_true(t > 1.0 + 0.04 && t < 1.0 + 0.07);
     assert_int_equal(h.budget_stops, 1);
@@ -112,7 +118,7 @@ static void test_polling_that_finds_work_costs_no_budget(void **state)
     struct rrpci_governor k;
     rrpci_gov_init(&k, 100000, 50, 0);
     cpu = 0;
-    assert_true(rrpci_gov_request(&k, 1.0, 100000, cpu, 1));
+    assert_true(rrpci_gov_request(&k, 1.0, 100000, cpu, 1, false));
     t = poll_with_traffic(&k, 1.0, 1.0, 3e-3, 100000, &cpu);
     assert_true(t > 1.0 + 0.05 && t < 1.0 + 0.07);
     assert_int_equal(k.budget_stops, 1);
@@ -124,7 +130,7 @@ static void test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold(vo
     struct rrpci_governor g;
     rrpci_gov_init(&g, 1000000, 100, 50);
     double cpu = 0;
-    assert_true(rrpci_gov_request(&g, 1.0, 1000000, cpu, 1));
+    assert_true(rrpci_gov_request(&g, 1.0, 1000000, cpu, 1, false));
     /* a third of the time: after 20 ms of polling it is contention */
     double t = poll_for(&g, 1.0, 0.1, 1.0 / 3, &cpu);
     assert_true(t >= 1.0 + 0.02 && t < 1.0 + 0.021);
@@ -132,7 +138,7 @@ static void test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold(vo
     assert_true(rrpci_gov_held(&g, t + 0.099));
     assert_false(rrpci_gov_held(&g, t + 0.101));
     /* again at once: the hold doubles */
-    assert_true(rrpci_gov_request(&g, t + 0.101, 1000000, cpu, 1));
+    assert_true(rrpci_gov_request(&g, t + 0.101, 1000000, cpu, 1, false));
     double t2 = poll_for(&g, t + 0.101, 0.1, 1.0 / 3, &cpu);
     assert_true(t2 > 0);
     assert_true(rrpci_gov_held(&g, t2 + 0.199));
@@ -141,7 +147,7 @@ static void test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold(vo
     struct rrpci_governor h;
     rrpci_gov_init(&h, 1000000, 100, 50);
     double c2 = 0;
-    assert_true(rrpci_gov_request(&h, 1.0, 1000000, c2, 1));
+    assert_true(rrpci_gov_request(&h, 1.0, 1000000, c2, 1, false));
     assert_true(poll_for(&h, 1.0, 0.3, 1.0, &c2) < 0);
 }
 
@@ -150,7 +156,7 @@ static void test_a_charge_from_another_thread_starts_afresh(void **state)
     (void)state;
     struct rrpci_governor g;
     rrpci_gov_init(&g, 1000000, 100, 50);
-    assert_true(rrpci_gov_request(&g, 1.0, 1000000, 100.0, 1));
+    assert_true(rrpci_gov_request(&g, 1.0, 1000000, 100.0, 1, false));
     /* another thread's CPU clock says nothing about this stretch */
     assert_false(rrpci_gov_charge(&g, 1.05, 0.0, 2));
     assert_true(g.wall_cur == 0 && g.cpu_cur == 0);
