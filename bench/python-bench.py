@@ -74,7 +74,7 @@ def pinned(cpus):
 def c_rtt(bench, port, mode, duration, cpus):
     out = subprocess.run([bench, "client", "--host", "127.0.0.1", "--port", str(port),
                           "--transport", "tcp", "--tests", "rtt", "--duration", str(duration),
-                          "--client-mode", mode, "--no-progress", "--json", "-"],
+                          "--client-mode", mode, "--no-progress", "--no-peers", "--json", "-"],
                          check=True, capture_output=True, text=True,
                          preexec_fn=pinned(cpus)).stdout
     r = [x for x in json.loads(out)["results"] if x["test"] == "rpc_rtt"][0]
