@@ -1153,6 +1153,62 @@ static void test_a_forged_attach_is_refused_and_the_victim_goes_on(void **state)
     server_stop(&s);
 }
 
+/* A socket the server asked for and the peer never attaches is a half-open
+ * attach (docs/protocol.md §6.2): eight peers each make the server answer on
+ * control, whose own socket the server asks for with JOIN, and never
+ * connect it.  Each connection is closed at RRPC_AUTH_TIMEOUT_MS, with the
+ * answer it held; its cookie is gone (a late JOIN with the right secret is
+ * refused), and a legitimate client is served throughout. */
+static void test_an_attach_the_peer_never_completes_closes_its_connection_at_the_deadline(
+    void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_AUTH_TIMEOUT_MS=300", NULL };
+    server_start(&s, false, env);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *legit = client_ok(cc, &s, false);
+    enum { N = 8 };
+    struct raw_conn rc[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(handshake_from(&rc[i], "127.0.0.5", s.port, 64, NULL), 0);
+        uint8_t hdr[32] = {0};
+        assert_int_equal(raw_echo(rc[i].fd[0], 0, 1, hdr), -1); /* control's answer waits */
+        assert_int_equal(hdr[5], 3 /* JOIN */);
+        assert_int_equal(hdr[6], 0);
+    }
+    int closed = 0;
+    for (int i = 0; i < N; i++) /* 3 s each at most: ten times the deadline */
+        closed += closed_by_server(rc[i].fd[0], 3000);
+    assert_int_equal(closed, N);
+    int downs = 0;
+    for (int i = 0; i < 300 && downs < N; i++) {
+        lock();
+        downs = s.downs;
+        unlock();
+        if (downs < N)
+            usleep(10000);
+    }
+    assert_int_equal(downs, N);
+    for (int i = 0; i < N; i++) {
+        int fd = raw_join(&rc[i], "127.0.0.5", "127.0.0.1", s.port, 0, rc[i].secret);
+        assert_true(fd >= 0);
+        int code = 0;
+        assert_int_equal(raw_read_refusal(fd, &code), 0);
+        assert_int_equal(code, RRPC_E_PROTO);
+        close(fd);
+        raw_close(&rc[i]);
+    }
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_call_opts o = { .qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 10000 };
+    assert_int_equal(rrpc_call_sync(legit, "echo", "ping", 4, &o, &out, &outlen), 0);
+    assert_int_equal(outlen, 4);
+    free(out);
+    rrpc_conn_close(legit);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
 /* A small, repeatable generator (xorshift64*). */
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
@@ -1263,6 +1319,7 @@ int main(void)
         cmocka_unit_test(test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline),
         cmocka_unit_test(test_running_out_of_fds_pauses_accepts_and_recovers),
         cmocka_unit_test(test_a_forged_attach_is_refused_and_the_victim_goes_on),
+        cmocka_unit_test(test_an_attach_the_peer_never_completes_closes_its_connection_at_the_deadline),
         cmocka_unit_test(test_ten_addresses_cannot_lock_out_a_client_from_an_eleventh),
         cmocka_unit_test(test_one_address_cannot_lock_out_other_clients_on_it),
         cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),
