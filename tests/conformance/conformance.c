@@ -1250,6 +1250,64 @@ static void test_a_class_first_used_opens_its_socket_with_its_dscp(void **state)
     rrpc_conn_close(c);
 }
 
+/* The sharing rule (docs/protocol.md §6.1): control travels on the first
+ * socket when its sender's control DSCP is its low_latency DSCP, and each
+ * side routes by its own DSCPs.  Both sides with control at low_latency's
+ * DSCP: a control call opens no socket.  Only the client so: its request
+ * goes on the first socket, the server's answer on control's own socket,
+ * which the server asks for; each end of it carries its side's control
+ * DSCP (the kernel's IP_TOS), so every packet still has its class's mark. */
+static void test_control_shares_the_first_socket_only_on_the_side_whose_dscps_match(void **state)
+{
+    if (tcp_only())
+        return;
+    for (int srv_shares = 1; srv_shares >= 0; srv_shares--) {
+        rrpc_ctx *s, *cl;
+        assert_int_equal(rrpc_ctx_create(&s), 0);
+        assert_int_equal(rrpc_ctx_create(&cl), 0);
+        int lat, ctl, w, cr;
+        assert_int_equal(rrpc_class_get(cl, RRPC_CLASS_LOW_LATENCY, &lat, NULL, NULL), 0);
+        assert_int_equal(rrpc_class_get(cl, RRPC_CLASS_CONTROL, &ctl, &w, &cr), 0);
+        assert_int_not_equal(lat, ctl); /* the defaults differ: control has its own socket */
+        assert_int_equal(rrpc_class_set(cl, RRPC_CLASS_CONTROL, lat, w, cr), 0);
+        if (srv_shares)
+            assert_int_equal(rrpc_class_set(s, RRPC_CLASS_CONTROL, lat, w, cr), 0);
+        assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+        char curi[300];
+        listen_any(s, curi, sizeof(curi)); /* closed with its context */
+        assert_int_equal(rrpc_ctx_start_thread(s), 0);
+        assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+        rrpc_conn *c;
+        assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c), 0);
+        echo_ok(c, 1, RRPC_CLASS_LOW_LATENCY); /* the server's side is up */
+        enum { MAXFD = 1 << 16 };
+        static uint8_t was[MAXFD / 8], now[MAXFD / 8];
+        int before = open_fds(was, MAXFD);
+        echo_ok(c, 100, RRPC_CLASS_CONTROL);
+        echo_ok(c, 100, RRPC_CLASS_CONTROL);
+        int after = open_fds(now, MAXFD);
+        assert_int_equal(after - before, srv_shares ? 0 : 2);
+        int tos_sum = 0;
+        for (int fd = 0; fd < MAXFD; fd++) {
+            if (!(now[fd / 8] & (1u << (fd % 8))) || (was[fd / 8] & (1u << (fd % 8))))
+                continue;
+            int tos = -1;
+            socklen_t tl = sizeof(tos);
+            assert_int_equal(getsockopt(fd, IPPROTO_IP, IP_TOS, &tos, &tl), 0);
+            assert_true(tos == lat << 2 || tos == ctl << 2);
+            tos_sum += tos;
+        }
+        if (!srv_shares) /* the client's end at its control DSCP, the server's at its own */
+            assert_int_equal(tos_sum, (lat << 2) + (ctl << 2));
+        int got = -1;
+        assert_int_equal(rrpc_conn_class_dscp(c, RRPC_CLASS_CONTROL, &got), 0);
+        assert_int_equal(got, lat);
+        rrpc_conn_close(c);
+        rrpc_ctx_destroy(cl);
+        rrpc_ctx_destroy(s);
+    }
+}
+
 static void fetch_token(rrpc_conn *c, rrpc_token *t);
 
 /* The class the server saw for a call "class" with @o. */
@@ -3524,6 +3582,7 @@ int main(void)
         cmocka_unit_test(test_each_class_carries_its_dscp_on_both_ends),
         cmocka_unit_test(test_an_rpc_only_tcp_connection_holds_one_socket_per_side),
         cmocka_unit_test(test_a_class_first_used_opens_its_socket_with_its_dscp),
+        cmocka_unit_test(test_control_shares_the_first_socket_only_on_the_side_whose_dscps_match),
         cmocka_unit_test(test_one_sided_write_and_read_move_the_exact_bytes),
         cmocka_unit_test(test_a_chain_of_writes_from_callbacks_lets_progress_return),
         cmocka_unit_test(test_one_sided_outside_the_token_fails_at_once_and_writes_nothing),

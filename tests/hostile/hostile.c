@@ -3,7 +3,8 @@
  * Hostile peers against a roce-rpc server (tcp, in this process): every
  * resource such a peer can make the server hold has a bound, and the server
  * keeps serving everyone else.  The peers are hand-written (raw_peer.h), so
- * they can break every rule the library would keep.
+ * they can break every rule the library would keep.  One test turns it round:
+ * a hand-written server that never acknowledges a client's attach.
  *
  * Resource checks read this process's own /proc/self/status (the peers'
  * own buffers are a few KiB) and count connections the server closed;
@@ -26,7 +27,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <syslog.h>
 
@@ -1153,6 +1157,174 @@ static void test_a_forged_attach_is_refused_and_the_victim_goes_on(void **state)
     server_stop(&s);
 }
 
+/* A socket the server asked for and the peer never attaches is a half-open
+ * attach (docs/protocol.md §6.2): eight peers each make the server answer on
+ * control, whose own socket the server asks for with JOIN, and never
+ * connect it.  Each connection is closed at RRPC_AUTH_TIMEOUT_MS, with the
+ * answer it held; its cookie is gone (a late JOIN with the right secret is
+ * refused), and a legitimate client is served throughout. */
+static void test_an_attach_the_peer_never_completes_closes_its_connection_at_the_deadline(
+    void **state)
+{
+    struct server s;
+    const char *env[] = { "RRPC_AUTH_TIMEOUT_MS=300", NULL };
+    server_start(&s, false, env);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn *legit = client_ok(cc, &s, false);
+    enum { N = 8 };
+    struct raw_conn rc[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(handshake_from(&rc[i], "127.0.0.5", s.port, 64, NULL), 0);
+        uint8_t hdr[32] = {0};
+        assert_int_equal(raw_echo(rc[i].fd[0], 0, 1, hdr), -1); /* control's answer waits */
+        assert_int_equal(hdr[5], 3 /* JOIN */);
+        assert_int_equal(hdr[6], 0);
+    }
+    int closed = 0;
+    for (int i = 0; i < N; i++) /* 3 s each at most: ten times the deadline */
+        closed += closed_by_server(rc[i].fd[0], 3000);
+    assert_int_equal(closed, N);
+    int downs = 0;
+    for (int i = 0; i < 300 && downs < N; i++) {
+        lock();
+        downs = s.downs;
+        unlock();
+        if (downs < N)
+            usleep(10000);
+    }
+    assert_int_equal(downs, N);
+    for (int i = 0; i < N; i++) {
+        int fd = raw_join(&rc[i], "127.0.0.5", "127.0.0.1", s.port, 0, rc[i].secret);
+        assert_true(fd >= 0);
+        int code = 0;
+        assert_int_equal(raw_read_refusal(fd, &code), 0);
+        assert_int_equal(code, RRPC_E_PROTO);
+        close(fd);
+        raw_close(&rc[i]);
+    }
+    void *out = NULL;
+    size_t outlen = 0;
+    rrpc_call_opts o = { .qos_class = RRPC_CLASS_LOW_LATENCY, .deadline_ms = 10000 };
+    assert_int_equal(rrpc_call_sync(legit, "echo", "ping", 4, &o, &out, &outlen), 0);
+    assert_int_equal(outlen, 4);
+    free(out);
+    rrpc_conn_close(legit);
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
+/* ---- a hostile server: an attach it never acknowledges ---------------------------- */
+
+/* A raw server: takes one connection's handshake (its HELLO_ACK echoes the
+ * client's hello record, with a cookie and a secret), then accepts the
+ * class's own socket, reads its JOIN and never answers JOIN_ACK. */
+struct mute_server {
+    int lfd, port;
+    int first, own;      /* the sockets it holds open */
+    int join_cls;        /* the class the JOIN named, -1: none came */
+    pthread_t th;
+};
+
+static void *mute_server_run(void *arg)
+{
+    struct mute_server *m = arg;
+    uint8_t hdr[32], rec[64];
+    m->first = accept(m->lfd, NULL, NULL);
+    if (m->first < 0 || raw_read_frame(m->first, hdr, rec, sizeof(rec)) < 0 || hdr[5] != 1)
+        return NULL;
+    uint8_t ack[48];
+    memcpy(ack, rec, 32);
+    raw_le(ack + 16, 0x1234, 8); /* cookie */
+    memset(ack + 32, 0x5a, 16);  /* secret */
+    raw_header(hdr, 2 /* HELLO_ACK */, 0, 0, 0, 0, sizeof(ack), 0);
+    if (write(m->first, hdr, 32) != 32 || write(m->first, ack, sizeof(ack)) != sizeof(ack))
+        return NULL;
+    m->own = accept(m->lfd, NULL, NULL);
+    if (m->own >= 0 && raw_read_frame(m->own, hdr, rec, sizeof(rec)) == 0 && hdr[5] == 3)
+        m->join_cls = hdr[6];
+    return NULL; /* holds both sockets open, silent */
+}
+
+static int count_own_fds(void)
+{
+    int n = 0;
+    char path[64];
+    for (int fd = 0; fd < 4096; fd++) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n += access(path, F_OK) == 0;
+    }
+    return n;
+}
+
+static int mute_reason;
+static void on_mute_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    if (ev == RRPC_CONN_DOWN) {
+        lock();
+        mute_reason = reason;
+        unlock();
+    }
+}
+
+/* The client's half-open attach (docs/protocol.md §6.2, Failure): its first
+ * bulk call opens bulk's socket and sends JOIN to a server that never
+ * answers.  The connection goes down with -ETIMEDOUT at RRPC_AUTH_TIMEOUT_MS,
+ * not at the call's 60 s deadline; the call fails with it, and the client
+ * holds no socket of the connection afterwards. */
+static void test_an_attach_the_server_never_acknowledges_closes_the_connection_at_the_deadline(
+    void **state)
+{
+    struct mute_server m = { .first = -1, .own = -1, .join_cls = -1 };
+    m.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(m.lfd >= 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(bind(m.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(m.lfd, 4), 0);
+    assert_int_equal(getsockname(m.lfd, (struct sockaddr *)&sa, &sl), 0);
+    m.port = ntohs(sa.sin_port);
+    assert_int_equal(pthread_create(&m.th, NULL, mute_server_run, &m), 0);
+
+    rrpc_config *cfg;
+    rrpc_ctx *cc;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_AUTH_TIMEOUT_MS", "300"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &cc), 0);
+    rrpc_config_destroy(cfg);
+    assert_int_equal(rrpc_ctx_start_thread(cc), 0);
+    int before = count_own_fds();
+    char uri[64];
+    snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%d", m.port);
+    rrpc_conn *c = NULL;
+    assert_int_equal(rrpc_connect_sync(cc, uri, 10000, on_mute_event, NULL, &c), 0);
+    void *out = NULL;
+    size_t len = 0;
+    rrpc_call_opts o = { .qos_class = RRPC_CLASS_BULK, .deadline_ms = 60000 };
+    int r = rrpc_call_sync(c, "echo", "ping", 4, &o, &out, &len);
+    print_message("the bulk call: %s\n", rrpc_err_name(r));
+    assert_int_not_equal(r, 0);
+    assert_int_not_equal(r, RRPC_E_DEADLINE);
+    assert_int_equal(pthread_join(m.th, NULL), 0);
+    assert_int_equal(m.join_cls, 2); /* bulk's JOIN came, on a socket of its own */
+    int reason = 0;
+    for (int i = 0; i < 300 && !reason; i++) {
+        lock();
+        reason = mute_reason;
+        unlock();
+        if (!reason)
+            usleep(10000);
+    }
+    assert_int_equal(reason, -ETIMEDOUT);
+    assert_true(closed_by_server(m.first, 3000)); /* the client closed its end */
+    assert_true(closed_by_server(m.own, 3000));
+    close(m.first); /* the raw server's ends, in this process too */
+    close(m.own);
+    assert_int_equal(count_own_fds(), before);
+    rrpc_conn_close(c);
+    rrpc_ctx_destroy(cc);
+    close(m.lfd);
+}
+
 /* A small, repeatable generator (xorshift64*). */
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
@@ -1263,6 +1435,8 @@ int main(void)
         cmocka_unit_test(test_a_peer_that_never_shows_its_ticket_is_closed_at_the_auth_deadline),
         cmocka_unit_test(test_running_out_of_fds_pauses_accepts_and_recovers),
         cmocka_unit_test(test_a_forged_attach_is_refused_and_the_victim_goes_on),
+        cmocka_unit_test(test_an_attach_the_peer_never_completes_closes_its_connection_at_the_deadline),
+        cmocka_unit_test(test_an_attach_the_server_never_acknowledges_closes_the_connection_at_the_deadline),
         cmocka_unit_test(test_ten_addresses_cannot_lock_out_a_client_from_an_eleventh),
         cmocka_unit_test(test_one_address_cannot_lock_out_other_clients_on_it),
         cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),

@@ -132,8 +132,8 @@ static void chan_rx_fail(void *u, int code, const char *why)
     struct tcp_chan *ch = u;
     struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
     if (code == RRPC_E_VERSION && !tc->hello_done) {
-        why = "the server speaks another protocol version (version 1 is libroce_rpc before "
-              "tcp sockets on demand): run the same libroce_rpc release on both sides";
+        why = "the server speaks another protocol version (docs/protocol.md section 1 says "
+              "what each version changed): run the same libroce_rpc release on both sides";
         rrpci_set_error(rrpci_conn_ctx(ch->conn), code, "this side speaks protocol version %d; %s",
                         RRPCI_PROTO_VERSION, why);
     } else if (code != -ENOMEM)
