@@ -15,6 +15,7 @@ before it destroys the C context (which frees what is still open).
 """
 import _thread
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import enum
@@ -2263,13 +2264,20 @@ class _ConnUse:
         return False
 
 
-__import__("atexit").register
-def _close_all():
+def _close_all() -> None:
+    """Closes every context still open when the interpreter exits, while its
+    threads can still take the GIL: a context left to the garbage collector
+    of a finalizing interpreter had its loop thread stopped inside a Python
+    callback (CPython ends a thread that asks for the GIL then), holding the
+    context's lock, and the process hung in rrpc_ctx_destroy."""
     for ctx in list(_live):
         try:
             ctx.close()
         except Exception:
             pass
+
+
+atexit.register(_close_all)
 
 
 def __dir__() -> List[str]:

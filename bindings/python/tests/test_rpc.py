@@ -1,5 +1,8 @@
 import concurrent.futures
 import gc
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -21,6 +24,37 @@ def test_context_manager_closes_and_is_idempotent():
     with pytest.raises(RrpcError) as ei:
         ctx.listen(listen_uri())
     assert ei.value.code == roce_rpc.E_CLOSED
+
+
+_LEFT_OPEN = """
+import sys
+import roce_rpc
+c = roce_rpc.Context()
+conn = c.connect(sys.argv[1])
+for _ in range(200):
+    assert conn.call("echo", b"x" * 64) == b"x" * 64
+print("called", flush=True)
+"""
+
+
+def test_a_process_that_exits_with_its_context_open_exits(pair, tmp_path):
+    """A client process makes calls and ends without closing its context or
+    its connection: it exits with the interpreter.  Left to the garbage
+    collector of a finalizing interpreter, its loop thread stopped in a
+    Python callback holding the context's lock, and the process hung in its
+    exit for ever."""
+    s, lis, _ = pair
+    s.add_handler("echo", lambda data: data)
+    script = tmp_path / "left_open.py"
+    script.write_text(_LEFT_OPEN)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(roce_rpc.__file__)))
+    try:
+        p = subprocess.run([sys.executable, "-s", str(script), client_uri(lis)],
+                           env=env, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("the process did not exit within 60 s of its last statement: %r" % e.stdout)
+    assert p.returncode == 0, p.stderr
+    assert "called" in p.stdout
 
 
 def test_decorated_handlers_and_blocking_calls(pair):
