@@ -697,7 +697,7 @@ static void query_answer(int qfd)
 
 #ifdef RRPC_AGENT_BROKER
 /* --broker: the pairs to report, from the published state (the report's thread):
- * those agreed and not expired, as the query socket would say yes for them. */
+ * those the query socket would say yes for (query_answer). */
 static int report_pairs(struct ag_report_pair *out, int max)
 {
     time_t now = time(NULL);
@@ -706,6 +706,11 @@ static int report_pairs(struct ag_report_pair *out, int max)
     for (int i = 0; i < snap.npeers && n < max; i++) {
         const struct peer *pr = &snap.peers[i];
         if (!pr->agreed || (pr->expires && pr->expires <= now))
+            continue;
+        /* A loopback responder's pair is the other agent's to install (netlink
+         * from this thread: each call opens its own socket). */
+        if (pr->loopback && !pr->installed && !lb_in_kernel(&pr->cur) &&
+            !(pr->lb_has_prev && lb_in_kernel(&pr->lb_prev)))
             continue;
         memset(&out[n], 0, sizeof(out[n]));
         out[n].family = pr->family;
