@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "etcd_test.h"
 #include "raw_client.h"
 #include "rrpcd_test.h"
 
@@ -34,7 +35,7 @@
 
 static char dir[256];
 static pid_t daemon_pid = -1;
-static int daemon_port;
+static int daemon_port; /* the rrpcd the raw sessions and the server broker talk to */
 
 static void start_daemon(const char *extra)
 {
@@ -501,6 +502,74 @@ static void test_lookup_answers_the_paired_instance_and_withholds_the_unpaired_o
     rrpc_ctx_destroy(on_b);
 }
 
+static void test_require_esp_travels_through_etcd_to_another_rrpcd(void **state)
+{
+    (void)state;
+    const char *e = getenv("ETCD");
+    if (access(e && e[0] ? e : "/usr/bin/etcd", X_OK))
+        skip(); /* no etcd-server */
+    stop_daemon();
+    struct etcd_member em;
+    char edir[300];
+    snprintf(edir, sizeof(edir), "%s/etcd", dir);
+    assert_int_equal(mkdir(edir, 0700), 0);
+    assert_int_equal(etcd_cluster_init(&em, 1, edir), 0);
+    em.name[0] = 0;
+    em.cluster[0] = 0;
+    assert_int_equal(etcd_member_start(&em), 0);
+    char conf[300], reg[100], tk[320];
+    snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
+    snprintf(reg, sizeof(reg), "registry=etcd://127.0.0.1:%d", em.client_port);
+    snprintf(tk, sizeof(tk), "ticket_key=%s/ticket.pem", dir);
+    const char *set[] = { reg, tk, "etcd_prefix=/esp-test/", NULL };
+    pid_t pa, pb;
+    int port_a = rrpcd_spawn(dir, "etcd-a", conf, set, &pa),
+        port_b = rrpcd_spawn(dir, "etcd-b", conf, set, &pb);
+    /* Registered through A (once A has synchronized with etcd)... */
+    daemon_port = port_a;
+    rrpc_broker *b = server_broker();
+    rrpc_config *cfg;
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_REQUIRE_ESP", "/run/rrpc-agent.sock"), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), 0);
+    rrpc_config_destroy(cfg);
+    const char *uris[] = { "tcp://" HOST_B ":7001" };
+    int r;
+    int64_t t0 = now_ms();
+    while ((r = rrpc_broker_register(b, ctx, "kv-esp", uris, 1, 0)) == -EAGAIN &&
+           now_ms() - t0 < 30000)
+        sleep_ms(50);
+    if (r)
+        fail_msg("register through A: %s", rrpc_broker_last_error(b));
+    /* ...looked up through B, which learnt it from etcd: refused without a pair. */
+    daemon_port = port_b;
+    struct found f;
+    t0 = now_ms();
+    do
+        lookup_from(HOST_A, "kv-esp", &f);
+    while (!strcmp(f.err, "not_found") && now_ms() - t0 < 30000 && (sleep_ms(50), 1));
+    assert_denied_for_no_pair(&f, HOST_B);
+    struct raw a, bb;
+    agent_pairs(&a, "agent-a", HOST_A, HOST_B);
+    agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
+    lookup_from(HOST_A, "kv-esp", &f);
+    assert_string_equal(f.err, "");
+    assert_int_equal(f.n, 1);
+    raw_close(&bb);
+    raw_close(&a);
+    rrpc_broker_close(b);
+    rrpc_ctx_destroy(ctx);
+    int st;
+    kill(pb, SIGTERM);
+    assert_int_equal(waitpid(pb, &st, 0), pb);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    kill(pa, SIGTERM);
+    assert_int_equal(waitpid(pa, &st, 0), pa);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    etcd_member_stop(&em, SIGTERM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -524,6 +593,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_lookup_answers_the_paired_instance_and_withholds_the_unpaired_one, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(test_require_esp_travels_through_etcd_to_another_rrpcd,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
