@@ -1011,7 +1011,7 @@ int main(int argc, char **argv)
         char why[400];
         struct ag_report_opts ro = {.broker = broker, .cert = cert, .key = key,
                                     .ca = broker_ca ? broker_ca : ca, .local = g.local_text,
-                                    .pairs = report_pairs, .prepare_fd = bypass, .log = logf_};
+                                    .pairs = report_pairs, .log = logf_};
         publish(); /* what the first report says */
         if (ag_report_start(&ro, why, sizeof(why))) {
             fprintf(stderr, "rrpc-agent: %s\n", why);

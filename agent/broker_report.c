@@ -89,8 +89,8 @@ static int dial(void)
     if (!rc) {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0)
-            rc = -errno;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) /* SO_SNDTIMEO: EINPROGRESS */
+            rc = errno == EINPROGRESS ? -ETIMEDOUT : -errno;
     }
     freeaddrinfo(ai);
     if (rc && fd >= 0)

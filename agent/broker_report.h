@@ -34,7 +34,9 @@ struct ag_report_opts {
     /* The pairs to report now (at most @max into @out): their count.  Called
      * on the report thread; must take its own lock. */
     int (*pairs)(struct ag_report_pair *out, int max);
-    /* Applied to the socket before connect (the agent's IPsec bypass); may be NULL. */
+    /* Applied to the socket before connect; may be NULL.  Not the agent's IPsec
+     * bypass: rrpcd's end of the session follows the host pair's policies (its
+     * in policy drops clear text from a paired host), so this end must too. */
     int (*prepare_fd)(int fd, int family);
     void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
