@@ -8,6 +8,11 @@
  *
  *   rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F
  *              [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F] [-v]
+ *              [--broker HOST:PORT [--broker-ca F]]
+ *
+ * With --broker it reports its agreed pairs to rrpcd (broker_report.h), so
+ * rrpcd hands the tickets of services that require ESP only to clients
+ * whose host has a pair with the server's.
  *
  * Pairing (docs/deployment.md, "Encrypted RoCE"): of two hosts, the one
  * with the lower address initiates, to the peer's agent, over TLS 1.3 with
@@ -57,6 +62,9 @@
 #include <openssl/x509v3.h>
 
 #include "agent_metrics.h"
+#ifdef RRPC_AGENT_BROKER
+#include "broker_report.h"
+#endif
 #include "wire.h"
 #include "xfrm.h"
 #ifdef RRPC_HAVE_MHD
@@ -687,6 +695,34 @@ static void query_answer(int qfd)
     close(fd);
 }
 
+#ifdef RRPC_AGENT_BROKER
+/* --broker: the pairs to report, from the published state (the report's thread):
+ * those the query socket would say yes for (query_answer). */
+static int report_pairs(struct ag_report_pair *out, int max)
+{
+    time_t now = time(NULL);
+    int n = 0;
+    pthread_mutex_lock(&snap.lock);
+    for (int i = 0; i < snap.npeers && n < max; i++) {
+        const struct peer *pr = &snap.peers[i];
+        if (!pr->agreed || (pr->expires && pr->expires <= now))
+            continue;
+        /* A loopback responder's pair is the other agent's to install (netlink
+         * from this thread: each call opens its own socket). */
+        if (pr->loopback && !pr->installed && !lb_in_kernel(&pr->cur) &&
+            !(pr->lb_has_prev && lb_in_kernel(&pr->lb_prev)))
+            continue;
+        memset(&out[n], 0, sizeof(out[n]));
+        out[n].family = pr->family;
+        memcpy(out[n].addr, pr->addr, 16);
+        out[n].expires = pr->expires;
+        n++;
+    }
+    pthread_mutex_unlock(&snap.lock);
+    return n;
+}
+#endif
+
 /* ---- /metrics (--metrics-listen) ------------------------------------------------- */
 
 /* Copies what /metrics shows for the HTTP server's thread (the main loop's
@@ -781,7 +817,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F\n"
                     "                  [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F]\n"
-                    "                  [--query-socket PATH] [--metrics-listen HOST:PORT] [-v]\n");
+                    "                  [--query-socket PATH] [--metrics-listen HOST:PORT] [-v]\n"
+                    "                  [--broker HOST:PORT [--broker-ca F]]\n");
     return 2;
 }
 
@@ -831,9 +868,11 @@ int main(int argc, char **argv)
         {"lifetime", required_argument, NULL, 't'}, {"port-file", required_argument, NULL, 'P'},
         {"verbose", no_argument, NULL, 'v'},       {"query-socket", required_argument, NULL, 'Q'},
         {"metrics-listen", required_argument, NULL, 'M'},
+        {"broker", required_argument, NULL, 'B'}, {"broker-ca", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0}};
     const char *local = NULL, *listen_ep = NULL, *cert = NULL, *key = NULL, *ca = NULL,
-               *port_file = NULL, *query_path = NULL, *metrics_listen = NULL;
+               *port_file = NULL, *query_path = NULL, *metrics_listen = NULL, *broker = NULL,
+               *broker_ca = NULL;
     const char *peer_args[AG_MAX_PEERS];
     int npeer_args = 0, c;
     while ((c = getopt_long(argc, argv, "v", opts, NULL)) != -1) {
@@ -861,6 +900,16 @@ int main(int argc, char **argv)
             return 2;
 #endif
         }
+        case 'B':
+#ifdef RRPC_AGENT_BROKER
+            broker = optarg;
+            break;
+#else
+            fprintf(stderr, "rrpc-agent: --broker: this rrpc-agent was built without the broker "
+                            "client (msgpack-c: libmsgpack-dev)\n");
+            return 2;
+#endif
+        case 'C': broker_ca = optarg; break;
         case 'v': g.verbose = true; break;
         case 'p':
             if (npeer_args == AG_MAX_PEERS)
@@ -880,7 +929,7 @@ int main(int argc, char **argv)
         default: return usage();
         }
     }
-    if (optind != argc || !local || !listen_ep || !cert || !key || !ca)
+    if (optind != argc || !local || !listen_ep || !cert || !key || !ca || (broker_ca && !broker))
         return usage();
     if (parse_addr(local, &g.family, g.local)) {
         fprintf(stderr, "rrpc-agent: --local %s is not an IP address\n", local);
@@ -957,6 +1006,22 @@ int main(int argc, char **argv)
     (void)metrics_listen;
     (void)metrics_text;
 #endif
+#ifdef RRPC_AGENT_BROKER
+    if (broker) {
+        char why[400];
+        struct ag_report_opts ro = {.broker = broker, .cert = cert, .key = key,
+                                    .ca = broker_ca ? broker_ca : ca, .local = g.local_text,
+                                    .pairs = report_pairs, .log = logf_};
+        publish(); /* what the first report says */
+        if (ag_report_start(&ro, why, sizeof(why))) {
+            fprintf(stderr, "rrpc-agent: %s\n", why);
+            return 1;
+        }
+    }
+#else
+    (void)broker;
+    (void)broker_ca;
+#endif
     logf_("agent of %s listening on %s, %d peer%s named, lifetime %s", g.local_text, listen_ep,
           g.npeers, g.npeers == 1 ? "" : "s", g.lifetime ? "set" : "none (no rekey)");
     for (int i = 0; i < g.npeers; i++)
@@ -1006,6 +1071,9 @@ int main(int argc, char **argv)
     }
 #ifdef RRPC_HAVE_MHD
     rrpci_mhttp_stop(mh); /* no scrape after this: the pairs go below */
+#endif
+#ifdef RRPC_AGENT_BROKER
+    ag_report_stop(); /* rrpcd drops the report with the session, before the pairs go */
 #endif
     int removed = 0;
     for (int i = 0; i < g.npeers; i++) {

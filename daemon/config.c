@@ -155,6 +155,30 @@ static int check_prefix(const char *v, char *why, size_t whylen)
     return 0;
 }
 
+/* agents: principals separated by commas (spaces around them ignored), each
+ * 1..255 printable characters without a comma or space. */
+static int check_agents(const char *v, char *why, size_t whylen)
+{
+    for (const char *p = v; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t n = 0;
+        while (p[n] && p[n] != ',' && p[n] != ' ') {
+            if (!isgraph((unsigned char)p[n])) {
+                snprintf(why, whylen, "a principal of printable characters, without spaces");
+                return -EINVAL;
+            }
+            n++;
+        }
+        if (n > 255) {
+            snprintf(why, whylen, "a principal longer than 255 characters");
+            return -EINVAL;
+        }
+        p += n;
+    }
+    return 0;
+}
+
 /* metrics_listen: "" (off) or HOST:PORT with a host: never every address by default. */
 static int check_metrics_listen(const char *v, char *why, size_t whylen)
 {
@@ -329,6 +353,16 @@ static const struct rrpci_conf_field fields[] = {
     {.name = "max_endpoints_per_registration",
      RRPCI_CONF_INT(S, max_endpoints_per_registration), .def = 64, .min = 1, .max = 64,
      .doc = "endpoints one registration may have; more are refused (limit)"},
+    {.name = "agents", RRPCI_CONF_TEXT(S, agents), .def_doc = "none",
+     .check = check_agents,
+     .doc = "principals (comma-separated) of the rrpc-agents whose ESP pairs reports rrpcd "
+            "takes: a report counts only over a session with such a certificate naming the "
+            "reported address as an IP SAN; lookups of a service registered with require_esp "
+            "answer only instances whose host has a pair both agents report with the client's "
+            "host; empty: no reports, and such services answer no client"},
+    {.name = "max_agents", RRPCI_CONF_INT(S, max_agents), .def = 4096, .min = 1, .max = 65536,
+     .doc = "host addresses whose agent's pairs report rrpcd holds at once; a report from one "
+            "more is refused (limit)"},
     {.name = "log", RRPCI_CONF_ENUM(S, syslog), .def = 0, .names = log_names,
      .doc = "where logs go (syslog: facility daemon)"},
     {.name = "log_level", RRPCI_CONF_ENUM(S, log_level), .def = LOG_INFO, .names = level_names,
@@ -958,6 +992,8 @@ void config_apply(struct config *cur, struct config *nc)
     MOVE(max_held_total);
     MOVE(max_instances_per_service);
     MOVE(max_endpoints_per_registration);
+    MOVE(agents);
+    MOVE(max_agents);
     MOVE(log_level);
     free(cur->acl);
     MOVE(acl);
@@ -994,6 +1030,20 @@ bool acl_allows(const struct config *c, const char *action, const char *service,
         if ((!strcmp(r->action, "*") || !strcmp(r->action, action)) &&
             fnmatch(r->service, service, 0) == 0 && fnmatch(r->principal, principal, 0) == 0)
             return true;
+    }
+    return false;
+}
+
+bool agent_allowed(const struct config *c, const char *principal)
+{
+    size_t pl = strlen(principal);
+    for (const char *p = c->agents; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t n = strcspn(p, ", ");
+        if (n && n == pl && !memcmp(p, principal, n))
+            return true;
+        p += n;
     }
     return false;
 }

@@ -2,7 +2,7 @@
 /*
  * The requests of the control protocol (docs/broker.md, broker/proto.h), one
  * function per op, each checking its fields as wire input: hello, register,
- * renew, unregister, status, watch and unwatch (lookup: lookup.c).  A
+ * renew, unregister, status, watch, unwatch and pairs (lookup: lookup.c).  A
  * register with etcd is answered when the store took it
  * (dispatch_register_done).
  */
@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+
+#include <openssl/x509v3.h>
 
 #include "server_int.h"
 
@@ -91,6 +93,14 @@ static void op_register(struct conn *c, uint64_t id, const msgpack_object *m)
             return;
         }
         tmpl.has_instance = true;
+    }
+    const msgpack_object *esp = rrpci_mp_get(m, CTL_K_REQUIRE_ESP);
+    if (esp) {
+        if (esp->type != MSGPACK_OBJECT_BOOLEAN) {
+            answer_error(c, id, CTL_ERR_BAD_REQUEST, "require_esp must be a boolean");
+            return;
+        }
+        tmpl.require_esp = esp->via.boolean;
     }
     if (!acl_allows(cfg, rrpci_ctl_op_name(CTL_OP_REGISTER), service, c->principal)) {
         LOG(LOG_NOTICE, "%s: '%s' may not register '%s'", c->peer, c->principal, service);
@@ -228,11 +238,16 @@ static void pack_keys(msgpack_packer *pk, const struct config *cfg)
 static void register_answer(struct conn *c, uint64_t id, const struct registration *r)
 {
     const struct rrpci_endpoint *ep = r->eps;
-    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms%s)",
+    LOG(LOG_INFO, "%s: '%s' registered '%s' (%zu endpoints, first %s://%s:%u, lease %u ms%s%s)",
         c->peer, c->principal, r->svc->name, r->n_eps, ep[0].transport, ep[0].host, ep[0].port,
-        r->lease_ms, r->has_instance ? "" : ", no instance id: its tickets are unbound");
+        r->lease_ms, r->has_instance ? "" : ", no instance id: its tickets are unbound",
+        r->require_esp ? ", requires ESP" : "");
     struct answer a;
-    answer_begin(&a, id, true, 3);
+    answer_begin(&a, id, true, r->require_esp ? 4 : 3);
+    if (r->require_esp) { /* the server checks that this rrpcd kept the flag */
+        pk_str(&a.pk, CTL_K_REQUIRE_ESP);
+        msgpack_pack_true(&a.pk);
+    }
     pk_str(&a.pk, CTL_K_REG);
     msgpack_pack_uint64(&a.pk, r->id);
     pk_str(&a.pk, CTL_K_LEASE_MS);
@@ -383,6 +398,122 @@ static void op_watch(struct conn *c, uint64_t id, int op, const msgpack_object *
     answer_end(c, &a);
 }
 
+/* ---- pairs: rrpc-agent's report of its ESP pairs ------------------------------ */
+
+/* Closes the session with bad_request for the report's @msg. */
+static void pairs_bad(struct conn *c, uint64_t id, const char *msg)
+{
+    metrics_report(REPORT_MALFORMED);
+    answer_fatal(c, id, CTL_ERR_BAD_REQUEST, msg);
+}
+
+/*
+ * {local: ADDR, pairs: [{peer: ADDR, expires_s: N}...]}: taken from a
+ * principal of the agents list whose certificate names @local as an IP SAN;
+ * replaces the last report of @local.  Every address is an IP literal of the
+ * session's family; anything malformed or beyond the bounds closes the session
+ * (checked first: the fuzzer, which has no certificate, reaches all of it).
+ */
+void op_pairs(struct conn *c, uint64_t id, const msgpack_object *m, size_t len)
+{
+    const struct config *cfg = c->srv->cfg;
+    char text[64], msg[400];
+    int family = c->src ? c->src->family : AF_INET;
+    if (family == AF_INET6) { /* a v4-mapped source is an IPv4 session */
+        struct host_addr s = {.family = family};
+        memcpy(s.addr, c->src->addr, 16);
+        host_addr_normalize(&s);
+        family = s.family;
+    }
+    if (len > CTL_MAX_PAIRS_FRAME) {
+        snprintf(msg, sizeof(msg), "a pairs report has at most %u bytes (this one %zu)",
+                 CTL_MAX_PAIRS_FRAME, len);
+        pairs_bad(c, id, msg);
+        return;
+    }
+    const msgpack_object *ps = rrpci_mp_get(m, CTL_K_PAIRS);
+    struct host_addr local;
+    if (!rrpci_mp_str(rrpci_mp_get(m, CTL_K_LOCAL), text, sizeof(text)) ||
+        !host_addr_parse(text, family, &local)) {
+        pairs_bad(c, id, family == AF_INET6 ? "pairs needs local, an IPv6 literal (the session's "
+                                              "family)"
+                                            : "pairs needs local, an IPv4 literal (the session's "
+                                              "family)");
+        return;
+    }
+    if (!ps || ps->type != MSGPACK_OBJECT_ARRAY || ps->via.array.size > CTL_MAX_PAIRS) {
+        snprintf(msg, sizeof(msg), "pairs needs pairs, an array of at most %d {peer, expires_s}",
+                 CTL_MAX_PAIRS);
+        pairs_bad(c, id, msg);
+        return;
+    }
+    struct pair_entry e[CTL_MAX_PAIRS];
+    int64_t now = mono_ms();
+    for (uint32_t i = 0; i < ps->via.array.size; i++) {
+        const msgpack_object *p = &ps->via.array.ptr[i];
+        char peer[64];
+        uint64_t ex;
+        if (!rrpci_mp_str(rrpci_mp_get(p, CTL_K_PEER), peer, sizeof(peer)) ||
+            !host_addr_parse(peer, family, &e[i].peer) ||
+            !rrpci_mp_uint(rrpci_mp_get(p, CTL_K_EXPIRES_S), &ex) ||
+            ex > CTL_MAX_PAIR_EXPIRES_S) {
+            snprintf(msg, sizeof(msg), "pair %u: needs peer (an IP literal of the session's "
+                     "family) and expires_s (0..%u)", i, CTL_MAX_PAIR_EXPIRES_S);
+            pairs_bad(c, id, msg);
+            return;
+        }
+        e[i].until_ms = now + (int64_t)ex * 1000;
+    }
+    if (!agent_allowed(cfg, c->principal)) {
+        LOG(LOG_NOTICE, "%s: '%s' sent a pairs report but is not in agents", c->peer,
+            c->principal);
+        metrics_report(REPORT_NOT_AN_AGENT);
+        snprintf(msg, sizeof(msg), "principal '%s' is not in this rrpcd's agents list: its pairs "
+                 "reports are not taken", c->principal);
+        answer_fatal(c, id, CTL_ERR_DENIED, msg);
+        return;
+    }
+    /* The address must be the certificate's, not only the principal's claim. */
+    X509 *x = c->ssl && c->cert_cn[0] && !strcmp(c->principal, c->cert_cn)
+                  ? SSL_get0_peer_certificate(c->ssl)
+                  : NULL;
+    if (!x || X509_check_ip(x, local.addr, local.family == AF_INET ? 4 : 16, 0) != 1) {
+        LOG(LOG_NOTICE, "%s: '%s' reported pairs for %s, which its certificate does not name",
+            c->peer, c->principal, text);
+        metrics_report(REPORT_ADDRESS_NOT_CERTIFIED);
+        snprintf(msg, sizeof(msg), "local %s is not an IP SAN of this session's certificate "
+                 "(the agent reports for the address its certificate names; a token does not "
+                 "do)", text);
+        answer_fatal(c, id, CTL_ERR_DENIED, msg);
+        return;
+    }
+    if (c->agent && memcmp(&c->agent_local, &local, sizeof(local))) { /* moved: the old goes */
+        pairs_session_gone(c->srv->pairs, &c->agent_local, c->serial);
+        c->agent = false;
+    }
+    int r = pairs_report(c->srv->pairs, &local, e, ps->via.array.size, c->serial, now,
+                         (size_t)cfg->max_agents);
+    if (r == -ENOSPC) {
+        metrics_report(REPORT_MAX_AGENTS);
+        snprintf(msg, sizeof(msg), "this rrpcd holds the reports of %d hosts (max_agents)",
+                 cfg->max_agents);
+        answer_error(c, id, CTL_ERR_LIMIT, msg);
+        return;
+    }
+    if (r) {
+        answer_error(c, id, CTL_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    c->agent = true;
+    c->agent_local = local;
+    metrics_report(REPORT_ACCEPTED);
+    LOG(LOG_DEBUG, "%s: '%s' reported %u pairs for %s", c->peer, c->principal,
+        ps->via.array.size, text);
+    struct answer a;
+    answer_begin(&a, id, true, 0);
+    answer_end(c, &a);
+}
+
 void dispatch_frame(struct conn *c, const uint8_t *buf, size_t len)
 {
     if (rrpci_mp_check(buf, len, CTL_MAX_DEPTH)) {
@@ -428,6 +559,7 @@ void dispatch_frame(struct conn *c, const uint8_t *buf, size_t len)
     case CTL_OP_WATCH:
     case CTL_OP_UNWATCH: op_watch(c, id, op, m); break;
     case CTL_OP_STATUS: op_status(c, id); break;
+    case CTL_OP_PAIRS: op_pairs(c, id, m, len); break;
     default: answer_error(c, id, CTL_ERR_BAD_REQUEST, "unknown op"); break;
     }
 out:

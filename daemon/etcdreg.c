@@ -269,6 +269,8 @@ static json_object *encode(const struct registration *r)
         hex(inst, r->instance, sizeof(r->instance));
         json_object_object_add(o, "instance", json_object_new_string(inst));
     }
+    if (r->require_esp) /* every rrpcd answering its lookups must refuse unpaired hosts */
+        json_object_object_add(o, "require_esp", json_object_new_boolean(1));
     for (size_t i = 0; i < r->n_eps; i++) {
         json_object *ep = json_object_new_object();
         json_object_object_add(ep, "transport", json_object_new_string(r->eps[i].transport));
@@ -339,7 +341,9 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
     int64_t classes, lease_ms, lease;
     struct rrpci_endpoint *ep = NULL;
     size_t n = 0;
-    bool ok = service && service[0] && principal &&
+    json_object *esp_o = NULL;
+    bool esp = o && json_object_object_get_ex(o, "require_esp", &esp_o);
+    bool ok = (!esp || json_object_is_type(esp_o, json_type_boolean)) && service && service[0] && principal &&
               int_of(o, "classes", 1, RRPC_CLASS_MASK_ALL, &classes) &&
               int_of(o, "lease_ms", 100, 3600000, &lease_ms) &&
               int_of(o, "lease", 1, INT64_MAX, &lease) &&
@@ -361,6 +365,7 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
             ep[i].port = (uint16_t)port;
         }
     }
+    esp = esp && json_object_get_boolean(esp_o);
     if (!ok) {
         LOG(LOG_WARNING, "etcd: ignoring the registration %s: its value is not one rrpcd wrote",
             key);
@@ -373,6 +378,7 @@ static void apply_put(const char *key, const unsigned char *val, size_t len)
     tmpl.lease_ms = (uint32_t)lease_ms;
     tmpl.etcd_lease = lease;
     tmpl.has_instance = inst != NULL;
+    tmpl.require_esp = esp;
     tmpl.eps = ep;
     tmpl.n_eps = n;
     tmpl.expires_ms = INT64_MAX; /* etcd's lease decides */

@@ -5,6 +5,7 @@
  * principal and bound to that instance.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 
@@ -26,17 +27,29 @@ static int make_ticket(const struct config *cfg, const struct service *s,
  * to that instance; "endpoints" and "ticket" repeat the first instance's for
  * clients that know no "instances".  register keeps its size within the
  * frame limit (answer_lookup_fits).
+ *
+ * A registration made with require_esp is listed only when every host of its
+ * endpoints has an ESP pair with the client's host (the source address of
+ * this session) that both hosts' rrpc-agents report (pairs.c), or is that
+ * host itself; none left: denied, naming both addresses.
  */
-/* The registration of @s after @r (the first for NULL), round the list, skipping those
- * whose etcd write is under way; @s has at least one that is not. */
-static struct registration *next_live(const struct service *s, struct registration *r)
-{
-    do
-        r = r && r->next ? r->next : s->regs;
-    while (r->etcd_pending);
-    return r;
-}
 
+/* Whether the client of @c may be handed @r; else its host's text in @host. */
+static bool esp_allows(struct conn *c, const struct host_addr *client,
+                       const struct registration *r, int64_t now, char *host, size_t hostlen)
+{
+    if (!r->require_esp)
+        return true;
+    for (size_t i = 0; i < r->n_eps; i++) {
+        struct host_addr h;
+        if (!host_addr_parse(r->eps[i].host, 0, &h) ||
+            (memcmp(&h, client, sizeof(h)) && !pairs_agreed(c->srv->pairs, client, &h, now))) {
+            snprintf(host, hostlen, "%s", r->eps[i].host);
+            return false;
+        }
+    }
+    return true;
+}
 
 void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
 {
@@ -57,42 +70,74 @@ void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, CTL_ERR_NOT_FOUND, "no live registration of this service");
         return;
     }
+    struct registration **regs = malloc(live * sizeof(*regs));
+    if (!regs) {
+        answer_error(c, id, CTL_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    struct host_addr client = {.family = AF_INET};
+    if (c->src) {
+        client.family = c->src->family;
+        memcpy(client.addr, c->src->addr, sizeof(client.addr));
+        host_addr_normalize(&client);
+    }
+    char refused[256] = "";
+    size_t n = 0, withheld = 0;
+    int64_t now = mono_ms();
+    for (struct registration *r = s->regs; r; r = r->next)
+        if (!r->etcd_pending) {
+            if (esp_allows(c, &client, r, now, refused, sizeof(refused)))
+                regs[n++] = r;
+            else
+                withheld++;
+        }
+    if (withheld)
+        metrics_esp_lookup(withheld, n == 0);
+    if (!n) {
+        char msg[700], ca[64];
+        snprintf(msg, sizeof(msg), "%s requires ESP between the client's host (%s as rrpcd sees "
+                 "it) and the server's host (%s): no rrpc-agent reported an agreed pair between "
+                 "them; start rrpc-agent on both hosts with --broker", service,
+                 host_addr_text(&client, ca, sizeof(ca)), refused);
+        LOG(LOG_NOTICE, "%s: '%s' looked up '%s': %s", c->peer, c->principal, service, msg);
+        free(regs);
+        answer_error(c, id, CTL_ERR_DENIED, msg);
+        return;
+    }
     /* Rotate: instance k of the list comes first this time. */
-    size_t first = c->srv->rotation++ % live;
-    struct registration *r0 = next_live(s, NULL);
-    for (size_t i = 0; i < first; i++)
-        r0 = next_live(s, r0);
+    size_t first = c->srv->rotation++ % n;
     int64_t expiry = wall_ms() + c->srv->cfg->ticket_lifetime_ms;
     uint8_t ticket[RRPC_TICKET_SIGNED_MAX_LEN];
     size_t tlen;
-    if (make_ticket(c->srv->cfg, s, r0, c->principal, expiry, ticket, &tlen)) {
+    if (make_ticket(c->srv->cfg, s, regs[first], c->principal, expiry, ticket, &tlen)) {
+        free(regs);
         answer_error(c, id, CTL_ERR_INTERNAL, "cannot make a ticket");
         return;
     }
     struct answer a;
     answer_begin(&a, id, true, 4);
     pk_str(&a.pk, CTL_K_ENDPOINTS);
-    answer_pack_endpoints(&a.pk, r0);
+    answer_pack_endpoints(&a.pk, regs[first]);
     pk_str(&a.pk, CTL_K_TICKET);
     msgpack_pack_bin(&a.pk, tlen);
     msgpack_pack_bin_body(&a.pk, ticket, tlen);
     pk_str(&a.pk, CTL_K_EXPIRY_MS);
     msgpack_pack_uint64(&a.pk, (uint64_t)expiry);
     pk_str(&a.pk, CTL_K_INSTANCES);
-    msgpack_pack_array(&a.pk, (uint32_t)live);
-    struct registration *r = r0;
-    for (size_t i = 0; i < live; i++) {
+    msgpack_pack_array(&a.pk, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        struct registration *r = regs[(first + i) % n];
         if (i > 0 && make_ticket(c->srv->cfg, s, r, c->principal, expiry, ticket, &tlen)) {
             msgpack_sbuffer_destroy(&a.sb);
+            free(regs);
             answer_error(c, id, CTL_ERR_INTERNAL, "cannot make a ticket");
             return;
         }
         answer_pack_instance(&a.pk, r, ticket, tlen);
-        r = next_live(s, r);
     }
+    free(regs);
     answer_end(c, &a);
-    metrics_tickets(live);
-    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances)", c->peer, c->principal, service,
-        live);
+    metrics_tickets(n);
+    LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances%s)", c->peer, c->principal, service,
+        n, withheld ? ", some withheld: no ESP pair" : "");
 }
-

@@ -35,10 +35,20 @@ static const char *const refusal_names[] = {
 static const char *const etcd_error_names[] = { [ETCD_ERROR_WATCH] = "watch",
                                                 [ETCD_ERROR_WRITE] = "write" };
 #define NETCD (sizeof(etcd_error_names) / sizeof(etcd_error_names[0]))
+static const char *const report_names[] = {
+    [REPORT_ACCEPTED] = "accepted",
+    [REPORT_NOT_AN_AGENT] = "not_in_agents",
+    [REPORT_ADDRESS_NOT_CERTIFIED] = "address_not_in_certificate",
+    [REPORT_MALFORMED] = "bad_request",
+    [REPORT_MAX_AGENTS] = "max_agents",
+};
+#define NREPORTS (sizeof(report_names) / sizeof(report_names[0]))
 
 static _Atomic uint64_t requests[NOPS][NRESULTS];
 static _Atomic uint64_t refusals[NREFUSALS];
 static _Atomic uint64_t etcd_errors[NETCD];
+static _Atomic uint64_t reports[NREPORTS], esp_withheld, esp_denied;
+static _Atomic int64_t agents;
 static _Atomic uint64_t tickets, tls_failures, evictions, held_refusals, etcd_compactions;
 static _Atomic int64_t held_bytes;
 static _Atomic int64_t sessions, services, instances;
@@ -115,6 +125,22 @@ void metrics_etcd_compaction(void)
     ADD(etcd_compactions, 1);
 }
 
+void metrics_report(enum metrics_report what)
+{
+    ADD(reports[what], 1);
+}
+
+void metrics_agents(size_t n)
+{
+    atomic_store_explicit(&agents, (int64_t)n, memory_order_relaxed);
+}
+
+void metrics_esp_lookup(size_t withheld, bool denied)
+{
+    ADD(esp_withheld, withheld);
+    ADD(esp_denied, denied);
+}
+
 /* ---- the text, and the server ------------------------------------------------- */
 
 #ifdef RRPC_HAVE_MHD
@@ -171,6 +197,23 @@ static int text(void *user, char **ret_text, size_t *ret_len)
     family(f, "rrpcd_tickets_issued_total", "counter",
            "Connection tickets issued in lookup answers (one per instance listed).");
     fprintf(f, "rrpcd_tickets_issued_total %llu\n", (unsigned long long)GET(tickets));
+    family(f, "rrpcd_agent_reports_total", "counter",
+           "ESP pairs reports of rrpc-agents (op pairs), by result: accepted, or why refused.");
+    for (size_t i = 0; i < NREPORTS; i++)
+        fprintf(f, "rrpcd_agent_reports_total{result=\"%s\"} %llu\n", report_names[i],
+                (unsigned long long)GET(reports[i]));
+    family(f, "rrpcd_agents", "gauge",
+           "Host addresses whose rrpc-agent's pairs report is held (not expired).");
+    fprintf(f, "rrpcd_agents %lld\n", (long long)GET(agents));
+    family(f, "rrpcd_esp_instances_withheld_total", "counter",
+           "Instances of services that require ESP left out of lookup answers: no pair "
+           "between the client's host and theirs.");
+    fprintf(f, "rrpcd_esp_instances_withheld_total %llu\n",
+            (unsigned long long)GET(esp_withheld));
+    family(f, "rrpcd_esp_lookups_denied_total", "counter",
+           "Lookups of services that require ESP denied: no instance's host has a pair with "
+           "the client's host.");
+    fprintf(f, "rrpcd_esp_lookups_denied_total %llu\n", (unsigned long long)GET(esp_denied));
     if (etcd_on) {
         family(f, "rrpcd_etcd_degraded", "gauge",
                "1 while the registry on etcd is unreachable or not synchronized yet.");

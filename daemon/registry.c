@@ -165,6 +165,7 @@ int registry_add(struct registry *reg, const char *name, const char *principal,
     r->expires_ms = tmpl->expires_ms ? tmpl->expires_ms : mono_ms() + tmpl->lease_ms;
     r->etcd_lease = tmpl->etcd_lease;
     r->has_instance = tmpl->has_instance;
+    r->require_esp = tmpl->require_esp;
     memcpy(r->instance, tmpl->instance, sizeof(r->instance));
     r->answer_bytes = tmpl->answer_bytes;
     r->next = s->regs;

@@ -39,6 +39,10 @@ struct config {
     int max_sessions_per_principal, max_registers_per_s;
     int64_t max_held_per_principal, max_held_total; /* bytes */
     int max_instances_per_service, max_endpoints_per_registration;
+    /* agents: the principals whose pairs reports are taken (comma-separated; "" none);
+     * max_agents: the hosts whose reports rrpcd holds at once. */
+    char agents[4096];
+    int max_agents;
     bool syslog;
     int log_level;
     struct acl_rule *acl;
@@ -96,6 +100,8 @@ int config_etcd_password(const struct config *c, char *buf, size_t len);
 
 bool acl_allows(const struct config *c, const char *action, const char *service,
                 const char *principal);
+/* Whether @principal is in the agents list. */
+bool agent_allowed(const struct config *c, const char *principal);
 /* The principal of @token, or NULL. */
 const char *token_principal(const struct config *c, const char *token, size_t len);
 
@@ -148,6 +154,7 @@ struct registration {
     uint32_t lease_ms;
     int64_t expires_ms; /* monotonic */
     bool has_instance;  /* the server sent an instance id: its tickets are bound to it */
+    bool require_esp;   /* lookups answer it only to clients whose host has a pair with it */
     uint8_t instance[RRPC_TICKET_INSTANCE_LEN];
     size_t answer_bytes; /* the most its entry adds to a lookup answer */
     int64_t etcd_lease; /* registry on etcd: the lease its key is bound to */
@@ -332,6 +339,15 @@ void metrics_etcd_degraded(bool degraded);
 void metrics_etcd_error(enum metrics_etcd_error what);
 /* rrpcd compacted etcd's history. */
 void metrics_etcd_compaction(void);
+/* A pairs report taken, or refused for @why. */
+enum metrics_report { REPORT_ACCEPTED, REPORT_NOT_AN_AGENT, REPORT_ADDRESS_NOT_CERTIFIED,
+                      REPORT_MALFORMED, REPORT_MAX_AGENTS };
+void metrics_report(enum metrics_report what);
+/* Hosts whose agent's report rrpcd holds. */
+void metrics_agents(size_t n);
+/* A lookup of a service that requires ESP: @withheld instances left out for
+ * want of a pair, @denied when none was left to answer. */
+void metrics_esp_lookup(size_t withheld, bool denied);
 
 
 #endif

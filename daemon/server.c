@@ -113,6 +113,10 @@ static void sweep_cb(struct ev_loop *l, ev_timer *w, int revents)
     registry_sweep(srv->reg, mono_ms(), expired, srv->st);
     if (mono_ms() - srv->principals_swept_ms >= 10000)
         admit_principals_sweep(srv);
+    if (mono_ms() - srv->pairs_swept_ms >= 1000) {
+        srv->pairs_swept_ms = mono_ms();
+        pairs_sweep(srv->pairs, srv->pairs_swept_ms);
+    }
 }
 
 /* ---- start / stop --------------------------------------------------------------- */
@@ -232,7 +236,9 @@ int server_start(struct ev_loop *loop, struct config *cfg, struct registry *reg,
     srv->accept_pause_w.data = srv;
     ev_timer_init(&srv->sweep_w, sweep_cb, 0.1, 0.1);
     srv->sweep_w.data = srv;
-    int r = (srv->watch = watch_new(loop, reg, session_push)) ? 0 : -ENOMEM;
+    int r = (srv->watch = watch_new(loop, reg, session_push)) && (srv->pairs = pairs_new())
+                ? 0
+                : -ENOMEM;
     if (!r && !(srv->sslctx = tls_context(cfg)))
         r = -EINVAL;
     int port = 0;
@@ -297,6 +303,7 @@ void server_stop(struct server *srv)
         srv->st->done_arg = NULL;
     }
     watch_free(srv->watch);
+    pairs_free(srv->pairs);
     SSL_CTX_free(srv->sslctx);
     for (size_t b = 0; b < PRINCIPAL_BUCKETS; b++)
         while (srv->principals[b]) { /* every session is closed: each holds nothing */

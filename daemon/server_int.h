@@ -10,7 +10,10 @@
  *               goes to srv->handle_frame), the answers queued, timeouts
  *   dispatch.c  the requests: hello, register, renew, unregister, status,
  *               watch and unwatch, each checked as wire input
- *   lookup.c    lookup: instances in rotation and the tickets issued
+ *   lookup.c    lookup: instances in rotation and the tickets issued; of a
+ *               service that requires ESP, only instances whose host has a
+ *               pair with the client's host
+ *   pairs.c     the ESP pairs rrpc-agents report (op pairs: dispatch.c)
  *
  * The calls go one way: server -> dispatch -> lookup -> session -> admit
  * (server also to session and admit, dispatch to session).
@@ -59,12 +62,55 @@ struct principal {
     char name[256];
 };
 
+/* ---- pairs.c: the ESP pairs rrpc-agents report --------------------------------- */
+
+#define PAIRS_REPORT_TTL_MS 30000 /* a report not renewed this long is dropped */
+
+/* A host's address: AF_INET (the first 4 bytes) or AF_INET6; an IPv4-mapped
+ * IPv6 address is kept as the IPv4 one (host_addr_normalize). */
+struct host_addr {
+    int family;
+    uint8_t addr[16];
+};
+/* One pair of a report: the peer host, and until when the pair holds (monotonic). */
+struct pair_entry {
+    struct host_addr peer;
+    int64_t until_ms;
+};
+struct pairs;
+
+void host_addr_normalize(struct host_addr *a);
+/* The IP literal @s (no host name) into *@out; with @family not 0, only of
+ * that family (after normalizing).  false otherwise. */
+bool host_addr_parse(const char *s, int family, struct host_addr *out);
+const char *host_addr_text(const struct host_addr *a, char *buf, size_t len);
+/* An empty table, or NULL without memory; pairs_free: NULL is nothing. */
+struct pairs *pairs_new(void);
+void pairs_free(struct pairs *p);
+/* The report of the agent of @local (its @n pairs copied), sent on the session
+ * @serial at @now: replaces the last one of @local.  -ENOSPC when @local has
+ * none and @max_agents hosts have, -ENOMEM. */
+int pairs_report(struct pairs *p, const struct host_addr *local, const struct pair_entry *e,
+                 size_t n, uint64_t serial, int64_t now, size_t max_agents);
+/* The session @serial that reported for @local ended: its report goes, unless
+ * a later session replaced it. */
+void pairs_session_gone(struct pairs *p, const struct host_addr *local, uint64_t serial);
+/* Drops the reports not renewed within PAIRS_REPORT_TTL_MS. */
+void pairs_sweep(struct pairs *p, int64_t now);
+/* Whether @a's agent reports a pair with @b and @b's agent one with @a, both
+ * unexpired at @now. */
+bool pairs_agreed(struct pairs *p, const struct host_addr *a, const struct host_addr *b,
+                  int64_t now);
+/* Hosts with a report held. */
+size_t pairs_count(const struct pairs *p);
+
 struct server {
     struct ev_loop *loop;
     struct config *cfg;
     struct registry *reg;
     struct store *st;
     struct watch *watch;
+    struct pairs *pairs;
     SSL_CTX *sslctx;
     int lfd;
     ev_io accept_w;
@@ -83,6 +129,7 @@ struct server {
     struct principal *principals[PRINCIPAL_BUCKETS];
     size_t held; /* bytes of partly received requests and unsent answers, all sessions */
     int64_t principals_swept_ms;
+    int64_t pairs_swept_ms;
 };
 
 /*
@@ -115,6 +162,8 @@ struct conn {
     uint8_t *wbuf;
     size_t wlen, woff, wcap;
     uint64_t serial; /* names the session to answers that come later (etcd writes) */
+    bool agent;      /* it sent a pairs report, for agent_local: dropped when it ends */
+    struct host_addr agent_local;
 };
 
 /* ---- admit.c ----------------------------------------------------------------- */
@@ -194,5 +243,7 @@ void dispatch_frame(struct conn *c, const uint8_t *buf, size_t len);
 bool dispatch_register_done(void *arg, uint64_t serial, uint64_t req_id, struct registration *r,
                             int err, const char *why);
 void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m);
+/* pairs: rrpc-agent's report (@len: the frame's bytes). */
+void op_pairs(struct conn *c, uint64_t id, const msgpack_object *m, size_t len);
 
 #endif

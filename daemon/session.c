@@ -35,6 +35,8 @@ void session_close(struct conn *c, const char *why)
     if (why)
         LOG(LOG_INFO, "%s: closed: %s", c->peer, why);
     watch_conn_gone(c->srv->watch, c);
+    if (c->agent) /* its report goes with it: a new session sends the next */
+        pairs_session_gone(c->srv->pairs, &c->agent_local, c->serial);
     ev_io_stop(c->srv->loop, &c->io);
     ev_timer_stop(c->srv->loop, &c->timer);
     if (c->ssl) {

@@ -8,6 +8,9 @@
 #                                     (e.g. RRPCD_SANS="DNS:broker.lan,IP:10.0.0.5")
 #     DIR/P.crt  DIR/P.key            a client certificate with CN=P for each
 #                                     PRINCIPAL (default: kv-server kv-client)
+#                                     PRINCIPAL written P:IP[:IP...] (an
+#                                     rrpc-agent's: IP its --local address) gets
+#                                     those IP SANs and both TLS purposes
 #     DIR/ticket.pem  DIR/ticket.pub  the Ed25519 key rrpcd signs tickets with
 #                                     (ticket_key; only brokers hold it) and
 #                                     its public half
@@ -52,13 +55,26 @@ issue() {
 
 SANS="DNS:localhost,IP:127.0.0.1,IP:::1${RRPCD_SANS:+,$RRPCD_SANS}"
 issue rrpcd rrpcd "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=$SANS\n"
-for p in "$@"; do
+names=()
+for arg in "$@"; do
+  p=${arg%%:*}
   case "$p" in *[!A-Za-z0-9._-]*|'') echo "make-dev-certs: bad principal name '$p'" >&2; exit 2 ;; esac
-  issue "$p" "$p" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+  names+=("$p")
+  if [ "$p" = "$arg" ]; then
+    issue "$p" "$p" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+    continue
+  fi
+  ips=${arg#*:} san=""
+  IFS=: read -r -a list <<< "$ips"
+  for ip in "${list[@]}"; do
+    case "$ip" in *[!0-9a-fA-F.]*|'') echo "make-dev-certs: '$ip' in '$arg' is not an IPv4 address (this script writes IPv4 SANs only)" >&2; exit 2 ;; esac
+    san="$san${san:+,}IP:$ip"
+  done
+  issue "$p" "$p" "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=$san\n"
 done
 if [ ! -f ticket.pem ]; then
   openssl genpkey -algorithm ed25519 -out ticket.pem
   openssl pkey -in ticket.pem -pubout -out ticket.pub
 fi
 chmod 644 ca.crt rrpcd.crt ./*.crt ticket.pub
-echo "make-dev-certs: CA, rrpcd and client certificates ($*) and the ticket key are in $PWD"
+echo "make-dev-certs: CA, rrpcd and client certificates (${names[*]}) and the ticket key are in $PWD"

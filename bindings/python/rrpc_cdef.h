@@ -89,6 +89,7 @@ typedef struct rrpc_stats {
 int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
 int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);
 int rrpc_ctx_metrics_port(rrpc_ctx *ctx);
+int rrpc_ctx_require_esp(rrpc_ctx *ctx);
 const char *rrpc_stats_error_label(int i);
 int rrpc_stats_error_slot(int status);
 typedef struct rrpc_conn_stat {

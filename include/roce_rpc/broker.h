@@ -354,6 +354,11 @@ RRPC_API int rrpc_broker_gate(rrpc_broker *b, rrpc_ctx *ctx, const char *service
  * thread renews the registration, takes the keys of every renewal's answer
  * (so a key rotated out at rrpcd stops being accepted at the next renewal),
  * and registers again by itself when rrpcd lost it (restart, expiry).
+ * When @ctx was made with RRPC_REQUIRE_ESP (rrpc_ctx_require_esp), the
+ * registration asks rrpcd to hand its tickets only to clients whose host
+ * has an ESP pair with the endpoints' hosts, as rrpc-agents report them
+ * (docs/deployment.md); an rrpcd that does not say it keeps that is older
+ * than the flag, and the register fails with -EPROTO (undone at rrpcd).
  * Strings are copied.  Errors: -EINVAL, RRPC_E_URI, -EPERM (the ACL does not
  * let this principal register @service), -ENOSPC (a limit of rrpcd: too many
  * endpoints, instances of @service, or bytes in its lookup answer; the detail

@@ -361,6 +361,15 @@ RRPC_API int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *r
 RRPC_API int rrpc_ctx_metrics_port(rrpc_ctx *ctx);
 
 /*
+ * 1 when @ctx was made with RRPC_REQUIRE_ESP set (it accepts peers of other
+ * hosts only over an ESP pair), 0 when not, -EINVAL for NULL.  The broker
+ * client registers the services of such a context with require_esp, so
+ * rrpcd hands their tickets only to clients whose host has a pair with the
+ * server's (docs/deployment.md).
+ */
+RRPC_API int rrpc_ctx_require_esp(rrpc_ctx *ctx);
+
+/*
  * A human-readable description of the last error reported in @ctx on the
  * calling thread: what failed, with whom, and what to do.  Valid until the
  * thread's next call into the library.  Never NULL ("" when none).

@@ -71,7 +71,14 @@ static int take_keys(struct rrpc_broker *b, struct reg *g, enum rrpci_ctl_op ans
 static int do_register(struct rrpc_broker *b, struct reg *g)
 {
     struct req q;
-    rrpci_req_start(b, &q, CTL_OP_REGISTER, 4);
+    /* A context that requires ESP asks rrpcd to hand its tickets only to hosts
+     * with a pair with this one (docs/deployment.md). */
+    bool esp = rrpc_ctx_require_esp(g->ctx) == 1;
+    rrpci_req_start(b, &q, CTL_OP_REGISTER, esp ? 5 : 4);
+    if (esp) {
+        pk_str(&q.pk, CTL_K_REQUIRE_ESP);
+        msgpack_pack_true(&q.pk);
+    }
     pk_str(&q.pk, CTL_K_INSTANCE);
     msgpack_pack_bin(&q.pk, sizeof(g->instance));
     msgpack_pack_bin_body(&q.pk, g->instance, sizeof(g->instance));
@@ -90,10 +97,21 @@ static int do_register(struct rrpc_broker *b, struct reg *g)
     rrpci_req_free(&q);
     if (!r) {
         uint64_t id = 0, lease = 0;
+        const msgpack_object *kept = rrpci_mp_get(&u.u.data, CTL_K_REQUIRE_ESP);
         if (!rrpci_mp_uint(rrpci_mp_get(&u.u.data, CTL_K_REG), &id) || id == 0 ||
             !rrpci_mp_uint(rrpci_mp_get(&u.u.data, CTL_K_LEASE_MS), &lease) ||
             lease < CTL_LEASE_MIN_MS || lease > LEASE_MAX_MS) {
             r = rrpci_broker_fail(b, -EPROTO, "rrpcd's answer to register is malformed");
+        } else if (esp && !(kept && kept->type == MSGPACK_OBJECT_BOOLEAN && kept->via.boolean)) {
+            /* An rrpcd from before require_esp ignores the key: it would hand
+             * tickets to any host.  Its registration goes again. */
+            (void)rrpci_send_unregister(b, id);
+            r = rrpci_broker_fail(
+                b, -EPROTO,
+                "service '%s' requires ESP (RRPC_REQUIRE_ESP) but rrpcd %s:%s did not say it "
+                "keeps require_esp: it is older than this library and would hand tickets to "
+                "hosts without an ESP pair; upgrade it",
+                g->service, b->host, b->port);
         } else if (!(r = take_keys(b, g, CTL_OP_REGISTER, &u.u.data))) {
             g->id = id;
             g->lease_ms = (uint32_t)lease;

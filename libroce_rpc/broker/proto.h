@@ -28,7 +28,8 @@
 /* ---- operations ("op") ------------------------------------------------- */
 
 /* X(ENUM, "name"): every request a client may send.  The order is the enum's
- * and is never changed (rrpcd's metrics label the first five). */
+ * and is never changed (rrpcd's metrics label the first five).  "pairs" is
+ * rrpc-agent's report of its ESP pairs (docs/deployment.md). */
 #define RRPCI_CTL_OPS(X)          \
     X(HELLO, "hello")             \
     X(REGISTER, "register")       \
@@ -37,7 +38,8 @@
     X(LOOKUP, "lookup")           \
     X(WATCH, "watch")             \
     X(UNWATCH, "unwatch")         \
-    X(STATUS, "status")
+    X(STATUS, "status")           \
+    X(PAIRS, "pairs")
 
 enum rrpci_ctl_op {
 #define RRPCI_CTL_OP_ENUM(e, name) CTL_OP_##e,
@@ -106,6 +108,9 @@ int rrpci_ctl_err_code(const char *name);
 #define CTL_K_LEASE_MS "lease_ms"
 #define CTL_K_REG "reg"
 #define CTL_K_KEYS "keys"
+/* register (optional true), and its answer: rrpcd says true back when it keeps
+ * the flag, so a server never believes an rrpcd that ignored it. */
+#define CTL_K_REQUIRE_ESP "require_esp"
 /* lookup */
 #define CTL_K_TICKET "ticket"
 #define CTL_K_EXPIRY_MS "expiry_ms"
@@ -120,6 +125,11 @@ int rrpci_ctl_err_code(const char *name);
 #define CTL_K_SERVICES "services"
 #define CTL_K_REGISTRATIONS "registrations"
 #define CTL_K_SESSIONS "sessions"
+/* pairs: {local: ADDR, pairs: [{peer: ADDR, expires_s: N}...]} */
+#define CTL_K_LOCAL "local"
+#define CTL_K_PAIRS "pairs"
+#define CTL_K_PEER "peer"
+#define CTL_K_EXPIRES_S "expires_s"
 #define CTL_REGISTRY_MEMORY "memory"
 #define CTL_REGISTRY_ETCD "etcd"
 /* an endpoint */
@@ -133,6 +143,9 @@ int rrpci_ctl_err_code(const char *name);
 #define CTL_MAX_ENDPOINTS 64 /* of one registration */
 #define CTL_LEASE_MIN_MS 100
 #define CTL_MAX_DEPTH 8 /* msgpack nesting of a frame */
+#define CTL_MAX_PAIRS 256            /* of one pairs report (rrpc-agent's --peer limit) */
+#define CTL_MAX_PAIRS_FRAME (64u << 10) /* bytes of a pairs request */
+#define CTL_MAX_PAIR_EXPIRES_S 604800u  /* a week */
 
 /* ---- framing and msgpack ------------------------------------------------- */
 

@@ -310,6 +310,11 @@ static int esp_gate(rrpc_ctx *ctx, const uint8_t key[16], const char *text, char
     return -EACCES;
 }
 
+RRPC_API int rrpc_ctx_require_esp(rrpc_ctx *ctx)
+{
+    return ctx ? ctx->cfg.require_esp[0] != 0 : -EINVAL;
+}
+
 int rrpci_listener_accept(rrpc_listener *l, const struct sockaddr *peer, rrpc_conn **ret,
                           char *why, size_t whylen)
 {

@@ -12,7 +12,9 @@
  * and the event loop are left out.  The session has a verified client
  * certificate with CN "fuzz", so "hello" without a token authenticates; a
  * token ("fuzz-token-1", principal "tok") and an ACL letting everyone do
- * everything are configured.
+ * everything are configured, and "fuzz" is in agents: "pairs" reports are
+ * parsed and checked in full, then refused (the session has no certificate
+ * to name an address; tests/broker/test_esp_pairs.c runs the rest over TLS).
  *
  * Input: byte 0: bits 0..6 the chunk size the stream is fed in, 1..128 (as
  * TLS records would split it), bit 7 set: the connection starts out
@@ -74,7 +76,8 @@ static void setup(void)
     if (config_set(&fuzz_cfg, "allow", "* * *", "fuzz") ||
         config_set(&fuzz_cfg, "allow", "lookup sec?et* t*", "fuzz") ||
         config_set(&fuzz_cfg, "max_registrations", "4", "fuzz") ||
-        config_set(&fuzz_cfg, "lease_ms", "5000", "fuzz"))
+        config_set(&fuzz_cfg, "lease_ms", "5000", "fuzz") ||
+        config_set(&fuzz_cfg, "agents", "fuzz, agent", "fuzz"))
         abort();
     fuzz_cfg.tokens = calloc(1, sizeof(*fuzz_cfg.tokens));
     if (!fuzz_cfg.tokens)
@@ -131,7 +134,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     srv->lfd = -1;
     srv->st = store_memory();
     srv->handle_frame = dispatch_frame;
-    if (!(srv->reg = registry_new()) || !(srv->watch = watch_new(NULL, srv->reg, session_push)))
+    if (!(srv->reg = registry_new()) || !(srv->watch = watch_new(NULL, srv->reg, session_push)) ||
+        !(srv->pairs = pairs_new()))
         abort();
     registry_listen(srv->reg, watch_changed, srv->watch);
     struct conn c;
@@ -178,6 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         }
     registry_listen(srv->reg, NULL, NULL);
     watch_free(srv->watch);
+    pairs_free(srv->pairs);
     registry_free(srv->reg);
     free(srv);
     return 0;

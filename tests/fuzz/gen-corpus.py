@@ -193,6 +193,20 @@ broker_seed('bad-version', [{'v': 2, 'id': 1, 'op': 'hello'}])
 broker_seed('not-a-map', [[1, 2, 3]])
 broker_seed('bad-length', [], raw=b'\x00\x00\x00\x00')
 broker_seed('deep', [], raw=struct.pack('<I', 12) + b'\x91' * 12)
+# pairs, rrpc-agent's report: the harness's session is "fuzz" (in agents) from no
+# address (IPv4), without a certificate, so a well-formed report is parsed in full
+# and then refused for its address; malformed ones are bad_request.
+PAIRS = {'v': 2, 'id': 8, 'op': 'pairs', 'local': '10.77.0.1',
+         'pairs': [{'peer': '10.77.0.2', 'expires_s': 3600}, {'peer': '10.77.0.3', 'expires_s': 0}]}
+broker_seed('pairs', [PAIRS], authed=True)
+broker_seed('pairs-empty', [HELLO, dict(PAIRS, pairs=[])], chunk=5)
+broker_seed('pairs-v6', [dict(PAIRS, local='fe80::1', pairs=[{'peer': '::ffff:10.0.0.1',
+                                                               'expires_s': 604801}])],
+            authed=True)
+broker_seed('pairs-bad-peer', [dict(PAIRS, pairs=[{'peer': 'host-b', 'expires_s': 1}, 7])],
+            authed=True)
+broker_seed('register-require-esp', [dict(REG, require_esp=True), LOOKUP,
+                                     dict(REG, id=9, service='kv2', require_esp=1)], authed=True)
 
 
 # ---- the receive side: fuzz_tcp_rx, fuzz_core_rx, fuzz_onesided -----------------

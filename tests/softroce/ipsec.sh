@@ -31,7 +31,10 @@
 #     its own view): rrpc-bench over tcp:// runs and every packet on the veth is ESP; then with
 #     netem corrupting 2 % of b's packets on the veth, a's inbound SA drops the tampered ones for
 #     their ICV (counted by `ip -s xfrm state` and by a's /metrics alike), tcp retransmits, and
-#     rrpc-bench still completes with its calls verified; with netem gone it runs clean again.
+#     rrpc-bench still completes with its calls verified; with netem gone it runs clean again;
+#     both agents report (--broker) the pair to an rrpcd in a, which takes both reports
+#     (rrpcd_agents 2 at its /metrics, each agent's report naming the other), and drops b's when
+#     b's agent stops.
 # With BENCH_ESP=1 it also runs rrpc-bench (rtt and 1 MiB large over verbs and tcp) in clear and
 # under ESP in the same VM, for the cost of ESP (BUILD_DIR/ipsec/bench-{clear,esp}.txt).
 # Skips (77) without libnl-xfrm-3 (no rrpc-xfrm), without a VM, or when the VM kernel has no
@@ -55,7 +58,7 @@ if [ "${SOFTROCE_IN_VM:-}" != 1 ]; then
       -o "$OUT/dscp_traffic" "$HERE/dscp_traffic.c" \
       -L"$BUILD/libroce_rpc" -Wl,-rpath,"$BUILD/libroce_rpc" -lroce_rpc -lpthread ||
     { echo "ipsec: compiling dscp_traffic failed" >&2; exit 2; }
-  cp "$HERE/ipsec.sh" "$HERE/agent-certs.sh" "$OUT/" || exit 2
+  cp "$HERE/ipsec.sh" "$HERE/agent-certs.sh" "$HERE/../../scripts/make-dev-certs.sh" "$OUT/" || exit 2
   # ESP in software on a TCG guest is slow: the conformance suite alone takes minutes here.
   export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500}
   SOFTROCE_PASS_VARS="${SOFTROCE_PASS_VARS:+$SOFTROCE_PASS_VARS }BENCH_ESP" \
@@ -365,12 +368,23 @@ else
     ip -n rrpc-b addr add $NB/24 dev rrpc-vb; ip -n rrpc-b link set rrpc-vb up; ip -n rrpc-b link set lo up
     bash "$OUT/agent-certs.sh" "$W/c2" $NA $NB || bad "making the namespace certificates"
     C=$W/c2
+    # rrpcd in a, whose agents' principals are the agents' CNs (their addresses); its own
+    # certificate from make-dev-certs.sh names NA.
+    RRPCD_SANS="IP:$NA" bash "$OUT/make-dev-certs.sh" "$W/c3" >/dev/null || bad "making rrpcd's certificate"
+    printf '%s\n' "listen = $NA:0" "port_file = $W/rrpcd-ns.port" "cert = $W/c3/rrpcd.crt" \
+      "key = $W/c3/rrpcd.key" "ca = $C/ca.crt" "log_level = debug" "agents = $NA, $NB" \
+      "metrics_listen = $NA:0" "metrics_port_file = $W/rrpcd-ns.mport" > "$W/rrpcd-ns.conf"
+    ip netns exec rrpc-a "$BUILD/daemon/rrpcd" -c "$W/rrpcd-ns.conf" 2> "$W/rrpcd-ns.log" &
+    RDP=$!
+    for _ in $(seq 200); do [ -s "$W/rrpcd-ns.mport" ] && break; sleep 0.1; done
+    BRK=(--broker "$NA:$(cat "$W/rrpcd-ns.port" 2>/dev/null)" --broker-ca "$W/c3/ca.crt")
     ip netns exec rrpc-b "$AG" --local $NB --listen $NB:7445 --cert "$C/$NB.crt" --key "$C/$NB.key" \
-      --ca "$C/ca.crt" > "$W/ns-b.log" 2>&1 &
+      --ca "$C/ca.crt" "${BRK[@]}" > "$W/ns-b.log" 2>&1 &
     NBP=$!
     sleep 0.5
     ip netns exec rrpc-a "$AG" --local $NA --listen $NA:7445 --cert "$C/$NA.crt" --key "$C/$NA.key" \
-      --ca "$C/ca.crt" --peer $NB@$NB:7445 --lifetime 600 ${METRICS_A:+--metrics-listen $NA:0} > "$W/ns-a.log" 2>&1 &
+      --ca "$C/ca.crt" --peer $NB@$NB:7445 --lifetime 600 ${METRICS_A:+--metrics-listen $NA:0} \
+      "${BRK[@]}" > "$W/ns-a.log" 2>&1 &
     NAP=$!
     for _ in $(seq 200); do grep -q "paired with $NB" "$W/ns-a.log" && break; sleep 0.1; done
     ip netns exec rrpc-a tcpdump -i rrpc-va --immediate-mode -nn -w "$W/ns.pcap" "host $NA and host $NB" \
@@ -442,7 +456,29 @@ else
     else
       echo "# tc netem is unavailable here ($(cat "$W/netem.err")): the tampering check is left out"
     fi
-    kill -TERM $NAP $NBP 2>/dev/null; wait $NAP $NBP 2>/dev/null
+    # --broker: both reports taken, each naming the other (the pair is up since the bench).
+    rmetric() {
+      ip netns exec rrpc-a bash -c "exec 3<>/dev/tcp/$NA/$(cat "$W/rrpcd-ns.mport" 2>/dev/null) &&
+        printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3" 2>/dev/null | awk -v s="$1" '$1 == s { print $2 }'
+    }
+    for _ in $(seq 150); do grep -q "'$NA' reported 1 pairs for $NA" "$W/rrpcd-ns.log" &&
+      grep -q "'$NB' reported 1 pairs for $NB" "$W/rrpcd-ns.log" && break; sleep 0.1; done
+    RA=$(rmetric rrpcd_agents)
+    if [ "$RA" = 2 ] && grep -q "'$NA' reported 1 pairs for $NA" "$W/rrpcd-ns.log" &&
+       grep -q "'$NB' reported 1 pairs for $NB" "$W/rrpcd-ns.log"; then
+      ok "both agents report the pair to rrpcd (--broker): rrpcd holds 2 agents, each reporting 1 pair"
+    else
+      bad "agents report to rrpcd: rrpcd_agents $RA"
+      grep -E "reported|pairs|denied" "$W/rrpcd-ns.log" | tail -4 | sed 's/^/#   rrpcd: /'
+      grep -hE "broker|rrpcd" "$W/ns-a.log" "$W/ns-b.log" | tail -4 | sed 's/^/#   /'
+    fi
+    kill -TERM $NBP 2>/dev/null; wait $NBP 2>/dev/null
+    for _ in $(seq 100); do [ "$(rmetric rrpcd_agents)" = 1 ] && break; sleep 0.1; done
+    RA=$(rmetric rrpcd_agents)
+    if [ "$RA" = 1 ]; then ok "b's agent stopped: rrpcd dropped its report (1 agent left)"
+    else bad "b's agent stopped: rrpcd_agents $RA"; fi
+    kill -TERM $NAP 2>/dev/null; wait $NAP 2>/dev/null
+    kill -TERM $RDP 2>/dev/null; wait $RDP 2>/dev/null
     ip netns del rrpc-a; ip netns del rrpc-b
   else
     echo "# no network namespaces here (ip netns add failed): the two-host agent check is left out"

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/* A raw client of rrpcd's control protocol for tests: its own TLS session
+ * (a certificate of scripts/make-dev-certs.sh), from a chosen source address
+ * on 127/8, frames packed by hand.  Include after cmocka.h. */
+#ifndef RRPC_TEST_RAW_CLIENT_H
+#define RRPC_TEST_RAW_CLIENT_H
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <msgpack.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "broker/sockbio.h" /* TLS that never raises SIGPIPE */
+
+struct raw {
+    SSL_CTX *sctx;
+    SSL *ssl;
+    int fd;
+    char *last; /* the last answer: msgpack-c's objects point into it */
+};
+
+/* A TLS session with rrpcd on 127.0.0.1:@port as @who (@dir/@who.crt, .key;
+ * CA @dir/ca.crt), from the source address @src (NULL: any).  0, or -1 when
+ * the handshake failed. */
+static inline int raw_open(struct raw *t, const char *dir, int port, const char *who,
+                           const char *src)
+{
+    char p[300];
+    memset(t, 0, sizeof(*t));
+    t->sctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(t->sctx, TLS1_3_VERSION);
+    snprintf(p, sizeof(p), "%s/ca.crt", dir);
+    assert_int_equal(SSL_CTX_load_verify_locations(t->sctx, p, NULL), 1);
+    SSL_CTX_set_verify(t->sctx, SSL_VERIFY_PEER, NULL);
+    snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
+    assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
+    snprintf(p, sizeof(p), "%s/%s.key", dir, who);
+    assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
+    t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(t->fd >= 0);
+    if (src) {
+        struct sockaddr_in b = { .sin_family = AF_INET };
+        assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
+        assert_int_equal(bind(t->fd, (struct sockaddr *)&b, sizeof(b)), 0);
+    }
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(t->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = { 10, 0 };
+    setsockopt(t->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(t->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    t->ssl = SSL_new(t->sctx);
+    assert_int_equal(rrpci_ssl_set_socket(t->ssl, t->fd), 0);
+    ERR_clear_error();
+    int r = SSL_connect(t->ssl) == 1 ? 0 : -1;
+    ERR_clear_error();
+    return r;
+}
+
+static inline void raw_close(struct raw *t)
+{
+    free(t->last);
+    SSL_free(t->ssl);
+    if (t->fd >= 0)
+        close(t->fd);
+    SSL_CTX_free(t->sctx);
+    memset(t, 0, sizeof(*t));
+    t->fd = -1;
+}
+
+static inline int raw_write(struct raw *t, const void *p, size_t len)
+{
+    size_t n = 0;
+    ERR_clear_error();
+    int ok = SSL_write_ex(t->ssl, p, len, &n);
+    ERR_clear_error();
+    return ok && n == len ? 0 : -1;
+}
+
+static inline int raw_read_all(struct raw *t, void *p, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        size_t n = 0;
+        ERR_clear_error();
+        if (!SSL_read_ex(t->ssl, (char *)p + got, len - got, &n)) {
+            ERR_clear_error();
+            return -1;
+        }
+        got += n;
+    }
+    return 0;
+}
+
+/* Whether rrpcd ended the session: the next read sees its end (10 s at most). */
+static inline bool raw_ended(struct raw *t)
+{
+    uint8_t b;
+    return raw_read_all(t, &b, 1) != 0;
+}
+
+static inline void raw_pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static inline const msgpack_object *raw_get(const msgpack_object *m, const char *key)
+{
+    for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
+            !memcmp(k->via.str.ptr, key, k->via.str.size))
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* Sends the request in @sb, reads the answer into @u: 0, or -1 when the session ended. */
+static inline int raw_rpc(struct raw *t, msgpack_sbuffer *sb, msgpack_unpacked *u)
+{
+    uint8_t hdr[4] = { (uint8_t)sb->size, (uint8_t)(sb->size >> 8), (uint8_t)(sb->size >> 16),
+                       (uint8_t)(sb->size >> 24) };
+    if (raw_write(t, hdr, 4) || raw_write(t, sb->data, sb->size) || raw_read_all(t, hdr, 4))
+        return -1;
+    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    assert_true(len > 0 && len <= (1u << 20));
+    char *buf = malloc(len);
+    assert_non_null(buf);
+    if (raw_read_all(t, buf, len)) {
+        free(buf);
+        return -1;
+    }
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+    free(t->last);
+    t->last = buf;
+    return 0;
+}
+
+/* A request's envelope, with @n more entries to pack. */
+static inline void raw_begin(msgpack_sbuffer *sb, msgpack_packer *pk, const char *op, int id,
+                             int n)
+{
+    msgpack_sbuffer_clear(sb);
+    msgpack_pack_map(pk, 3 + (uint32_t)n);
+    raw_pk_str(pk, "v");
+    msgpack_pack_uint8(pk, 2); /* the control protocol's version */
+    raw_pk_str(pk, "id");
+    msgpack_pack_uint32(pk, (uint32_t)id);
+    raw_pk_str(pk, "op");
+    raw_pk_str(pk, op);
+}
+
+static inline bool raw_answer_ok(const msgpack_unpacked *u)
+{
+    const msgpack_object *ok = raw_get(&u->data, "ok");
+    return ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
+}
+
+/* The answer's str @key copied into @out ("" when none). */
+static inline const char *raw_text(const msgpack_unpacked *u, const char *key, char *out,
+                                   size_t outlen)
+{
+    const msgpack_object *o = raw_get(&u->data, key);
+    size_t n = o && o->type == MSGPACK_OBJECT_STR ? o->via.str.size : 0;
+    if (n >= outlen)
+        n = outlen - 1;
+    if (n)
+        memcpy(out, o->via.str.ptr, n);
+    out[n] = 0;
+    return out;
+}
+
+/* hello: 0 when rrpcd answered ok, -1 otherwise. */
+static inline int raw_hello(struct raw *t)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    raw_begin(&sb, &pk, "hello", 1, 0);
+    int r = raw_rpc(t, &sb, &u);
+    if (!r && !raw_answer_ok(&u))
+        r = -1;
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return r;
+}
+
+#endif
