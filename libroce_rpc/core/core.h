@@ -364,6 +364,12 @@ void rrpci_credit_return(rrpc_ctx *ctx);
 /* Traffic arrived: with RRPC_BUSY_POLL_US, the loop polls for that long
  * before it sleeps again. */
 void rrpci_ctx_activity(rrpc_ctx *ctx);
+/* The same for a blocking call about to wait for its answer (the runner, the
+ * lock held): the loop's clock is read afresh first.  It was last set when a
+ * runner last waited, which may be long ago; a window started from it
+ * counted that time as a stretch of polling with no CPU (a contention stop,
+ * polling held back for 0.1-1.6 s) and could be over before it began. */
+void rrpci_ctx_activity_fresh(rrpc_ctx *ctx);
 uint64_t rrpci_conn_new_id(rrpc_conn *c);
 /* Releases the application's reference of an rrpc_connect handle (once). */
 void rrpci_conn_release_user(rrpc_conn *c);

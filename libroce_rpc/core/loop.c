@@ -211,6 +211,13 @@ void rrpci_ctx_activity(rrpc_ctx *ctx)
         rrpci_gov_activity(&ctx->gov, now_s(ctx), thread_cpu_s(), thread_id());
 }
 
+void rrpci_ctx_activity_fresh(rrpc_ctx *ctx)
+{
+    if (ctx->gov.window_us > 0)
+        rrpci_evloop_now_update(ctx->ev);
+    rrpci_ctx_activity(ctx);
+}
+
 /*
  * A polling thread yields its CPU on every iteration: the work it waits for
  * often needs that CPU, the peer process on the same host, or the kernel's

@@ -171,7 +171,7 @@ static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end,
                 return rrpci_set_error(ctx, -ETIMEDOUT, "rrpc_ctx_wait_until: the flag was not "
                                                         "set within the timeout");
             if (!ctx->thread_mode && !ctx->in_run) {
-                rrpci_ctx_activity(ctx);
+                rrpci_ctx_activity_fresh(ctx);
                 rrpci_loop_pass(ctx, ms);
                 rrpci_driven_rearm(ctx);
                 continue;
@@ -179,7 +179,7 @@ static int flag_wait(rrpc_ctx *ctx, const int *flag, const struct timespec *end,
             taken = rrpci_loop_take(ctx);
         }
         if (taken) {
-            rrpci_ctx_activity(ctx);
+            rrpci_ctx_activity_fresh(ctx);
             while (!flag_is_set(flag) && (ms = ms_left(end)) != 0)
                 rrpci_loop_pass(ctx, ms);
             rrpci_loop_give_back(ctx);

@@ -9,6 +9,8 @@
  * which then woke the caller, is what a blocking call cost before; a kick
  * at every give-back for a timer restarted by the call cost one.
  *
+ * Then blocking calls 25 ms apart: no contention stop (see below).
+ *
  * Counts, not times: the bound on wake-ups (a tenth of the calls) leaves
  * room for the wake-ups a loaded host or the context's own timers cause,
  * and fails a loop thread woken once per call.
@@ -17,12 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <time.h>
 
 #include <roce_rpc/rrpc.h>
 
 #include "busy_poll.h"
 
 #define CALLS 400
+#define PAUSED 20
 
 int main(void)
 {
@@ -62,6 +66,29 @@ int main(void)
           "the loop thread woke %llu times for %d blocking calls that each ran the loop "
           "themselves: something wakes it after a call (a give-back kick, the answer)",
           woke, CALLS);
+
+    /* Calls after pauses: each starts the polling window for its answer.
+     * Charged from the loop's clock as it was when a runner last waited
+     * (the previous call), a window counted the pause as polling with no
+     * CPU: a contention stop after the first pause, polling held back for
+     * 0.1-1.6 s.  Charged from the call's own time, the calls poll a few
+     * hundred microseconds in all, too little for the governor to judge
+     * contention (20 ms), loaded host or not. */
+    CHECK(rrpc_ctx_stats(cli, &s0) == 0, "stats");
+    for (int i = 0; i < PAUSED; i++) {
+        struct timespec pause = {0, 25 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        CHECK(rrpc_call_sync(c, "echo", "ping", 4, NULL, &out, &n) == 0, "paused call %d: %s", i,
+              rrpc_ctx_last_error(cli));
+        free(out);
+    }
+    CHECK(rrpc_ctx_stats(cli, &s1) == 0, "stats");
+    unsigned long long stops = s1.busy_poll_contended_stops - s0.busy_poll_contended_stops;
+    printf("%d blocking calls 25 ms apart: %llu contention stops\n", PAUSED, stops);
+    CHECK(stops == 0,
+          "%llu contention stops in %d blocking calls 25 ms apart: the pauses were charged "
+          "to polling",
+          stops, PAUSED);
 
     rrpc_conn_close(c);
     rrpc_ctx_destroy(cli);
