@@ -8,7 +8,7 @@
  *
  *   rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F
  *              [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F] [-v]
- *              [--broker HOST:PORT [--broker-ca F]]
+ *              [--broker HOST:PORT]... [--broker-ca F]
  *
  * With --broker it reports its agreed pairs to rrpcd (broker_report.h), so
  * rrpcd hands the tickets of services that require ESP only to clients
@@ -818,7 +818,7 @@ static int usage(void)
     fprintf(stderr, "usage: rrpc-agent --local ADDR --listen HOST:PORT --cert F --key F --ca F\n"
                     "                  [--peer ADDR@HOST:PORT]... [--lifetime S] [--port-file F]\n"
                     "                  [--query-socket PATH] [--metrics-listen HOST:PORT] [-v]\n"
-                    "                  [--broker HOST:PORT [--broker-ca F]]\n");
+                    "                  [--broker HOST:PORT]... [--broker-ca F]\n");
     return 2;
 }
 
@@ -871,8 +871,11 @@ int main(int argc, char **argv)
         {"broker", required_argument, NULL, 'B'}, {"broker-ca", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0}};
     const char *local = NULL, *listen_ep = NULL, *cert = NULL, *key = NULL, *ca = NULL,
-               *port_file = NULL, *query_path = NULL, *metrics_listen = NULL, *broker = NULL,
-               *broker_ca = NULL;
+               *port_file = NULL, *query_path = NULL, *metrics_listen = NULL, *broker_ca = NULL;
+    /* --broker, repeated: every rrpcd that may answer this host's clients */
+    enum { MAX_BROKERS = 8 };
+    const char *brokers[MAX_BROKERS];
+    int nbrokers = 0;
     const char *peer_args[AG_MAX_PEERS];
     int npeer_args = 0, c;
     while ((c = getopt_long(argc, argv, "v", opts, NULL)) != -1) {
@@ -902,7 +905,11 @@ int main(int argc, char **argv)
         }
         case 'B':
 #ifdef RRPC_AGENT_BROKER
-            broker = optarg;
+            if (nbrokers == MAX_BROKERS) {
+                fprintf(stderr, "rrpc-agent: --broker: at most %d\n", MAX_BROKERS);
+                return 2;
+            }
+            brokers[nbrokers++] = optarg;
             break;
 #else
             fprintf(stderr, "rrpc-agent: --broker: this rrpc-agent was built without the broker "
@@ -929,7 +936,7 @@ int main(int argc, char **argv)
         default: return usage();
         }
     }
-    if (optind != argc || !local || !listen_ep || !cert || !key || !ca || (broker_ca && !broker))
+    if (optind != argc || !local || !listen_ep || !cert || !key || !ca || (broker_ca && !nbrokers))
         return usage();
     if (parse_addr(local, &g.family, g.local)) {
         fprintf(stderr, "rrpc-agent: --local %s is not an IP address\n", local);
@@ -1007,19 +1014,21 @@ int main(int argc, char **argv)
     (void)metrics_text;
 #endif
 #ifdef RRPC_AGENT_BROKER
-    if (broker) {
+    if (nbrokers)
+        publish(); /* what the first report says */
+    for (int i = 0; i < nbrokers; i++) {
         char why[400];
-        struct ag_report_opts ro = {.broker = broker, .cert = cert, .key = key,
+        struct ag_report_opts ro = {.broker = brokers[i], .cert = cert, .key = key,
                                     .ca = broker_ca ? broker_ca : ca, .local = g.local_text,
                                     .pairs = report_pairs, .log = logf_};
-        publish(); /* what the first report says */
         if (ag_report_start(&ro, why, sizeof(why))) {
             fprintf(stderr, "rrpc-agent: %s\n", why);
             return 1;
         }
     }
 #else
-    (void)broker;
+    (void)brokers;
+    (void)nbrokers;
     (void)broker_ca;
 #endif
     logf_("agent of %s listening on %s, %d peer%s named, lifetime %s", g.local_text, listen_ep,

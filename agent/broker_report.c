@@ -24,16 +24,19 @@
 
 #define IO_TIMEOUT_S 5 /* one read or write of the session */
 
-static struct {
+/* One rrpcd reported to (one --broker), on a thread of its own. */
+struct reporter {
     struct ag_report_opts o;
     char host[256], port[16];
     SSL_CTX *ctx;
     pthread_t thread;
-    bool started;
-    atomic_bool stop;
     atomic_uint_fast64_t accepted;
     uint64_t next_id;
-} R;
+};
+
+static struct reporter reporters[AG_REPORT_BROKERS];
+static int nreporters;
+static atomic_bool stopping;
 
 static const char *tls_err(void)
 {
@@ -46,8 +49,8 @@ static const char *tls_err(void)
     return b;
 }
 
-/* HOST:PORT or [IPv6]:PORT into R.host, R.port. */
-static int split(const char *ep)
+/* HOST:PORT or [IPv6]:PORT into r->host, r->port. */
+static int split(struct reporter *r, const char *ep)
 {
     const char *c;
     size_t hl;
@@ -56,35 +59,35 @@ static int split(const char *ep)
         if (!rb || rb[1] != ':')
             return -1;
         hl = (size_t)(rb - ep - 1);
-        if (hl == 0 || hl >= sizeof(R.host))
+        if (hl == 0 || hl >= sizeof(r->host))
             return -1;
-        memcpy(R.host, ep + 1, hl);
+        memcpy(r->host, ep + 1, hl);
         c = rb + 1;
     } else {
         c = strrchr(ep, ':');
-        if (!c || c == ep || (hl = (size_t)(c - ep)) >= sizeof(R.host))
+        if (!c || c == ep || (hl = (size_t)(c - ep)) >= sizeof(r->host))
             return -1;
-        memcpy(R.host, ep, hl);
+        memcpy(r->host, ep, hl);
     }
-    R.host[hl] = 0;
+    r->host[hl] = 0;
     char *end;
     unsigned long p = strtoul(c + 1, &end, 10);
     if (*end || !c[1] || p == 0 || p > 65535)
         return -1;
-    snprintf(R.port, sizeof(R.port), "%lu", p);
+    snprintf(r->port, sizeof(r->port), "%lu", p);
     return 0;
 }
 
 /* ---- one session -------------------------------------------------------------- */
 
-static int dial(void)
+static int dial(struct reporter *r)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    if (getaddrinfo(R.host, R.port, &hints, &ai) || !ai)
+    if (getaddrinfo(r->host, r->port, &hints, &ai) || !ai)
         return -EHOSTUNREACH;
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), rc = fd < 0 ? -errno : 0;
-    if (!rc && R.o.prepare_fd)
-        rc = R.o.prepare_fd(fd, ai->ai_family);
+    if (!rc && r->o.prepare_fd)
+        rc = r->o.prepare_fd(fd, ai->ai_family);
     struct timeval tv = {IO_TIMEOUT_S, 0};
     if (!rc) {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -170,11 +173,11 @@ static int roundtrip(SSL *ssl, msgpack_sbuffer *sb, uint64_t id, char *why, size
     }
 }
 
-static void begin(msgpack_sbuffer *sb, msgpack_packer *pk, enum rrpci_ctl_op op, uint32_t n,
+static void begin(struct reporter *r, msgpack_sbuffer *sb, msgpack_packer *pk, enum rrpci_ctl_op op, uint32_t n,
                   uint64_t *ret_id)
 {
     msgpack_sbuffer_clear(sb);
-    *ret_id = ++R.next_id;
+    *ret_id = ++r->next_id;
     msgpack_pack_map(pk, 3 + n);
     pk_str(pk, CTL_K_V);
     msgpack_pack_uint32(pk, CTL_VERSION);
@@ -185,12 +188,12 @@ static void begin(msgpack_sbuffer *sb, msgpack_packer *pk, enum rrpci_ctl_op op,
 }
 
 /* The report of @p (@n pairs) at @now. */
-static void pack_pairs(msgpack_sbuffer *sb, msgpack_packer *pk, const struct ag_report_pair *p,
+static void pack_pairs(struct reporter *r, msgpack_sbuffer *sb, msgpack_packer *pk, const struct ag_report_pair *p,
                        int n, time_t now, uint64_t *ret_id)
 {
-    begin(sb, pk, CTL_OP_PAIRS, 2, ret_id);
+    begin(r, sb, pk, CTL_OP_PAIRS, 2, ret_id);
     pk_str(pk, CTL_K_LOCAL);
-    pk_str(pk, R.o.local);
+    pk_str(pk, r->o.local);
     pk_str(pk, CTL_K_PAIRS);
     msgpack_pack_array(pk, (uint32_t)n);
     for (int i = 0; i < n; i++) {
@@ -216,27 +219,27 @@ static bool same(const struct ag_report_pair *a, int na, const struct ag_report_
 }
 
 /* One session: hello, then reports until it fails or the agent stops. */
-static void session(void)
+static void session(struct reporter *r)
 {
     char why[500];
-    int fd = dial();
+    int fd = dial(r);
     if (fd < 0) {
-        R.o.log("--broker %s: cannot connect: %s", R.o.broker, strerror(-fd));
+        r->o.log("--broker %s: cannot connect: %s", r->o.broker, strerror(-fd));
         return;
     }
-    SSL *ssl = SSL_new(R.ctx);
+    SSL *ssl = SSL_new(r->ctx);
     if (!ssl || rrpci_ssl_set_socket(ssl, fd)) {
-        R.o.log("--broker %s: out of memory", R.o.broker);
+        r->o.log("--broker %s: out of memory", r->o.broker);
         SSL_free(ssl);
         close(fd);
         return;
     }
     struct in6_addr ip;
-    if (inet_pton(AF_INET, R.host, &ip) == 1 || inet_pton(AF_INET6, R.host, &ip) == 1)
-        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), R.host);
+    if (inet_pton(AF_INET, r->host, &ip) == 1 || inet_pton(AF_INET6, r->host, &ip) == 1)
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), r->host);
     else {
-        SSL_set1_host(ssl, R.host);
-        SSL_set_tlsext_host_name(ssl, R.host);
+        SSL_set1_host(ssl, r->host);
+        SSL_set_tlsext_host_name(ssl, r->host);
     }
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -246,33 +249,33 @@ static void session(void)
     uint64_t id;
     ERR_clear_error();
     if (!cur) {
-        R.o.log("--broker %s: out of memory", R.o.broker);
+        r->o.log("--broker %s: out of memory", r->o.broker);
         goto out;
     }
     if (SSL_connect(ssl) != 1) {
-        R.o.log("--broker %s: TLS handshake: %s", R.o.broker, tls_err());
+        r->o.log("--broker %s: TLS handshake: %s", r->o.broker, tls_err());
         goto out;
     }
-    begin(&sb, &pk, CTL_OP_HELLO, 0, &id);
+    begin(r, &sb, &pk, CTL_OP_HELLO, 0, &id);
     if (roundtrip(ssl, &sb, id, why, sizeof(why))) {
-        R.o.log("--broker %s: hello: %s", R.o.broker, why);
+        r->o.log("--broker %s: hello: %s", r->o.broker, why);
         goto out;
     }
-    R.o.log("reporting this host's ESP pairs to rrpcd %s", R.o.broker);
+    r->o.log("reporting this host's ESP pairs to rrpcd %s", r->o.broker);
     int nlast = -1;
     time_t sent = 0;
-    while (!atomic_load(&R.stop)) {
-        int n = R.o.pairs(cur, AG_REPORT_MAX);
+    while (!atomic_load(&stopping)) {
+        int n = r->o.pairs(cur, AG_REPORT_MAX);
         time_t now = time(NULL);
         if (nlast < 0 || !same(cur, n, last, nlast) || now - sent >= AG_REPORT_EVERY_S) {
-            pack_pairs(&sb, &pk, cur, n, now, &id);
+            pack_pairs(r, &sb, &pk, cur, n, now, &id);
             if (roundtrip(ssl, &sb, id, why, sizeof(why))) {
-                R.o.log("--broker %s: rrpcd refused the pairs report: %s", R.o.broker, why);
+                r->o.log("--broker %s: rrpcd refused the pairs report: %s", r->o.broker, why);
                 goto out;
             }
-            atomic_fetch_add(&R.accepted, 1);
+            atomic_fetch_add(&r->accepted, 1);
             if (nlast < 0 || !same(cur, n, last, nlast))
-                R.o.log("reported %d ESP pair%s to rrpcd %s", n, n == 1 ? "" : "s", R.o.broker);
+                r->o.log("reported %d ESP pair%s to rrpcd %s", n, n == 1 ? "" : "s", r->o.broker);
             memcpy(last, cur, (size_t)n * sizeof(*cur));
             nlast = n;
             sent = now;
@@ -280,7 +283,7 @@ static void session(void)
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 1000) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
             /* rrpcd sends nothing unasked: this is its end of the session. */
-            R.o.log("--broker %s: rrpcd closed the session", R.o.broker);
+            r->o.log("--broker %s: rrpcd closed the session", r->o.broker);
             goto out;
         }
     }
@@ -294,10 +297,10 @@ out:
 
 static void *report_thread(void *arg)
 {
-    (void)arg;
-    while (!atomic_load(&R.stop)) {
-        session();
-        for (int i = 0; i < AG_REPORT_RETRY_S * 10 && !atomic_load(&R.stop); i++)
+    struct reporter *r = arg;
+    while (!atomic_load(&stopping)) {
+        session(r);
+        for (int i = 0; i < AG_REPORT_RETRY_S * 10 && !atomic_load(&stopping); i++)
             poll(NULL, 0, 100);
     }
     return NULL;
@@ -305,46 +308,55 @@ static void *report_thread(void *arg)
 
 int ag_report_start(const struct ag_report_opts *o, char *why, size_t whylen)
 {
-    R.o = *o;
-    if (split(o->broker)) {
+    if (nreporters == AG_REPORT_BROKERS) {
+        snprintf(why, whylen, "--broker %s: at most %d --broker", o->broker, AG_REPORT_BROKERS);
+        return -1;
+    }
+    struct reporter *r = &reporters[nreporters];
+    memset(r, 0, sizeof(*r));
+    r->o = *o;
+    if (split(r, o->broker)) {
         snprintf(why, whylen, "--broker %s: want HOST:PORT or [IPv6]:PORT", o->broker);
         return -1;
     }
-    R.ctx = SSL_CTX_new(TLS_client_method());
-    if (!R.ctx || !SSL_CTX_set_min_proto_version(R.ctx, TLS1_3_VERSION) ||
-        SSL_CTX_use_certificate_chain_file(R.ctx, o->cert) != 1 ||
-        SSL_CTX_use_PrivateKey_file(R.ctx, o->key, SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_load_verify_locations(R.ctx, o->ca, NULL) != 1) {
+    r->ctx = SSL_CTX_new(TLS_client_method());
+    if (!r->ctx || !SSL_CTX_set_min_proto_version(r->ctx, TLS1_3_VERSION) ||
+        SSL_CTX_use_certificate_chain_file(r->ctx, o->cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(r->ctx, o->key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_load_verify_locations(r->ctx, o->ca, NULL) != 1) {
         snprintf(why, whylen, "--broker: TLS setup (--cert %s --key %s, CA %s): %s", o->cert,
                  o->key, o->ca, tls_err());
-        SSL_CTX_free(R.ctx);
-        R.ctx = NULL;
+        SSL_CTX_free(r->ctx);
+        r->ctx = NULL;
         return -1;
     }
-    SSL_CTX_set_verify(R.ctx, SSL_VERIFY_PEER, NULL);
-    int e = pthread_create(&R.thread, NULL, report_thread, NULL);
+    SSL_CTX_set_verify(r->ctx, SSL_VERIFY_PEER, NULL);
+    int e = pthread_create(&r->thread, NULL, report_thread, r);
     if (e) {
         snprintf(why, whylen, "--broker: cannot start its thread: %s", strerror(e));
-        SSL_CTX_free(R.ctx);
-        R.ctx = NULL;
+        SSL_CTX_free(r->ctx);
+        r->ctx = NULL;
         return -1;
     }
-    R.started = true;
+    nreporters++;
     return 0;
 }
 
 void ag_report_stop(void)
 {
-    if (!R.started)
-        return;
-    atomic_store(&R.stop, true);
-    pthread_join(R.thread, NULL);
-    R.started = false;
-    SSL_CTX_free(R.ctx);
-    R.ctx = NULL;
+    atomic_store(&stopping, true);
+    for (int i = 0; i < nreporters; i++) {
+        pthread_join(reporters[i].thread, NULL);
+        SSL_CTX_free(reporters[i].ctx);
+        reporters[i].ctx = NULL;
+    }
+    nreporters = 0;
 }
 
 uint64_t ag_report_accepted(void)
 {
-    return atomic_load(&R.accepted);
+    uint64_t n = 0;
+    for (int i = 0; i < nreporters; i++)
+        n += atomic_load(&reporters[i].accepted);
+    return n;
 }

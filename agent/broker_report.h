@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rrpc-agent --broker: the pairs report to rrpcd (docs/deployment.md,
- * "Refusing tickets to hosts without a pair"), on a thread of its own.  It
+ * "Refusing tickets to hosts without a pair"), on a thread of its own for
+ * each rrpcd named.  It
  * keeps a TLS 1.3 session with rrpcd (the agent's certificate, whose IP SAN
  * is --local; rrpcd's checked against the CA and the broker's address),
  * says hello, and sends op "pairs" {local, pairs: [{peer, expires_s}]} at
@@ -19,6 +20,7 @@
 #define AG_REPORT_EVERY_S 10
 #define AG_REPORT_RETRY_S 5
 #define AG_REPORT_MAX 256 /* rrpcd's bound of one report (CTL_MAX_PAIRS) */
+#define AG_REPORT_BROKERS 8 /* --broker given at most this often: one rrpcd each */
 
 /* A pair to report: the peer host and its SAs' hard expiry (0: none). */
 struct ag_report_pair {
@@ -41,12 +43,14 @@ struct ag_report_opts {
     void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
 
-/* Checks @o (the address, the TLS files) and starts the thread: 0, or -1
- * with the reason in @why. */
+/* Checks @o (the address, the TLS files) and starts the thread that reports
+ * to @o->broker: 0, or -1 with the reason in @why.  Once per --broker (at
+ * most AG_REPORT_BROKERS): several rrpcd on one etcd each hold their own
+ * reports (they are not in etcd), so an agent reports to every one. */
 int ag_report_start(const struct ag_report_opts *o, char *why, size_t whylen);
-/* Ends the session (rrpcd drops the report with it) and joins the thread. */
+/* Ends the sessions (each rrpcd drops the report with it) and joins the threads. */
 void ag_report_stop(void);
-/* Reports rrpcd accepted so far (for -v and the tests' logs). */
+/* Reports the rrpcd accepted so far, all together (for -v and the tests' logs). */
 uint64_t ag_report_accepted(void);
 
 #endif

@@ -7,6 +7,7 @@
 #     report taken at start: rrpcd holds 2 agents;
 #   - an agent whose certificate does not name its --local is refused (and says why);
 #   - an agent that stops ends its session, and rrpcd drops its report at once;
+#   - an agent given two --broker reports to both rrpcd (each holds its own reports);
 #   - --broker-ca without --broker, and a malformed --broker, are usage errors.
 # Exit 77 (skipped) without rrpc-agent, rrpcd or metrics_http, or as non-root (the agent's
 # sockets' IPsec bypass needs CAP_NET_ADMIN).
@@ -28,40 +29,44 @@ trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 bash "$HERE/../../scripts/make-dev-certs.sh" "$W/c" agent-a:127.0.0.2 agent-b:127.0.0.3 > /dev/null ||
   { bad "test certificates"; exit 1; }
 C=$W/c
-cat > "$W/rrpcd.conf" <<EOF
+# An rrpcd whose files end in $1 ("" or 2): its port in $W/port$1, /metrics in $W/mport$1.
+rrpcd() {
+  cat > "$W/rrpcd$1.conf" <<EOF
 listen = 127.0.0.1:0
-port_file = $W/port
+port_file = $W/port$1
 cert = $C/rrpcd.crt
 key = $C/rrpcd.key
 ca = $C/ca.crt
 log_level = debug
 agents = agent-a, agent-b
 metrics_listen = 127.0.0.1:0
-metrics_port_file = $W/mport
+metrics_port_file = $W/mport$1
 EOF
-"$D" -c "$W/rrpcd.conf" 2> "$W/rrpcd.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$W/port" ] && [ -s "$W/mport" ] && break; sleep 0.1; done
-[ -s "$W/mport" ] || { grep -q "without libmicrohttpd" "$W/rrpcd.log" && { echo "skipped: rrpcd without metrics_http"; exit 77; }; bad "rrpcd started"; cat "$W/rrpcd.log"; exit 1; }
+  "$D" -c "$W/rrpcd$1.conf" 2> "$W/rrpcd$1.log" &
+  PIDS+=($!)
+  for _ in $(seq 100); do [ -s "$W/port$1" ] && [ -s "$W/mport$1" ] && break; sleep 0.1; done
+  [ -s "$W/mport$1" ] || { grep -q "without libmicrohttpd" "$W/rrpcd$1.log" && { echo "skipped: rrpcd without metrics_http"; exit 77; }; bad "rrpcd started"; cat "$W/rrpcd$1.log"; exit 1; }
+}
+rrpcd ""
 P=$(cat "$W/port") MP=$(cat "$W/mport")
 
-# The value of the series $1 at rrpcd's /metrics.
+# The value of the series $1 at rrpcd's /metrics (at port $2, default the first rrpcd's).
 metric() {
-  exec 3<>/dev/tcp/127.0.0.1/"$MP" || return 1
+  exec 3<>/dev/tcp/127.0.0.1/"${2:-$MP}" || return 1
   printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
   awk -v s="$1" '$1 == s { print $2 }' <&3
   exec 3<&-
 }
-# Waits (10 s at most) until the series $1 is $2.
+# Waits (10 s at most) until the series $1 is $2 (at port $3).
 wait_metric() {
-  for _ in $(seq 100); do [ "$(metric "$1")" = "$2" ] && return 0; sleep 0.1; done
+  for _ in $(seq 100); do [ "$(metric "$1" "${3:-}")" = "$2" ] && return 0; sleep 0.1; done
   return 1
 }
 
 agent() { # NAME LOCAL [more options]
   local name=$1 local=$2; shift 2
   "$AG" --local "$local" --listen "$local:0" --cert "$C/$name.crt" --key "$C/$name.key" \
-    --ca "$C/ca.crt" --broker "127.0.0.1:$P" "$@" 2> "$W/$name-$local.log" &
+    --ca "$C/ca.crt" --broker "127.0.0.1:$P" "$@" 2>> "$W/$name-$local.log" &
   PIDS+=($!)
 }
 
@@ -91,6 +96,19 @@ if wait_metric rrpcd_agents 1; then
   ok "an agent that stops takes its report with it (rrpcd holds 1 agent)"
 else
   bad "a stopped agent's report is dropped: rrpcd_agents $(metric rrpcd_agents)"
+fi
+
+# Several rrpcd (on one etcd, or standing by) hold their own reports: an agent reports to each
+# --broker it is given.
+rrpcd 2
+P2=$(cat "$W/port2") MP2=$(cat "$W/mport2")
+agent agent-a 127.0.0.2 --broker "127.0.0.1:$P2"
+if wait_metric rrpcd_agents 2 && wait_metric rrpcd_agents 1 "$MP2" &&
+   grep -q "reporting this host's ESP pairs to rrpcd 127.0.0.1:$P2" "$W/agent-a-127.0.0.2.log"; then
+  ok "an agent with two --broker reports to both rrpcd (2 agents at the first, 1 at the second)"
+else
+  bad "two --broker: rrpcd_agents $(metric rrpcd_agents) and $(metric rrpcd_agents "$MP2")"
+  tail -5 "$W/agent-a-127.0.0.2.log"
 fi
 
 "$AG" --local 127.0.0.2 --listen 127.0.0.2:0 --cert "$C/agent-a.crt" --key "$C/agent-a.key" \
