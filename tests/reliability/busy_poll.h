@@ -6,6 +6,7 @@
 #define RRPC_TEST_BUSY_POLL_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -66,6 +67,21 @@ static inline int echo_pair(rrpc_ctx *srv, rrpc_ctx *cli, rrpc_conn **ret_conn)
     test_connect_uri(uri, sizeof(uri), rrpc_listener_port(l));
     CHECK(rrpc_connect_sync(cli, uri, 5000, NULL, NULL, ret_conn) == 0, "connect: %s",
           rrpc_ctx_last_error(cli));
+    return 0;
+}
+
+/* echo_pair with @cli in thread mode, and one blocking call made on the
+ * connection (the warm-up): 0, or 1 with the reason printed. */
+static inline int echo_pair_thread(rrpc_ctx *srv, rrpc_ctx *cli, rrpc_conn **ret_conn)
+{
+    CHECK(rrpc_ctx_start_thread(cli) == 0, "client thread");
+    if (echo_pair(srv, cli, ret_conn))
+        return 1;
+    void *out;
+    size_t n;
+    CHECK(rrpc_call_sync(*ret_conn, "echo", "warm", 4, NULL, &out, &n) == 0, "warm-up: %s",
+          rrpc_ctx_last_error(cli));
+    free(out);
     return 0;
 }
 

@@ -49,16 +49,12 @@ int main(void)
     CHECK(rrpc_ctx_create_with(cfg, &srv) == 0 && rrpc_ctx_create_with(cfg, &cli) == 0,
           "contexts");
     rrpc_config_destroy(cfg);
-    CHECK(rrpc_ctx_start_thread(cli) == 0, "client thread");
     rrpc_conn *c;
-    if (echo_pair(srv, cli, &c))
+    if (echo_pair_thread(srv, cli, &c))
         return 1;
 
     void *out;
     size_t n;
-    CHECK(rrpc_call_sync(c, "echo", "warm", 4, NULL, &out, &n) == 0, "warm-up: %s",
-          rrpc_ctx_last_error(cli));
-    free(out);
     double t0 = wall_ms();
     for (int i = 0; i < CALLS; i++) {
         int done = 0;

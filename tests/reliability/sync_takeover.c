@@ -34,16 +34,12 @@ int main(void)
     rrpc_ctx *srv, *cli;
     CHECK(rrpc_ctx_create(&srv) == 0 && rrpc_ctx_create(&cli) == 0, "contexts: %s",
           rrpc_ctx_last_error(NULL));
-    CHECK(rrpc_ctx_start_thread(cli) == 0, "client thread");
     rrpc_conn *c;
-    if (echo_pair(srv, cli, &c))
+    if (echo_pair_thread(srv, cli, &c))
         return 1;
 
     void *out;
     size_t n;
-    CHECK(rrpc_call_sync(c, "echo", "warm", 4, NULL, &out, &n) == 0, "warm-up: %s",
-          rrpc_ctx_last_error(cli));
-    free(out);
     rrpc_stats s0, s1;
     CHECK(rrpc_ctx_stats(cli, &s0) == 0, "stats");
     for (int i = 0; i < CALLS; i++) {
