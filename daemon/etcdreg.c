@@ -653,9 +653,13 @@ static void compact_history(void)
             e = 0; /* compacted further already (another rrpcd, or etcd's own) */
         }
     }
+    /* An etcd that cannot be reached is reported once by the watch, and as
+     * the degradation after its grace: a compaction that fails for that says
+     * nothing new, and at warning it made a third line for one outage. */
     if (e)
-        LOG(LOG_WARNING, "etcd: cannot compact its history (%s); again in %d s",
-            etcd_error(ops), cfg->etcd_compact_interval_s);
+        LOG(e == -EHOSTUNREACH ? LOG_INFO : LOG_WARNING,
+            "etcd: cannot compact its history (%s); again in %d s", etcd_error(ops),
+            cfg->etcd_compact_interval_s);
     else
         w_compact_rev = rev;
     w_compact_due = mono_ms() + (int64_t)cfg->etcd_compact_interval_s * 1000;
