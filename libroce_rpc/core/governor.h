@@ -13,14 +13,16 @@
  *
  * Two stops hold polling back for a while (rrpci_gov_charge says so):
  *  - the budget: the CPU the polling thread wasted polling, over a sliding
- *    RRPCI_GOV_WINDOW, above RRPC_BUSY_POLL_BUDGET_PCT of it.  Polling pays
- *    off when it finds work (a completion, a ready fd, a due timer) soon:
- *    a stretch of polling that finds work costs the budget only the CPU it
- *    spent beyond RRPCI_GOV_PAYOFF (so a steady ping-pong polls on, and
- *    traffic every few ms under a long window is held to the budget); a
- *    stretch that ends because the window passed with nothing found is
- *    charged whole.  An idle context's polling so costs one window after
- *    its last traffic;
+ *    RRPCI_GOV_WINDOW, above RRPC_BUSY_POLL_BUDGET_PCT of it.  Only
+ *    spinning that finds nothing is waste: a stretch of polling that finds
+ *    work (a completion, a ready fd, a due timer) costs the budget nothing,
+ *    however long it took within the window (so a steady ping-pong polls
+ *    on, whatever its round trip); a stretch that ends because the window
+ *    passed with nothing found is charged whole.  An idle context's polling
+ *    so costs one window after its last traffic, and traffic a little
+ *    slower than the window is held to the budget.  A window longer than
+ *    the gaps between requests polls all the time they come: that is what
+ *    it asks for;
  *  - contention: over at least RRPCI_GOV_CONTEND_MIN_WALL of polling, the
  *    thread ran less than RRPC_BUSY_POLL_MIN_SHARE_PCT of the time.  A
  *    poller that others preempt burns what CPU it gets while an answer
@@ -48,10 +50,6 @@
  * TCG-emulated VM over verbs: 64 B RPC round trip p50 306 us against
  * 122 us with the looks repeated). */
 #define RRPCI_GOV_SLICE 50e-6 /* s */
-/* CPU a stretch of polling may spend before it finds work and cost the
- * budget nothing: a round trip's wait.  Real RoCE NICs answer in 2-20 us;
- * Soft-RoCE in the TCG-emulated VM took 100-130 us for a 64 B RPC. */
-#define RRPCI_GOV_PAYOFF 250e-6 /* s */
 
 struct rrpci_governor {
     /* The tunables (RRPC_BUSY_POLL_US, _BUDGET_PCT, _MIN_SHARE_PCT). */
