@@ -225,6 +225,9 @@ struct rrpc_conn {
     uint64_t next_id;
     struct rrpci_idmap pending;
     struct rrpci_idmap serving; /* requests being served, by id: a CANCEL finds them (rpc.c) */
+    /* CANCELs a transport holds ahead of their requests (rrpci_conn_cancel_ahead) */
+    uint64_t cancel_ahead[RRPCI_CANCEL_AHEAD];
+    unsigned n_cancel_ahead;
     struct rrpci_class_state cls[RRPCI_MAX_CLASSES];
     struct rrpci_sched sched;
     struct rrpci_timer setup_timer; /* CONNECTING, AUTHENTICATING: the deadline */

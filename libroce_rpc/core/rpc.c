@@ -218,6 +218,27 @@ static double arrived(rrpc_ctx *ctx, double now)
     return ago > 0 ? now - ago : now;
 }
 
+void rrpci_conn_cancel_ahead(rrpc_conn *c, uint64_t id)
+{
+    for (unsigned i = 0; i < c->n_cancel_ahead; i++)
+        if (c->cancel_ahead[i] == id)
+            return;
+    if (c->n_cancel_ahead < RRPCI_CANCEL_AHEAD)
+        c->cancel_ahead[c->n_cancel_ahead++] = id;
+}
+
+/* Whether a CANCEL of @id was seen ahead of it; forgets it. */
+static bool cancel_ahead_take(rrpc_conn *c, uint64_t id)
+{
+    for (unsigned i = 0; i < c->n_cancel_ahead; i++) {
+        if (c->cancel_ahead[i] == id) {
+            c->cancel_ahead[i] = c->cancel_ahead[--c->n_cancel_ahead];
+            return true;
+        }
+    }
+    return false;
+}
+
 bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *p)
 {
     rrpc_ctx *ctx = c->ctx;
@@ -262,6 +283,18 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     req->on_cancel = NULL;
     req->tracked = rrpci_idmap_put(&c->serving, h->id, &req->node) == 0;
     rrpci_conn_ref(c);
+    if (c->n_cancel_ahead && cancel_ahead_take(c, h->id)) {
+        /* its CANCEL came right behind it (the transport saw it ahead) */
+        ctx->guard.not_run_cancelled++;
+        char msg[200];
+        int len = snprintf(msg, sizeof(msg),
+                           "call \"%s\": cancelled by its caller before the server read it "
+                           "(a handler held the server's loop?); not run",
+                           m->name);
+        req->credit_on_answer = false;
+        respond(req, RRPC_E_CANCELLED, msg, (size_t)len);
+        return false;
+    }
     if (req->due > 0 && now >= req->due) {
         /* its caller has given up already: answered, not run */
         ctx->guard.not_run_deadline++;
@@ -313,6 +346,8 @@ void rrpci_ctx_rx_arrival(rrpc_ctx *ctx, double at)
 
 void rrpci_rpc_on_cancel(rrpc_conn *c, uint64_t id)
 {
+    if (c->n_cancel_ahead)
+        (void)cancel_ahead_take(c, id); /* its request was answered already */
     struct rrpci_idnode *n = rrpci_idmap_get(&c->serving, id);
     if (!n)
         return; /* answered already, or never seen: nothing to do */

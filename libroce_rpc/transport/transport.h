@@ -294,6 +294,18 @@ void rrpci_conn_refused(rrpc_conn *c, int code, const uint8_t *reason, size_t le
  * rrpci_hdr_decode.  @payload is valid only during the call. */
 void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uint8_t *payload);
 
+/* A transport that holds received frames before it hands them up (verbs'
+ * ordered receive queue) and finds among them a CANCEL (RRPCI_T_CANCEL) of
+ * request @id says so before it hands up the frames ahead of it: a request
+ * @id handed up before its CANCEL is answered as cancelled, not run.  For
+ * a transport with no receive time (rrpci_ctx_rx_arrival), this is how a
+ * request whose caller gave up while a handler held the loop is not run
+ * after.  At most RRPCI_CANCEL_AHEAD per connection are remembered (more
+ * are ignored: that work runs, nothing is lost); the CANCEL, handed up in
+ * its turn, forgets it. */
+#define RRPCI_CANCEL_AHEAD 16
+void rrpci_conn_cancel_ahead(rrpc_conn *c, uint64_t id);
+
 /* A frame's header arrived on class @cls (decoded with rrpci_hdr_decode), and
  * its payload is still to come: a transport calls this before it buffers or
  * reads a payload, so that a frame the peer had no credit for is refused

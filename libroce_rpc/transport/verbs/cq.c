@@ -154,6 +154,28 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
     vb_wake(q);
 }
 
+/* A batch of completions may hold a request and, behind it, its CANCEL
+ * (its caller gave up while a handler held this loop): verbs has no receive
+ * time to tell the core the request came long ago, so the core is told of
+ * the CANCEL first and answers the request without running it. */
+static void vb_cancels_ahead(struct vb_conn *vc, const struct ibv_wc *wc, int n)
+{
+    if (!vb_live(vc))
+        return;
+    for (int i = 1; i < n; i++) {
+        const struct vb_wr *w = (const struct vb_wr *)(uintptr_t)wc[i].wr_id;
+        if (w->kind != VB_K_RECV || wc[i].status != IBV_WC_SUCCESS ||
+            wc[i].opcode != IBV_WC_RECV || (wc[i].wc_flags & IBV_WC_WITH_IMM) ||
+            wc[i].byte_len != RRPCI_HDR_SIZE)
+            continue;
+        const struct vb_rbuf *rb = rrpci_container_of(w, struct vb_rbuf, wr);
+        struct rrpci_hdr h;
+        const char *why;
+        if (rrpci_hdr_decode(rb->buf, 0, &h, &why) == 0 && h.type == RRPCI_T_CANCEL)
+            rrpci_conn_cancel_ahead(vc->conn, h.id);
+    }
+}
+
 /* Handles the CQ's completions until it is empty and armed again, or until
  * VB_POLL_BUDGET of them: a completion callback that posts the next operation
  * (a chain of one-sided WRITEs, say) can keep the CQ non-empty forever, and
@@ -185,6 +207,8 @@ unsigned vb_poll(struct vb_conn *vc, unsigned budget)
             vb_fail(vc, RRPC_E_CONN_LOST, "ibv_poll_cq failed");
             break;
         }
+        if (n > 1)
+            vb_cancels_ahead(vc, wc, n);
         for (int i = 0; i < n; i++)
             vb_handle_wc(vc, &wc[i]);
         handled += (unsigned)n;
