@@ -139,7 +139,7 @@ static int report(struct raw *t, const char *local, const char *const *peers,
         raw_pk_str(&pk, "expires_s");
         msgpack_pack_uint64(&pk, expires_s[i]);
     }
-    int r = raw_rpc(t, &sb, &u);
+    int r = raw_rpc(t, &sb, &u, NULL);
     err[0] = msg[0] = 0;
     if (!r && !raw_answer_ok(&u)) {
         raw_text(&u, "err", err, 64);
@@ -205,7 +205,7 @@ static void lookup_from(const char *src, const char *service, struct found *f)
     raw_begin(&sb, &pk, "lookup", 2, 1);
     raw_pk_str(&pk, "service");
     raw_pk_str(&pk, service);
-    assert_int_equal(raw_rpc(&t, &sb, &u), 0);
+    assert_int_equal(raw_rpc(&t, &sb, &u, NULL), 0);
     if (!raw_answer_ok(&u)) {
         raw_text(&u, "err", f->err, sizeof(f->err));
         raw_text(&u, "msg", f->msg, sizeof(f->msg));
