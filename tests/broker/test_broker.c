@@ -34,7 +34,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 #include "raw_client.h"
 
 static char dir[256];
@@ -102,32 +102,25 @@ static int group_setup(void **state)
     /* Default signal dispositions, as the host process of a library has:
      * a SIGPIPE from any socket the library writes would end this test. */
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-broker-test-XXXXXX");
-    if (!mkdtemp(dir))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-broker-test-XXXXXX",
+                       "kv-server kv-client nobody"))
         return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
-    sh("%s %s kv-server kv-client nobody >/dev/null", mk, dir);
-    sh("%s %s/other kv-client >/dev/null", mk, dir); /* another CA, same CN */
+    sh("%s %s/other kv-client >/dev/null", getenv("MAKE_CERTS"), dir); /* another CA, same CN */
     char p[300];
     snprintf(p, sizeof(p), "%s/tokens", dir);
     FILE *f = fopen(p, "w");
     fprintf(f, "# principal token\ntok-client token-for-client-123\n");
     fclose(f);
     chmod(p, 0600);
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    f = fopen(p, "w");
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "ticket_key = %s/ticket.pem\n"
-            "token_file = %s/tokens\nport_file = %s/port\n"
-            "lease_ms = 1500\nticket_lifetime_ms = 1000\nlog_level = info\n"
-            "allow = register * kv-server\n"
-            "allow = lookup * kv-client\n"
-            "allow = lookup kv-store tok-client\n",
-            dir, dir, dir, dir, dir, dir);
-    fclose(f);
+    if (rrpcd_test_conf(dir,
+                        "ticket_key = %s/ticket.pem\n"
+                        "token_file = %s/tokens\nport_file = %s/port\n"
+                        "lease_ms = 1500\nticket_lifetime_ms = 1000\nlog_level = info\n"
+                        "allow = register * kv-server\n"
+                        "allow = lookup * kv-client\n"
+                        "allow = lookup kv-store tok-client\n",
+                        dir, dir, dir))
+        return -1;
     start_daemon(0);
     return 0;
 }
@@ -136,10 +129,7 @@ static int group_teardown(void **state)
 {
     if (daemon_pid > 0)
         stop_daemon(SIGTERM);
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

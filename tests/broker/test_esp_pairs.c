@@ -45,50 +45,25 @@ static void start_daemon(const char *extra)
     daemon_port = rrpcd_spawn(dir, "esp", conf, set, &daemon_pid);
 }
 
-static void stop_daemon(void)
-{
-    int st = 0;
-    kill(daemon_pid, SIGTERM);
-    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
-    daemon_pid = -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("rrpcd did not exit cleanly (status 0x%x); see %s/rrpcd-esp.log", st, dir);
-}
-
 static int group_setup(void **state)
 {
     (void)state;
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-esp-pairs-XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
     /* agent-a/b/c: agents of hosts A, B and C; agent-x names A in its certificate
      * but is not in agents; kv-client has no IP SAN at all. */
-    sh("%s %s kv-server kv-client agent-a:" HOST_A " agent-b:" HOST_B " agent-c:" HOST_C
-       " agent-x:" HOST_A " >/dev/null", mk, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "listen = 127.0.0.1:0\ncert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "log_level = debug\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n"
-            "agents = agent-a, agent-b,agent-c kv-client\n",
-            dir, dir, dir);
-    fclose(f);
-    return 0;
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-esp-pairs-XXXXXX",
+                       "kv-server kv-client agent-a:" HOST_A " agent-b:" HOST_B
+                       " agent-c:" HOST_C " agent-x:" HOST_A))
+        return -1;
+    return rrpcd_test_conf(dir, "listen = 127.0.0.1:0\nlog_level = debug\n"
+                                "allow = register * kv-server\nallow = lookup * kv-client\n"
+                                "agents = agent-a, agent-b,agent-c kv-client\n");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 
@@ -103,7 +78,7 @@ static int teardown(void **state)
 {
     (void)state;
     if (daemon_pid > 0)
-        stop_daemon();
+        rrpcd_stop(&daemon_pid, dir);
     return 0;
 }
 
@@ -476,7 +451,7 @@ static void test_reports_beyond_the_bounds_are_bad_requests_that_close_the_sessi
 static void test_max_agents_refuses_one_more_host_but_not_a_new_report_of_one_held(void **state)
 {
     (void)state;
-    stop_daemon();
+    rrpcd_stop(&daemon_pid, dir);
     start_daemon("max_agents=2");
     struct raw a, bb, c;
     agents_pair_a_and_b(&a, &bb);
@@ -527,7 +502,7 @@ static void test_require_esp_travels_through_etcd_to_another_rrpcd(void **state)
     const char *e = getenv("ETCD");
     if (access(e && e[0] ? e : "/usr/bin/etcd", X_OK))
         skip(); /* no etcd-server */
-    stop_daemon();
+    rrpcd_stop(&daemon_pid, dir);
     struct etcd_member em;
     char edir[300];
     snprintf(edir, sizeof(edir), "%s/etcd", dir);

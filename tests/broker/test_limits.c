@@ -37,7 +37,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 
 #include "raw_client.h"
 
@@ -92,13 +92,7 @@ static void start_daemon(const char *const *sets)
 /* SIGTERM; rrpcd must exit 0 (under ASan: nothing leaked). */
 static void stop_daemon(void)
 {
-    int st = 0;
-    kill(daemon_pid, SIGTERM);
-    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
-    daemon_pid = -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("rrpcd did not exit cleanly on SIGTERM (status 0x%x); see %s/rrpcd.log", st,
-                 dir);
+    rrpcd_stop(&daemon_pid, dir);
 }
 
 /* A field of /proc/PID/status in kB (VmRSS, VmHWM). */
@@ -121,34 +115,18 @@ static long proc_kb(pid_t pid, const char *field)
 static int group_setup(void **state)
 {
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-limits-test-XXXXXX");
-    if (!mkdtemp(dir))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-limits-test-XXXXXX", "kv-server kv-client"))
         return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "listen = 127.0.0.1:0\ncert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "port_file = %s/port\n"
-            "log_level = info\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, dir);
-    fclose(f);
-    return 0;
+    return rrpcd_test_conf(dir, "listen = 127.0.0.1:0\nport_file = %s/port\nlog_level = info\n"
+                                "allow = register * kv-server\nallow = lookup * kv-client\n",
+                           dir);
 }
 
 static int group_teardown(void **state)
 {
     if (daemon_pid > 0)
         stop_daemon();
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 
