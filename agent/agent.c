@@ -57,7 +57,6 @@
 #include <unistd.h>
 
 #include <linux/xfrm.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -65,6 +64,7 @@
 #ifdef RRPC_AGENT_BROKER
 #include "broker_report.h"
 #endif
+#include "tls_err.h"
 #include "wire.h"
 #include "xfrm.h"
 #ifdef RRPC_HAVE_MHD
@@ -233,17 +233,6 @@ static int wait_fd(int fd, short events)
     return left > 0 && poll(&p, 1, (int)left) > 0 ? 0 : -1;
 }
 
-static const char *ssl_err(void)
-{
-    static char b[200];
-    unsigned long e = ERR_get_error();
-    if (!e)
-        return "connection closed or timed out";
-    ERR_error_string_n(e, b, sizeof(b));
-    ERR_clear_error();
-    return b;
-}
-
 enum ssl_op { OP_ACCEPT, OP_CONNECT, OP_READ, OP_WRITE };
 
 /* One TLS operation, retried on the non-blocking socket until it is done,
@@ -410,7 +399,7 @@ static void serve_one(int lfd)
     uint8_t req[AG_REQ_SIZE];
     char why[400] = "";
     if (ssl_step(ssl, OP_ACCEPT, NULL, 0) != 1) {
-        logf_("refused %s: TLS handshake: %s", from, ssl_err());
+        logf_("refused %s: TLS handshake: %s", from, ag_tls_err());
         failed(AG_FAIL_TLS);
         goto out;
     }
@@ -552,7 +541,7 @@ static int initiate(struct peer *pr)
     SSL_set_fd(ssl, fd);
     uint8_t req[AG_REQ_SIZE], rep[AG_REP_SIZE];
     if (ssl_step(ssl, OP_CONNECT, NULL, 0) != 1) {
-        logf_("TLS with the agent of %s: %s", pr->text, ssl_err());
+        logf_("TLS with the agent of %s: %s", pr->text, ag_tls_err());
         failed(AG_FAIL_TLS);
         goto out;
     }
@@ -571,7 +560,8 @@ static int initiate(struct peer *pr)
     memcpy(pm.responder, pr->addr, 16);
     ag_pair_build(&pm, req);
     if (ssl_io(ssl, req, sizeof(req), true) || ssl_io(ssl, rep, sizeof(rep), false)) {
-        logf_("pairing with %s: no answer within %d s: %s", pr->text, AG_DEADLINE_S, ssl_err());
+        logf_("pairing with %s: no answer within %d s: %s", pr->text, AG_DEADLINE_S,
+              ag_tls_err());
         failed(AG_FAIL_TIMEOUT);
         goto out;
     }
@@ -973,7 +963,7 @@ int main(int argc, char **argv)
         SSL_CTX_use_PrivateKey_file(g.ctx, key, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(g.ctx) != 1 || SSL_CTX_load_verify_locations(g.ctx, ca, NULL) != 1) {
         fprintf(stderr, "rrpc-agent: TLS setup (--cert %s --key %s --ca %s): %s\n", cert, key, ca,
-                ssl_err());
+                ag_tls_err());
         return 1;
     }
     SSL_CTX_set_verify(g.ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);

@@ -21,6 +21,7 @@
 #include "broker/proto.h"
 #include "broker/sockbio.h"
 #include "broker_report.h"
+#include "tls_err.h"
 
 #define IO_TIMEOUT_S 5 /* one read or write of the session */
 
@@ -37,17 +38,6 @@ struct reporter {
 static struct reporter reporters[AG_REPORT_BROKERS];
 static int nreporters;
 static atomic_bool stopping;
-
-static const char *tls_err(void)
-{
-    static _Thread_local char b[200];
-    unsigned long e = ERR_get_error();
-    if (!e)
-        return "connection closed or timed out";
-    ERR_error_string_n(e, b, sizeof(b));
-    ERR_clear_error();
-    return b;
-}
 
 /* HOST:PORT or [IPv6]:PORT into r->host, r->port. */
 static int split(struct reporter *r, const char *ep)
@@ -125,12 +115,12 @@ static int roundtrip(SSL *ssl, msgpack_sbuffer *sb, uint64_t id, char *why, size
     uint8_t hdr[4];
     rrpci_put_le32(hdr, (uint32_t)sb->size);
     if (write_all(ssl, hdr, 4) || write_all(ssl, sb->data, sb->size)) {
-        snprintf(why, whylen, "sending: %s", tls_err());
+        snprintf(why, whylen, "sending: %s", ag_tls_err());
         return -1;
     }
     for (;;) {
         if (read_all(ssl, hdr, 4)) {
-            snprintf(why, whylen, "reading: %s", tls_err());
+            snprintf(why, whylen, "reading: %s", ag_tls_err());
             return -1;
         }
         uint32_t len = rrpci_get_le32(hdr);
@@ -141,7 +131,7 @@ static int roundtrip(SSL *ssl, msgpack_sbuffer *sb, uint64_t id, char *why, size
         uint8_t *buf = malloc(len);
         if (!buf || read_all(ssl, buf, len)) {
             free(buf);
-            snprintf(why, whylen, "reading: %s", buf ? tls_err() : "out of memory");
+            snprintf(why, whylen, "reading: %s", buf ? ag_tls_err() : "out of memory");
             return -1;
         }
         msgpack_unpacked u;
@@ -253,7 +243,7 @@ static void session(struct reporter *r)
         goto out;
     }
     if (SSL_connect(ssl) != 1) {
-        r->o.log("--broker %s: TLS handshake: %s", r->o.broker, tls_err());
+        r->o.log("--broker %s: TLS handshake: %s", r->o.broker, ag_tls_err());
         goto out;
     }
     begin(r, &sb, &pk, CTL_OP_HELLO, 0, &id);
@@ -325,7 +315,7 @@ int ag_report_start(const struct ag_report_opts *o, char *why, size_t whylen)
         SSL_CTX_use_PrivateKey_file(r->ctx, o->key, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_load_verify_locations(r->ctx, o->ca, NULL) != 1) {
         snprintf(why, whylen, "--broker: TLS setup (--cert %s --key %s, CA %s): %s", o->cert,
-                 o->key, o->ca, tls_err());
+                 o->key, o->ca, ag_tls_err());
         SSL_CTX_free(r->ctx);
         r->ctx = NULL;
         return -1;

@@ -70,11 +70,16 @@ void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         answer_error(c, id, CTL_ERR_NOT_FOUND, "no live registration of this service");
         return;
     }
-    struct registration **regs = malloc(live * sizeof(*regs));
-    if (!regs) {
-        answer_error(c, id, CTL_ERR_INTERNAL, "out of memory");
-        return;
+    if (live > c->srv->lookup_cap) {
+        struct registration **grown = realloc(c->srv->lookup_regs, live * sizeof(*grown));
+        if (!grown) {
+            answer_error(c, id, CTL_ERR_INTERNAL, "out of memory");
+            return;
+        }
+        c->srv->lookup_regs = grown;
+        c->srv->lookup_cap = live;
     }
+    struct registration **regs = c->srv->lookup_regs;
     struct host_addr client = {.family = AF_INET};
     if (c->src) {
         client.family = c->src->family;
@@ -100,7 +105,6 @@ void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
                  "them; start rrpc-agent on both hosts with --broker", service,
                  host_addr_text(&client, ca, sizeof(ca)), refused);
         LOG(LOG_NOTICE, "%s: '%s' looked up '%s': %s", c->peer, c->principal, service, msg);
-        free(regs);
         answer_error(c, id, CTL_ERR_DENIED, msg);
         return;
     }
@@ -110,7 +114,6 @@ void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
     uint8_t ticket[RRPC_TICKET_SIGNED_MAX_LEN];
     size_t tlen;
     if (make_ticket(c->srv->cfg, s, regs[first], c->principal, expiry, ticket, &tlen)) {
-        free(regs);
         answer_error(c, id, CTL_ERR_INTERNAL, "cannot make a ticket");
         return;
     }
@@ -129,13 +132,11 @@ void op_lookup(struct conn *c, uint64_t id, const msgpack_object *m)
         struct registration *r = regs[(first + i) % n];
         if (i > 0 && make_ticket(c->srv->cfg, s, r, c->principal, expiry, ticket, &tlen)) {
             msgpack_sbuffer_destroy(&a.sb);
-            free(regs);
-            answer_error(c, id, CTL_ERR_INTERNAL, "cannot make a ticket");
+                answer_error(c, id, CTL_ERR_INTERNAL, "cannot make a ticket");
             return;
         }
         answer_pack_instance(&a.pk, r, ticket, tlen);
     }
-    free(regs);
     answer_end(c, &a);
     metrics_tickets(n);
     LOG(LOG_DEBUG, "%s: '%s' looked up '%s' (%zu instances%s)", c->peer, c->principal, service,

@@ -150,6 +150,17 @@ static void family(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A family of counters with one label, @label: a series for each of the @n
+ * values @names, counted in @v. */
+static void by_label(FILE *f, const char *name, const char *help, const char *label,
+                     const char *const *names, _Atomic uint64_t *v, size_t n)
+{
+    family(f, name, "counter", help);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label, names[i],
+                (unsigned long long)GET(v[i]));
+}
+
 static int text(void *user, char **ret_text, size_t *ret_len)
 {
     (void)user;
@@ -167,11 +178,8 @@ static int text(void *user, char **ret_text, size_t *ret_len)
     fprintf(f, "rrpcd_registrations %lld\n", (long long)GET(instances));
     family(f, "rrpcd_sessions", "gauge", "TLS sessions open, authenticated or not.");
     fprintf(f, "rrpcd_sessions %lld\n", (long long)GET(sessions));
-    family(f, "rrpcd_sessions_refused_total", "counter",
-           "Connections closed at accept, by reason.");
-    for (size_t i = 0; i < NREFUSALS; i++)
-        fprintf(f, "rrpcd_sessions_refused_total{reason=\"%s\"} %llu\n", refusal_names[i],
-                (unsigned long long)GET(refusals[i]));
+    by_label(f, "rrpcd_sessions_refused_total", "Connections closed at accept, by reason.",
+             "reason", refusal_names, refusals, NREFUSALS);
     family(f, "rrpcd_sessions_evicted_total", "counter",
            "Sessions that had not authenticated closed to make room at max_connections.");
     fprintf(f, "rrpcd_sessions_evicted_total %llu\n", (unsigned long long)GET(evictions));
@@ -197,11 +205,9 @@ static int text(void *user, char **ret_text, size_t *ret_len)
     family(f, "rrpcd_tickets_issued_total", "counter",
            "Connection tickets issued in lookup answers (one per instance listed).");
     fprintf(f, "rrpcd_tickets_issued_total %llu\n", (unsigned long long)GET(tickets));
-    family(f, "rrpcd_agent_reports_total", "counter",
-           "ESP pairs reports of rrpc-agents (op pairs), by result: accepted, or why refused.");
-    for (size_t i = 0; i < NREPORTS; i++)
-        fprintf(f, "rrpcd_agent_reports_total{result=\"%s\"} %llu\n", report_names[i],
-                (unsigned long long)GET(reports[i]));
+    by_label(f, "rrpcd_agent_reports_total",
+             "ESP pairs reports of rrpc-agents (op pairs), by result: accepted, or why refused.",
+             "result", report_names, reports, NREPORTS);
     family(f, "rrpcd_agents", "gauge",
            "Host addresses whose rrpc-agent's pairs report is held (not expired).");
     fprintf(f, "rrpcd_agents %lld\n", (long long)GET(agents));
@@ -218,11 +224,9 @@ static int text(void *user, char **ret_text, size_t *ret_len)
         family(f, "rrpcd_etcd_degraded", "gauge",
                "1 while the registry on etcd is unreachable or not synchronized yet.");
         fprintf(f, "rrpcd_etcd_degraded %d\n", GET(etcd_degraded));
-        family(f, "rrpcd_etcd_errors_total", "counter",
-               "Failures to reach etcd: the watch broke, or a write failed.");
-        for (size_t i = 0; i < NETCD; i++)
-            fprintf(f, "rrpcd_etcd_errors_total{op=\"%s\"} %llu\n", etcd_error_names[i],
-                    (unsigned long long)GET(etcd_errors[i]));
+        by_label(f, "rrpcd_etcd_errors_total",
+                 "Failures to reach etcd: the watch broke, or a write failed.", "op",
+                 etcd_error_names, etcd_errors, NETCD);
         family(f, "rrpcd_etcd_compactions_total", "counter",
                "Compactions of etcd's history this rrpcd made (etcd_compact_interval_s, and "
                "after NOSPACE).");

@@ -317,5 +317,6 @@ void server_stop(struct server *srv)
             srv->sources[b] = s->next;
             free(s);
         }
+    free(srv->lookup_regs);
     free(srv);
 }

@@ -119,6 +119,12 @@ struct server {
     int n_conns;
     uint64_t serials;  /* the last session's serial */
     unsigned rotation; /* lookup: the instance that comes first next time */
+    /* lookup.c: the live registrations of the service looked up, a buffer kept
+     * from lookup to lookup and grown to the most a service has held live
+     * (max_instances_per_service bounds only this rrpcd's registers, not
+     * those learnt from etcd). */
+    struct registration **lookup_regs;
+    size_t lookup_cap;
     struct source *sources[SOURCE_BUCKETS];
     /* What a session's frame reader hands each frame to (dispatch_frame). */
     void (*handle_frame)(struct conn *c, const uint8_t *buf, size_t len);

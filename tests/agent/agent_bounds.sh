@@ -9,18 +9,7 @@
 #   - the query socket answers "no ..." for an unknown peer and for a malformed request.
 # Exit 77 (skipped) without rrpc-agent or as non-root (its sockets' IPsec bypass needs
 # CAP_NET_ADMIN). Output: "ok"/"not ok" lines; exit 0 only if nothing failed.
-set -uo pipefail
-BUILD=$(cd "${1:?usage: agent_bounds.sh BUILD_DIR}" && pwd)
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-AG=$BUILD/agent/rrpc-agent
-[ -x "$AG" ] || { echo "skipped: no $AG (libnl-xfrm-3-dev and OpenSSL at build time)"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "skipped: rrpc-agent needs CAP_NET_ADMIN (run as root)"; exit 77; }
-PASS=0 FAIL=0
-ok()  { PASS=$((PASS + 1)); echo "ok - $*"; }
-bad() { FAIL=$((FAIL + 1)); echo "not ok - $*"; }
-W=$(mktemp -d)
-PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 bash "$HERE/../softroce/agent-certs.sh" "$W/c" 127.0.0.1 127.0.0.2 127.0.0.9 || { bad "test certificates"; exit 1; }
 C=$W/c
 "$AG" --local 127.0.0.2 --listen 127.0.0.2:0 --port-file "$W/port" --cert "$C/127.0.0.2.crt" \
@@ -93,5 +82,4 @@ esac
 kill -TERM "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null; PIDS=()
 grep -q "stopping: removed 0 host pairs" "$W/b.log" && ok "SIGTERM stops the agent cleanly" ||
   { bad "SIGTERM stops the agent"; tail -2 "$W/b.log"; }
-echo "$PASS passed, $FAIL failed"
-[ $FAIL = 0 ]
+finish

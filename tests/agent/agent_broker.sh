@@ -11,21 +11,10 @@
 #   - --broker-ca without --broker, and a malformed --broker, are usage errors.
 # Exit 77 (skipped) without rrpc-agent, rrpcd or metrics_http, or as non-root (the agent's
 # sockets' IPsec bypass needs CAP_NET_ADMIN).
-set -uo pipefail
-BUILD=$(cd "${1:?usage: agent_broker.sh BUILD_DIR}" && pwd)
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-AG=$BUILD/agent/rrpc-agent
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 D=$BUILD/daemon/rrpcd
-[ -x "$AG" ] || { echo "skipped: no $AG (libnl-xfrm-3-dev and OpenSSL at build time)"; exit 77; }
 [ -x "$D" ] || { echo "skipped: no $D"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "skipped: rrpc-agent needs CAP_NET_ADMIN (run as root)"; exit 77; }
 "$AG" --broker 127.0.0.1:1 2>&1 | grep -q "built without the broker client" && { echo "skipped: rrpc-agent without --broker"; exit 77; }
-PASS=0 FAIL=0
-ok()  { PASS=$((PASS + 1)); echo "ok - $*"; }
-bad() { FAIL=$((FAIL + 1)); echo "not ok - $*"; }
-W=$(mktemp -d)
-PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 bash "$HERE/../../scripts/make-dev-certs.sh" "$W/c" agent-a:127.0.0.2 agent-b:127.0.0.3 > /dev/null ||
   { bad "test certificates"; exit 1; }
 C=$W/c
@@ -121,5 +110,4 @@ else
   bad "usage errors: exits $R1 $R2"; cat "$W/bad.log"
 fi
 
-echo "# $PASS passed, $FAIL failed"
-[ $FAIL = 0 ]
+finish

@@ -13,19 +13,9 @@
 # Exit 77 (skipped) without rrpc-agent, as non-root (the agent's IPsec bypass needs
 # CAP_NET_ADMIN), or when the build has no libmicrohttpd. Without promtool (Debian's prometheus)
 # the text is checked by the greps alone, and the output says so.
-set -uo pipefail
-BUILD=$(cd "${1:?usage: agent_metrics.sh BUILD_DIR}" && pwd)
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-AG=$BUILD/agent/rrpc-agent
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 RM=$BUILD/agent/render_metrics
-[ -x "$AG" ] && [ -x "$RM" ] || { echo "skipped: no $AG (libnl-xfrm-3-dev and OpenSSL at build time)"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "skipped: rrpc-agent needs CAP_NET_ADMIN (run as root)"; exit 77; }
-PASS=0 FAIL=0
-ok()  { PASS=$((PASS + 1)); echo "ok - $*"; }
-bad() { FAIL=$((FAIL + 1)); echo "not ok - $*"; }
-W=$(mktemp -d)
-PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+[ -x "$RM" ] || { echo "skipped: no $RM (libnl-xfrm-3-dev and OpenSSL at build time)"; exit 77; }
 HAVE_PROMTOOL=no; command -v promtool > /dev/null && HAVE_PROMTOOL=yes
 # promcheck FILE WHAT: promtool accepts FILE (or, without promtool, says it was not run)
 promcheck() {
@@ -120,5 +110,4 @@ else
   bad "the initiator's /metrics: unreachable $U"; grep '^rrpc_agent' "$W/a.txt" | sed 's/^/#   /'; tail -3 "$W/a.log"
 fi
 
-echo "$PASS passed, $FAIL failed"
-[ $FAIL = 0 ]
+finish

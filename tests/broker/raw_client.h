@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* A raw client of rrpcd's control protocol for tests: its own TLS session
- * (a certificate of scripts/make-dev-certs.sh), from a chosen source address
- * on 127/8, frames packed by hand.  Include after cmocka.h. */
+ * (a certificate of scripts/make-dev-certs.sh, or none), from a chosen source
+ * address on 127/8, frames packed by hand, for what the library would never
+ * send.  Include after cmocka.h; link broker_internal_dep (the socket BIO). */
 #ifndef RRPC_TEST_RAW_CLIENT_H
 #define RRPC_TEST_RAW_CLIENT_H
 
@@ -30,11 +31,34 @@ struct raw {
     char *last; /* the last answer: msgpack-c's objects point into it */
 };
 
-/* A TLS session with rrpcd on 127.0.0.1:@port as @who (@dir/@who.crt, .key;
- * CA @dir/ca.crt), from the source address @src (NULL: any).  0, or -1 when
- * the handshake failed. */
-static inline int raw_open(struct raw *t, const char *dir, int port, const char *who,
-                           const char *src)
+/* A TCP connection to rrpcd on 127.0.0.1:@port from the source address @src
+ * (NULL: any), blocking, with @timeout_s second send and receive timeouts. */
+static inline int raw_tcp(int port, const char *src, int timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (src) {
+        struct sockaddr_in b = { .sin_family = AF_INET };
+        assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
+        assert_int_equal(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0);
+    }
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = { timeout_s, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* A TLS session with rrpcd on 127.0.0.1:@port as @who (@dir/@who.crt, .key)
+ * or anonymous (@who NULL: no certificate), CA @dir/ca.crt, from the source
+ * address @src (NULL: any), with @timeout_s second socket timeouts.  0, or -1
+ * when the handshake failed.  TLS 1.3: the client is done before the server
+ * has read its Finished, so a session closed at accept shows up on the first
+ * read. */
+static inline int raw_open_timed(struct raw *t, const char *dir, int port, const char *who,
+                                 const char *src, int timeout_s)
 {
     char p[300];
     memset(t, 0, sizeof(*t));
@@ -43,29 +67,26 @@ static inline int raw_open(struct raw *t, const char *dir, int port, const char 
     snprintf(p, sizeof(p), "%s/ca.crt", dir);
     assert_int_equal(SSL_CTX_load_verify_locations(t->sctx, p, NULL), 1);
     SSL_CTX_set_verify(t->sctx, SSL_VERIFY_PEER, NULL);
-    snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
-    assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
-    snprintf(p, sizeof(p), "%s/%s.key", dir, who);
-    assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
-    t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(t->fd >= 0);
-    if (src) {
-        struct sockaddr_in b = { .sin_family = AF_INET };
-        assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
-        assert_int_equal(bind(t->fd, (struct sockaddr *)&b, sizeof(b)), 0);
+    if (who) {
+        snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
+        assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
+        snprintf(p, sizeof(p), "%s/%s.key", dir, who);
+        assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
     }
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(t->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    struct timeval tv = { 10, 0 };
-    setsockopt(t->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(t->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    t->fd = raw_tcp(port, src, timeout_s);
     t->ssl = SSL_new(t->sctx);
     assert_int_equal(rrpci_ssl_set_socket(t->ssl, t->fd), 0);
     ERR_clear_error();
     int r = SSL_connect(t->ssl) == 1 ? 0 : -1;
     ERR_clear_error();
     return r;
+}
+
+/* raw_open_timed with 10 s timeouts. */
+static inline int raw_open(struct raw *t, const char *dir, int port, const char *who,
+                           const char *src)
+{
+    return raw_open_timed(t, dir, port, who, src, 10);
 }
 
 static inline void raw_close(struct raw *t)
@@ -126,14 +147,25 @@ static inline const msgpack_object *raw_get(const msgpack_object *m, const char 
     return NULL;
 }
 
-/* Sends the request in @sb, reads the answer into @u: 0, or -1 when the session ended. */
-static inline int raw_rpc(struct raw *t, msgpack_sbuffer *sb, msgpack_unpacked *u)
+/* Sends @len bytes as one frame (its length prefix, then them): 0, or -1
+ * when the session ended. */
+static inline int raw_send(struct raw *t, const void *p, size_t len)
 {
-    uint8_t hdr[4] = { (uint8_t)sb->size, (uint8_t)(sb->size >> 8), (uint8_t)(sb->size >> 16),
-                       (uint8_t)(sb->size >> 24) };
-    if (raw_write(t, hdr, 4) || raw_write(t, sb->data, sb->size) || raw_read_all(t, hdr, 4))
+    uint8_t hdr[4] = { (uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                       (uint8_t)(len >> 24) };
+    return raw_write(t, hdr, 4) || (len && raw_write(t, p, len)) ? -1 : 0;
+}
+
+/* Reads one frame into @u (its bytes kept in t->last until the next): 0, or
+ * -1 when the session ended.  Fills *ret_len (unless NULL) with its length. */
+static inline int raw_recv(struct raw *t, msgpack_unpacked *u, size_t *ret_len)
+{
+    uint8_t hdr[4];
+    if (raw_read_all(t, hdr, 4))
         return -1;
     uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    if (ret_len)
+        *ret_len = len;
     assert_true(len > 0 && len <= (1u << 20));
     char *buf = malloc(len);
     assert_non_null(buf);
@@ -148,6 +180,16 @@ static inline int raw_rpc(struct raw *t, msgpack_sbuffer *sb, msgpack_unpacked *
     return 0;
 }
 
+/* Sends the request in @sb, reads the answer into @u: 0, or -1 when the
+ * session ended.  Fills *ret_len (unless NULL) with the answer's length. */
+static inline int raw_rpc(struct raw *t, msgpack_sbuffer *sb, msgpack_unpacked *u,
+                          size_t *ret_len)
+{
+    if (raw_send(t, sb->data, sb->size))
+        return -1;
+    return raw_recv(t, u, ret_len);
+}
+
 /* A request's envelope, with @n more entries to pack. */
 static inline void raw_begin(msgpack_sbuffer *sb, msgpack_packer *pk, const char *op, int id,
                              int n)
@@ -160,6 +202,29 @@ static inline void raw_begin(msgpack_sbuffer *sb, msgpack_packer *pk, const char
     msgpack_pack_uint32(pk, (uint32_t)id);
     raw_pk_str(pk, "op");
     raw_pk_str(pk, op);
+}
+
+/* A request being packed (@sb through @pk) and its answer (@u). */
+struct raw_req {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_unpacked u;
+};
+
+/* Readies @q (which must not move until raw_req_end) with the envelope of
+ * @op, id @id, and room for @n more entries the caller packs into q->pk. */
+static inline void raw_req_begin(struct raw_req *q, const char *op, int id, int n)
+{
+    msgpack_sbuffer_init(&q->sb);
+    msgpack_packer_init(&q->pk, &q->sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&q->u);
+    raw_begin(&q->sb, &q->pk, op, id, n);
+}
+
+static inline void raw_req_end(struct raw_req *q)
+{
+    msgpack_unpacked_destroy(&q->u);
+    msgpack_sbuffer_destroy(&q->sb);
 }
 
 static inline bool raw_answer_ok(const msgpack_unpacked *u)
@@ -182,21 +247,16 @@ static inline const char *raw_text(const msgpack_unpacked *u, const char *key, c
     return out;
 }
 
-/* hello: 0 when rrpcd answered ok, -1 otherwise. */
+/* hello: 0 when rrpcd answered ok, -1 when the session ended; any other
+ * answer fails the test. */
 static inline int raw_hello(struct raw *t)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    raw_begin(&sb, &pk, "hello", 1, 0);
-    int r = raw_rpc(t, &sb, &u);
-    if (!r && !raw_answer_ok(&u))
-        r = -1;
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    struct raw_req q;
+    raw_req_begin(&q, "hello", 1, 0);
+    int r = raw_rpc(t, &q.sb, &q.u, NULL);
+    if (!r)
+        assert_true(raw_answer_ok(&q.u));
+    raw_req_end(&q);
     return r;
 }
 

@@ -1,21 +1,82 @@
 /* SPDX-License-Identifier: MIT */
-/* Helpers of the tests that run the real rrpcd ($RRPCD, set by meson): start
- * one, and open a broker handle with a certificate of
- * scripts/make-dev-certs.sh.  Include after cmocka.h. */
+/* Helpers of the tests that run the real rrpcd ($RRPCD, set by meson): the
+ * group's directory with certificates of scripts/make-dev-certs.sh
+ * ($MAKE_CERTS) and rrpcd's configuration file, start and stop one, and open
+ * a broker handle with one of those certificates.  Include after cmocka.h. */
 #ifndef RRPC_TEST_RRPCD_TEST_H
 #define RRPC_TEST_RRPCD_TEST_H
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
 #include "broker_test.h"
+
+/*
+ * The directory of a test group: @dir (@len bytes) made from @tmpl (ending in
+ * XXXXXX), with the CA and the certificates of rrpcd and of @names (as
+ * $MAKE_CERTS takes them, space-separated).  Returns 0, or -1 when $MAKE_CERTS
+ * or $RRPCD is not set or the directory cannot be made (the group fails).
+ */
+static inline int rrpcd_test_dir(char *dir, size_t len, const char *tmpl, const char *names)
+{
+    const char *mk = getenv("MAKE_CERTS");
+    snprintf(dir, len, "%s", tmpl);
+    if (!mk || !getenv("RRPCD") || !mkdtemp(dir))
+        return -1;
+    sh("%s %s %s >/dev/null", mk, dir, names);
+    return 0;
+}
+
+/* Removes the group's directory @dir; with RRPC_TEST_KEEP set, keeps it and says where. */
+static inline void rrpcd_test_dir_remove(const char *dir)
+{
+    if (getenv("RRPC_TEST_KEEP"))
+        fprintf(stderr, "kept %s\n", dir);
+    else
+        sh("rm -rf %s", dir);
+}
+
+/* Writes @dir/rrpcd.conf: the cert, key and ca of rrpcd_test_dir, then @fmt
+ * formatted.  Returns 0, or -1 when the file could not be written. */
+static inline int rrpcd_test_conf(const char *dir, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline int rrpcd_test_conf(const char *dir, const char *fmt, ...)
+{
+    char p[300];
+    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
+    FILE *f = fopen(p, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n", dir, dir, dir);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    return fclose(f) ? -1 : 0;
+}
+
+/* SIGTERM to rrpcd *@pid, which must exit 0 (under ASan: nothing leaked), or
+ * the test fails pointing at its log in @dir.  *@pid becomes -1. */
+static inline void rrpcd_stop(pid_t *pid, const char *dir)
+{
+    int st = 0;
+    kill(*pid, SIGTERM);
+    assert_int_equal(waitpid(*pid, &st, 0), *pid);
+    *pid = -1;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("rrpcd did not exit cleanly on SIGTERM (status 0x%x); see its log in %s", st,
+                 dir);
+}
 
 /*
  * Starts rrpcd with the configuration file @conf and the settings @set

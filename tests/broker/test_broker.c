@@ -34,7 +34,8 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
+#include "raw_client.h"
 
 static char dir[256];
 static pid_t daemon_pid = -1;
@@ -101,32 +102,25 @@ static int group_setup(void **state)
     /* Default signal dispositions, as the host process of a library has:
      * a SIGPIPE from any socket the library writes would end this test. */
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-broker-test-XXXXXX");
-    if (!mkdtemp(dir))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-broker-test-XXXXXX",
+                       "kv-server kv-client nobody"))
         return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
-    sh("%s %s kv-server kv-client nobody >/dev/null", mk, dir);
-    sh("%s %s/other kv-client >/dev/null", mk, dir); /* another CA, same CN */
+    sh("%s %s/other kv-client >/dev/null", getenv("MAKE_CERTS"), dir); /* another CA, same CN */
     char p[300];
     snprintf(p, sizeof(p), "%s/tokens", dir);
     FILE *f = fopen(p, "w");
     fprintf(f, "# principal token\ntok-client token-for-client-123\n");
     fclose(f);
     chmod(p, 0600);
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    f = fopen(p, "w");
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "ticket_key = %s/ticket.pem\n"
-            "token_file = %s/tokens\nport_file = %s/port\n"
-            "lease_ms = 1500\nticket_lifetime_ms = 1000\nlog_level = info\n"
-            "allow = register * kv-server\n"
-            "allow = lookup * kv-client\n"
-            "allow = lookup kv-store tok-client\n",
-            dir, dir, dir, dir, dir, dir);
-    fclose(f);
+    if (rrpcd_test_conf(dir,
+                        "ticket_key = %s/ticket.pem\n"
+                        "token_file = %s/tokens\nport_file = %s/port\n"
+                        "lease_ms = 1500\nticket_lifetime_ms = 1000\nlog_level = info\n"
+                        "allow = register * kv-server\n"
+                        "allow = lookup * kv-client\n"
+                        "allow = lookup kv-store tok-client\n",
+                        dir, dir, dir))
+        return -1;
     start_daemon(0);
     return 0;
 }
@@ -135,10 +129,7 @@ static int group_teardown(void **state)
 {
     if (daemon_pid > 0)
         stop_daemon(SIGTERM);
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 
@@ -700,15 +691,10 @@ static void test_connection_without_ticket_never_reaches_a_handler(void **state)
 
 /* ---- hostile bytes at the TLS port ------------------------------------------ */
 
+/* A plain TCP connection to rrpcd, 3 s timeouts. */
 static int raw_connect(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)daemon_port) };
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    struct timeval tv = { 3, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
+    return raw_tcp(daemon_port, NULL, 3);
 }
 
 /* True when the peer closes @fd within the receive timeout. */
@@ -749,93 +735,16 @@ static void test_plaintext_and_garbage_at_the_tls_port_are_dropped(void **state)
     assert_daemon_alive();
 }
 
-/* A raw TLS client, for what the library would never send. */
-struct raw_tls {
-    char *last; /* the last answer's bytes: msgpack-c's objects point into them */
-    SSL_CTX *sctx;
-    SSL *ssl;
-    int fd;
-};
-
-static void raw_tls_open(struct raw_tls *t, const char *who)
+/* A raw TLS session (raw_client.h) as @who, for what the library would never
+ * send; 3 s timeouts. */
+static void raw_tls_open(struct raw *t, const char *who)
 {
-    char p[300];
-    t->sctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_min_proto_version(t->sctx, TLS1_3_VERSION);
-    snprintf(p, sizeof(p), "%s/ca.crt", dir);
-    assert_int_equal(SSL_CTX_load_verify_locations(t->sctx, p, NULL), 1);
-    SSL_CTX_set_verify(t->sctx, SSL_VERIFY_PEER, NULL);
-    snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
-    assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
-    snprintf(p, sizeof(p), "%s/%s.key", dir, who);
-    assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
-    t->last = NULL;
-    t->fd = raw_connect();
-    t->ssl = SSL_new(t->sctx);
-    SSL_set_fd(t->ssl, t->fd);
-    assert_int_equal(SSL_connect(t->ssl), 1);
-}
-
-static void raw_tls_close(struct raw_tls *t)
-{
-    free(t->last);
-    SSL_free(t->ssl);
-    close(t->fd);
-    SSL_CTX_free(t->sctx);
-}
-
-static void raw_send(struct raw_tls *t, const void *p, size_t len)
-{
-    uint8_t hdr[4] = { (uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
-                       (uint8_t)(len >> 24) };
-    assert_int_equal(SSL_write(t->ssl, hdr, 4), 4);
-    if (len)
-        assert_int_equal(SSL_write(t->ssl, p, (int)len), (int)len);
-}
-
-/* Reads one answer into @u; returns 0, or -1 when the connection closed. */
-static int raw_recv(struct raw_tls *t, msgpack_unpacked *u)
-{
-    uint8_t hdr[4];
-    size_t got = 0;
-    while (got < 4) {
-        int n = SSL_read(t->ssl, hdr + got, (int)(4 - got));
-        if (n <= 0)
-            return -1;
-        got += (size_t)n;
-    }
-    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
-    assert_true(len > 0 && len <= (1u << 20));
-    char *buf = malloc(len);
-    for (got = 0; got < len;) {
-        int n = SSL_read(t->ssl, buf + got, (int)(len - got));
-        if (n <= 0) {
-            free(buf);
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    size_t off = 0;
-    assert_int_equal(msgpack_unpack_next(u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
-    free(t->last);
-    t->last = buf;
-    return 0;
-}
-
-static const msgpack_object *mget(const msgpack_object *m, const char *key)
-{
-    for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
-        const msgpack_object *k = &m->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
-            !memcmp(k->via.str.ptr, key, k->via.str.size))
-            return &m->via.map.ptr[i].val;
-    }
-    return NULL;
+    assert_int_equal(raw_open_timed(t, dir, daemon_port, who, NULL, 3), 0);
 }
 
 static void assert_err(msgpack_unpacked *u, const char *code)
 {
-    const msgpack_object *ok = mget(&u->data, "ok"), *err = mget(&u->data, "err");
+    const msgpack_object *ok = raw_get(&u->data, "ok"), *err = raw_get(&u->data, "err");
     assert_non_null(ok);
     assert_false(ok->via.boolean);
     assert_non_null(err);
@@ -843,25 +752,19 @@ static void assert_err(msgpack_unpacked *u, const char *code)
     assert_memory_equal(err->via.str.ptr, code, strlen(code));
 }
 
-static void pk_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str(pk, strlen(s));
-    msgpack_pack_str_body(pk, s, strlen(s));
-}
-
 static void test_giant_length_prefix_is_refused_and_the_connection_closed(void **state)
 {
-    struct raw_tls t;
+    struct raw t;
     raw_tls_open(&t, "kv-client");
     uint8_t hdr[4] = { 0, 0, 0, 0x40 }; /* 1 GiB */
-    assert_int_equal(SSL_write(t.ssl, hdr, 4), 4);
+    assert_int_equal(raw_write(&t, hdr, 4), 0);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    assert_int_equal(raw_recv(&t, &u), 0);
+    assert_int_equal(raw_recv(&t, &u, NULL), 0);
     assert_err(&u, "bad_request");
-    assert_int_equal(raw_recv(&t, &u), -1); /* then closed */
+    assert_int_equal(raw_recv(&t, &u, NULL), -1); /* then closed */
     msgpack_unpacked_destroy(&u);
-    raw_tls_close(&t);
+    raw_close(&t);
     assert_daemon_alive();
 }
 
@@ -881,104 +784,68 @@ static void test_hostile_msgpack_and_other_versions_are_refused(void **state)
         { "{v: 3}", { 0x81, 0xa1, 'v', 0x03 }, 4, "version" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct raw_tls t;
+        struct raw t;
         raw_tls_open(&t, "kv-client");
-        raw_send(&t, cases[i].bytes, cases[i].len);
+        assert_int_equal(raw_send(&t, cases[i].bytes, cases[i].len), 0);
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
-        assert_int_equal(raw_recv(&t, &u), 0);
+        assert_int_equal(raw_recv(&t, &u, NULL), 0);
         assert_err(&u, cases[i].err);
-        assert_int_equal(raw_recv(&t, &u), -1);
+        assert_int_equal(raw_recv(&t, &u, NULL), -1);
         msgpack_unpacked_destroy(&u);
-        raw_tls_close(&t);
+        raw_close(&t);
     }
     /* A request before hello is refused too. */
-    struct raw_tls t;
+    struct raw t;
     raw_tls_open(&t, "kv-client");
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
-    pk_str(&pk, "id");
-    msgpack_pack_uint8(&pk, 7);
-    pk_str(&pk, "op");
-    pk_str(&pk, "lookup");
-    pk_str(&pk, "service");
-    pk_str(&pk, "kv-store");
-    raw_send(&t, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    assert_int_equal(raw_recv(&t, &u), 0);
-    assert_err(&u, "unauthenticated");
-    msgpack_unpacked_destroy(&u);
-    raw_tls_close(&t);
+    struct raw_req q;
+    raw_req_begin(&q, "lookup", 7, 1);
+    raw_pk_str(&q.pk, "service");
+    raw_pk_str(&q.pk, "kv-store");
+    assert_int_equal(raw_rpc(&t, &q.sb, &q.u, NULL), 0);
+    assert_err(&q.u, "unauthenticated");
+    raw_req_end(&q);
+    raw_close(&t);
     assert_daemon_alive();
 }
 
 /* hello then register @service with a @lease_ms lease, never renewed. */
-static void raw_register(struct raw_tls *t, const char *service, unsigned lease_ms)
+static void raw_register(struct raw *t, const char *service, unsigned lease_ms)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
-    pk_str(&pk, "id");
-    msgpack_pack_uint8(&pk, 1);
-    pk_str(&pk, "op");
-    pk_str(&pk, "hello");
-    raw_send(t, sb.data, sb.size);
-    assert_int_equal(raw_recv(t, &u), 0);
-    assert_true(mget(&u.data, "ok")->via.boolean);
-    msgpack_sbuffer_clear(&sb);
-    msgpack_pack_map(&pk, 7);
-    pk_str(&pk, "v");
-    msgpack_pack_uint8(&pk, 2); /* the control protocol's version */
-    pk_str(&pk, "id");
-    msgpack_pack_uint8(&pk, 2);
-    pk_str(&pk, "op");
-    pk_str(&pk, "register");
-    pk_str(&pk, "service");
-    pk_str(&pk, service);
-    pk_str(&pk, "endpoints");
-    msgpack_pack_array(&pk, 1);
-    msgpack_pack_map(&pk, 3);
-    pk_str(&pk, "transport");
-    pk_str(&pk, "tcp");
-    pk_str(&pk, "host");
-    pk_str(&pk, "127.0.0.1");
-    pk_str(&pk, "port");
-    msgpack_pack_uint16(&pk, 9);
-    pk_str(&pk, "classes");
-    msgpack_pack_array(&pk, 0);
-    pk_str(&pk, "lease_ms");
-    msgpack_pack_uint32(&pk, lease_ms);
-    raw_send(t, sb.data, sb.size);
-    assert_int_equal(raw_recv(t, &u), 0);
-    assert_true(mget(&u.data, "ok")->via.boolean);
-    assert_int_equal(mget(&u.data, "lease_ms")->via.u64, lease_ms);
+    assert_int_equal(raw_hello(t), 0);
+    struct raw_req q;
+    raw_req_begin(&q, "register", 2, 4);
+    raw_pk_str(&q.pk, "service");
+    raw_pk_str(&q.pk, service);
+    raw_pk_str(&q.pk, "endpoints");
+    msgpack_pack_array(&q.pk, 1);
+    msgpack_pack_map(&q.pk, 3);
+    raw_pk_str(&q.pk, "transport");
+    raw_pk_str(&q.pk, "tcp");
+    raw_pk_str(&q.pk, "host");
+    raw_pk_str(&q.pk, "127.0.0.1");
+    raw_pk_str(&q.pk, "port");
+    msgpack_pack_uint16(&q.pk, 9);
+    raw_pk_str(&q.pk, "classes");
+    msgpack_pack_array(&q.pk, 0);
+    raw_pk_str(&q.pk, "lease_ms");
+    msgpack_pack_uint32(&q.pk, lease_ms);
+    assert_int_equal(raw_rpc(t, &q.sb, &q.u, NULL), 0);
+    assert_true(raw_get(&q.u.data, "ok")->via.boolean);
+    assert_int_equal(raw_get(&q.u.data, "lease_ms")->via.u64, lease_ms);
     /* No shared secret any more: the public keys tickets are signed with. */
-    assert_null(mget(&u.data, "secret"));
-    const msgpack_object *keys = mget(&u.data, "keys");
+    assert_null(raw_get(&q.u.data, "secret"));
+    const msgpack_object *keys = raw_get(&q.u.data, "keys");
     assert_non_null(keys);
     assert_int_equal(keys->type, MSGPACK_OBJECT_ARRAY);
     assert_int_equal(keys->via.array.size, 1);
     assert_int_equal(keys->via.array.ptr[0].via.bin.size, RRPC_TICKET_KEY_LEN);
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    raw_req_end(&q);
 }
 
 static void test_expired_lease_disappears_from_lookups(void **state)
 {
-    struct raw_tls t;
+    struct raw t;
     raw_tls_open(&t, "kv-server");
     raw_register(&t, "leased", 300);
     rrpc_broker *b;
@@ -989,7 +856,7 @@ static void test_expired_lease_disappears_from_lookups(void **state)
     sleep_ms(600);
     assert_int_equal(rrpc_broker_lookup(b, "leased", &info), -ENOENT);
     rrpc_broker_close(b);
-    raw_tls_close(&t);
+    raw_close(&t);
 }
 
 /* ---- load ------------------------------------------------------------------------- */

@@ -45,50 +45,25 @@ static void start_daemon(const char *extra)
     daemon_port = rrpcd_spawn(dir, "esp", conf, set, &daemon_pid);
 }
 
-static void stop_daemon(void)
-{
-    int st = 0;
-    kill(daemon_pid, SIGTERM);
-    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
-    daemon_pid = -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("rrpcd did not exit cleanly (status 0x%x); see %s/rrpcd-esp.log", st, dir);
-}
-
 static int group_setup(void **state)
 {
     (void)state;
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-esp-pairs-XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
     /* agent-a/b/c: agents of hosts A, B and C; agent-x names A in its certificate
      * but is not in agents; kv-client has no IP SAN at all. */
-    sh("%s %s kv-server kv-client agent-a:" HOST_A " agent-b:" HOST_B " agent-c:" HOST_C
-       " agent-x:" HOST_A " >/dev/null", mk, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "listen = 127.0.0.1:0\ncert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "log_level = debug\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n"
-            "agents = agent-a, agent-b,agent-c kv-client\n",
-            dir, dir, dir);
-    fclose(f);
-    return 0;
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-esp-pairs-XXXXXX",
+                       "kv-server kv-client agent-a:" HOST_A " agent-b:" HOST_B
+                       " agent-c:" HOST_C " agent-x:" HOST_A))
+        return -1;
+    return rrpcd_test_conf(dir, "listen = 127.0.0.1:0\nlog_level = debug\n"
+                                "allow = register * kv-server\nallow = lookup * kv-client\n"
+                                "agents = agent-a, agent-b,agent-c kv-client\n");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 
@@ -103,7 +78,7 @@ static int teardown(void **state)
 {
     (void)state;
     if (daemon_pid > 0)
-        stop_daemon();
+        rrpcd_stop(&daemon_pid, dir);
     return 0;
 }
 
@@ -116,50 +91,82 @@ static void open_as(struct raw *t, const char *who, const char *src)
     assert_int_equal(raw_hello(t), 0);
 }
 
+/* Whether the answer @u is ok; if not, its err and msg into @err and @msg. */
+static bool ok_or_refusal(const msgpack_unpacked *u, char *err, size_t errlen, char *msg,
+                          size_t msglen)
+{
+    if (raw_answer_ok(u))
+        return true;
+    raw_text(u, "err", err, errlen);
+    raw_text(u, "msg", msg, msglen);
+    return false;
+}
+
 /* pairs {local, pairs: @n of @peers with @expires_s}; the answer in @err ("" when ok) and
  * @msg.  -1 when the session ended without an answer. */
 static int report(struct raw *t, const char *local, const char *const *peers,
                   const uint64_t *expires_s, size_t n, char *err, char *msg)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    raw_begin(&sb, &pk, "pairs", 7, 2);
-    raw_pk_str(&pk, "local");
-    raw_pk_str(&pk, local);
-    raw_pk_str(&pk, "pairs");
-    msgpack_pack_array(&pk, (uint32_t)n);
+    struct raw_req q;
+    raw_req_begin(&q, "pairs", 7, 2);
+    raw_pk_str(&q.pk, "local");
+    raw_pk_str(&q.pk, local);
+    raw_pk_str(&q.pk, "pairs");
+    msgpack_pack_array(&q.pk, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
-        msgpack_pack_map(&pk, 2);
-        raw_pk_str(&pk, "peer");
-        raw_pk_str(&pk, peers[i]);
-        raw_pk_str(&pk, "expires_s");
-        msgpack_pack_uint64(&pk, expires_s[i]);
+        msgpack_pack_map(&q.pk, 2);
+        raw_pk_str(&q.pk, "peer");
+        raw_pk_str(&q.pk, peers[i]);
+        raw_pk_str(&q.pk, "expires_s");
+        msgpack_pack_uint64(&q.pk, expires_s[i]);
     }
-    int r = raw_rpc(t, &sb, &u);
+    int r = raw_rpc(t, &q.sb, &q.u, NULL);
     err[0] = msg[0] = 0;
-    if (!r && !raw_answer_ok(&u)) {
-        raw_text(&u, "err", err, 64);
-        raw_text(&u, "msg", msg, 512);
-    }
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    if (!r)
+        ok_or_refusal(&q.u, err, 64, msg, 512);
+    raw_req_end(&q);
     return r;
 }
 
-/* An agent of @local (certificate @who) that reports the one pair @peer, 3600 s. */
-static void agent_pairs(struct raw *t, const char *who, const char *local, const char *peer)
+static const uint64_t hour[] = { 3600 };
+
+/* A report on @t that rrpcd takes. */
+static void assert_taken(struct raw *t, const char *local, const char *const *peers,
+                         const uint64_t *expires_s, size_t n)
 {
     char err[64], msg[512];
-    const char *peers[] = { peer };
-    const uint64_t ex[] = { 3600 };
-    open_as(t, who, local);
-    assert_int_equal(report(t, local, peers, ex, peer ? 1 : 0, err, msg), 0);
+    assert_int_equal(report(t, local, peers, expires_s, n, err, msg), 0);
     if (err[0])
-        fail_msg("the report of %s was refused: %s: %s", who, err, msg);
+        fail_msg("the report of %s was refused: %s: %s", local, err, msg);
+}
+
+/* A report on @t that rrpcd refuses with @want_err, its message saying @want_msg
+ * (NULL: not checked). */
+static void assert_refused(struct raw *t, const char *local, const char *const *peers,
+                           const uint64_t *expires_s, size_t n, const char *want_err,
+                           const char *want_msg)
+{
+    char err[64], msg[512];
+    assert_int_equal(report(t, local, peers, expires_s, n, err, msg), 0);
+    assert_string_equal(err, want_err);
+    if (want_msg && !strstr(msg, want_msg))
+        fail_msg("the refusal does not say '%s': %s", want_msg, msg);
+}
+
+/* An agent of @local (certificate @who) that reports the one pair @peer (NULL:
+ * none), 3600 s. */
+static void agent_pairs(struct raw *t, const char *who, const char *local, const char *peer)
+{
+    const char *peers[] = { peer };
+    open_as(t, who, local);
+    assert_taken(t, local, peers, hour, peer ? 1 : 0);
+}
+
+/* The agents of hosts A and B, each reporting its pair with the other. */
+static void agents_pair_a_and_b(struct raw *a, struct raw *b)
+{
+    agent_pairs(a, "agent-a", HOST_A, HOST_B);
+    agent_pairs(b, "agent-b", HOST_B, HOST_A);
 }
 
 /* The registration of @service at tcp://@host:7001 through @b by a context with
@@ -196,23 +203,15 @@ static void lookup_from(const char *src, const char *service, struct found *f)
     struct raw t;
     memset(f, 0, sizeof(*f));
     open_as(&t, "kv-client", src);
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    raw_begin(&sb, &pk, "lookup", 2, 1);
-    raw_pk_str(&pk, "service");
-    raw_pk_str(&pk, service);
-    assert_int_equal(raw_rpc(&t, &sb, &u), 0);
-    if (!raw_answer_ok(&u)) {
-        raw_text(&u, "err", f->err, sizeof(f->err));
-        raw_text(&u, "msg", f->msg, sizeof(f->msg));
-    } else {
-        const msgpack_object *tk = raw_get(&u.data, "ticket");
+    struct raw_req q;
+    raw_req_begin(&q, "lookup", 2, 1);
+    raw_pk_str(&q.pk, "service");
+    raw_pk_str(&q.pk, service);
+    assert_int_equal(raw_rpc(&t, &q.sb, &q.u, NULL), 0);
+    if (ok_or_refusal(&q.u, f->err, sizeof(f->err), f->msg, sizeof(f->msg))) {
+        const msgpack_object *tk = raw_get(&q.u.data, "ticket");
         f->ticket = tk && tk->type == MSGPACK_OBJECT_BIN && tk->via.bin.size > 0;
-        const msgpack_object *in = raw_get(&u.data, "instances");
+        const msgpack_object *in = raw_get(&q.u.data, "instances");
         assert_non_null(in);
         assert_int_equal(in->type, MSGPACK_OBJECT_ARRAY);
         f->n = in->via.array.size;
@@ -225,8 +224,7 @@ static void lookup_from(const char *src, const char *service, struct found *f)
                      h->via.str.ptr);
         }
     }
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    raw_req_end(&q);
     raw_close(&t);
 }
 
@@ -250,133 +248,147 @@ static void assert_denied_for_no_pair(const struct found *f, const char *server_
     assert_non_null(strstr(f->msg, "start rrpc-agent on both hosts with --broker"));
 }
 
+/* lookup kv-esp from host A: denied, no pair with host B. */
+static void assert_lookup_denied(void)
+{
+    struct found f;
+    lookup_from(HOST_A, "kv-esp", &f);
+    assert_denied_for_no_pair(&f, HOST_B);
+}
+
+/* lookup @service from @src: answered, with one instance. */
+static void lookup_one(const char *src, const char *service, struct found *f)
+{
+    lookup_from(src, service, f);
+    assert_string_equal(f->err, "");
+    assert_int_equal(f->n, 1);
+}
+
+/* lookup kv-esp from host A: one instance, on host B, and a ticket. */
+static void assert_ticket_for_b(void)
+{
+    struct found f;
+    lookup_one(HOST_A, "kv-esp", &f);
+    assert_string_equal(f.hosts[0], HOST_B);
+    assert_true(f.ticket);
+}
+
+/* kv-esp registered at host B with require_esp, through a handle of its own. */
+struct esp_service {
+    rrpc_broker *b;
+    rrpc_ctx *ctx;
+};
+
+static void esp_service_start(struct esp_service *svc)
+{
+    svc->b = server_broker();
+    svc->ctx = register_at(svc->b, "kv-esp", HOST_B, true);
+}
+
+static void esp_service_stop(struct esp_service *svc)
+{
+    rrpc_broker_close(svc->b);
+    rrpc_ctx_destroy(svc->ctx);
+}
+
 /* ---- the tests ------------------------------------------------------------------- */
 
 static void test_pair_reported_by_both_hosts_gets_the_client_a_ticket(void **state)
 {
     (void)state;
-    rrpc_broker *b = server_broker();
-    rrpc_ctx *ctx = register_at(b, "kv-esp", HOST_B, true);
+    struct esp_service svc;
+    esp_service_start(&svc);
     struct raw a, bb;
-    agent_pairs(&a, "agent-a", HOST_A, HOST_B);
-    agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
-    struct found f;
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_string_equal(f.err, "");
-    assert_int_equal(f.n, 1);
-    assert_string_equal(f.hosts[0], HOST_B);
-    assert_true(f.ticket);
+    agents_pair_a_and_b(&a, &bb);
+    assert_ticket_for_b();
     raw_close(&a);
     raw_close(&bb);
-    rrpc_broker_close(b);
-    rrpc_ctx_destroy(ctx);
+    esp_service_stop(&svc);
 }
 
 static void test_pair_reported_by_one_host_only_is_denied_naming_both(void **state)
 {
     (void)state;
-    rrpc_broker *b = server_broker();
-    rrpc_ctx *ctx = register_at(b, "kv-esp", HOST_B, true);
+    struct esp_service svc;
+    esp_service_start(&svc);
     struct raw a, bb;
     /* The client's host claims the pair; the server's host reports none. */
     agent_pairs(&a, "agent-a", HOST_A, HOST_B);
     agent_pairs(&bb, "agent-b", HOST_B, NULL);
-    struct found f;
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_denied_for_no_pair(&f, HOST_B);
+    assert_lookup_denied();
     /* Nor the other way round. */
     raw_close(&a);
     raw_close(&bb);
     agent_pairs(&a, "agent-a", HOST_A, NULL);
     agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_denied_for_no_pair(&f, HOST_B);
+    assert_lookup_denied();
     /* With no agent at all. */
     raw_close(&a);
     raw_close(&bb);
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_denied_for_no_pair(&f, HOST_B);
-    rrpc_broker_close(b);
-    rrpc_ctx_destroy(ctx);
+    assert_lookup_denied();
+    esp_service_stop(&svc);
 }
 
 static void test_expired_pair_and_ended_report_are_denied(void **state)
 {
     (void)state;
-    rrpc_broker *b = server_broker();
-    rrpc_ctx *ctx = register_at(b, "kv-esp", HOST_B, true);
+    struct esp_service svc;
+    esp_service_start(&svc);
     struct raw a, bb;
-    char err[64], msg[512];
     agent_pairs(&a, "agent-a", HOST_A, HOST_B);
     open_as(&bb, "agent-b", HOST_B);
     const char *peers[] = { HOST_A };
-    const uint64_t gone[] = { 0 }, hour[] = { 3600 };
-    assert_int_equal(report(&bb, HOST_B, peers, gone, 1, err, msg), 0);
-    assert_string_equal(err, "");
-    struct found f;
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_denied_for_no_pair(&f, HOST_B);
+    const uint64_t gone[] = { 0 };
+    assert_taken(&bb, HOST_B, peers, gone, 1);
+    assert_lookup_denied();
     /* The next report replaces it: the pair holds again. */
-    assert_int_equal(report(&bb, HOST_B, peers, hour, 1, err, msg), 0);
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_int_equal(f.n, 1);
+    assert_taken(&bb, HOST_B, peers, hour, 1);
+    struct found f;
+    lookup_one(HOST_A, "kv-esp", &f);
     /* The end of B's session takes its report with it. */
     raw_close(&bb);
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_denied_for_no_pair(&f, HOST_B);
+    assert_lookup_denied();
     raw_close(&a);
-    rrpc_broker_close(b);
-    rrpc_ctx_destroy(ctx);
+    esp_service_stop(&svc);
 }
 
 static void test_report_for_an_address_the_certificate_does_not_name_is_refused(void **state)
 {
     (void)state;
-    rrpc_broker *b = server_broker();
-    rrpc_ctx *ctx = register_at(b, "kv-esp", HOST_B, true);
+    struct esp_service svc;
+    esp_service_start(&svc);
     struct raw a, bb, lie;
-    char err[64], msg[512];
     agent_pairs(&a, "agent-a", HOST_A, HOST_B);
     /* Agent A speaks for B: refused, and the session closed. */
     open_as(&lie, "agent-a", HOST_A);
     const char *peers[] = { HOST_A };
-    const uint64_t ex[] = { 3600 };
-    assert_int_equal(report(&lie, HOST_B, peers, ex, 1, err, msg), 0);
-    assert_string_equal(err, "denied");
-    assert_non_null(strstr(msg, "local " HOST_B " is not an IP SAN of this session's "
-                                "certificate"));
+    assert_refused(&lie, HOST_B, peers, hour, 1, "denied",
+                   "local " HOST_B " is not an IP SAN of this session's certificate");
     assert_true(raw_ended(&lie));
     raw_close(&lie);
     /* A principal of agents whose certificate has no IP SAN at all. */
     open_as(&lie, "kv-client", HOST_B);
-    assert_int_equal(report(&lie, HOST_B, peers, ex, 1, err, msg), 0);
-    assert_string_equal(err, "denied");
+    assert_refused(&lie, HOST_B, peers, hour, 1, "denied", NULL);
     assert_true(raw_ended(&lie));
     raw_close(&lie);
-    struct found f;
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_denied_for_no_pair(&f, HOST_B);
+    assert_lookup_denied();
     /* Not that B's own report would not count. */
     agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_int_equal(f.n, 1);
+    struct found f;
+    lookup_one(HOST_A, "kv-esp", &f);
     raw_close(&bb);
     raw_close(&a);
-    rrpc_broker_close(b);
-    rrpc_ctx_destroy(ctx);
+    esp_service_stop(&svc);
 }
 
 static void test_report_of_a_principal_not_in_agents_is_refused(void **state)
 {
     (void)state;
     struct raw x;
-    char err[64], msg[512];
     open_as(&x, "agent-x", HOST_A); /* its certificate does name A */
     const char *peers[] = { HOST_B };
-    const uint64_t ex[] = { 3600 };
-    assert_int_equal(report(&x, HOST_A, peers, ex, 1, err, msg), 0);
-    assert_string_equal(err, "denied");
-    assert_non_null(strstr(msg, "principal 'agent-x' is not in this rrpcd's agents list"));
+    assert_refused(&x, HOST_A, peers, hour, 1, "denied",
+                   "principal 'agent-x' is not in this rrpcd's agents list");
     assert_true(raw_ended(&x));
     raw_close(&x);
 }
@@ -386,13 +398,18 @@ static void bad_report(const char *local, const char *const *peers, const uint64
                        size_t n, const char *want)
 {
     struct raw t;
-    char err[64], msg[512];
     open_as(&t, "agent-a", HOST_A);
-    assert_int_equal(report(&t, local, peers, ex, n, err, msg), 0);
-    assert_string_equal(err, "bad_request");
-    if (!strstr(msg, want))
-        fail_msg("the refusal does not say '%s': %s", want, msg);
+    assert_refused(&t, local, peers, ex, n, "bad_request", want);
     assert_true(raw_ended(&t));
+    raw_close(&t);
+}
+
+/* One report on a fresh agent-a session, taken. */
+static void good_report(const char *const *peers, const uint64_t *ex, size_t n)
+{
+    struct raw t;
+    open_as(&t, "agent-a", HOST_A);
+    assert_taken(&t, HOST_A, peers, ex, n);
     raw_close(&t);
 }
 
@@ -419,12 +436,7 @@ static void test_reports_beyond_the_bounds_are_bad_requests_that_close_the_sessi
     bad_report(HOST_A, name, ex, 1, "pair 0: needs peer");
     bad_report(HOST_A, mapped, ex, 1, "pair 0: needs peer");
     /* 256 pairs are taken; the same with long peer strings above 64 KiB is not. */
-    struct raw t;
-    char err[64], msg[512];
-    open_as(&t, "agent-a", HOST_A);
-    assert_int_equal(report(&t, HOST_A, peers, ex, 256, err, msg), 0);
-    assert_string_equal(err, "");
-    raw_close(&t);
+    good_report(peers, ex, 256);
     static char pad[257][300];
     for (int i = 0; i < 256; i++) {
         snprintf(pad[i], sizeof(pad[i]), "%0290d", i); /* no address: the size is checked first */
@@ -433,29 +445,20 @@ static void test_reports_beyond_the_bounds_are_bad_requests_that_close_the_sessi
     bad_report(HOST_A, peers, ex, 256, "a pairs report has at most 65536 bytes");
     /* A week is the longest lifetime taken. */
     const uint64_t week[] = { 604800 };
-    open_as(&t, "agent-a", HOST_A);
-    assert_int_equal(report(&t, HOST_A, one, week, 1, err, msg), 0);
-    assert_string_equal(err, "");
-    raw_close(&t);
+    good_report(one, week, 1);
 }
 
 static void test_max_agents_refuses_one_more_host_but_not_a_new_report_of_one_held(void **state)
 {
     (void)state;
-    stop_daemon();
+    rrpcd_stop(&daemon_pid, dir);
     start_daemon("max_agents=2");
     struct raw a, bb, c;
-    char err[64], msg[512];
-    agent_pairs(&a, "agent-a", HOST_A, HOST_B);
-    agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
+    agents_pair_a_and_b(&a, &bb);
     open_as(&c, "agent-c", HOST_C);
     const char *peers[] = { HOST_A };
-    const uint64_t ex[] = { 3600 };
-    assert_int_equal(report(&c, HOST_C, peers, ex, 1, err, msg), 0);
-    assert_string_equal(err, "limit");
-    assert_non_null(strstr(msg, "max_agents"));
-    assert_int_equal(report(&a, HOST_A, peers + 0, ex, 0, err, msg), 0); /* a held one: taken */
-    assert_string_equal(err, "");
+    assert_refused(&c, HOST_C, peers, hour, 1, "limit", "max_agents");
+    assert_taken(&a, HOST_A, peers, hour, 0); /* a held one: taken */
     raw_close(&c);
     raw_close(&bb);
     raw_close(&a);
@@ -470,28 +473,19 @@ static void test_lookup_answers_the_paired_instance_and_withholds_the_unpaired_o
     rrpc_ctx *on_c = register_at(b2, "kv-esp", HOST_C, true);
     rrpc_ctx *plain = register_at(b, "kv-plain", HOST_C, false);
     struct raw a, bb, c;
-    agent_pairs(&a, "agent-a", HOST_A, HOST_B);
-    agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
+    agents_pair_a_and_b(&a, &bb);
     agent_pairs(&c, "agent-c", HOST_C, NULL); /* C's agent runs, but pairs with nobody */
+    for (int i = 0; i < 4; i++) /* whatever instance the rotation puts first */
+        assert_ticket_for_b();
     struct found f;
-    for (int i = 0; i < 4; i++) { /* whatever instance the rotation puts first */
-        lookup_from(HOST_A, "kv-esp", &f);
-        assert_string_equal(f.err, "");
-        assert_int_equal(f.n, 1);
-        assert_string_equal(f.hosts[0], HOST_B);
-        assert_true(f.ticket);
-    }
     /* From a host neither B nor C has a pair with: none is left. */
     lookup_from("127.0.0.5", "kv-esp", &f);
     assert_string_equal(f.err, "denied");
     /* From C itself: its own instance (the same host: nothing crosses a wire). */
-    lookup_from(HOST_C, "kv-esp", &f);
-    assert_int_equal(f.n, 1);
+    lookup_one(HOST_C, "kv-esp", &f);
     assert_string_equal(f.hosts[0], HOST_C);
     /* A service without require_esp is answered to any host. */
-    lookup_from(HOST_C, "kv-plain", &f);
-    assert_string_equal(f.err, "");
-    assert_int_equal(f.n, 1);
+    lookup_one(HOST_C, "kv-plain", &f);
     raw_close(&c);
     raw_close(&bb);
     raw_close(&a);
@@ -508,7 +502,7 @@ static void test_require_esp_travels_through_etcd_to_another_rrpcd(void **state)
     const char *e = getenv("ETCD");
     if (access(e && e[0] ? e : "/usr/bin/etcd", X_OK))
         skip(); /* no etcd-server */
-    stop_daemon();
+    rrpcd_stop(&daemon_pid, dir);
     struct etcd_member em;
     char edir[300];
     snprintf(edir, sizeof(edir), "%s/etcd", dir);
@@ -551,11 +545,8 @@ static void test_require_esp_travels_through_etcd_to_another_rrpcd(void **state)
     while (!strcmp(f.err, "not_found") && now_ms() - t0 < 30000 && (sleep_ms(50), 1));
     assert_denied_for_no_pair(&f, HOST_B);
     struct raw a, bb;
-    agent_pairs(&a, "agent-a", HOST_A, HOST_B);
-    agent_pairs(&bb, "agent-b", HOST_B, HOST_A);
-    lookup_from(HOST_A, "kv-esp", &f);
-    assert_string_equal(f.err, "");
-    assert_int_equal(f.n, 1);
+    agents_pair_a_and_b(&a, &bb);
+    lookup_one(HOST_A, "kv-esp", &f);
     raw_close(&bb);
     raw_close(&a);
     rrpc_broker_close(b);

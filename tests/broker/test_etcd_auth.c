@@ -166,10 +166,7 @@ static int group_teardown(void **state)
         waitpid(rrpcd_pid, NULL, 0);
     }
     etcd_member_stop(&member, SIGTERM);
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

@@ -77,21 +77,14 @@ static int group_setup(void **state)
     (void)state;
     signal(SIGPIPE, SIG_DFL);
     etcd_bin_or_skip();
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-etcd-cluster-XXXXXX");
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mkdtemp(dir) || !mk || !getenv("RRPCD"))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-etcd-cluster-XXXXXX", "kv-server kv-client") ||
+        rrpcd_test_conf(dir,
+                        "ticket_key = %s/ticket.pem\n"
+                        "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
+                        "etcd_prefix = /test/rrpc/\n"
+                        "allow = register * kv-server\nallow = lookup * kv-client\n",
+                        dir))
         return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
-            "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
-            "etcd_prefix = /test/rrpc/\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, dir);
-    fclose(f);
     snprintf(member.dir, sizeof(member.dir), "%s", dir);
     if (etcd_member_start(&member))
         return -1;
@@ -106,10 +99,7 @@ static int group_teardown(void **state)
     stop_rrpcd(&A, SIGTERM);
     stop_rrpcd(&B, SIGTERM);
     etcd_member_stop(&member, SIGTERM);
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

@@ -87,23 +87,14 @@ static int group_setup(void **state)
 {
     (void)state;
     etcd_bin_or_skip();
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-etcd-ha-XXXXXX");
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mkdtemp(dir) || !mk || !getenv("RRPCD"))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-etcd-ha-XXXXXX", "kv-server kv-client") ||
+        rrpcd_test_conf(dir,
+                        "ticket_key = %s/ticket.pem\n"
+                        "listen = 127.0.0.1:0\nlease_ms = %d\nlog_level = info\n"
+                        "etcd_prefix = /test/ha/\n"
+                        "allow = register * kv-server\nallow = lookup * kv-client\n",
+                        dir, LEASE_MS))
         return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    if (!f)
-        return -1;
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
-            "listen = 127.0.0.1:0\nlease_ms = %d\nlog_level = info\n"
-            "etcd_prefix = /test/ha/\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, dir, LEASE_MS);
-    fclose(f);
     if (etcd_cluster_init(m, 3, dir))
         return -1;
     for (int i = 0; i < 3; i++)
@@ -122,10 +113,7 @@ static int group_teardown(void **state)
     }
     for (int i = 0; i < 3; i++)
         etcd_member_stop(&m[i], SIGTERM);
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

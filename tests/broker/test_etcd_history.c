@@ -55,14 +55,8 @@ static void start_rrpcd(const char *const *set)
 
 static void stop_rrpcd(void)
 {
-    if (daemon_pid <= 0)
-        return;
-    int st;
-    kill(daemon_pid, SIGTERM);
-    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
-    daemon_pid = -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("rrpcd did not exit cleanly on SIGTERM (0x%x); see %s", st, dir);
+    if (daemon_pid > 0)
+        rrpcd_stop(&daemon_pid, dir);
 }
 
 static int group_setup(void **state)
@@ -70,33 +64,22 @@ static int group_setup(void **state)
     (void)state;
     signal(SIGPIPE, SIG_DFL);
     etcd_bin_or_skip();
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-etcd-history-XXXXXX");
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mkdtemp(dir) || !mk || !getenv("RRPCD"))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-etcd-history-XXXXXX", "kv-server kv-client"))
         return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
     sh("openssl genpkey -algorithm ed25519 -out %s/ticket.pem 2>/dev/null && chmod 600 "
        "%s/ticket.pem", dir, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\nticket_key = %s/ticket.pem\n"
-            "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
-            "etcd_prefix = /test/rrpc/\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, dir);
-    fclose(f);
-    return 0;
+    return rrpcd_test_conf(dir,
+                           "ticket_key = %s/ticket.pem\n"
+                           "listen = 127.0.0.1:0\nlease_ms = 2000\nlog_level = info\n"
+                           "etcd_prefix = /test/rrpc/\n"
+                           "allow = register * kv-server\nallow = lookup * kv-client\n",
+                           dir);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

@@ -37,9 +37,9 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 
-#include "broker/sockbio.h" /* TLS that never raises SIGPIPE */
+#include "raw_client.h"
 
 static char dir[256];
 static pid_t daemon_pid = -1;
@@ -92,13 +92,7 @@ static void start_daemon(const char *const *sets)
 /* SIGTERM; rrpcd must exit 0 (under ASan: nothing leaked). */
 static void stop_daemon(void)
 {
-    int st = 0;
-    kill(daemon_pid, SIGTERM);
-    assert_int_equal(waitpid(daemon_pid, &st, 0), daemon_pid);
-    daemon_pid = -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("rrpcd did not exit cleanly on SIGTERM (status 0x%x); see %s/rrpcd.log", st,
-                 dir);
+    rrpcd_stop(&daemon_pid, dir);
 }
 
 /* A field of /proc/PID/status in kB (VmRSS, VmHWM). */
@@ -121,34 +115,18 @@ static long proc_kb(pid_t pid, const char *field)
 static int group_setup(void **state)
 {
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-limits-test-XXXXXX");
-    if (!mkdtemp(dir))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-limits-test-XXXXXX", "kv-server kv-client"))
         return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
-    char p[300];
-    snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "listen = 127.0.0.1:0\ncert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "port_file = %s/port\n"
-            "log_level = info\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, dir);
-    fclose(f);
-    return 0;
+    return rrpcd_test_conf(dir, "listen = 127.0.0.1:0\nport_file = %s/port\nlog_level = info\n"
+                                "allow = register * kv-server\nallow = lookup * kv-client\n",
+                           dir);
 }
 
 static int group_teardown(void **state)
 {
     if (daemon_pid > 0)
         stop_daemon();
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 
@@ -159,187 +137,25 @@ static int teardown(void **state)
     return 0;
 }
 
-/* ---- a raw TLS client ------------------------------------------------------- */
+/* ---- a raw TLS client (raw_client.h) ------------------------------------------- */
 
-struct raw {
-    SSL_CTX *sctx;
-    SSL *ssl;
-    int fd;
-    char *last; /* the last answer: msgpack-c's objects point into it */
-};
-
-/* A TCP connection to rrpcd from @src (NULL: any), blocking, 5 s timeouts. */
-static int tcp_to_daemon(const char *src)
+/* A session with this test's rrpcd as @who (NULL: anonymous, and no hello
+ * follows) from @src (NULL: any), 5 s socket timeouts: 0, or -1 when rrpcd
+ * ended it during the handshake. */
+static int session(struct raw *t, const char *who, const char *src)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    if (src) {
-        struct sockaddr_in b = { .sin_family = AF_INET };
-        inet_pton(AF_INET, src, &b.sin_addr);
-        assert_int_equal(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0);
-    }
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)daemon_port) };
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    struct timeval tv = { 5, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
-/*
- * A TLS session with rrpcd as @who (a certificate of the test CA) or
- * anonymous (@who NULL: no certificate, and no hello follows), from @src.
- * Returns 0, or -1 when rrpcd ended it during the handshake.
- */
-static int raw_open(struct raw *t, const char *who, const char *src)
-{
-    char p[300];
-    memset(t, 0, sizeof(*t));
-    t->sctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_min_proto_version(t->sctx, TLS1_3_VERSION);
-    snprintf(p, sizeof(p), "%s/ca.crt", dir);
-    assert_int_equal(SSL_CTX_load_verify_locations(t->sctx, p, NULL), 1);
-    SSL_CTX_set_verify(t->sctx, SSL_VERIFY_PEER, NULL);
-    if (who) {
-        snprintf(p, sizeof(p), "%s/%s.crt", dir, who);
-        assert_int_equal(SSL_CTX_use_certificate_chain_file(t->sctx, p), 1);
-        snprintf(p, sizeof(p), "%s/%s.key", dir, who);
-        assert_int_equal(SSL_CTX_use_PrivateKey_file(t->sctx, p, SSL_FILETYPE_PEM), 1);
-    }
-    t->fd = tcp_to_daemon(src);
-    t->ssl = SSL_new(t->sctx);
-    assert_int_equal(rrpci_ssl_set_socket(t->ssl, t->fd), 0);
-    ERR_clear_error();
-    int r = SSL_connect(t->ssl) == 1 ? 0 : -1;
-    /* TLS 1.3: the client is done before the server has read its Finished;
-     * a session closed at accept shows up on the first read. */
-    ERR_clear_error();
-    return r;
-}
-
-static void raw_close(struct raw *t)
-{
-    free(t->last);
-    SSL_free(t->ssl);
-    close(t->fd);
-    SSL_CTX_free(t->sctx);
-    memset(t, 0, sizeof(*t));
-    t->fd = -1;
-}
-
-static int raw_write(struct raw *t, const void *p, size_t len)
-{
-    size_t n = 0;
-    ERR_clear_error();
-    int ok = SSL_write_ex(t->ssl, p, len, &n);
-    ERR_clear_error();
-    return ok && n == len ? 0 : -1;
-}
-
-static int raw_read_all(struct raw *t, void *p, size_t len)
-{
-    for (size_t got = 0; got < len;) {
-        size_t n = 0;
-        ERR_clear_error();
-        if (!SSL_read_ex(t->ssl, (char *)p + got, len - got, &n)) {
-            ERR_clear_error();
-            return -1;
-        }
-        got += n;
-    }
-    return 0;
-}
-
-static void pk_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str(pk, strlen(s));
-    msgpack_pack_str_body(pk, s, strlen(s));
-}
-
-static const msgpack_object *mget(const msgpack_object *m, const char *key)
-{
-    for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
-        const msgpack_object *k = &m->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
-            !memcmp(k->via.str.ptr, key, k->via.str.size))
-            return &m->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
-/* Sends the request in @sb and reads the answer into @u: 0, or -1 when the
- * session ended.  Fills *ret_len with the answer's frame length. */
-static int raw_rpc(struct raw *t, msgpack_sbuffer *sb, msgpack_unpacked *u, size_t *ret_len)
-{
-    uint8_t hdr[4] = { (uint8_t)sb->size, (uint8_t)(sb->size >> 8), (uint8_t)(sb->size >> 16),
-                       (uint8_t)(sb->size >> 24) };
-    if (raw_write(t, hdr, 4) || raw_write(t, sb->data, sb->size) || raw_read_all(t, hdr, 4))
-        return -1;
-    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
-    if (ret_len)
-        *ret_len = len;
-    assert_true(len > 0 && len <= (1u << 20));
-    char *buf = malloc(len);
-    if (raw_read_all(t, buf, len)) {
-        free(buf);
-        return -1;
-    }
-    size_t off = 0;
-    assert_int_equal(msgpack_unpack_next(u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
-    free(t->last);
-    t->last = buf;
-    return 0;
-}
-
-static void req_begin(msgpack_sbuffer *sb, msgpack_packer *pk, const char *op, int id, int n)
-{
-    msgpack_sbuffer_clear(sb);
-    msgpack_pack_map(pk, 3 + (uint32_t)n);
-    pk_str(pk, "v");
-    msgpack_pack_uint8(pk, 2); /* the control protocol's version */
-    pk_str(pk, "id");
-    msgpack_pack_uint32(pk, (uint32_t)id);
-    pk_str(pk, "op");
-    pk_str(pk, op);
-}
-
-static bool answer_ok(msgpack_unpacked *u)
-{
-    const msgpack_object *ok = mget(&u->data, "ok");
-    return ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
-}
-
-/* hello: 0 when rrpcd answered ok, -1 when the session ended. */
-static int raw_hello(struct raw *t)
-{
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    req_begin(&sb, &pk, "hello", 1, 0);
-    int r = raw_rpc(t, &sb, &u, NULL);
-    if (!r)
-        assert_true(answer_ok(&u));
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
-    return r;
+    return raw_open_timed(t, dir, daemon_port, who, src, 5);
 }
 
 /* lookup @service: 0 with the answer in @u (ok or not), -1 when the session ended. */
 static int raw_lookup(struct raw *t, const char *service, msgpack_unpacked *u, size_t *ret_len)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    req_begin(&sb, &pk, "lookup", 2, 1);
-    pk_str(&pk, "service");
-    pk_str(&pk, service);
-    int r = raw_rpc(t, &sb, u, ret_len);
-    msgpack_sbuffer_destroy(&sb);
+    struct raw_req q;
+    raw_req_begin(&q, "lookup", 2, 1);
+    raw_pk_str(&q.pk, "service");
+    raw_pk_str(&q.pk, service);
+    int r = raw_rpc(t, &q.sb, u, ret_len);
+    raw_req_end(&q);
     return r;
 }
 
@@ -372,12 +188,12 @@ static void test_trickling_anonymous_sessions_do_not_lock_out_clients(void **sta
     const char *sets[] = { "max_connections=16", "auth_timeout_ms=1000", NULL };
     start_daemon(sets);
     struct raw authed;
-    assert_int_equal(raw_open(&authed, "kv-client", NULL), 0);
+    assert_int_equal(session(&authed, "kv-client", NULL), 0);
     assert_int_equal(raw_hello(&authed), 0);
 
     struct raw anon[TRICKLE_CAP - 1];
     for (int i = 0; i < TRICKLE_CAP - 1; i++) {
-        assert_int_equal(raw_open(&anon[i], NULL, NULL), 0);
+        assert_int_equal(session(&anon[i], NULL, NULL), 0);
         static const uint8_t hdr[4] = { 100, 0, 0, 0 }; /* a 100-byte frame, slowly */
         assert_int_equal(raw_write(&anon[i], hdr, 4), 0);
     }
@@ -437,11 +253,11 @@ static void test_authenticated_sessions_are_never_evicted_for_anonymous_ones(voi
     start_daemon(sets);
     struct raw s[4];
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(session(&s[i], "kv-client", NULL), 0);
         assert_int_equal(raw_hello(&s[i]), 0);
     }
     struct raw anon;
-    raw_open(&anon, NULL, NULL);
+    session(&anon, NULL, NULL);
     assert_true(ended_by_daemon(anon.fd));
     raw_close(&anon);
     for (int i = 0; i < 4; i++) {
@@ -461,23 +277,23 @@ static void test_sessions_beyond_the_per_source_cap_are_refused(void **state)
     start_daemon(sets);
     struct raw s[4];
     for (int i = 0; i < 4; i++)
-        assert_int_equal(raw_open(&s[i], NULL, "127.0.0.1"), 0);
+        assert_int_equal(session(&s[i], NULL, "127.0.0.1"), 0);
     struct raw fifth;
-    raw_open(&fifth, NULL, "127.0.0.1");
+    session(&fifth, NULL, "127.0.0.1");
     assert_true(ended_by_daemon(fifth.fd));
     raw_close(&fifth);
     for (int i = 0; i < 4; i++)
         assert_false(ended_now(s[i].fd));
 
     struct raw other; /* another source address on the loopback */
-    assert_int_equal(raw_open(&other, "kv-client", "127.0.0.2"), 0);
+    assert_int_equal(session(&other, "kv-client", "127.0.0.2"), 0);
     assert_int_equal(raw_hello(&other), 0);
     raw_close(&other);
 
     /* A slot of the first address frees when one of its sessions ends. */
     raw_close(&s[0]);
     sleep_ms(100);
-    assert_int_equal(raw_open(&s[0], "kv-client", "127.0.0.1"), 0);
+    assert_int_equal(session(&s[0], "kv-client", "127.0.0.1"), 0);
     assert_int_equal(raw_hello(&s[0]), 0);
     for (int i = 0; i < 4; i++)
         raw_close(&s[i]);
@@ -497,7 +313,7 @@ static void test_anonymous_sessions_hold_no_large_buffers(void **state)
     start_daemon(sets);
     no_asan_quarantine = false;
     struct raw warm; /* one session first, so TLS's one-time allocations are in the base */
-    assert_int_equal(raw_open(&warm, "kv-client", NULL), 0);
+    assert_int_equal(session(&warm, "kv-client", NULL), 0);
     assert_int_equal(raw_hello(&warm), 0);
     long base = proc_kb(daemon_pid, "VmHWM");
 
@@ -506,7 +322,7 @@ static void test_anonymous_sessions_hold_no_large_buffers(void **state)
     uint8_t *body = calloc(1, len);
     assert_non_null(body);
     for (int i = 0; i < ANON_SESSIONS; i++) {
-        assert_int_equal(raw_open(&s[i], NULL, NULL), 0);
+        assert_int_equal(session(&s[i], NULL, NULL), 0);
         uint8_t hdr[4] = { 0, 0, 0x10, 0 }; /* 1 MiB */
         if (raw_write(&s[i], hdr, 4) == 0)
             raw_write(&s[i], body, len - 1); /* all but the last byte; fails once refused */
@@ -532,7 +348,7 @@ static void test_anonymous_sessions_hold_no_large_buffers(void **state)
     memset(big, 'a', sizeof(big) - 1);
     big[sizeof(big) - 1] = 0;
     assert_int_equal(raw_lookup(&warm, big, &u, NULL), 0); /* bad_request: name too long */
-    assert_false(answer_ok(&u));
+    assert_false(raw_answer_ok(&u));
     msgpack_unpacked_destroy(&u);
     raw_close(&warm);
 }
@@ -547,35 +363,30 @@ static void test_anonymous_sessions_hold_no_large_buffers(void **state)
 static int raw_register_big(struct raw *t, const char *service, int n_eps, int hostlen,
                             char *err, size_t errlen)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
     char host[256];
     memset(host, 'h', (size_t)hostlen);
     host[hostlen] = 0;
-    req_begin(&sb, &pk, "register", 3, 3);
-    pk_str(&pk, "service");
-    pk_str(&pk, service);
-    pk_str(&pk, "endpoints");
-    msgpack_pack_array(&pk, (uint32_t)n_eps);
+    struct raw_req q;
+    raw_req_begin(&q, "register", 3, 3);
+    raw_pk_str(&q.pk, "service");
+    raw_pk_str(&q.pk, service);
+    raw_pk_str(&q.pk, "endpoints");
+    msgpack_pack_array(&q.pk, (uint32_t)n_eps);
     for (int i = 0; i < n_eps; i++) {
-        msgpack_pack_map(&pk, 3);
-        pk_str(&pk, "transport");
-        pk_str(&pk, "rdma");
-        pk_str(&pk, "host");
-        pk_str(&pk, host);
-        pk_str(&pk, "port");
-        msgpack_pack_uint16(&pk, (uint16_t)(10000 + i));
+        msgpack_pack_map(&q.pk, 3);
+        raw_pk_str(&q.pk, "transport");
+        raw_pk_str(&q.pk, "rdma");
+        raw_pk_str(&q.pk, "host");
+        raw_pk_str(&q.pk, host);
+        raw_pk_str(&q.pk, "port");
+        msgpack_pack_uint16(&q.pk, (uint16_t)(10000 + i));
     }
-    pk_str(&pk, "classes");
-    msgpack_pack_array(&pk, 0);
-    assert_int_equal(raw_rpc(t, &sb, &u, NULL), 0);
+    raw_pk_str(&q.pk, "classes");
+    msgpack_pack_array(&q.pk, 0);
+    assert_int_equal(raw_rpc(t, &q.sb, &q.u, NULL), 0);
     int r = 0;
-    if (!answer_ok(&u)) {
-        const msgpack_object *e = mget(&u.data, "err"), *m = mget(&u.data, "msg");
+    if (!raw_answer_ok(&q.u)) {
+        const msgpack_object *e = raw_get(&q.u.data, "err"), *m = raw_get(&q.u.data, "msg");
         assert_non_null(e);
         assert_non_null(m);
         snprintf(err, errlen, "%.*s", (int)e->via.str.size, e->via.str.ptr);
@@ -583,8 +394,7 @@ static int raw_register_big(struct raw *t, const char *service, int n_eps, int h
                       (int)m->via.str.size, m->via.str.ptr);
         r = -1;
     }
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    raw_req_end(&q);
     return r;
 }
 
@@ -601,7 +411,7 @@ static void test_lookup_answers_of_a_service_with_many_large_registrations_fit_a
     const char *sets[] = { "max_instances_per_service=1000", NULL };
     start_daemon(sets);
     struct raw srv;
-    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(session(&srv, "kv-server", NULL), 0);
     assert_int_equal(raw_hello(&srv), 0);
     char err[64] = "";
     int n = 0;
@@ -613,14 +423,14 @@ static void test_lookup_answers_of_a_service_with_many_large_registrations_fit_a
     assert_string_equal(err, "limit");
 
     struct raw cli;
-    assert_int_equal(raw_open(&cli, "kv-client", NULL), 0);
+    assert_int_equal(session(&cli, "kv-client", NULL), 0);
     assert_int_equal(raw_hello(&cli), 0);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t len = 0;
     assert_int_equal(raw_lookup(&cli, "big", &u, &len), 0); /* the frame is <= 1 MiB */
-    assert_true(answer_ok(&u));
-    const msgpack_object *ins = mget(&u.data, "instances");
+    assert_true(raw_answer_ok(&u));
+    const msgpack_object *ins = raw_get(&u.data, "instances");
     assert_non_null(ins);
     assert_int_equal(ins->via.array.size, n);
     msgpack_unpacked_destroy(&u);
@@ -654,7 +464,7 @@ static void test_registrations_beyond_the_instance_and_endpoint_caps_are_refused
                            NULL };
     start_daemon(sets);
     struct raw srv;
-    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(session(&srv, "kv-server", NULL), 0);
     assert_int_equal(raw_hello(&srv), 0);
     char err[64] = "";
     assert_int_equal(raw_register_big(&srv, "capped", 3, 9, err, sizeof(err)), -1);
@@ -689,54 +499,38 @@ static void test_registrations_beyond_the_instance_and_endpoint_caps_are_refused
 static long raw_watch(struct raw *t, const char *service, uint64_t watch, int id, char *err,
                       size_t errlen, int *pushes)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    req_begin(&sb, &pk, service ? "watch" : "unwatch", id, 1);
+    struct raw_req q;
+    raw_req_begin(&q, service ? "watch" : "unwatch", id, 1);
     if (service) {
-        pk_str(&pk, "service");
-        pk_str(&pk, service);
+        raw_pk_str(&q.pk, "service");
+        raw_pk_str(&q.pk, service);
     } else {
-        pk_str(&pk, "watch");
-        msgpack_pack_uint64(&pk, watch);
+        raw_pk_str(&q.pk, "watch");
+        msgpack_pack_uint64(&q.pk, watch);
     }
-    uint8_t hdr[4] = { (uint8_t)sb.size, (uint8_t)(sb.size >> 8), 0, 0 };
-    assert_int_equal(raw_write(t, hdr, 4), 0);
-    assert_int_equal(raw_write(t, sb.data, sb.size), 0);
+    assert_int_equal(raw_send(t, q.sb.data, q.sb.size), 0);
     long r = -2;
     while (r == -2) {
-        assert_int_equal(raw_read_all(t, hdr, 4), 0);
-        uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
-        assert_true(len > 0 && len <= (1u << 20));
-        char *buf = malloc(len);
-        assert_int_equal(raw_read_all(t, buf, len), 0);
-        size_t off = 0;
-        msgpack_unpacked_destroy(&u);
-        msgpack_unpacked_init(&u);
-        assert_int_equal(msgpack_unpack_next(&u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
-        free(t->last);
-        t->last = buf;
-        const msgpack_object *rid = mget(&u.data, "id"), *w = mget(&u.data, "watch");
+        msgpack_unpacked_destroy(&q.u);
+        msgpack_unpacked_init(&q.u);
+        assert_int_equal(raw_recv(t, &q.u, NULL), 0);
+        const msgpack_object *rid = raw_get(&q.u.data, "id"), *w = raw_get(&q.u.data, "watch");
         assert_non_null(rid);
-        if (mget(&u.data, "push")) {
+        if (raw_get(&q.u.data, "push")) {
             (*pushes)++;
             assert_int_equal(rid->via.u64, 0);
             continue;
         }
         assert_int_equal(rid->via.u64, (uint64_t)id);
-        if (answer_ok(&u)) {
+        if (raw_answer_ok(&q.u)) {
             r = service ? (long)w->via.u64 : 0;
         } else {
-            const msgpack_object *e = mget(&u.data, "err");
+            const msgpack_object *e = raw_get(&q.u.data, "err");
             snprintf(err, errlen, "%.*s", (int)e->via.str.size, e->via.str.ptr);
             r = -1;
         }
     }
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
+    raw_req_end(&q);
     return r;
 }
 
@@ -745,7 +539,7 @@ static void test_watches_beyond_the_per_session_cap_are_refused(void **state)
     (void)state;
     start_daemon(NULL);
     struct raw t;
-    assert_int_equal(raw_open(&t, "kv-client", NULL), 0);
+    assert_int_equal(session(&t, "kv-client", NULL), 0);
     assert_int_equal(raw_hello(&t), 0);
     char err[64] = "", name[32];
     int pushes = 0, id = 10;
@@ -808,7 +602,7 @@ static void test_peer_chosen_bytes_reach_the_log_escaped(void **state)
     (void)state;
     start_daemon(NULL);
     struct raw t;
-    assert_int_equal(raw_open(&t, "kv-client", NULL), 0); /* may look up, not register */
+    assert_int_equal(session(&t, "kv-client", NULL), 0); /* may look up, not register */
     assert_int_equal(raw_hello(&t), 0);
     char err[64] = "";
     const char *evil = "gpj.\xe2\x80\xae" "exe\xff\xc2\x9b" "31mred\xe2\x80\xa8" "forged line";
@@ -956,7 +750,7 @@ static void test_the_last_slots_are_kept_for_addresses_holding_none(void **state
     for (; n < 16; n++) {
         char src[32];
         snprintf(src, sizeof(src), "127.0.0.%d", 2 + n % 4);
-        if (raw_open(&s[n], "kv-client", src) || raw_hello(&s[n])) {
+        if (session(&s[n], "kv-client", src) || raw_hello(&s[n])) {
             raw_close(&s[n]);
             break;
         }
@@ -964,11 +758,11 @@ static void test_the_last_slots_are_kept_for_addresses_holding_none(void **state
     print_message("the four addresses got %d sessions of 16\n", n);
     assert_int_equal(n, 14);
     struct raw a, b, c;
-    assert_int_equal(raw_open(&a, "kv-client", "127.0.0.1"), 0);
+    assert_int_equal(session(&a, "kv-client", "127.0.0.1"), 0);
     assert_int_equal(raw_hello(&a), 0);
-    assert_int_equal(raw_open(&b, "kv-client", "127.0.0.6"), 0);
+    assert_int_equal(session(&b, "kv-client", "127.0.0.6"), 0);
     assert_int_equal(raw_hello(&b), 0);
-    raw_open(&c, "kv-client", "127.0.0.7");
+    session(&c, "kv-client", "127.0.0.7");
     assert_true(ended_by_daemon(c.fd));
     raw_close(&c);
     raw_close(&a);
@@ -986,27 +780,21 @@ static void test_sessions_beyond_the_per_principal_cap_are_refused(void **state)
     start_daemon(sets);
     struct raw s[3], fourth, other;
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(session(&s[i], "kv-client", NULL), 0);
         assert_int_equal(raw_hello(&s[i]), 0);
     }
-    assert_int_equal(raw_open(&fourth, "kv-client", NULL), 0);
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    req_begin(&sb, &pk, "hello", 1, 0);
-    assert_int_equal(raw_rpc(&fourth, &sb, &u, NULL), 0);
-    assert_false(answer_ok(&u));
-    const msgpack_object *e = mget(&u.data, "err"), *m = mget(&u.data, "msg");
+    assert_int_equal(session(&fourth, "kv-client", NULL), 0);
+    struct raw_req q;
+    raw_req_begin(&q, "hello", 1, 0);
+    assert_int_equal(raw_rpc(&fourth, &q.sb, &q.u, NULL), 0);
+    assert_false(raw_answer_ok(&q.u));
+    const msgpack_object *e = raw_get(&q.u.data, "err"), *m = raw_get(&q.u.data, "msg");
     assert_true(e && e->via.str.size == 5 && !memcmp(e->via.str.ptr, "limit", 5));
     assert_non_null(m);
     print_message("the fourth hello: %.*s\n", (int)m->via.str.size, m->via.str.ptr);
     assert_true(ended_by_daemon(fourth.fd));
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
-    assert_int_equal(raw_open(&other, "kv-server", NULL), 0);
+    raw_req_end(&q);
+    assert_int_equal(session(&other, "kv-server", NULL), 0);
     assert_int_equal(raw_hello(&other), 0);
     raw_close(&other);
     raw_close(&fourth);
@@ -1033,7 +821,7 @@ static void test_partly_sent_requests_of_one_principal_are_bounded(void **state)
     start_daemon(sets);
     no_asan_quarantine = false;
     struct raw warm;
-    assert_int_equal(raw_open(&warm, "kv-server", NULL), 0);
+    assert_int_equal(session(&warm, "kv-server", NULL), 0);
     assert_int_equal(raw_hello(&warm), 0);
     long base = proc_kb(daemon_pid, "VmHWM");
     static struct raw s[HOLD_SESSIONS];
@@ -1041,7 +829,7 @@ static void test_partly_sent_requests_of_one_principal_are_bounded(void **state)
     uint8_t *body = calloc(1, len);
     assert_non_null(body);
     for (int i = 0; i < HOLD_SESSIONS; i++) {
-        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(session(&s[i], "kv-client", NULL), 0);
         assert_int_equal(raw_hello(&s[i]), 0);
         uint8_t hdr[4] = { 0, 0, 0x10, 0 }; /* 1 MiB */
         if (raw_write(&s[i], hdr, 4) == 0)
@@ -1090,7 +878,7 @@ static void test_unread_answers_of_one_principal_are_bounded(void **state)
     start_daemon(sets);
     no_asan_quarantine = false;
     struct raw srv;
-    assert_int_equal(raw_open(&srv, "kv-server", NULL), 0);
+    assert_int_equal(session(&srv, "kv-server", NULL), 0);
     assert_int_equal(raw_hello(&srv), 0);
     char err[64] = "";
     int n = 0;
@@ -1102,25 +890,19 @@ static void test_unread_answers_of_one_principal_are_bounded(void **state)
     long base = proc_kb(daemon_pid, "VmHWM");
 
     static struct raw s[UNREAD_SESSIONS];
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    req_begin(&sb, &pk, "lookup", 2, 1);
-    pk_str(&pk, "service");
-    pk_str(&pk, "big");
-    uint8_t hdr[4] = { (uint8_t)sb.size, (uint8_t)(sb.size >> 8), 0, 0 };
+    struct raw_req q;
+    raw_req_begin(&q, "lookup", 2, 1);
+    raw_pk_str(&q.pk, "service");
+    raw_pk_str(&q.pk, "big");
     for (int i = 0; i < UNREAD_SESSIONS; i++) {
-        assert_int_equal(raw_open(&s[i], "kv-client", NULL), 0);
+        assert_int_equal(session(&s[i], "kv-client", NULL), 0);
         int small = 4096;
         setsockopt(s[i].fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
         assert_int_equal(raw_hello(&s[i]), 0);
-        for (int k = 0; k < UNREAD_LOOKUPS; k++) {
-            assert_int_equal(raw_write(&s[i], hdr, 4), 0);
-            assert_int_equal(raw_write(&s[i], sb.data, sb.size), 0);
-        }
+        for (int k = 0; k < UNREAD_LOOKUPS; k++)
+            assert_int_equal(raw_send(&s[i], q.sb.data, q.sb.size), 0);
     }
-    msgpack_sbuffer_destroy(&sb);
+    raw_req_end(&q);
     sleep_ms(1000);
     long peak = proc_kb(daemon_pid, "VmHWM");
     print_message("rrpcd peak RSS: %ld kB before, %ld kB with %d sessions not reading %d "
@@ -1128,7 +910,7 @@ static void test_unread_answers_of_one_principal_are_bounded(void **state)
                   UNREAD_LOOKUPS, n);
     /* Another principal is still answered. */
     struct raw other;
-    assert_int_equal(raw_open(&other, "kv-server", NULL), 0);
+    assert_int_equal(session(&other, "kv-server", NULL), 0);
     assert_int_equal(raw_hello(&other), 0);
     assert_int_equal(raw_lookup(&other, "nothing-registered", &u, NULL), 0);
     msgpack_unpacked_destroy(&u);

@@ -30,7 +30,7 @@
 #include <roce_rpc/broker.h>
 #include <roce_rpc/rrpc.h>
 
-#include "broker_test.h"
+#include "rrpcd_test.h"
 
 static char dir[256];
 static pid_t daemon_pid = -1;
@@ -169,23 +169,19 @@ static void stop_server(struct child *c)
 static int group_setup(void **state)
 {
     signal(SIGPIPE, SIG_DFL); /* as a host process has it: the library must not raise it */
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-reconnect-test-XXXXXX");
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD") || !mkdtemp(dir))
-        return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
     char p[300], portfile[300], log[300];
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-reconnect-test-XXXXXX",
+                       "kv-server kv-client"))
+        return -1;
     snprintf(p, sizeof(p), "%s/rrpcd.conf", dir);
     snprintf(portfile, sizeof(portfile), "%s/port", dir);
     snprintf(log, sizeof(log), "%s/rrpcd.log", dir);
-    FILE *f = fopen(p, "w");
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "port_file = %s\nlisten = 127.0.0.1:0\n"
-            "lease_ms = 1500\nticket_lifetime_ms = 2000\nlog_level = info\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n",
-            dir, dir, dir, portfile);
-    fclose(f);
+    if (rrpcd_test_conf(dir,
+                        "port_file = %s\nlisten = 127.0.0.1:0\n"
+                        "lease_ms = 1500\nticket_lifetime_ms = 2000\nlog_level = info\n"
+                        "allow = register * kv-server\nallow = lookup * kv-client\n",
+                        portfile))
+        return -1;
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -220,10 +216,7 @@ static int group_teardown(void **state)
         kill(daemon_pid, SIGTERM);
         waitpid(daemon_pid, &st, 0);
     }
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

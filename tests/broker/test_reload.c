@@ -40,13 +40,8 @@ static pid_t daemon_pid;
 /* The configuration file: the certificates of make-dev-certs, then @extra. */
 static void write_conf(const char *extra)
 {
-    FILE *f = fopen(conf, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "listen = 127.0.0.1:0\ncert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "allow = register * kv-server\n%s",
-            dir, dir, dir, extra);
-    assert_int_equal(fclose(f), 0);
+    assert_int_equal(
+        rrpcd_test_conf(dir, "listen = 127.0.0.1:0\nallow = register * kv-server\n%s", extra), 0);
 }
 
 static void start_daemon(void)
@@ -340,13 +335,8 @@ static void test_etcd_down_quiet(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-reload-test-XXXXXX");
-    if (!mkdtemp(dir))
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-reload-test-XXXXXX", "kv-server kv-client"))
         return -1;
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD"))
-        return -1;
-    sh("%s %s kv-server kv-client >/dev/null", mk, dir);
     snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
     return 0;
 }
@@ -362,10 +352,7 @@ static int teardown(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    if (getenv("RRPC_TEST_KEEP"))
-        fprintf(stderr, "kept %s\n", dir);
-    else
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 

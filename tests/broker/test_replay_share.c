@@ -42,26 +42,15 @@ static int group_setup(void **state)
 {
     (void)state;
     signal(SIGPIPE, SIG_DFL);
-    snprintf(dir, sizeof(dir), "/tmp/rrpc-replay-test-XXXXXX");
-    const char *mk = getenv("MAKE_CERTS");
-    if (!mk || !getenv("RRPCD") || !mkdtemp(dir))
-        return -1;
-    sh("%s %s kv-server kv-client kv-other >/dev/null", mk, dir);
-    char conf[300];
-    snprintf(conf, sizeof(conf), "%s/rrpcd.conf", dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
+    if (rrpcd_test_dir(dir, sizeof(dir), "/tmp/rrpc-replay-test-XXXXXX",
+                       "kv-server kv-client kv-other"))
         return -1;
     /* Tickets of 5 s: with a 1 ms skew and RRPC_TICKET_RATE=32 (meson.build) a
      * client's share is 32 x 6 = 192. */
-    fprintf(f,
-            "cert = %s/rrpcd.crt\nkey = %s/rrpcd.key\nca = %s/ca.crt\n"
-            "listen = 127.0.0.1:0\nticket_lifetime_ms = 5000\nlog_level = notice\n"
-            "allow = register * kv-server\nallow = lookup * kv-client\n"
-            "allow = lookup * kv-other\n",
-            dir, dir, dir);
-    fclose(f);
-    return 0;
+    return rrpcd_test_conf(dir, "listen = 127.0.0.1:0\nticket_lifetime_ms = 5000\n"
+                                "log_level = notice\n"
+                                "allow = register * kv-server\nallow = lookup * kv-client\n"
+                                "allow = lookup * kv-other\n");
 }
 
 static int group_teardown(void **state)
@@ -71,8 +60,7 @@ static int group_teardown(void **state)
         kill(daemon_pid, SIGTERM);
         waitpid(daemon_pid, NULL, 0);
     }
-    if (!getenv("RRPC_TEST_KEEP"))
-        sh("rm -rf %s", dir);
+    rrpcd_test_dir_remove(dir);
     return 0;
 }
 
