@@ -55,6 +55,10 @@ struct reg {
     struct rrpci_endpoint *eps;
     size_t n_eps;
     unsigned class_mask;
+    /* the context's RRPC_REQUIRE_ESP, read when it registered: the lease
+     * thread registers again without touching the context, which may be
+     * gone by then (rrpc_broker_close's order) */
+    bool require_esp;
     uint64_t id;       /* rrpcd's registration id; 0 while not registered */
     uint32_t lease_ms;
     int64_t due_ms;    /* monotonic: next renew (or retry) */

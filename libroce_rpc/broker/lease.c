@@ -73,7 +73,7 @@ static int do_register(struct rrpc_broker *b, struct reg *g)
     struct req q;
     /* A context that requires ESP asks rrpcd to hand its tickets only to hosts
      * with a pair with this one (docs/deployment.md). */
-    bool esp = rrpc_ctx_require_esp(g->ctx) == 1;
+    bool esp = g->require_esp;
     rrpci_req_start(b, &q, CTL_OP_REGISTER, esp ? 5 : 4);
     if (esp) {
         pk_str(&q.pk, CTL_K_REQUIRE_ESP);
@@ -250,6 +250,7 @@ RRPC_API int rrpc_broker_register(rrpc_broker *b, rrpc_ctx *ctx, const char *ser
     g->eps = eps;
     g->n_eps = n;
     g->class_mask = class_mask ? class_mask : RRPC_CLASS_MASK_ALL;
+    g->require_esp = rrpc_ctx_require_esp(ctx) == 1;
     r = do_register(b, g);
     if (r) {
         free(g->eps);

@@ -1067,6 +1067,39 @@ static void test_broker_restart_keeps_connections_and_server_registers_again(voi
     server_stop(&s);
 }
 
+/*
+ * The documented order (a gated context destroyed before its broker is
+ * closed) leaves a while in which the lease thread still runs: when rrpcd
+ * forgets the registration then (a restart without etcd), the thread
+ * registers the service again.  It must not touch the context, which is
+ * gone: it read the context's RRPC_REQUIRE_ESP there, a use after free
+ * that AddressSanitizer reports (seen once in the 500-lookups test).
+ */
+static void test_a_context_destroyed_before_its_broker_is_not_touched_when_it_registers_again(
+    void **state)
+{
+    struct server s;
+    struct client c;
+    server_start(&s, "kv-store");
+    client_start(&c);
+    rrpc_listener_close(s.l);
+    rrpc_ctx_destroy(s.ctx); /* its broker stays open */
+    restart_daemon_with(NULL, NULL); /* rrpcd forgets the registration */
+    rrpc_service_info *info;
+    int64_t deadline = now_ms() + 10000;
+    int r;
+    while ((r = rrpc_broker_lookup(c.b, "kv-store", &info)) != 0 && now_ms() < deadline)
+        sleep_ms(50);
+    if (r)
+        fail_msg("the lease thread did not register kv-store again: %s",
+                 rrpc_broker_last_error(c.b));
+    rrpc_service_info_free(info);
+    rrpc_broker_close(s.b);
+    /* closing unregistered it */
+    assert_int_not_equal(rrpc_broker_lookup(c.b, "kv-store", &info), 0);
+    client_stop(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1095,6 +1128,8 @@ int main(void)
         cmocka_unit_test(test_500_concurrent_lookups_all_succeed),
         cmocka_unit_test(test_broker_exits_cleanly_on_sigterm_after_all_that),
         cmocka_unit_test(test_broker_restart_keeps_connections_and_server_registers_again),
+        cmocka_unit_test(
+            test_a_context_destroyed_before_its_broker_is_not_touched_when_it_registers_again),
         cmocka_unit_test(test_key_rotation_keeps_old_tickets_during_the_overlap_and_refuses_them_after),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
