@@ -124,9 +124,11 @@ static const struct rrpci_conf_field core_fields[] = {
      .min = 1, .max = 100,
      .doc = "share of one core, percent, the loop's thread may waste polling (this and the "
             "transports' own polling, e.g. RRPC_VERBS_BUSY_POLL_US) over the last 100 ms: "
-            "polling until a window passes with nothing found (polling that finds work costs "
-            "nothing, so a ping-pong polls on); past it the loop arms its fds and sleeps until "
-            "the share falls below (100: no limit); see also RRPC_BUSY_POLL_MIN_SHARE_PCT"},
+            "polling until a window passes with nothing found, and the CPU beyond 1 ms a wait "
+            "spent before it found work (under the default windows, polling that finds work "
+            "costs nothing: a ping-pong polls on); past it the loop arms its fds and sleeps "
+            "until the share falls below (100: no limit); see also "
+            "RRPC_BUSY_POLL_MIN_SHARE_PCT"},
     {.name = "RRPC_BUSY_POLL_MIN_SHARE_PCT", RRPCI_CONF_INT(C, busy_poll_min_share_pct),
      .def = 50, .min = 0, .max = 100,
      .doc = "a polling loop thread that ran less than this share of the time it polled (over "

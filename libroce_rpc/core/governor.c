@@ -90,8 +90,9 @@ bool rrpci_gov_charge(struct rrpci_governor *g, double now, double cpu, uint64_t
     }
     mark(g, now, cpu, thread);
     if (g->found) {
-        /* it paid off: polling that finds work is what the window asked
-         * for, however long it took within it */
+        /* it paid off, unless it took longer than any default window */
+        if (g->stretch_cpu > RRPCI_GOV_PAYOFF)
+            g->waste_cur += g->stretch_cpu - RRPCI_GOV_PAYOFF;
         g->stretch_cpu = 0;
         g->found = false;
     } else if (now >= g->until) {
