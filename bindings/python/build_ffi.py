@@ -83,6 +83,9 @@ int rrpcpy_wait_more(rrpc_ctx *ctx, rrpcpy_wait *w, int slice_ms);
 int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w);
 int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms);
 void rrpcpy_wait_clear(rrpcpy_wait *w);
+extern "Python" void _rrpc_py_aio_done(uintptr_t key, int status, size_t len,
+                                       const rrpc_result *res);
+void rrpcpy_aio_call_done(const rrpc_result *res, void *user);
 """
 
 

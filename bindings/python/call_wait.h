@@ -173,3 +173,13 @@ static void rrpcpy_wait_clear(rrpcpy_wait *w)
     w->nmeta = 0;
     w->owned = 0;
 }
+
+/* roce_rpc.aio: the completion of a call, handed to Python (aio.py) with
+ * its user pointer (the call's key), status and length as integers, so
+ * the Python side converts no pointer to find its call. */
+static void _rrpc_py_aio_done(uintptr_t key, int status, size_t len, const rrpc_result *res);
+
+static void rrpcpy_aio_call_done(const rrpc_result *res, void *user)
+{
+    _rrpc_py_aio_done((uintptr_t)user, res->status, res->len, res);
+}

@@ -423,6 +423,7 @@ _methods = {}  # method name -> its bytes (up to _METHODS_MAX names): encoded on
 _METHODS_MAX = 4096
 _waits = []  # idle rrpcpy_wait records of Conn.call (a record's completion has run)
 _new_bytes = bytes.__new__  # a Reply without its Python __new__ (its metadata: the class's)
+_call_wait = lib.rrpcpy_call_wait
 _buffer = ffi.buffer
 _WAITS_MAX = 256
 
@@ -1828,9 +1829,14 @@ class Conn(_Closable):
             core.busy += 1
         try:
             try:
-                r = lib.rrpcpy_call_wait(core.ptr, self._ptr, mb, data, n, opts, w, 100)
+                r = _call_wait(core.ptr, self._ptr, mb, data, n, opts, w, 100)
             finally:
-                core._exit()
+                with lock:  # _exit's common case inline: nothing deferred, nobody waiting
+                    slow = core.busy == 1 and core.deferred or core.waiters
+                    if not slow:
+                        core.busy -= 1
+                if slow:
+                    core._exit()
             if r < 0:
                 raise _error(r, core.ptr, "call %r" % method)
             while not r:

@@ -78,11 +78,12 @@ _log = logging.getLogger("roce_rpc")
 _progress = lib.rrpc_ctx_progress
 _rrpc_call = lib.rrpc_call
 _registry = _core._registry
+_registry_pop = _registry.pop
 
 # ---- the per-call path ------------------------------------------------------
 
 _DEFAULT_CALL_OPTS = _core._DEFAULT_CALL_OPTS
-_CALL_DONE = lib._rrpc_py_aio_call_done
+_CALL_DONE = ffi.addressof(lib, "rrpcpy_aio_call_done")  # call_wait.h: _rrpc_py_aio_done
 _methods = _core._methods  # method name -> its bytes, encoded once
 _method_bytes = _core._method_bytes
 _Reply = _core.Reply
@@ -97,44 +98,40 @@ _handles = []
 _HANDLES_MAX = 4096
 _Future = asyncio.Future
 @ffi.def_extern()
-def _rrpc_py_aio_call_done(res: Any, user: Any) -> None:
-    """The completion of an aio call, inside rrpc_ctx_progress on the loop's
-    thread (or inside rrpc_call_cancel, or the close): settles the future
-    right here.  Inside the driver's progress, the future's one done
-    callback (its task's wakeup, as a rule) is taken off it first, and the
-    driver runs it once the progress has returned (Context._run): the task
-    resumes in this turn of the event loop, not at the next one (no second
-    turn of the loop: no select, epoll_wait or Handle per call).  Anywhere
-    else, or with callbacks other than one, asyncio's way (call_soon)."""
-    key = int(ffi.cast("uintptr_t", user))
-    e = _registry.pop(key, None)
+def _rrpc_py_aio_done(key: int, status: int, n: int, res: Any) -> None:
+    """The completion of an aio call (rrpcpy_aio_call_done), inside
+    rrpc_ctx_progress on the loop's thread (or inside rrpc_call_cancel, or
+    the close): settles the future right here.  Inside the driver's
+    progress, the future's one done callback (its task's wakeup, as a rule)
+    is taken off it first, and the driver runs it once the progress has
+    returned (Context._run): the task resumes in this turn of the event
+    loop, not at the next one (no second turn of the loop: no select,
+    epoll_wait or Handle per call).  Anywhere else, or with callbacks other
+    than one, asyncio's way (call_soon)."""
+    e = _registry_pop(key, None)
     if e is None:
         return
-    fut, core = e[0], e[1]
+    fut, core, method, h = e
     core.pending.pop(key, None)
     if len(_handles) < _HANDLES_MAX:
-        _handles.append(e[3])
+        _handles.append(h)
     if fut.done():  # cancelled by its task, or failed by a close
         return
     try:
-        if res.status == 0:
-            n = res.len
-            r = _new_bytes(_Reply, _buffer(res.data, n)) if n else _new_bytes(_Reply)
-            if res.nmeta:
-                r.metadata = _meta_read(res.meta, res.nmeta)
-        else:
-            r = _core._call_error(res.status, _core._s(res.message), e[2],
-                                  _meta_read(res.meta, res.nmeta))
         if core.driving:
             cbs = fut._callbacks
             if cbs and len(cbs) == 1:
                 cb = cbs[0]
                 fut.remove_done_callback(cb[0])
                 core.woken.append((fut, cb))
-        if res.status == 0:
+        if status == 0:
+            r = _new_bytes(_Reply, _buffer(res.data, n)) if n else _new_bytes(_Reply)
+            if res.nmeta:
+                r.metadata = _meta_read(res.meta, res.nmeta)
             fut.set_result(r)
         else:
-            fut.set_exception(r)
+            fut.set_exception(_core._call_error(status, _core._s(res.message), method,
+                                                _meta_read(res.meta, res.nmeta)))
     except Exception:  # pragma: no cover
         _log.exception("roce_rpc: completion callback failed")
 
@@ -215,7 +212,6 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         core = self._core = self.sync._core
         self._ptr = self.sync._ptr
         self._soon = None
-        self._running = False
         self._waking = False
         self._notes = collections.deque(maxlen=1 << 16)
         self._note_waiters = collections.deque()
@@ -250,14 +246,13 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         however many completions are ready; each completion settles its
         future right there, and once the progress has returned, the tasks
         that await those futures resume here, in this turn of the event
-        loop (_rrpc_py_aio_call_done).  wake=False (core.flush, from a
+        loop (_rrpc_py_aio_done).  wake=False (core.flush, from a
         task, which cannot run another task): they resume at the loop's
         next turn."""
         self._soon = None
         core = self._core
-        if self._running or core.closing or core.closed:
+        if core.driving or core.closing or core.closed:
             return
-        self._running = True
         core.driving = True
         try:
             r = _progress(self._ptr, 0)
@@ -270,7 +265,6 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                 raise stop  # a handler's KeyboardInterrupt/SystemExit, as Python would
         finally:
             core.driving = False
-            self._running = False
         if core.woken and not self._waking:
             if wake:
                 self._wake()
