@@ -118,7 +118,7 @@ def _rrpc_py_aio_done(key: int, status: int, n: int, res: Any) -> None:
     if fut.done():  # cancelled by its task, or failed by a close
         return
     try:
-        if core.driving:
+        if core.driving and not core.closing:  # (a close's completions: asyncio's way)
             cbs = fut._callbacks
             if cbs and len(cbs) == 1:
                 cb = cbs[0]
