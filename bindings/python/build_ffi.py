@@ -73,7 +73,8 @@ def make_ffi(include_dir, tensor, broker=False, **set_source_kw):
 
 # The extension's own helpers (call_wait.h): what Conn.call waits on.
 CALL_WAIT_CDEF = """
-typedef struct rrpcpy_wait { int done; int sleeping; int started; int status; void *data; size_t len;
+typedef struct rrpcpy_wait { int done; int sleeping; int started; int status; int owned;
+                             void *data; size_t len;
                              unsigned char inline_buf[256]; rrpc_meta *meta;
                              size_t nmeta; } rrpcpy_wait;
 int rrpcpy_call_wait(rrpc_ctx *ctx, rrpc_conn *conn, const char *method, const void *req,
@@ -82,6 +83,9 @@ int rrpcpy_wait_more(rrpc_ctx *ctx, rrpcpy_wait *w, int slice_ms);
 int rrpcpy_cancel(rrpc_conn *conn, rrpcpy_wait *w);
 int rrpcpy_wait_for(rrpcpy_wait *w, int spin_us, int slice_ms);
 void rrpcpy_wait_clear(rrpcpy_wait *w);
+extern "Python" void _rrpc_py_aio_done(uintptr_t key, int status, size_t len,
+                                       const rrpc_result *res);
+void rrpcpy_aio_call_done(const rrpc_result *res, void *user);
 """
 
 

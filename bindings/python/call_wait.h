@@ -25,6 +25,7 @@ typedef struct rrpcpy_wait {
     int sleeping; /* 1 while rrpcpy_wait_for may sleep on done: the completion wakes it */
     int started; /* 1 once rrpc_call took the call: its completion will run */
     int status;
+    int owned; /* 1 when data or meta was malloc'ed: rrpcpy_wait_clear frees them */
     void *data; /* the answer (status 0) or the message: small ones in inline */
     size_t len;
     unsigned char inline_buf[RRPCPY_INLINE];
@@ -68,6 +69,7 @@ static void rrpcpy_call_done(const rrpc_result *res, void *user)
     w->data = NULL;
     w->meta = NULL;
     w->nmeta = 0;
+    w->owned = res->nmeta != 0 || n > RRPCPY_INLINE;
     if (res->nmeta) {
         w->meta = rrpcpy_meta_copy(res->meta, res->nmeta);
         if (w->meta)
@@ -169,4 +171,15 @@ static void rrpcpy_wait_clear(rrpcpy_wait *w)
     free(w->meta);
     w->meta = NULL;
     w->nmeta = 0;
+    w->owned = 0;
+}
+
+/* roce_rpc.aio: the completion of a call, handed to Python (aio.py) with
+ * its user pointer (the call's key), status and length as integers, so
+ * the Python side converts no pointer to find its call. */
+static void _rrpc_py_aio_done(uintptr_t key, int status, size_t len, const rrpc_result *res);
+
+static void rrpcpy_aio_call_done(const rrpc_result *res, void *user)
+{
+    _rrpc_py_aio_done((uintptr_t)user, res->status, res->len, res);
 }

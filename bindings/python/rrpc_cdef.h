@@ -245,7 +245,6 @@ extern "Python" {
     void _rrpc_py_handler(rrpc_request *req, const void *payload, size_t len, void *user);
     void _rrpc_py_req_cancel(rrpc_request *req, void *user);
     void _rrpc_py_call_done(const rrpc_result *res, void *user);
-    void _rrpc_py_aio_call_done(const rrpc_result *res, void *user);
     void _rrpc_py_op_done(int status, void *user);
     void _rrpc_py_conn_event(rrpc_conn *conn, rrpc_conn_event ev, int reason, void *user);
     void _rrpc_py_notify(rrpc_conn *conn, uint32_t imm, void *user);

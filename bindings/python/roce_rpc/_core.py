@@ -348,11 +348,12 @@ class Reply(bytes):
     to str, values decoded from UTF-8 with surrogateescape; empty when the
     handler set none)."""
 
-    metadata: Mapping[str, str]
+    metadata: Mapping[str, str] = _NO_META  # the instance's, once it has any
 
     def __new__(cls, data: bytes = b"", metadata: Mapping[str, str] = _NO_META) -> "Reply":
         r = super().__new__(cls, data)
-        r.metadata = metadata
+        if metadata is not _NO_META:
+            r.metadata = metadata
         return r
 
 
@@ -421,6 +422,9 @@ _DEFAULT_CALL_OPTS = _call_opts(lib.RRPC_CLASS_LOW_LATENCY, 0)
 _methods = {}  # method name -> its bytes (up to _METHODS_MAX names): encoded once
 _METHODS_MAX = 4096
 _waits = []  # idle rrpcpy_wait records of Conn.call (a record's completion has run)
+_new_bytes = bytes.__new__  # a Reply without its Python __new__ (its metadata: the class's)
+_call_wait = lib.rrpcpy_call_wait
+_buffer = ffi.buffer
 _WAITS_MAX = 256
 
 
@@ -515,6 +519,7 @@ class _Core:
         self.ptr = ptr
         self.lock = threading.Lock()
         self.cv = threading.Condition(self.lock)
+        self.waiters = 0  # threads in cv.wait_for (_exit notifies only then)
         self.busy = 0
         self.deferred = []
         self.closing = False
@@ -541,6 +546,8 @@ class _Core:
         self.aio = None        # the asyncio loop that drives this context (roce_rpc.aio)
         self.kick = None       # aio: asks the driver to run the loop soon
         self.flush = None      # aio: runs the library's loop once, now
+        self.driving = False   # aio: inside the driver's rrpc_ctx_progress
+        self.woken = collections.deque()  # aio: (future, its done callback) to run next
         self.key, self.user = _keep(self)
         self.keys.add(self.key)
 
@@ -561,7 +568,7 @@ class _Core:
                     todo, self.deferred = self.deferred, []
                 else:
                     self.busy -= 1
-                    if self.busy == 0:
+                    if self.busy == 0 and self.waiters:
                         self.cv.notify_all()
                     return
             for fn in todo:
@@ -1322,7 +1329,12 @@ class Context(_Closable):
         TimeoutError) after timeout s."""
         core = self._core
         with core.cv:
-            if not core.cv.wait_for(lambda: core.notes or core.closed, timeout):
+            core.waiters += 1
+            try:
+                ok = core.cv.wait_for(lambda: core.notes or core.closed, timeout)
+            finally:
+                core.waiters -= 1
+            if not ok:
                 raise RrpcError(lib.RRPC_E_DEADLINE, "no notification within %s s" % timeout)
             if not core.notes:
                 raise _closed_error("context")
@@ -1437,7 +1449,11 @@ def _fail_closed(fut):
 
 def _destroy(core):
     with core.cv:
-        core.cv.wait_for(lambda: core.busy == 0)
+        core.waiters += 1
+        try:
+            core.cv.wait_for(lambda: core.busy == 0)
+        finally:
+            core.waiters -= 1
         core.deferred = []
     # Children the context does not free itself go first.
     for svc in list(core.services):
@@ -1466,6 +1482,8 @@ def _destroy(core):
                 pass
         else:
             _fail_closed(fut)
+    for k in list(core.pending):  # roce_rpc.aio calls keep their keys here alone
+        _registry.pop(k, None)
     core.pending.clear()
     for k in list(core.keys):
         _registry.pop(k, None)
@@ -1811,9 +1829,14 @@ class Conn(_Closable):
             core.busy += 1
         try:
             try:
-                r = lib.rrpcpy_call_wait(core.ptr, self._ptr, mb, data, n, opts, w, 100)
+                r = _call_wait(core.ptr, self._ptr, mb, data, n, opts, w, 100)
             finally:
-                core._exit()
+                with lock:  # _exit's common case inline: nothing deferred, nobody waiting
+                    slow = core.busy == 1 and core.deferred or core.waiters
+                    if not slow:
+                        core.busy -= 1
+                if slow:
+                    core._exit()
             if r < 0:
                 raise _error(r, core.ptr, "call %r" % method)
             while not r:
@@ -1826,13 +1849,17 @@ class Conn(_Closable):
             raise
         del keep  # the metadata rrpc_call copied
         try:
+            n = w.len
             if w.status == 0:
-                return Reply(ffi.buffer(w.data, w.len)[:] if w.len else b"",
-                             _meta_read(w.meta, w.nmeta))
-            msg = ffi.buffer(w.data, w.len)[:].decode("utf-8", "replace") if w.len else ""
+                r = _new_bytes(Reply, _buffer(w.data, n)) if n else _new_bytes(Reply)
+                if w.nmeta:
+                    r.metadata = _meta_read(w.meta, w.nmeta)
+                return r
+            msg = ffi.buffer(w.data, n)[:].decode("utf-8", "replace") if n else ""
             raise _call_error(w.status, msg, method, _meta_read(w.meta, w.nmeta))
         finally:
-            lib.rrpcpy_wait_clear(w)
+            if w.owned:  # an answer too big for the record, or metadata
+                lib.rrpcpy_wait_clear(w)
             if len(_waits) < _WAITS_MAX:
                 _waits.append(w)
 

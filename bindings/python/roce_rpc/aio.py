@@ -20,10 +20,12 @@ timeouts fire on time with no timer of the loop's.  Every completion and
 every handler runs on the event loop's thread, inside the one
 rrpc_ctx_progress that each readiness of the fd runs.  No thread per
 future, no call_soon_threadsafe on the way back: a call's answer settles
-its future inside that progress, and the awaiting task resumes at the
-loop's next turn, as after any future.  A call allocates no cffi object:
-its callback handle is reused, its method name encoded once, its bytes
-passed as they are.
+its future inside that progress, and once the progress returns the
+driver resumes the awaiting task itself, in that same turn of the loop
+(asyncio would resume it at the next turn: one more select, epoll_wait
+and Handle per call).  A call allocates no cffi object: its callback
+handle is reused, its method name encoded once, its bytes passed as they
+are.
 
 Handlers may be plain functions or `async def` coroutines (a task on the
 loop answers when it returns).  A coroutine that raises, or returns
@@ -74,55 +76,66 @@ __all__ = ["Context", "Conn", "TensorServer", "TaskCounts", "set_task_limits", "
 
 _log = logging.getLogger("roce_rpc")
 _progress = lib.rrpc_ctx_progress
+_rrpc_call = lib.rrpc_call
 _registry = _core._registry
+_registry_pop = _registry.pop
 
 # ---- the per-call path ------------------------------------------------------
 
 _DEFAULT_CALL_OPTS = _core._DEFAULT_CALL_OPTS
-_CALL_DONE = lib._rrpc_py_aio_call_done
+_CALL_DONE = ffi.addressof(lib, "rrpcpy_aio_call_done")  # call_wait.h: _rrpc_py_aio_done
 _methods = _core._methods  # method name -> its bytes, encoded once
 _method_bytes = _core._method_bytes
+_Reply = _core.Reply
+_new_bytes = bytes.__new__  # Reply without its Python __new__ (no metadata: the class's)
+_meta_read = _core._meta_read
+_buffer = ffi.buffer
 # (key, user pointer) handles of finished calls, for the next ones: a handle
 # goes back only once the library has run its call's completion, which it
 # runs exactly once (an answer, an error, rrpc_call_cancel), so a late
 # callback cannot find another call under a reused key.
 _handles = []
 _HANDLES_MAX = 4096
-
-
-def _handle() -> Tuple[int, Any]:
-    try:
-        return _handles.pop()
-    except IndexError:
-        k = next(_core._keys)
-        return k, ffi.cast("void *", k)
-
-
+_Future = asyncio.Future
 @ffi.def_extern()
-def _rrpc_py_aio_call_done(res: Any, user: Any) -> None:
-    """The completion of an aio call, inside rrpc_ctx_progress on the loop's
-    thread (or inside rrpc_call_cancel): settles the future right here."""
-    key = int(ffi.cast("uintptr_t", user))
-    e = _registry.pop(key, None)
+def _rrpc_py_aio_done(key: int, status: int, n: int, res: Any) -> None:
+    """The completion of an aio call (rrpcpy_aio_call_done), inside
+    rrpc_ctx_progress on the loop's thread (or inside rrpc_call_cancel, or
+    the close): settles the future right here.  Inside the driver's
+    progress, the future's one done callback (its task's wakeup, as a rule)
+    is taken off it first, and the driver runs it once the progress has
+    returned (Context._run): the task resumes in this turn of the event
+    loop, not at the next one (no second turn of the loop: no select,
+    epoll_wait or Handle per call).  Anywhere else, or with callbacks other
+    than one, asyncio's way (call_soon)."""
+    e = _registry_pop(key, None)
     if e is None:
         return
-    fut, core = e[0], e[1]
+    fut, core, method, h = e
     core.pending.pop(key, None)
-    core.keys.discard(key)
     if len(_handles) < _HANDLES_MAX:
-        _handles.append(e[3])
+        _handles.append(h)
     if fut.done():  # cancelled by its task, or failed by a close
         return
     try:
-        if res.status == 0:
-            n = res.len
-            fut.set_result(_core.Reply(ffi.buffer(res.data, n)[:] if n else b"",
-                                       _core._meta_read(res.meta, res.nmeta)))
+        if core.driving and not core.closing:  # (a close's completions: asyncio's way)
+            cbs = fut._callbacks
+            if cbs and len(cbs) == 1:
+                cb = cbs[0]
+                fut.remove_done_callback(cb[0])
+                core.woken.append((fut, cb))
+        if status == 0:
+            r = _new_bytes(_Reply, _buffer(res.data, n)) if n else _new_bytes(_Reply)
+            if res.nmeta:
+                r.metadata = _meta_read(res.meta, res.nmeta)
+            fut.set_result(r)
         else:
-            fut.set_exception(_core._call_error(res.status, _core._s(res.message), e[2],
-                                                _core._meta_read(res.meta, res.nmeta)))
+            fut.set_exception(_core._call_error(status, _core._s(res.message), method,
+                                                _meta_read(res.meta, res.nmeta)))
     except Exception:  # pragma: no cover
         _log.exception("roce_rpc: completion callback failed")
+
+
 _A = TypeVar("_A", bound="_AsyncWith")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -199,12 +212,12 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         core = self._core = self.sync._core
         self._ptr = self.sync._ptr
         self._soon = None
-        self._running = False
+        self._waking = False
         self._notes = collections.deque(maxlen=1 << 16)
         self._note_waiters = collections.deque()
         core.aio = self._loop
         core.kick = self._kick
-        core.flush = self._run
+        core.flush = lambda: self._run(False)
         core.notify_fn = self._on_note
         self._user_notify = None
         fd = lib.rrpc_ctx_fd(self._ptr)
@@ -228,14 +241,19 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         if self._soon is None and not self._core.closed and not self._core.closing:
             self._soon = self._loop.call_soon(self._run)
 
-    def _run(self) -> None:
-        """The fd's reader: one rrpc_ctx_progress, however many completions
-        are ready; each completion settles its future right there."""
+    def _run(self, wake: bool = True) -> None:
+        """The fd's reader (and _kick's callback): one rrpc_ctx_progress,
+        however many completions are ready; each completion settles its
+        future right there, and once the progress has returned, the tasks
+        that await those futures resume here, in this turn of the event
+        loop (_rrpc_py_aio_done).  wake=False (core.flush, from a
+        task, which cannot run another task): they resume at the loop's
+        next turn."""
         self._soon = None
         core = self._core
-        if self._running or core.closing or core.closed:
+        if core.driving or core.closing or core.closed:
             return
-        self._running = True
+        core.driving = True
         try:
             r = _progress(self._ptr, 0)
             if r and r != lib.RRPC_E_DEADLOCK:
@@ -246,7 +264,35 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                 self._kick()  # should the host's loop run on, so does this context
                 raise stop  # a handler's KeyboardInterrupt/SystemExit, as Python would
         finally:
-            self._running = False
+            core.driving = False
+        if core.woken and not self._waking:
+            if wake:
+                self._wake()
+            else:
+                self._kick()
+
+    def _wake(self) -> None:
+        """Runs the done callbacks that the last progress took off the
+        futures it settled (the awaiting tasks' wakeups), each in its own
+        context, as the loop would have; should one raise out
+        (KeyboardInterrupt, SystemExit), the rest run at the next turn."""
+        woken = self._core.woken
+        self._waking = True
+        try:
+            while woken:
+                fut, (fn, ctx) = woken.popleft()
+                try:
+                    ctx.run(fn, fut)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:  # as asyncio's Handle does
+                    self._loop.call_exception_handler({
+                        "message": "Exception in callback %r" % (fn,),
+                        "exception": exc, "future": fut})
+        finally:
+            self._waking = False
+            if woken:
+                self._kick()
 
     # -- lifetime --
     @property
@@ -270,6 +316,12 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
             t.cancel()
         core.kick = None
         self.sync.close()
+        for fut, (fn, ctx) in core.woken:  # settled, not yet resumed: at the next turn
+            try:
+                self._loop.call_soon(fn, fut, context=ctx)
+            except RuntimeError:  # the loop is already closed
+                pass
+        core.woken.clear()
         while self._note_waiters:
             w = self._note_waiters.popleft()
             if not w.done():
@@ -460,18 +512,20 @@ class Conn(_AsyncWith):  # not closed when collected: .sync may live on
             n = len(data)
         else:
             data, n = _core._cbuf(data)
-        fut = self._loop.create_future()
-        h = _handle()
+        fut = _Future(loop=self._loop)
+        try:
+            h = _handles.pop()
+        except IndexError:
+            k = next(_core._keys)
+            h = (k, ffi.cast("void *", k))
         key = h[0]
         _registry[key] = (fut, core, method, h)
         core.pending[key] = fut
-        core.keys.add(key)
-        r = lib.rrpc_call(sync._ptr, mb, data, n, opts, _CALL_DONE, h[1])
+        r = _rrpc_call(sync._ptr, mb, data, n, opts, _CALL_DONE, h[1])
         del keep  # rrpc_call copied the metadata
         if r:
             _registry.pop(key, None)
             core.pending.pop(key, None)
-            core.keys.discard(key)
             _handles.append(h)
             raise _core._error(r, core.ptr, "call %r" % method)
         try:

@@ -407,3 +407,75 @@ async def test_a_cancelled_call_gives_its_handle_back_only_once_completed_and_ca
     assert await nxt == b"mine"
     c.close()
     s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_task_resumes_inside_the_readiness_that_answered_its_call(monkeypatch):
+    """The driver runs the awaiting task's wakeup itself once the progress
+    that settled its future returns: the task resumes inside the fd
+    reader's turn of the loop, not at a second turn (a select, an
+    epoll_wait and a Handle more per call)."""
+    inside = []
+    real = aio.Context._run
+
+    def reader(self, *args):
+        inside.append(self)
+        try:
+            real(self, *args)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(aio.Context, "_run", reader)  # before add_reader takes it
+    s, lis, c = await _pair()
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    conn = await c.connect(client_uri(lis))
+    resumed_in = []
+    for i in range(50):
+        assert await conn.call("echo", b"%d" % i) == b"%d" % i
+        resumed_in.append(inside[-1] if inside else None)
+    assert resumed_in == [c] * 50
+    # an error answer resumes its task the same way
+    with pytest.raises(RrpcError) as ei:
+        await conn.call("no-such-method", b"")
+    assert ei.value.code == roce_rpc.E_NO_METHOD
+    assert inside == [c]
+    c.close()
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_task_that_closes_the_context_as_it_resumes_leaves_the_others_whole(caplog):
+    """Answers settled by one progress resume their tasks one by one; the
+    first closes the context: every other task still resumes exactly once
+    (its answer, or E_CLOSED), and asyncio logs no callback error."""
+    s, lis, c = await _pair()
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    conn = await c.connect(client_uri(lis))
+    assert await conn.call("echo", b"warm") == b"warm"
+    got = []
+
+    async def one(i):
+        try:
+            got.append(await conn.call("echo", b"%d" % i))
+        except RrpcError as e:
+            got.append(e.code)
+        c.close()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(16))), 30)
+        await asyncio.sleep(0)
+    assert len(got) == 16
+    answers = [g for g in got if isinstance(g, bytes)]
+    assert answers and len(answers) == len(set(answers))
+    assert set(answers) <= {b"%d" % i for i in range(16)}
+    assert all(isinstance(g, bytes) or g == roce_rpc.E_CLOSED for g in got), got
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.records
+    s.close()
