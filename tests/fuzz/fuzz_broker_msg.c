@@ -184,6 +184,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     watch_free(srv->watch);
     pairs_free(srv->pairs);
     registry_free(srv->reg);
+    free(srv->lookup_regs); /* server_stop's part of the teardown */
     free(srv);
     return 0;
 }
