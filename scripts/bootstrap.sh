@@ -105,8 +105,8 @@ vm_step "conformance over verbs, both contexts driven through their fds" \
 vm_step "tensors and KV pages over verbs" tests/softroce/run-suite.sh build tests/xfer/test_tensor
 vm_step "keepalives and kill -9 fault tests over verbs" \
   tests/softroce/run-suite.sh build tests/reliability/reliability
-vm_step "the verbs rendezvous pool reuses its registered receive buffers" \
-  tests/softroce/run-suite.sh build tests/unit/test_verbs_rndv_pool
+vm_step "the verbs pools: registered receive buffers reused, send buffers shared by connections" \
+  tests/softroce/run-suite.sh build tests/unit/test_verbs_pools
 vm_step "an idle verbs context with its default polling sleeps" \
   tests/softroce/run-suite.sh build tests/reliability/busy_poll
 vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSanitizer" \

@@ -17,9 +17,10 @@
  * idle trim by then) and prints the growth per connection on both sides:
  * RSS (/proc/self/statm) and VmPin (/proc/self/status: memory pinned by
  * memory registration).  It also prints what the transport's per-connection
- * buffer pool should be, from the class credits and RRPC_VERBS_EAGER (see
- * libroce_rpc/transport/verbs/qp.c: per class credits + 35 receive
- * buffers and 32 send buffers, each 32 + eager bytes rounded up to 64).
+ * receive buffers should be, from the class credits and RRPC_VERBS_EAGER
+ * (see libroce_rpc/transport/verbs/qp.c: per class credits + 35, each 32 +
+ * eager bytes rounded up to 64; send buffers come from a pool of the
+ * device, verbs/sendpool.c, and an idle connection holds none).
  * Exit 0 when every connection and call worked, 1 otherwise.
  */
 #include <signal.h>
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
                s_rss1 - s_rss0, (double)(s_rss1 - s_rss0) / n, s_pin1 - s_pin0,
                (double)(s_pin1 - s_pin0) / n);
     }
-    /* The verbs buffer pool per connection and side, as verbs/qp.c sizes it. */
+    /* The verbs receive buffers per connection and side, as verbs/qp.c sizes them. */
     long eager = 8192;
     const char *e = getenv("RRPC_VERBS_EAGER");
     if (e)
@@ -218,10 +219,10 @@ int main(int argc, char **argv)
         int cr = 0;
         rrpc_class_get(ctx, k, NULL, NULL, &cr);
         cred += cr;
-        nbuf += cr + 8 + 8 + 16 + 2 + 1 + 32;
+        nbuf += cr + 8 + 8 + 16 + 2 + 1;
     }
-    printf("  expected verbs buffer pool per connection and side: %ld buffers (credits %ld + 4 x 35 "
-           "receive, 4 x 32 send) x %ld bytes = %.1f KiB\n",
+    printf("  expected verbs receive buffers per connection and side: %ld (credits %ld + 4 x 35) "
+           "x %ld bytes = %.1f KiB; send buffers: the device's pool, none per connection\n",
            nbuf, cred, bsz, nbuf * bsz / 1024.0);
     rc = failed;
 out:

@@ -75,9 +75,7 @@ static void vb_handle_wc(struct vb_conn *vc, const struct ibv_wc *wc)
             vb_on_recv(q, rrpci_container_of(w, struct vb_rbuf, wr), wc);
         break;
     case VB_K_SEND: {
-        struct vb_sbuf *sb = rrpci_container_of(w, struct vb_sbuf, wr);
-        sb->next = q->sfree;
-        q->sfree = sb;
+        vb_sbuf_put(rrpci_container_of(w, struct vb_sbuf, wr));
         q->sq_sends--;
         break;
     }

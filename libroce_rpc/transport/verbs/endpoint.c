@@ -55,6 +55,7 @@ static void vb_ctx_fini(rrpc_ctx *ctx)
                 free(m);
             }
         vb_rndv_pool_clear(d);
+        vb_spool_clear(d);
         rrpci_io_stop(loop, &d->w);
         ibv_destroy_comp_channel(d->ch);
         ibv_dealloc_pd(d->pd);
@@ -227,6 +228,15 @@ static int vb_peer_name(rrpc_conn *c, char *buf, size_t len)
     return 0;
 }
 
+/* ops->trim: @c has been idle for a keepalive interval: the send slabs of
+ * its device that lend nothing are given back, but one. */
+static void vb_trim(rrpc_conn *c)
+{
+    struct vb_conn *vc = vb_vc(c);
+    if (vc && vc->dev)
+        vb_spool_trim(vc->dev);
+}
+
 const struct rrpci_transport_ops rrpci_verbs_ops = {
     .version = RRPCI_TRANSPORT_OPS_VERSION,
     .name = "verbs",
@@ -250,4 +260,5 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .grant_bind = vb_grant_bind,
     .grant_end = vb_grant_end,
     .busy_poll = vb_busy_poll,
+    .trim = vb_trim,
 };

@@ -192,7 +192,7 @@ void vb_wake(struct vb_qp *q)
     struct vb_conn *vc = q->vc;
     if (!q->blocked || !vb_wired(vc) || q->err)
         return;
-    if (q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE) || !q->sfree)
+    if (q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE) || !vb_sbuf_room(q))
         return;
     if (q->blocked_rndv && q->rout_used == VB_RNDV_MAX)
         return;

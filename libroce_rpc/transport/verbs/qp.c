@@ -10,8 +10,8 @@ static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
            VB_NCREDIT_RESERVE + VB_SPARE;
 }
 
-/* The connection's device, CQ and buffer pool, on the first class to learn
- * its device. */
+/* The connection's device, CQ and receive buffers, on the first class to
+ * learn its device.  Send buffers come from the device's pool (sendpool.c). */
 int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
 {
     if (vc->dev) {
@@ -30,13 +30,11 @@ int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
         q->nrbuf = vb_nrbuf(vc, i);
-        q->nsbuf = VB_NSEND;
         q->sq_depth = depth;
-        nb += q->nrbuf + q->nsbuf;
+        nb += q->nrbuf;
         cqe += depth + (int)q->nrbuf;
         q->rb = calloc(q->nrbuf, sizeof(*q->rb));
-        q->sb = calloc(q->nsbuf, sizeof(*q->sb));
-        if (!q->rb || !q->sb)
+        if (!q->rb)
             return -ENOMEM;
     }
     vc->pool_len = nb * vc->bsz;
@@ -60,13 +58,6 @@ int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
             q->rb[k].wr.cls = (uint8_t)i;
             q->rb[k].it.type = VB_I_EAGER;
             q->rb[k].buf = p;
-        }
-        for (unsigned k = 0; k < q->nsbuf; k++, p += vc->bsz) {
-            q->sb[k].wr.kind = VB_K_SEND;
-            q->sb[k].wr.cls = (uint8_t)i;
-            q->sb[k].buf = p;
-            q->sb[k].next = q->sfree;
-            q->sfree = &q->sb[k];
         }
     }
     if (cqe > d->max_cqe)

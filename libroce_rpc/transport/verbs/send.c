@@ -38,7 +38,6 @@ int vb_post_ctl(struct vb_qp *q, uint32_t env, uint32_t val)
 
 static int vb_send_eager(struct vb_qp *q, struct rrpci_msg *m)
 {
-    struct vb_conn *vc = q->vc;
     size_t n = RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
     struct ibv_sge sge[3];
     struct ibv_send_wr wr;
@@ -54,27 +53,28 @@ static int vb_send_eager(struct vb_qp *q, struct rrpci_msg *m)
         wr.send_flags = IBV_SEND_INLINE;
         wr.wr_id = (uintptr_t)&q->ctl;
     } else {
-        sb = q->sfree;
-        if (!sb) {
-            q->blocked = true;
-            return -EAGAIN;
+        int rc;
+        if (!(sb = vb_sbuf_get(q, &rc))) {
+            if (rc == -EAGAIN)
+                q->blocked = true;
+            return rc;
         }
         memcpy(sb->buf, m->hdr, RRPCI_HDR_SIZE);
         if (m->len)
             memcpy(sb->buf + RRPCI_HDR_SIZE, m->data, m->len);
         if (m->ext_len)
             memcpy(sb->buf + RRPCI_HDR_SIZE + m->len, m->ext, m->ext_len);
-        sge[ns++] = (struct ibv_sge){(uintptr_t)sb->buf, (uint32_t)n, vc->pool_mr->lkey};
+        sge[ns++] = (struct ibv_sge){(uintptr_t)sb->buf, (uint32_t)n, sb->slab->mr->lkey};
         wr.wr_id = (uintptr_t)&sb->wr;
     }
     wr.opcode = IBV_WR_SEND;
     wr.sg_list = sge;
     wr.num_sge = ns;
-    int rc = vb_post_send(q, &wr);
-    if (rc)
+    if (vb_post_send(q, &wr)) {
+        if (sb)
+            vb_sbuf_put(sb);
         return RRPC_E_CONN_LOST;
-    if (sb)
-        q->sfree = sb->next;
+    }
     q->sq_sends++;
     rrpci_msg_free(m);
     return 0;
@@ -102,15 +102,20 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     size_t n;
     struct vb_sbuf *sb = NULL;
 
-    if (RRPCI_HDR_SIZE + VB_DESC_MAX > q->max_inline && !(sb = q->sfree)) {
-        q->blocked = true;
-        return -EAGAIN;
+    for (int i = 0; i < 2; i++)
+        if (plen[i] > UINT32_MAX)
+            return RRPC_E_TOO_BIG;
+    if (RRPCI_HDR_SIZE + VB_DESC_MAX > q->max_inline) {
+        int rc;
+        if (!(sb = vb_sbuf_get(q, &rc))) {
+            if (rc == -EAGAIN)
+                q->blocked = true;
+            return rc;
+        }
     }
     for (int i = 0; i < 2; i++) {
         if (!plen[i])
             continue;
-        if (plen[i] > UINT32_MAX)
-            goto toobig;
         o->mr[i] = ibv_reg_mr(vc->dev->pd, (void *)(uintptr_t)piece[i], plen[i],
                               IBV_ACCESS_REMOTE_READ);
         if (!o->mr[i]) {
@@ -120,6 +125,8 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
                       rrpc_strerror(rc));
             o->m = NULL; /* @m stays the core's */
             vb_rout_release(o);
+            if (sb)
+                vb_sbuf_put(sb);
             return rc;
         }
         seg[nseg++] = (struct vb_seg){(uintptr_t)piece[i], (uint32_t)plen[i], o->mr[i]->rkey};
@@ -146,7 +153,7 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
         wr.wr_id = (uintptr_t)&q->ctl;
     } else {
         memcpy(sb->buf, desc, n);
-        sge = (struct ibv_sge){(uintptr_t)sb->buf, (uint32_t)n, vc->pool_mr->lkey};
+        sge = (struct ibv_sge){(uintptr_t)sb->buf, (uint32_t)n, sb->slab->mr->lkey};
         wr.wr_id = (uintptr_t)&sb->wr;
     }
     wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -156,10 +163,10 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     if (vb_post_send(q, &wr)) {
         o->m = NULL;
         vb_rout_release(o);
+        if (sb)
+            vb_sbuf_put(sb);
         return RRPC_E_CONN_LOST;
     }
-    if (sb)
-        q->sfree = sb->next;
     q->sq_sends++;
     o->m = m;
     o->used = true;
@@ -167,10 +174,6 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d: rendezvous send of %zu bytes (slot %d)",
               vc->peer, q->cls, rrpci_msg_payload_len(m), slot);
     return 0;
-toobig:
-    o->m = NULL;
-    vb_rout_release(o);
-    return RRPC_E_TOO_BIG;
 }
 
 int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)

@@ -164,7 +164,7 @@ struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
     vc->vx = vx;
     rrpci_conn_hello_local(c, &vc->hello);
     vc->hello.rx_buf = RRPCI_HDR_SIZE + vx->eager;
-    vc->bsz = (RRPCI_HDR_SIZE + vx->eager + 63u) & ~63u;
+    vc->bsz = vb_bsz(vx);
     snprintf(vc->peer, sizeof(vc->peer), "?");
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
@@ -248,6 +248,7 @@ void vb_teardown(struct vb_conn *vc)
             rdma_destroy_qp(vc->q[i].id);
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
+        vb_sbuf_put_all(q);
         for (int k = 0; k < VB_RNDV_MAX; k++)
             if (q->rout[k].used)
                 vb_rout_release(&q->rout[k]);
@@ -271,12 +272,13 @@ void vb_teardown(struct vb_conn *vc)
     if (vc->pool_mr)
         ibv_dereg_mr(vc->pool_mr);
     free(vc->pool);
+    if (vc->dev)
+        vb_spool_trim(vc->dev);
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
         if (q->id)
             vb_destroy_id(vx, q->id, dreq[i]);
         free(q->rb);
-        free(q->sb);
         free(q->doneq);
     }
     free(vc);

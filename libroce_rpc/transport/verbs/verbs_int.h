@@ -50,6 +50,10 @@
  *    + 1 spare, so a buffer is re-posted before its frame is delivered and
  *    the credit the application's handler returns is always backed.
  *    RNR retry is still infinite, as a safety net.
+ *  - Send buffers (a frame above the inline limit is copied into one until
+ *    its SEND completes) are lent by the device's pool to the QPs of all
+ *    connections, at most VB_NSEND per QP; an idle connection holds none
+ *    (sendpool.c).
  *
  * Behaviour worth knowing:
  *  - RDMA READs (rendezvous) and one-sided READ/WRITEs go in chunks of
@@ -126,7 +130,7 @@
 #define VB_NOTIFY_CREDITS 16
 #define VB_NCREDIT_RESERVE 2
 #define VB_SPARE 1
-#define VB_NSEND 32 /* registered send buffers per class */
+#define VB_NSEND 32 /* send buffers a class's QP may hold at once (sendpool.c) */
 #define VB_SQ_DEPTH 128
 #define VB_SQ_CTL_RESERVE 8 /* send-queue slots frames and ops leave to internal messages */
 #define VB_MAX_INLINE 128
@@ -183,10 +187,28 @@ struct vb_rbuf {
     struct rrpci_hdr h;
 };
 
+/* A send buffer of a device's pool (sendpool.c): lent to a class's queue
+ * pair from the post of its SEND to the completion. */
 struct vb_sbuf {
     struct vb_wr wr;
-    struct vb_sbuf *next;
+    struct vb_sbuf *next;  /* its slab's free list; lent: the QP's list */
+    struct vb_sbuf *hprev; /* lent: the QP's list */
+    struct vb_qp *q;       /* lent to; NULL when free */
+    struct vb_slab *slab;
     uint8_t *buf;
+};
+
+#define VB_SLAB_BUFS 32
+struct vb_slab {
+    struct vb_slab *next;          /* every slab of the device */
+    struct vb_slab *fnext, *fprev; /* slabs with a free buffer (on_free) */
+    bool on_free;
+    struct vb_dev *dev;
+    struct ibv_mr *mr;
+    uint8_t *mem;
+    unsigned out; /* buffers lent */
+    struct vb_sbuf *free;
+    struct vb_sbuf sb[VB_SLAB_BUFS];
 };
 
 /* A payload we advertised for the peer to READ. */
@@ -290,6 +312,8 @@ struct vb_dev {
     struct vb_mr *cache[VB_CACHE_BUCKETS];
     struct vb_pbuf *pfree; /* rendezvous receive buffers not lent out */
     size_t pool_bytes;     /* capacity of all of them, free and lent: <= RRPC_VERBS_RNDV_POOL_BYTES */
+    struct vb_slab *slabs, *sfree; /* the send buffer pool (sendpool.c) */
+    unsigned nslabs;
 };
 
 /* A registration of a region on a device: the cache entry, keyed by
@@ -314,9 +338,10 @@ struct vb_qp {
     uint32_t max_inline;
     int sq_depth, sq_inflight;
     int sq_sends; /* SENDs not completed: what a closing connection waits for */
-    unsigned nrbuf, nsbuf;
+    unsigned nrbuf;
     struct vb_rbuf *rb, *rfree;
-    struct vb_sbuf *sb, *sfree;
+    struct vb_sbuf *sheld; /* send buffers lent to this QP */
+    unsigned sb_out;       /* how many: <= VB_NSEND */
     struct vb_item_hdr *rxq, **rxq_tail;
     bool draining;
     struct vb_rout rout[VB_RNDV_MAX];
@@ -431,6 +456,13 @@ struct vb_pd {
 
 /* ---- small helpers ------------------------------------------------------- */
 
+/* The size of one send or receive buffer: a frame of RRPC_VERBS_EAGER bytes,
+ * header included, rounded up to 64. */
+static inline uint32_t vb_bsz(const struct vb_ctx *vx)
+{
+    return (RRPCI_HDR_SIZE + vx->eager + 63u) & ~63u;
+}
+
 /* Calls that return -1 or NULL and set errno. */
 static inline int vb_errno(void)
 {
@@ -469,6 +501,25 @@ struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret
 unsigned vb_remote_access(unsigned access);
 int vb_mr_get(struct vb_dev *d, rrpc_region *r, struct vb_mr **ret);
 void vb_region_release(rrpc_ctx *ctx, rrpc_region *r);
+
+/* ---- sendpool.c ---- */
+/* Whether @q may take another send buffer (the pool grows as needed). */
+bool vb_sbuf_room(const struct vb_qp *q);
+/* A send buffer lent to @q; NULL with *rc -EAGAIN (wait for @q's own SENDs
+ * to complete) or an error (none could be registered and @q has none). */
+struct vb_sbuf *vb_sbuf_get(struct vb_qp *q, int *rc);
+void vb_sbuf_put(struct vb_sbuf *sb);
+/* Every buffer @q holds back to the pool: its QP is destroyed. */
+void vb_sbuf_put_all(struct vb_qp *q);
+/* Frees the slabs that lend nothing, but one. */
+void vb_spool_trim(struct vb_dev *d);
+void vb_spool_clear(struct vb_dev *d);
+struct vb_spool_counts {
+    unsigned slabs; /* of VB_SLAB_BUFS buffers, on every device */
+    unsigned lent;  /* buffers lent out */
+};
+/* The context's send pool (tests); -ENOENT when it has not used rdma://. */
+int vb_spool_counts(rrpc_ctx *ctx, struct vb_spool_counts *ret);
 
 /* ---- teardown.c ---- */
 void vb_destroy_id(struct vb_ctx *vx, struct rdma_cm_id *id, bool dreq);
