@@ -216,7 +216,7 @@ unsigned vb_poll(struct vb_conn *vc, unsigned budget)
         }
         if (busy_us && vc->conn) {
             if (handled && rrpci_ctx_busy(vc->ctx, busy_us)) {
-                vc->cq_busy = true;
+                vb_set_busy(vc, true);
                 break;
             }
             if (vc->cq_busy && rrpci_ctx_polling(vc->ctx))
@@ -228,28 +228,64 @@ unsigned vb_poll(struct vb_conn *vc, unsigned budget)
             vb_fail(vc, RRPC_E_CONN_LOST, "ibv_req_notify_cq failed");
             break;
         }
-        vc->cq_busy = false;
+        vb_set_busy(vc, false);
         armed = true; /* poll once more: a completion may have come before the arming */
     }
     vb_leave(vc);
     return handled;
 }
 
-/* Each busy-polled CQ once; how many completions that handled.  A
- * completion's upcall may close or tear down any connection, so the list
- * is walked again after each visit, skipping those visited in this pass. */
+static void vb_busy_unlink(struct vb_ctx *vx, struct vb_conn *vc)
+{
+    if (vc->bprev)
+        vc->bprev->bnext = vc->bnext;
+    else
+        vx->busy_head = vc->bnext;
+    if (vc->bnext)
+        vc->bnext->bprev = vc->bprev;
+    else
+        vx->busy_tail = vc->bprev;
+    vc->bnext = vc->bprev = NULL;
+}
+
+static void vb_busy_append(struct vb_ctx *vx, struct vb_conn *vc)
+{
+    vc->bnext = NULL;
+    vc->bprev = vx->busy_tail;
+    if (vx->busy_tail)
+        vx->busy_tail->bnext = vc;
+    else
+        vx->busy_head = vc;
+    vx->busy_tail = vc;
+}
+
+void vb_set_busy(struct vb_conn *vc, bool busy)
+{
+    if (vc->cq_busy == busy)
+        return;
+    vc->cq_busy = busy;
+    if (busy)
+        vb_busy_append(vc->vx, vc);
+    else
+        vb_busy_unlink(vc->vx, vc);
+}
+
+/* Each busy-polled CQ once; how many completions that handled.  Only the
+ * busy ones are on the list, so a pass costs nothing per idle connection.
+ * A completion's upcall may close or tear down any connection, or make
+ * another one busy, so the head is read again after each visit: a visited
+ * connection goes to the tail first, and the pass ends when the head is
+ * one visited in this pass (or the list is empty). */
 static unsigned vb_busy_pass(struct vb_ctx *vx)
 {
     unsigned gen = ++vx->poll_gen, handled = 0;
-    for (;;) {
-        struct vb_conn *vc = vx->vcs;
-        while (vc && !(vc->cq_busy && vc->cq && vc->poll_gen != gen))
-            vc = vc->next;
-        if (!vc)
-            return handled;
+    for (struct vb_conn *vc; (vc = vx->busy_head) && vc->poll_gen != gen;) {
         vc->poll_gen = gen;
+        vb_busy_unlink(vx, vc);
+        vb_busy_append(vx, vc);
         handled += vb_poll(vc, VB_POLL_BUDGET);
     }
+    return handled;
 }
 
 /* ops->busy_poll: each busy-polled CQ once (with the governor stopped,
@@ -260,10 +296,7 @@ int vb_busy_poll(rrpc_ctx *ctx, bool arm)
     struct vb_ctx *vx = vb_vx(ctx);
     if (!vx->open)
         return -1;
-    bool any = false;
-    for (const struct vb_conn *vc = vx->vcs; vc && !any; vc = vc->next)
-        any = vc->cq_busy;
-    return any ? (int)vb_busy_pass(vx) : -1;
+    return vx->busy_head ? (int)vb_busy_pass(vx) : -1;
 }
 
 void vb_repoll_cb(struct rrpci_timer *w)

@@ -222,6 +222,7 @@ void vb_teardown(struct vb_conn *vc)
     struct vb_ctx *vx = vc->vx;
     rrpci_timer_stop(&vc->linger);
     rrpci_timer_stop(&vc->repoll);
+    vb_set_busy(vc, false);
     if (vc->conn) {
         struct vb_conn_priv *p = rrpci_conn_priv(vc->conn);
         p->vc = NULL;

@@ -382,6 +382,7 @@ struct vb_conn {
      * its loop passes (vb_busy_poll) while its governor polls, then it is
      * armed again (cq.c). */
     bool cq_busy;
+    struct vb_conn *bnext, *bprev; /* the context's busy-polled connections, while cq_busy */
     unsigned poll_gen;
     char peer[INET6_ADDRSTRLEN + 8];
     char why[256]; /* the text of the last rrpci_conn_down */
@@ -429,6 +430,7 @@ struct vb_ctx {
     uint32_t eager;
     unsigned busy_poll_us; /* RRPC_VERBS_BUSY_POLL_US: the window asked of the governor */
     unsigned poll_gen;     /* vb_busy_poll's pass, to visit each connection once */
+    struct vb_conn *busy_head, *busy_tail; /* connections whose CQ is busy-polled */
     uint32_t chunk;       /* bytes per READ/WRITE work request */
     unsigned data_depth;  /* such chunks in flight per QP */
     size_t rndv_pool_max; /* RRPC_VERBS_RNDV_POOL_BYTES, per device */
@@ -594,6 +596,8 @@ void vb_rndv_admit_held(struct vb_qp *q);
 void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc);
 
 /* ---- cq.c ---- */
+/* Puts @vc on or takes it off its context's list of busy-polled CQs. */
+void vb_set_busy(struct vb_conn *vc, bool busy);
 unsigned vb_poll(struct vb_conn *vc, unsigned budget);
 int vb_busy_poll(rrpc_ctx *ctx, bool arm);
 void vb_repoll_cb(struct rrpci_timer *w);
