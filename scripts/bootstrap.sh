@@ -107,6 +107,8 @@ vm_step "keepalives and kill -9 fault tests over verbs" \
   tests/softroce/run-suite.sh build tests/reliability/reliability
 vm_step "the verbs pools: registered receive buffers reused, send buffers shared by connections" \
   tests/softroce/run-suite.sh build tests/unit/test_verbs_pools
+vm_step "verbs queue pairs connected on a class's first use, from either side, refused to strangers" \
+  tests/softroce/run-suite.sh build tests/unit/test_verbs_classes
 vm_step "an idle verbs context with its default polling sleeps" \
   tests/softroce/run-suite.sh build tests/reliability/busy_poll
 vm_step "conformance over verbs under AddressSanitizer + UndefinedBehaviorSanitizer" \

@@ -65,6 +65,16 @@ static inline bool rrpci_type_is_exempt(uint8_t type)
            type == RRPCI_T_CANCEL;
 }
 
+/* The connection's own frames, not a class's: they travel on the
+ * connection's first socket (tcp) or queue pair (verbs), whatever their
+ * class field says (docs/protocol.md 6.1, 14). */
+static inline bool rrpci_type_is_conn_frame(uint8_t type)
+{
+    return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
+           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR || type == RRPCI_T_TICKET ||
+           type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE;
+}
+
 /* The largest payload of a credit-exempt frame: what bounds them, since no
  * credit does.  Handshake records, tickets (at most 574 bytes) and ERROR
  * messages fit in RRPCI_CTL_MAX_LEN; CREDIT, KEEPALIVE, TICKET_ACK and CANCEL

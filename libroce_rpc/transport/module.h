@@ -44,7 +44,7 @@
 /* The interface version between the core and a transport module: bump it
  * when RRPCI_CORE_SERVICES or struct rrpci_transport_ops changes.  It is
  * part of the entry symbol's name. */
-#define RRPCI_MODULE_ABI 2
+#define RRPCI_MODULE_ABI 3
 #define RRPCI_TRANSPORT_ENTRY rrpci_transport_module_v1
 #define RRPCI_TRANSPORT_ENTRY_NAME "rrpci_transport_module_v1"
 
@@ -58,6 +58,7 @@
 #define RRPCI_CORE_SERVICES(X, XV)                                                                  \
     X(const char *, rrpc_strerror, (int code), (code))                                             \
     X(const char *, rrpci_class_name, (int idx), (idx))                                            \
+    XV(rrpci_ctx_accept_limits, (rrpc_ctx * ctx, struct rrpci_accept_limits * ret), (ctx, ret))   \
     XV(rrpci_conn_cancel_ahead, (rrpc_conn * c, uint64_t id), (c, id))                             \
     X(rrpc_ctx *, rrpci_conn_ctx, (rrpc_conn * c), (c))                                            \
     XV(rrpci_conn_down, (rrpc_conn * c, int reason, const char *why), (c, reason, why))           \

@@ -6,9 +6,10 @@
 # tests/softroce/idle_mem_verbs.c (same method: RSS growth over N connections, default 50, each
 # made one 4-byte call per class then left idle; server and client in two processes): in the
 # Soft-RoCE VM the server listens on rdma://10.77.0.2 (rxe1) and the client binds 10.77.0.1
-# (rxe0). Two runs: keepalives off (RRPC_KEEPALIVE_MS=0: nothing is ever trimmed) and
-# RRPC_KEEPALIVE_MS=300 with 1.5 s idle (the core has called the transport's idle trim), plus,
-# for comparison, the same program over tcp in the VM.
+# (rxe0). Three runs: keepalives off (RRPC_KEEPALIVE_MS=0: nothing is ever trimmed),
+# RRPC_KEEPALIVE_MS=300 with 1.5 s idle (the core has called the transport's idle trim), and the
+# same with one call on low_latency only (-r: an RPC-only client, one queue pair), plus, for
+# comparison, the same program over tcp in the VM.
 #
 # On a host it compiles idle_mem_verbs against BUILD_DIR/libroce_rpc into BUILD_DIR/idle-mem/ and
 # re-runs itself in a VM via run-in-vm.sh (BUILD_DIR shared). Exit 77 and "skipped: <reason>"
@@ -51,5 +52,6 @@ run() {   # $1 = RRPC_KEEPALIVE_MS, rest = arguments
 echo "# $(grep MemTotal /proc/meminfo), $(nproc) CPUs, kernel $(uname -r)"
 run 0   -x rdma -n "$N" -w 1500 -s "$IP1" -c "$IP0"
 run 300 -x rdma -n "$N" -w 1500 -s "$IP1" -c "$IP0"
+run 300 -x rdma -n "$N" -w 1500 -s "$IP1" -c "$IP0" -r
 run 300 -x tcp  -n "$N" -w 1500 -s "$IP1" -c "$IP0"
 exit $RC

@@ -24,6 +24,7 @@
  * Exit 0 when every connection and call worked, 1 otherwise.
  */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +109,9 @@ int main(int argc, char **argv)
 {
     const char *saddr = "10.77.0.2", *csrc = "10.77.0.1", *scheme = "rdma";
     int n = 50, idle_ms = 1500, opt;
+    bool rpc_only = false;
     size_t bytes = 4;
-    while ((opt = getopt(argc, argv, "n:b:w:s:c:x:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:b:w:s:c:x:r")) != -1) {
         switch (opt) {
         case 'n': n = atoi(optarg); break;
         case 'b': bytes = (size_t)atol(optarg); break;
@@ -117,9 +119,12 @@ int main(int argc, char **argv)
         case 's': saddr = optarg; break;
         case 'c': csrc = optarg; break;
         case 'x': scheme = optarg; break;
+        case 'r': rpc_only = true; break;
         default:
             fprintf(stderr, "usage: idle_mem_verbs [-n N] [-b BYTES] [-w IDLE_MS] [-s SERVER_ADDR] "
-                            "[-c CLIENT_SRC] [-x rdma|tcp]\n");
+                            "[-c CLIENT_SRC] [-x rdma|tcp] [-r]\n"
+                            "  -r: one call on low_latency only (an RPC-only client), not one "
+                            "per class\n");
             return 2;
         }
     }
@@ -180,6 +185,8 @@ int main(int argc, char **argv)
             break;
         }
         for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
+            if (rpc_only && k != RRPC_CLASS_LOW_LATENCY)
+                continue;
             rrpc_call_opts o = {.qos_class = k};
             void *out;
             size_t len;
@@ -197,10 +204,10 @@ int main(int argc, char **argv)
     mem_kib(&c_rss1, &c_pin1);
     const char *ka = getenv("RRPC_KEEPALIVE_MS");
     double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-    printf("%s, %d idle connections (one call of %zu bytes per class on each, then %d ms idle, "
+    printf("%s, %d idle connections (one call of %zu bytes %s on each, then %d ms idle, "
            "RRPC_KEEPALIVE_MS=%s; %d connects in %.1f s):\n",
-           n && c[0] ? rrpc_conn_transport(c[0]) : scheme, n, bytes, idle_ms, ka ? ka : "(default 5000)",
-           n, secs);
+           n && c[0] ? rrpc_conn_transport(c[0]) : scheme, n, bytes,
+           rpc_only ? "on low_latency" : "per class", idle_ms, ka ? ka : "(default 5000)", n, secs);
     if (n > 0) {
         printf("  client RSS %+ld KiB = %.1f KiB/conn, VmPin %+ld KiB = %.1f KiB/conn\n",
                c_rss1 - c_rss0, (double)(c_rss1 - c_rss0) / n, c_pin1 - c_pin0,
@@ -209,21 +216,27 @@ int main(int argc, char **argv)
                s_rss1 - s_rss0, (double)(s_rss1 - s_rss0) / n, s_pin1 - s_pin0,
                (double)(s_pin1 - s_pin0) / n);
     }
-    /* The verbs receive buffers per connection and side, as verbs/qp.c sizes them. */
+    /* The verbs receive buffers per connection and side, as verbs/qp.c sizes
+     * them: each class used has a QP with credits + 35 (+ 6 on the first,
+     * low_latency's). */
     long eager = 8192;
     const char *e = getenv("RRPC_VERBS_EAGER");
     if (e)
         eager = atol(e);
     long bsz = (32 + eager + 63) & ~63L, nbuf = 0, cred = 0;
+    int ncls = 0;
     for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
+        if (rpc_only && k != RRPC_CLASS_LOW_LATENCY)
+            continue;
         int cr = 0;
         rrpc_class_get(ctx, k, NULL, NULL, &cr);
         cred += cr;
-        nbuf += cr + 8 + 8 + 16 + 2 + 1;
+        nbuf += cr + 8 + 8 + 16 + 2 + 1 + (k == RRPC_CLASS_LOW_LATENCY ? 6 : 0);
+        ncls++;
     }
-    printf("  expected verbs receive buffers per connection and side: %ld (credits %ld + 4 x 35) "
-           "x %ld bytes = %.1f KiB; send buffers: the device's pool, none per connection\n",
-           nbuf, cred, bsz, nbuf * bsz / 1024.0);
+    printf("  expected verbs receive buffers per connection and side: %ld (credits %ld + %d x 35 "
+           "+ 6) x %ld bytes = %.1f KiB; send buffers: the device's pool, none per connection\n",
+           nbuf, cred, ncls, bsz, nbuf * bsz / 1024.0);
     rc = failed;
 out:
     if (rc && ctx)

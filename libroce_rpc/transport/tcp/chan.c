@@ -34,7 +34,7 @@ static bool class_fits(const struct tcp_chan *ch, const struct rrpci_hdr *h)
 {
     if (ch->first)
         return h->cls == RRPCI_CLS_CONTROL || h->cls == RRPCI_CLS_LOW_LATENCY;
-    return h->cls == ch->cls && !rrpc_tcp_conn_frame(h->type);
+    return h->cls == ch->cls && !rrpci_type_is_conn_frame(h->type);
 }
 
 static void wrong_socket(rrpc_conn *c, const struct tcp_chan *ch, const struct rrpci_hdr *h)
@@ -90,7 +90,7 @@ static bool deliver(rrpc_conn *c, struct tcp_chan *ch, const struct rrpci_hdr *h
 static int chan_rx_admit(void *u, const struct rrpci_hdr *h)
 {
     struct tcp_chan *ch = u;
-    if (!rrpc_tcp_conn_frame(h->type) && !class_fits(ch, h)) {
+    if (!rrpci_type_is_conn_frame(h->type) && !class_fits(ch, h)) {
         wrong_socket(ch->conn, ch, h);
         return RRPC_E_PROTO;
     }

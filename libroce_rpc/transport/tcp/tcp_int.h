@@ -108,14 +108,6 @@ static inline const struct rrpci_qos *chan_qos(const struct tcp_chan *ch)
     return &tctx(rrpci_conn_ctx(ch->conn))->qos;
 }
 
-/* Frames of the connection itself (handshake, refusal, ticket, keepalive):
- * they travel on the first socket, whatever their class field says. */
-static inline bool rrpc_tcp_conn_frame(uint8_t type)
-{
-    return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
-           type == RRPCI_T_JOIN_ACK || type == RRPCI_T_ERROR || type == RRPCI_T_TICKET ||
-           type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE;
-}
 
 /* ---- tcp.c ---- */
 /* Marks @fd's packets with @dscp (IP_TOS, and IPV6_TCLASS on IPv6). */

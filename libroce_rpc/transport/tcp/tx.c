@@ -144,7 +144,7 @@ static struct tcp_chan *route(rrpc_conn *c, int cls, uint8_t type)
 {
     struct tcp_conn *tc = rrpci_conn_priv(c);
     rrpc_ctx *ctx = rrpci_conn_ctx(c);
-    if (rrpc_tcp_conn_frame(type) || rrpc_tcp_class_shares(ctx, cls))
+    if (rrpci_type_is_conn_frame(type) || rrpc_tcp_class_shares(ctx, cls))
         return &tc->first;
     if (tc->own[cls])
         return tc->own[cls];

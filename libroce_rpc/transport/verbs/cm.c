@@ -4,9 +4,11 @@
 
 /* ---- connection management events --------------------------------------- */
 
+/* The first QP is established: the connection is up.  Other classes may
+ * have been established before it on the passive side; what they hold
+ * waited for this. */
 static void vb_established(struct vb_conn *vc)
 {
-    vc->listen_id = NULL;
     rrpc_conn *c = vc->conn;
     rrpci_conn_ref(c);
     rrpci_conn_established(c);
@@ -16,7 +18,124 @@ static void vb_established(struct vb_conn *vc)
     for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
         vb_drain(&vc->q[i]);
     for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
+        if (vc->q[i].state == VB_QP_ESTABLISHED)
+            vb_grant_post_waiting(&vc->q[i]);
+        else if (vc->q[i].blocked && vb_want(&vc->q[i]))
+            return; /* a class whose frames came before the connection was up */
+    for (int i = 0; i < VB_NCLS && vb_live(vc); i++)
         vb_wake(&vc->q[i]);
+}
+
+/* A later class's QP is established, the connection being up: what waited
+ * for it goes (frames the core held, one-sided operations, binds). */
+static void vb_class_up(struct vb_qp *q)
+{
+    struct vb_conn *vc = q->vc;
+    vb_rndv_admit_held(q);
+    if (vb_live(vc))
+        vb_drain(q);
+    if (vb_live(vc))
+        vb_grant_post_waiting(q);
+    int rc = vb_live(vc) ? vb_kick(q) : 0;
+    if (rc) {
+        vb_fail(vc, RRPC_E_CONN_LOST, "peer %s, class %d: ibv_post_send: %s", vc->peer, q->cls,
+                rrpc_strerror(rc));
+        return;
+    }
+    if (vb_live(vc))
+        vb_wake(q);
+}
+
+static uint64_t vb_attach_us(struct vb_conn *vc)
+{
+    struct rrpci_accept_limits lim;
+    rrpci_ctx_accept_limits(vc->ctx, &lim);
+    return (uint64_t)lim.auth_timeout_ms * 1000u;
+}
+
+/* The attach timer: a wanted class's QP that is not established
+ * RRPC_AUTH_TIMEOUT_MS after it was first wanted takes the connection
+ * down; otherwise the timer is set for the next such deadline. */
+static void vb_attach_arm(struct vb_conn *vc)
+{
+    uint64_t tmo = vb_attach_us(vc), now = vb_now_us(), next = 0;
+    for (int i = 0; i < VB_NCLS; i++) {
+        const struct vb_qp *q = &vc->q[i];
+        if (!q->attach_at || q->state == VB_QP_ESTABLISHED)
+            continue;
+        if (now - q->attach_at >= tmo) {
+            vb_fail(vc, -ETIMEDOUT,
+                    "peer %s: the %s class's queue pair was not established within "
+                    "RRPC_AUTH_TIMEOUT_MS (%llu ms) of its first use",
+                    vc->peer, rrpci_class_name(q->cls), (unsigned long long)(tmo / 1000));
+            return;
+        }
+        uint64_t left = q->attach_at + tmo - now;
+        if (!next || left < next)
+            next = left;
+    }
+    rrpci_timer_stop(&vc->attach);
+    if (next) {
+        rrpci_timer_init(vc->ctx, &vc->attach, vb_attach_cb, (double)next / 1e6 + 0.001, 0);
+        vc->attach.data = vc;
+        rrpci_timer_start(&vc->attach);
+    }
+}
+
+void vb_attach_cb(struct rrpci_timer *w)
+{
+    struct vb_conn *vc = w->data;
+    vb_enter(vc);
+    if (vb_live(vc))
+        vb_attach_arm(vc);
+    vb_leave(vc);
+}
+
+int vb_attach(struct vb_conn *vc, int cls)
+{
+    struct vb_qp *q = &vc->q[cls];
+    const char *step = "rdma_create_id";
+    if (rdma_create_id(vc->vx->ech, &q->id, q, RDMA_PS_TCP)) {
+        q->id = NULL;
+        goto fail;
+    }
+    /* Right after creating the id: later settings do not reach the wire. */
+    uint8_t tos = (uint8_t)(rrpci_ctx_class_dscp(vc->ctx, cls) << 2);
+    step = "rdma_set_option(TOS)";
+    if (rdma_set_option(q->id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)))
+        goto fail;
+    step = "rdma_resolve_addr";
+    if (rdma_resolve_addr(q->id, vc->has_src ? (struct sockaddr *)&vc->src : NULL,
+                          (struct sockaddr *)&vc->dst, VB_RESOLVE_MS))
+        goto fail;
+    return 0;
+fail:;
+    int rc = vb_errno();
+    snprintf(vc->err, sizeof(vc->err), "%s (class %s): %s", step, rrpci_class_name(cls),
+             rrpc_strerror(rc));
+    return rc;
+}
+
+int vb_want(struct vb_qp *q)
+{
+    struct vb_conn *vc = q->vc;
+    if (q->state == VB_QP_ESTABLISHED || q->attach_at)
+        return 0;
+    q->attach_at = vb_now_us();
+    int rc = 0;
+    if (!rrpci_conn_passive(vc->conn)) {
+        if (!q->id && (rc = vb_attach(vc, q->cls)))
+            vb_fail(vc, rc, "connecting the %s class to %s: %s", rrpci_class_name(q->cls),
+                    vc->peer, vc->err);
+    } else if (!q->id) {
+        struct vb_qp *first = &vc->q[VB_FIRST];
+        if ((rc = vb_post_ctl(first, VB_ENV_OPEN, (uint32_t)q->cls)))
+            vb_fail(vc, RRPC_E_CONN_LOST, "peer %s: asking for the %s class: ibv_post_send: %s",
+                    vc->peer, rrpci_class_name(q->cls), rrpc_strerror(rc));
+    }
+    if (!rc)
+        vb_attach_arm(vc);
+    return rc ? (vb_live(vc) ? rc : RRPC_E_CONN_LOST) : 0;
 }
 
 static void vb_on_route(struct vb_qp *q)
@@ -64,8 +183,14 @@ static void vb_on_established(struct vb_qp *q, const uint8_t *pd, size_t pdlen)
         return;
     q->state = VB_QP_ESTABLISHED;
     RRPCI_LOG(vc->ctx, LOG_DEBUG, "verbs: %s class %d established", vc->peer, q->cls);
-    if (++vc->nestab == VB_NCLS && vb_live(vc))
+    if (q->attach_at)
+        vb_attach_arm(vc);
+    if (!vb_live(vc))
+        return;
+    if (q->cls == VB_FIRST)
         vb_established(vc);
+    else if (vb_wired(vc))
+        vb_class_up(q);
 }
 
 static int vb_status_reason(int status, int dflt)
@@ -166,13 +291,29 @@ static void vb_on_qp_event(struct vb_qp *q, const struct rdma_cm_event *e, const
     vb_leave(vc);
 }
 
-static struct vb_conn *vb_find_pending(struct vb_ctx *vx, struct rdma_cm_id *lid, uint64_t cookie)
+/* The passive connection a later class's REQ attaches to: made by a first
+ * QP's REQ on the same listener with the same cookie, and not down. */
+static struct vb_conn *vb_find_conn(struct vb_ctx *vx, struct rdma_cm_id *lid, uint64_t cookie)
 {
     for (struct vb_conn *vc = vx->vcs; vc; vc = vc->next)
-        if (vc->conn && rrpci_conn_passive(vc->conn) && !rrpci_conn_is_wired(vc->conn) &&
-            vc->listen_id == lid && vc->cookie == cookie)
+        if (vb_live(vc) && rrpci_conn_passive(vc->conn) && vc->listen_id == lid &&
+            vc->cookie == cookie)
             return vc;
     return NULL;
+}
+
+/* Whether @a and @b name the same host (ports aside). */
+static bool vb_same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (!a || !b || a->sa_family != b->sa_family)
+        return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    return false;
 }
 
 static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdma_cm_event *e,
@@ -191,7 +332,18 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         vb_destroy_id(vx, id, false);
         return;
     }
-    struct vb_conn *vc = vb_find_pending(vx, e->listen_id, p.cookie);
+    struct vb_conn *vc = vb_find_conn(vx, e->listen_id, p.cookie);
+    if (!vc && p.cls != VB_FIRST) {
+        /* A later class, for no connection of ours: unknown cookie, or
+         * the connection is gone; nothing to attach it to. */
+        RRPCI_LOG(vx->ctx, LOG_NOTICE,
+                  "verbs: refusing a connection from %s: the %s class's queue pair names no "
+                  "connection that is up (a connection starts with its %s queue pair)",
+                  peer, rrpci_class_name(p.cls), rrpci_class_name(VB_FIRST));
+        vb_reject(id, RRPC_E_PROTO);
+        vb_destroy_id(vx, id, false);
+        return;
+    }
     if (!vc) {
         rrpc_conn *c = NULL;
         char lwhy[200];
@@ -222,6 +374,18 @@ static void vb_on_conn_req(struct vb_ctx *vx, struct vb_listener *vl, struct rdm
         }
     } else {
         vb_enter(vc);
+        struct rdma_cm_id *first = vc->q[VB_FIRST].id;
+        if (!first || !vb_same_host(rdma_get_peer_addr(id), rdma_get_peer_addr(first))) {
+            /* Only the peer that made the connection attaches to it. */
+            RRPCI_LOG(vx->ctx, LOG_NOTICE,
+                      "verbs: refusing a connection from %s: the %s class's queue pair names "
+                      "a connection of another peer (%s)",
+                      peer, rrpci_class_name(p.cls), vc->peer);
+            vb_reject(id, RRPC_E_PROTO);
+            vb_destroy_id(vx, id, false);
+            vb_leave(vc);
+            return;
+        }
         if (vc->q[p.cls].id) {
             vb_reject(id, RRPC_E_PROTO);
             vb_destroy_id(vx, id, false);

@@ -150,27 +150,17 @@ static int vb_connect(rrpc_conn *c, const struct rrpci_uri *uri)
     vb_sa_str((struct sockaddr *)&dst, vc->peer, sizeof(vc->peer));
     if (getrandom(&vc->cookie, sizeof(vc->cookie), 0) != sizeof(vc->cookie))
         vc->cookie = (uint64_t)vb_now_us() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)vc;
-    const char *step = "rdma_create_id";
-    for (int i = 0; i < VB_NCLS; i++) {
-        struct vb_qp *q = &vc->q[i];
-        if (rdma_create_id(vx->ech, &q->id, q, RDMA_PS_TCP)) {
-            q->id = NULL;
-            goto fail;
-        }
-        /* Right after creating the id: later settings do not reach the wire. */
-        uint8_t tos = (uint8_t)(rrpci_ctx_class_dscp(ctx, i) << 2);
-        step = "rdma_set_option(TOS)";
-        if (rdma_set_option(q->id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)))
-            goto fail;
-        step = "rdma_resolve_addr";
-        if (rdma_resolve_addr(q->id, uri->src[0] ? (struct sockaddr *)&src : NULL,
-                              (struct sockaddr *)&dst, VB_RESOLVE_MS))
-            goto fail;
-        step = "rdma_create_id";
-    }
-    return 0;
-fail:
-    rc = vb_errno();
+    /* The first QP now; each other class's when it is first used
+     * (vb_want), to the same addresses. */
+    vc->dst = dst;
+    vc->has_src = uri->src[0] != 0;
+    if (vc->has_src)
+        vc->src = src;
+    rc = vb_attach(vc, VB_FIRST);
+    if (!rc)
+        return 0;
+    char err[sizeof(vc->err)];
+    snprintf(err, sizeof(err), "%s", vc->err);
     vb_teardown(vc);
     if (rc == -ENODEV) {
         char what[2 * RRPCI_URI_HOST_MAX + 64];
@@ -178,8 +168,7 @@ fail:
                  uri->port, uri->src[0] ? uri->src : "the route to it");
         return vb_no_device(ctx, what);
     }
-    return rrpci_set_error(ctx, rc, "rdma://%s:%d: %s: %s", uri->host, uri->port, step,
-                           rrpc_strerror(rc));
+    return rrpci_set_error(ctx, rc, "rdma://%s:%d: %s", uri->host, uri->port, err);
 }
 
 static void vb_conn_close(rrpc_conn *c)
@@ -205,8 +194,11 @@ static int vb_class_dscp(rrpc_conn *c, int cls, int *ret_dscp)
     if (cls < 0 || cls >= VB_NCLS)
         return RRPC_E_BAD_CLASS;
     struct vb_qp *q = &vc->q[cls];
-    if (q->state != VB_QP_ESTABLISHED)
-        return -ENOTCONN;
+    if (q->state != VB_QP_ESTABLISHED) {
+        /* Not used yet: its QP will carry the class's DSCP once connected. */
+        *ret_dscp = rrpci_ctx_class_dscp(vc->ctx, cls);
+        return 0;
+    }
     struct ibv_qp_attr a;
     struct ibv_qp_init_attr ia;
     int rc = vb_ret(ibv_query_qp(q->id->qp, &a, IBV_QP_AV, &ia));
@@ -221,8 +213,8 @@ static int vb_peer_name(rrpc_conn *c, char *buf, size_t len)
     struct vb_conn *vc = vb_vc(c);
     if (!vc)
         return RRPC_E_CLOSED;
-    if (vc->q[0].id)
-        vb_sa_str(rdma_get_peer_addr(vc->q[0].id), buf, len);
+    if (vc->q[VB_FIRST].id)
+        vb_sa_str(rdma_get_peer_addr(vc->q[VB_FIRST].id), buf, len);
     else
         snprintf(buf, len, "%s", vc->peer);
     return 0;

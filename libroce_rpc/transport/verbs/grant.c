@@ -23,6 +23,26 @@ static void vb_grant_free(struct vb_grant *vg)
     free(vg);
 }
 
+/* Posts @vg's BIND_MW on @q. */
+static int vb_grant_post(struct vb_qp *q, struct vb_grant *vg)
+{
+    struct ibv_send_wr wr = {
+        .wr_id = (uintptr_t)&vg->wr,
+        .opcode = IBV_WR_BIND_MW,
+        .send_flags = IBV_SEND_SIGNALED,
+        .bind_mw = {.mw = vg->mw,
+                    .rkey = vg->rkey,
+                    .bind_info = {.mr = vg->bind_mr,
+                                  .addr = vg->addr,
+                                  .length = vg->len,
+                                  .mw_access_flags = vg->access}},
+    };
+    int rc = vb_post_send(q, &wr);
+    if (!rc)
+        vg->bind_out = true;
+    return rc;
+}
+
 int vb_grant_bind(rrpc_conn *c, rrpc_grant *g)
 {
     struct vb_conn *vc = vb_vc(c);
@@ -39,7 +59,8 @@ int vb_grant_bind(rrpc_conn *c, rrpc_grant *g)
     struct rrpci_grant_info gi;
     rrpci_grant_get(g, &gi);
     struct vb_qp *q = &vc->q[gi.cls];
-    if (q->err || !vb_sq_room(q, 0))
+    bool now = q->state == VB_QP_ESTABLISHED;
+    if (q->err || (now && !vb_sq_room(q, 0)))
         return rrpci_set_error(vc->ctx, -EAGAIN,
                                "rrpc_region_grant: the send queue of class %s is full; try again",
                                rrpci_class_name(gi.cls));
@@ -76,26 +97,57 @@ int vb_grant_bind(rrpc_conn *c, rrpc_grant *g)
         return rrpci_set_error(vc->ctx, rc, "rrpc_region_grant: ibv_alloc_mw on %s: %s",
                                ibv_get_device_name(d->verbs->device), rrpc_strerror(rc));
     }
-    struct ibv_send_wr wr = {
-        .wr_id = (uintptr_t)&vg->wr,
-        .opcode = IBV_WR_BIND_MW,
-        .send_flags = IBV_SEND_SIGNALED,
-        .bind_mw = {.mw = vg->mw,
-                    .rkey = ibv_inc_rkey(vg->mw->rkey),
-                    .bind_info = {.mr = m ? m->mr : vg->mr,
-                                  .addr = gi.addr,
-                                  .length = gi.len,
-                                  .mw_access_flags = vb_remote_access(gi.access)}},
-    };
-    if ((rc = vb_post_send(q, &wr))) {
+    vg->rkey = ibv_inc_rkey(vg->mw->rkey);
+    vg->bind_mr = m ? m->mr : vg->mr;
+    vg->addr = gi.addr;
+    vg->len = gi.len;
+    vg->access = vb_remote_access(gi.access);
+    if (!now) {
+        /* The class's QP is connected first; the bind follows
+         * (vb_grant_post_waiting), and the core waits for it. */
+        if ((rc = vb_want(q))) {
+            vb_grant_free(vg);
+            return rc;
+        }
+        vg->waiting = true;
+        vg->pnext = q->binds;
+        q->binds = vg;
+    } else if ((rc = vb_grant_post(q, vg))) {
         vb_grant_free(vg);
         return rrpci_set_error(vc->ctx, rc, "rrpc_region_grant: posting the window's bind: %s",
                                rrpc_strerror(rc));
     }
-    vg->bind_out = true;
-    rrpci_grant_set_key(g, wr.bind_mw.rkey);
+    rrpci_grant_set_key(g, vg->rkey);
     rrpci_grant_set_tpriv(g, vg);
     return 0;
+}
+
+void vb_grant_post_waiting(struct vb_qp *q)
+{
+    while (q->binds) {
+        struct vb_grant *vg = q->binds;
+        q->binds = vg->pnext;
+        vg->waiting = false;
+        if (!vg->g) {
+            vb_grant_free(vg); /* ended meanwhile */
+            continue;
+        }
+        int rc = vb_grant_post(q, vg);
+        if (rc)
+            rrpci_grant_bound(vg->g, RRPC_E_CONN_LOST,
+                              "rrpc_region_grant: posting the window's bind failed");
+    }
+}
+
+void vb_grant_drop_waiting(struct vb_qp *q)
+{
+    while (q->binds) {
+        struct vb_grant *vg = q->binds;
+        q->binds = vg->pnext;
+        vg->waiting = false;
+        if (!vg->g)
+            vb_grant_free(vg); /* else the core's grant_end frees it */
+    }
 }
 
 void vb_grant_end(rrpc_conn *c, rrpc_grant *g)
@@ -106,8 +158,8 @@ void vb_grant_end(rrpc_conn *c, rrpc_grant *g)
         return;
     rrpci_grant_set_tpriv(g, NULL);
     vg->g = NULL;
-    if (vg->bind_out)
-        return; /* its completion deallocates it */
+    if (vg->bind_out || vg->waiting)
+        return; /* its completion, or its QP's list, deallocates it */
     vb_grant_free(vg);
 }
 

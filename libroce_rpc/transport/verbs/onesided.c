@@ -103,8 +103,14 @@ int vb_rdma(rrpc_conn *c, const struct rrpci_rdma_op *op)
     vc->ops = o;
     *q->opq_tail = o;
     q->opq_tail = &o->next;
-    /* Posts what fits now; the rest goes as completions free room.  On a
-     * failure the op stays listed (freed at teardown) and the core fails it. */
+    /* Posts what fits now; the rest goes as completions free room, or once
+     * the class's QP is connected, which the first operation of a class
+     * sets going.  On a failure the op stays listed (freed at teardown)
+     * and the core fails it. */
+    if (q->state != VB_QP_ESTABLISHED && vb_want(q)) {
+        o->reported = true;
+        return RRPC_E_CONN_LOST;
+    }
     if (vb_kick(q)) {
         o->reported = true;
         return RRPC_E_CONN_LOST;
@@ -134,6 +140,8 @@ int vb_region_key(rrpc_conn *c, rrpc_region *r, uint64_t *ret_key)
 int vb_kick(struct vb_qp *q)
 {
     int rc;
+    if (q->state != VB_QP_ESTABLISHED)
+        return 0; /* what waits goes once it is (vb_class_up) */
     while (q->done_n && vb_sq_room(q, 0)) {
         if ((rc = vb_post_ctl(q, VB_ENV_DONE, q->doneq[q->done_n - 1])))
             return rc;
@@ -190,15 +198,18 @@ int vb_kick(struct vb_qp *q)
 void vb_wake(struct vb_qp *q)
 {
     struct vb_conn *vc = q->vc;
-    if (!q->blocked || !vb_wired(vc) || q->err)
+    if (!q->blocked || !vb_wired(vc) || q->err || q->state != VB_QP_ESTABLISHED)
         return;
     if (q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE) || !vb_sbuf_room(q))
         return;
     if (q->blocked_rndv && q->rout_used == VB_RNDV_MAX)
         return;
-    q->blocked = q->blocked_rndv = false;
+    bool own = q->wake_own;
+    q->blocked = q->blocked_rndv = q->wake_own = false;
     rrpc_conn *c = vc->conn;
     rrpci_conn_ref(c);
     rrpci_conn_writable(c, q->cls);
+    if (own && vb_live(vc)) /* the connection's own frames, of class control */
+        rrpci_conn_writable(c, RRPCI_CLS_CONTROL);
     rrpci_conn_unref(c);
 }

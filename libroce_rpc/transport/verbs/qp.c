@@ -7,11 +7,12 @@
 static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
 {
     return vc->hello.credits[cls] + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
-           VB_NCREDIT_RESERVE + VB_SPARE;
+           VB_NCREDIT_RESERVE + VB_SPARE + (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
 }
 
-/* The connection's device, CQ and receive buffers, on the first class to
- * learn its device.  Send buffers come from the device's pool (sendpool.c). */
+/* The connection's device and CQ, on the first QP to learn its device.
+ * Receive buffers are each QP's (vb_qp_create), send buffers the device's
+ * pool's (sendpool.c). */
 int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
 {
     if (vc->dev) {
@@ -25,40 +26,10 @@ int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
     if (!d)
         return rc;
     int depth = VB_SQ_DEPTH < d->max_qp_wr ? VB_SQ_DEPTH : d->max_qp_wr;
-    size_t nb = 0;
     int cqe = 0;
     for (int i = 0; i < VB_NCLS; i++) {
-        struct vb_qp *q = &vc->q[i];
-        q->nrbuf = vb_nrbuf(vc, i);
-        q->sq_depth = depth;
-        nb += q->nrbuf;
-        cqe += depth + (int)q->nrbuf;
-        q->rb = calloc(q->nrbuf, sizeof(*q->rb));
-        if (!q->rb)
-            return -ENOMEM;
-    }
-    vc->pool_len = nb * vc->bsz;
-    void *pool = NULL;
-    if (posix_memalign(&pool, 4096, vc->pool_len))
-        return -ENOMEM;
-    vc->pool = pool;
-    vc->pool_mr = ibv_reg_mr(d->pd, vc->pool, vc->pool_len, IBV_ACCESS_LOCAL_WRITE);
-    if (!vc->pool_mr) {
-        rc = vb_errno();
-        snprintf(vc->err, sizeof(vc->err),
-                 "registering %zu bytes of buffers on %s: %s (locked-memory limit, ulimit -l?)",
-                 vc->pool_len, ibv_get_device_name(verbs->device), rrpc_strerror(rc));
-        return rc;
-    }
-    uint8_t *p = vc->pool;
-    for (int i = 0; i < VB_NCLS; i++) {
-        struct vb_qp *q = &vc->q[i];
-        for (unsigned k = 0; k < q->nrbuf; k++, p += vc->bsz) {
-            q->rb[k].wr.kind = VB_K_RECV;
-            q->rb[k].wr.cls = (uint8_t)i;
-            q->rb[k].it.type = VB_I_EAGER;
-            q->rb[k].buf = p;
-        }
+        vc->q[i].sq_depth = depth;
+        cqe += depth + (int)vb_nrbuf(vc, i);
     }
     if (cqe > d->max_cqe)
         cqe = d->max_cqe;
@@ -78,15 +49,49 @@ int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
 int vb_post_recv(struct vb_qp *q, struct vb_rbuf *rb)
 {
     struct vb_conn *vc = q->vc;
-    struct ibv_sge sge = {(uintptr_t)rb->buf, vc->bsz, vc->pool_mr->lkey};
+    struct ibv_sge sge = {(uintptr_t)rb->buf, vc->bsz, q->pool_mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = (uintptr_t)&rb->wr, .sg_list = &sge, .num_sge = 1};
     struct ibv_recv_wr *bad;
     return vb_ret(ibv_post_recv(q->id->qp, &wr, &bad));
 }
 
+/* @q's receive buffers, registered. */
+static int vb_qp_buffers(struct vb_qp *q)
+{
+    struct vb_conn *vc = q->vc;
+    q->nrbuf = vb_nrbuf(vc, q->cls);
+    q->rb = calloc(q->nrbuf, sizeof(*q->rb));
+    if (!q->rb)
+        return -ENOMEM;
+    q->pool_len = (size_t)q->nrbuf * vc->bsz;
+    void *pool = NULL;
+    if (posix_memalign(&pool, 4096, q->pool_len))
+        return -ENOMEM;
+    q->pool = pool;
+    q->pool_mr = ibv_reg_mr(vc->dev->pd, q->pool, q->pool_len, IBV_ACCESS_LOCAL_WRITE);
+    if (!q->pool_mr) {
+        int rc = vb_errno();
+        snprintf(vc->err, sizeof(vc->err),
+                 "registering %zu bytes of buffers on %s: %s (locked-memory limit, ulimit -l?)",
+                 q->pool_len, ibv_get_device_name(vc->dev->verbs->device), rrpc_strerror(rc));
+        return rc;
+    }
+    uint8_t *p = q->pool;
+    for (unsigned k = 0; k < q->nrbuf; k++, p += vc->bsz) {
+        q->rb[k].wr.kind = VB_K_RECV;
+        q->rb[k].wr.cls = q->cls;
+        q->rb[k].it.type = VB_I_EAGER;
+        q->rb[k].buf = p;
+    }
+    return 0;
+}
+
 int vb_qp_create(struct vb_qp *q)
 {
     struct vb_conn *vc = q->vc;
+    int rc = vb_qp_buffers(q);
+    if (rc)
+        return rc;
     struct ibv_qp_init_attr a;
     memset(&a, 0, sizeof(a));
     a.send_cq = vc->cq;
@@ -101,7 +106,7 @@ int vb_qp_create(struct vb_qp *q)
     if (rdma_create_qp(q->id, vc->dev->pd, &a)) {
         a.cap.max_inline_data = 0;
         if (rdma_create_qp(q->id, vc->dev->pd, &a)) {
-            int rc = vb_errno();
+            rc = vb_errno();
             snprintf(vc->err, sizeof(vc->err), "rdma_create_qp (class %d): %s", q->cls,
                      rrpc_strerror(rc));
             return rc;
@@ -111,7 +116,7 @@ int vb_qp_create(struct vb_qp *q)
     q->max_inline = a.cap.max_inline_data;
     for (unsigned k = 0; k < q->nrbuf; k++) {
         if (k < q->nrbuf - VB_SPARE) {
-            int rc = vb_post_recv(q, &q->rb[k]);
+            rc = vb_post_recv(q, &q->rb[k]);
             if (rc) {
                 snprintf(vc->err, sizeof(vc->err), "ibv_post_recv: %s", rrpc_strerror(rc));
                 return rc;

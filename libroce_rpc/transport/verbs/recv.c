@@ -12,6 +12,28 @@ static void vb_rxq_push(struct vb_qp *q, struct vb_item_hdr *it)
     q->rxq_tail = &it->next;
 }
 
+/* The class a frame that came on @q is handed up as: the connection's own
+ * frames (they travel on the first QP) keep their header's class. */
+static int vb_up_cls(const struct vb_qp *q, const struct rrpci_hdr *h)
+{
+    return rrpci_type_is_conn_frame(h->type) ? h->cls : q->cls;
+}
+
+/* A connection's own frame only on the first QP, with the class control or
+ * low_latency (docs/protocol.md 14). */
+static int vb_frame_fits(const struct vb_qp *q, const struct rrpci_hdr *h, const char **why)
+{
+    if (!rrpci_type_is_conn_frame(h->type))
+        return 0;
+    if (q->cls == VB_FIRST && (h->cls == RRPCI_CLS_CONTROL || h->cls == RRPCI_CLS_LOW_LATENCY))
+        return 0;
+    *why = q->cls == VB_FIRST ? "a connection frame with a class other than control or "
+                                "low_latency (docs/protocol.md 14)"
+                              : "a connection frame on a queue pair other than the first "
+                                "(docs/protocol.md 14)";
+    return RRPC_E_PROTO;
+}
+
 /* Delivers what is at the head of the class's receive queue, in order, up to
  * a rendezvous whose READ is still running. */
 void vb_drain(struct vb_qp *q)
@@ -44,7 +66,7 @@ void vb_drain(struct vb_qp *q)
                 vb_fail(vc, RRPC_E_CONN_LOST, "ibv_post_recv on class %d: %s", q->cls,
                         rrpc_strerror(rc));
             } else {
-                rrpci_conn_recv(c, q->cls, &rb->h, rb->buf + RRPCI_HDR_SIZE);
+                rrpci_conn_recv(c, vb_up_cls(q, &rb->h), &rb->h, rb->buf + RRPCI_HDR_SIZE);
                 if (repl || !vb_live(vc)) {
                     rb->free_next = q->rfree;
                     q->rfree = rb;
@@ -55,7 +77,7 @@ void vb_drain(struct vb_qp *q)
             }
         } else if (it->type == VB_I_RNDV) {
             struct vb_rin *r = rrpci_container_of(it, struct vb_rin, it);
-            rrpci_conn_recv(c, q->cls, &r->h, r->buf);
+            rrpci_conn_recv(c, vb_up_cls(q, &r->h), &r->h, r->buf);
             vb_rin_free(r);
         } else {
             struct vb_note *nt = rrpci_container_of(it, struct vb_note, it);
@@ -114,7 +136,7 @@ static int vb_rndv_parse(struct vb_conn *vc, const uint8_t *buf, uint32_t n, str
 static int vb_rndv_admit(struct vb_qp *q, struct vb_rin *r, const char **why)
 {
     struct vb_conn *vc = q->vc;
-    int rc = rrpci_conn_rx_admit(vc->conn, q->cls, &r->h);
+    int rc = rrpci_conn_rx_admit(vc->conn, vb_up_cls(q, &r->h), &r->h);
     if (rc) {
         *why = "frame refused at its header";
         return rc;
@@ -141,6 +163,8 @@ static int vb_rndv_arrive(struct vb_qp *q, const uint8_t *buf, uint32_t n, const
     if (!r)
         return -ENOMEM;
     int rc = vb_rndv_parse(q->vc, buf, n, r, why);
+    if (!rc)
+        rc = vb_frame_fits(q, &r->h, why);
     if (!rc && vb_wired(q->vc))
         rc = vb_rndv_admit(q, r, why);
     if (rc) {
@@ -221,6 +245,18 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
         case VB_ENV_DONE:
             rc = vb_on_done(q, imm & 0xffffffu, &why);
             break;
+        case VB_ENV_OPEN: {
+            /* The passive side asks us to connect a class's QP. */
+            uint32_t k = imm & 0xffffffu;
+            if (rrpci_conn_passive(vc->conn) || q->cls != VB_FIRST || k >= VB_NCLS ||
+                k == VB_FIRST) {
+                why = "unexpected request for a class's queue pair";
+                rc = RRPC_E_PROTO;
+            } else {
+                rc = vb_want(&vc->q[k]);
+            }
+            break;
+        }
         case VB_ENV_NCREDIT:
             if ((imm & 0xffffffu) > q->ncredits_max - q->ncredits) {
                 why = "peer returned more notify credit than it owed";
@@ -243,6 +279,8 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
                    rb->h.len != wc->byte_len - RRPCI_HDR_SIZE) {
             why = "frame length does not match the message size";
             rc = RRPC_E_PROTO;
+        } else if (!rc) {
+            rc = vb_frame_fits(q, &rb->h, &why);
         }
         if (!rc)
             vb_rxq_push(q, &rb->it);

@@ -176,6 +176,16 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     return 0;
 }
 
+/* The core's class @cls waits for room on @q (the first QP, for the
+ * connection's own frames, or its own). */
+static int vb_block(struct vb_qp *q, int cls)
+{
+    q->blocked = true;
+    if (cls != q->cls)
+        q->wake_own = true;
+    return -EAGAIN;
+}
+
 int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
 {
     struct vb_conn *vc = vb_vc(c);
@@ -183,14 +193,20 @@ int vb_send(rrpc_conn *c, int cls, struct rrpci_msg *m)
         return RRPC_E_CLOSED;
     if (cls < 0 || cls >= VB_NCLS)
         return RRPC_E_BAD_CLASS;
-    struct vb_qp *q = &vc->q[cls];
+    /* The connection's own frames travel on the first QP. */
+    struct vb_qp *q = &vc->q[rrpci_type_is_conn_frame(m->h.type) ? VB_FIRST : cls];
     if (q->err)
         return RRPC_E_CONN_LOST;
-    if (!vb_wired(vc) || q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE)) {
-        q->blocked = true;
-        return -EAGAIN;
+    if (!vb_wired(vc))
+        return vb_block(q, cls);
+    if (q->state != VB_QP_ESTABLISHED) {
+        int rc = vb_want(q); /* its first frame: connect the class's QP */
+        return rc ? rc : vb_block(q, cls);
     }
-    if (rrpci_msg_payload_len(m) <= vc->eager_send)
-        return vb_send_eager(q, m);
-    return vb_send_rndv(q, m);
+    if (q->opq || !vb_sq_room(q, VB_SQ_CTL_RESERVE))
+        return vb_block(q, cls);
+    int rc = rrpci_msg_payload_len(m) <= vc->eager_send ? vb_send_eager(q, m) : vb_send_rndv(q, m);
+    if (rc == -EAGAIN)
+        vb_block(q, cls);
+    return rc;
 }

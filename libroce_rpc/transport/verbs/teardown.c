@@ -181,6 +181,8 @@ struct vb_conn *vb_conn_new(struct vb_ctx *vx, rrpc_conn *c)
     vc->linger.data = vc;
     rrpci_timer_init(vc->ctx, &vc->repoll, vb_repoll_cb, 0, 0);
     vc->repoll.data = vc;
+    rrpci_timer_init(vc->ctx, &vc->attach, vb_attach_cb, 0, 0);
+    vc->attach.data = vc;
     vc->next = vx->vcs;
     if (vx->vcs)
         vx->vcs->prev = vc;
@@ -222,6 +224,7 @@ void vb_teardown(struct vb_conn *vc)
     struct vb_ctx *vx = vc->vx;
     rrpci_timer_stop(&vc->linger);
     rrpci_timer_stop(&vc->repoll);
+    rrpci_timer_stop(&vc->attach);
     vb_set_busy(vc, false);
     if (vc->conn) {
         struct vb_conn_priv *p = rrpci_conn_priv(vc->conn);
@@ -270,9 +273,13 @@ void vb_teardown(struct vb_conn *vc)
     }
     if (vc->cq)
         ibv_destroy_cq(vc->cq);
-    if (vc->pool_mr)
-        ibv_dereg_mr(vc->pool_mr);
-    free(vc->pool);
+    for (int i = 0; i < VB_NCLS; i++) {
+        struct vb_qp *q = &vc->q[i];
+        if (q->pool_mr)
+            ibv_dereg_mr(q->pool_mr);
+        free(q->pool);
+        vb_grant_drop_waiting(q);
+    }
     if (vc->dev)
         vb_spool_trim(vc->dev);
     for (int i = 0; i < VB_NCLS; i++) {
@@ -287,13 +294,16 @@ void vb_teardown(struct vb_conn *vc)
 
 static bool vb_needs_linger(struct vb_conn *vc)
 {
-    if (vc->phase == VB_FINAL || vc->nestab < VB_NCLS)
+    if (vc->phase == VB_FINAL || vc->q[VB_FIRST].state != VB_QP_ESTABLISHED)
         return false;
     bool busy = false;
     for (int i = 0; i < VB_NCLS; i++) {
-        if (vc->q[i].err)
+        const struct vb_qp *q = &vc->q[i];
+        if (q->state != VB_QP_ESTABLISHED)
+            continue;
+        if (q->err)
             return false;
-        if (vc->q[i].sq_sends > 0 || vc->q[i].rout_used > 0)
+        if (q->sq_sends > 0 || q->rout_used > 0)
             busy = true;
     }
     return busy;

@@ -4,10 +4,17 @@
 /*
  * The verbs transport: RoCEv2 through librdmacm + libibverbs.
  *
- * One RC queue pair per (connection, QoS class), each on its own rdma_cm id.
- * The active side sets the class's TOS on the id right after creating it
- * (later has no effect on rxe; the passive side inherits it from the REQ).
- * All four QPs of a connection share one CQ; the CQs of a context share one
+ * One RC queue pair per (connection, QoS class), each on its own rdma_cm id,
+ * connected when the class is first used: a connection starts with its
+ * first QP, low_latency's (VB_FIRST), and is up when that one is
+ * established; the first frame of another class (or one-sided operation,
+ * or grant) connects that class's QP, and the passive side asks the active
+ * side for it with an immediate on the first QP (VB_ENV_OPEN).  The
+ * connection's own frames (keepalive, ERROR, ticket: rrpci_type_is_conn_frame)
+ * travel on the first QP.  The active side sets the class's TOS on the id
+ * right after creating it (later has no effect on rxe; the passive side
+ * inherits it from the REQ).
+ * All the QPs of a connection share one CQ; the CQs of a context share one
  * completion channel per device, and the rdma_cm ids one event channel per
  * context: both fds are struct rrpci_io watchers on the context's loop.
  *
@@ -16,12 +23,16 @@
  *  - Connection private data (REQ and REP, 44 bytes; a REQ carries <= 56):
  *      0  rrpci_hello (32 bytes, rrpci_hello_encode; rx_buf = our receive
  *         buffer size, header included)
- *      32 u8 verbs layout version (1)   33 u8 class of this QP
+ *      32 u8 verbs layout version (2)   33 u8 class of this QP
  *      34 u8 WRITE_WITH_IMM credits granted for this class   35 u8 'V' (0x56)
  *      36 u64 connection cookie (random, chosen by the active side)
- *    Every class carries the hello, so the passive side can create the
- *    connection on whichever class arrives first and attach the others to it
- *    by cookie.  A REJ from us carries 8 bytes: u32 "RRVR" magic, i32 reason.
+ *    The first QP's REQ makes the connection on the passive side; a later
+ *    class's REQ attaches to it by cookie, from the same peer address, while
+ *    it is up (its hello is not looked at again).  A class's QP that is not
+ *    established within RRPC_AUTH_TIMEOUT_MS of the first frame that needed
+ *    it takes the connection down, on either side.  Version 1 connected all
+ *    four QPs at once; a version-1 peer is refused (RRPC_E_VERSION).
+ *    A REJ from us carries 8 bytes: u32 "RRVR" magic, i32 reason.
  *
  *  - Envelope: the immediate data tells what a SEND is; it costs no bytes.
  *      SEND without immediate        one frame: 32-byte header + payload
@@ -36,6 +47,9 @@
  *      SEND_WITH_IMM (2 << 24 | token)  rendezvous done: the sender may
  *                                    release the payload (0 bytes)
  *      SEND_WITH_IMM (3 << 24 | n)   n WRITE_WITH_IMM credits returned
+ *      SEND_WITH_IMM (4 << 24 | cls) passive -> active, on the first QP:
+ *                                    connect class cls's QP (ignored when
+ *                                    it is connected or being connected)
  *      RDMA_WRITE_WITH_IMM           one-sided notify: the whole 32-bit
  *                                    immediate goes to rrpci_conn_notify.
  *    Frames, rendezvous frames and notifies of one class are delivered in
@@ -47,7 +61,9 @@
  *    + 8 for rendezvous-done messages (we allow 8 rendezvous sends in flight
  *    per class) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
  *    credits per class, returned in batches of 8) + 2 for those returns
- *    + 1 spare, so a buffer is re-posted before its frame is delivered and
+ *    + 1 spare (+ VB_FIRST_RESERVE on the first QP, for the connection's
+ *    own frames and the passive side's VB_ENV_OPEN asks), so a buffer is
+ *    re-posted before its frame is delivered and
  *    the credit the application's handler returns is always backed.
  *    RNR retry is still infinite, as a safety net.
  *  - Send buffers (a frame above the inline limit is copied into one until
@@ -63,9 +79,9 @@
  *    made one 1 MiB READ take 2.3 s instead of 10 ms.
  *  - A frame is not posted while a one-sided operation of its class waits
  *    for room, so on one class a frame sent after a WRITE arrives after it.
- *  - The active side is up, and sends, once its own four QPs are
- *    established; the passive side may receive on one class before its last
- *    class is.  What arrives meanwhile waits in order in the receive queue:
+ *  - The active side is up, and sends, once its first QP is established;
+ *    the passive side may receive on a QP before its first QP's ESTABLISHED
+ *    event.  What arrives meanwhile waits in order in the receive queue:
  *    an eager frame in its buffer, a rendezvous descriptor parsed but not
  *    yet admitted by the core (no buffer, no READ) until the connection is
  *    reported established (recv.c, vb_rndv_admit_held).
@@ -119,7 +135,9 @@
 #include "util/resolve.h"
 
 #define VB_NCLS RRPCI_MAX_CLASSES
-#define VB_PD_VERSION 1
+#define VB_PD_VERSION 2
+#define VB_FIRST RRPCI_CLS_LOW_LATENCY /* the class of a connection's first QP */
+#define VB_FIRST_RESERVE (VB_NCLS + 2)
 #define VB_PD_SIZE 44
 #define VB_PD_MARK 0x56 /* 'V': tells a roce-rpc peer from junk before the version */
 #define VB_REJ_MAGIC 0x52565252u /* "RRVR" */
@@ -146,6 +164,7 @@
 #define VB_ENV_RNDV 1u
 #define VB_ENV_DONE 2u
 #define VB_ENV_NCREDIT 3u
+#define VB_ENV_OPEN 4u
 #define VB_DESC_HEAD 8
 #define VB_DESC_SEG 16
 #define VB_DESC_MAX (VB_DESC_HEAD + 2 * VB_DESC_SEG)
@@ -269,14 +288,14 @@ struct vb_conn;
 /*
  * The part of a connection's life only this transport has; in order, a
  * connection only moves forward (vb_advance).  The rest is the core's state
- * machine, asked, never copied: vb_live (not down), vb_wired (every class
+ * machine, asked, never copied: vb_live (not down), vb_wired (the first QP
  * established and reported with rrpci_conn_established), !vc->conn (the
  * core closed it: torn down on the way out of the current upcall, after the
  * linger).
  */
 enum vb_phase {
-    VB_GATHERING, /* classes being established (nestab of VB_NCLS); the peer's hello
-                   * (it rides on the private data) not taken yet */
+    VB_GATHERING, /* the first QP being established; the peer's hello (it rides on
+                   * the private data) not taken yet */
     VB_HELLO,     /* the peer's hello is taken: the core has its grants */
     VB_LINGERING, /* closed by the core: its last SENDs and the peer's READs of its
                    * rendezvous payloads get up to VB_LINGER_S */
@@ -285,7 +304,7 @@ enum vb_phase {
 
 /* One queue pair's setup; a failed work request sets vb_qp.err. */
 enum vb_qp_state {
-    VB_QP_NONE,        /* a cm_id at most */
+    VB_QP_NONE,        /* a cm_id at most (attach_at says since when it is wanted) */
     VB_QP_CREATED,     /* rdma_create_qp done */
     VB_QP_ESTABLISHED, /* the CM's ESTABLISHED event came */
 };
@@ -336,10 +355,16 @@ struct vb_qp {
     enum vb_qp_state state;
     bool err; /* a work request failed: the QP is in error, its work is flushed */
     uint32_t max_inline;
+    uint64_t attach_at; /* vb_now_us() when the class was first wanted; 0: not yet */
+    bool wake_own;      /* the first QP: a connection frame waits for room on it */
     int sq_depth, sq_inflight;
     int sq_sends; /* SENDs not completed: what a closing connection waits for */
     unsigned nrbuf;
     struct vb_rbuf *rb, *rfree;
+    uint8_t *pool; /* the receive buffers, registered: pool_mr */
+    size_t pool_len;
+    struct ibv_mr *pool_mr;
+    struct vb_grant *binds; /* grants waiting for this QP to be established */
     struct vb_sbuf *sheld; /* send buffers lent to this QP */
     unsigned sb_out;       /* how many: <= VB_NSEND */
     struct vb_item_hdr *rxq, **rxq_tail;
@@ -366,16 +391,15 @@ struct vb_conn {
     uint64_t cookie;
     enum vb_phase phase; /* only forward: vb_advance */
     int busy;
-    unsigned nestab;
     struct rrpci_hello hello;
     uint32_t eager_send; /* largest payload sent eagerly */
     uint32_t bsz;        /* size of one send/receive buffer */
     struct vb_dev *dev;
     struct ibv_cq *cq;
-    uint8_t *pool;
-    size_t pool_len;
-    struct ibv_mr *pool_mr;
     struct vb_op *ops;
+    struct sockaddr_storage dst, src; /* active: where later classes connect */
+    bool has_src;
+    struct rrpci_timer attach; /* a wanted class's QP must be established in time */
     struct rrpci_timer linger;
     struct rrpci_timer repoll; /* a CQ visit that used its budget comes back through this */
     /* The CQ is busy-polled, not armed: the context looks at it between
@@ -549,14 +573,24 @@ bool vb_wired(struct vb_conn *vc);
 /* grant.c */
 struct vb_grant {
     struct vb_wr wr;
+    struct vb_grant *pnext; /* its QP's binds, until that is established */
     rrpc_grant *g; /* NULL once the core ended it */
     struct ibv_mw *mw;
     struct ibv_mr *mr; /* the grant's own MR, where the device ignores a window's range */
+    struct ibv_mr *bind_mr; /* what the window is bound over: mr or the region's */
+    uint64_t addr, len;
+    uint32_t rkey;
+    unsigned access; /* IBV_ACCESS_REMOTE_* */
     bool bind_out; /* its BIND_MW not completed yet */
+    bool waiting;  /* on its QP's binds: the QP is not established yet */
 };
 int vb_grant_bind(rrpc_conn *c, rrpc_grant *g);
 void vb_grant_end(rrpc_conn *c, rrpc_grant *g);
 void vb_grant_bind_done(struct vb_grant *vg, const struct ibv_wc *wc);
+/* Posts the binds that waited for @q to be established. */
+void vb_grant_post_waiting(struct vb_qp *q);
+/* @q goes away: its waiting binds are dropped (the core ends their grants). */
+void vb_grant_drop_waiting(struct vb_qp *q);
 void vb_advance(struct vb_conn *vc, enum vb_phase p);
 /* Takes the connection down with @reason and the formatted why (once). */
 void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
@@ -605,5 +639,12 @@ void vb_cq_cb(struct rrpci_io *w, unsigned revents);
 
 /* ---- cm.c ---- */
 void vb_cm_cb(struct rrpci_io *w, unsigned revents);
+/* Active side: connects class @cls's QP (its rdma_cm id, TOS, address). */
+int vb_attach(struct vb_conn *vc, int cls);
+/* Class @q is needed and its QP is not established: the active side
+ * connects it, the passive side asks for it; both bound the wait.  0, or
+ * the connection failed. */
+int vb_want(struct vb_qp *q);
+void vb_attach_cb(struct rrpci_timer *w);
 
 #endif

@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The verbs transport connects a class's queue pair on its first use
+ * (transport/verbs/cm.c, docs/protocol.md 14): an RPC-only connection holds
+ * one QP and one class's receive buffers on each side; a class the client
+ * uses first is connected by the client, one the server uses first is
+ * asked for by the server; a REQ naming a connection's cookie from another
+ * address, or naming no connection, is refused and leaves the connection
+ * up; a class whose QP the peer does not connect in time takes the
+ * connection down at RRPC_AUTH_TIMEOUT_MS.  Over rdma:// only: run inside
+ * the Soft-RoCE VM with
+ *   tests/softroce/run-suite.sh BUILD tests/unit/test_verbs_classes
+ * elsewhere it skips (exit 77).  The QPs are read from the transport's own
+ * state (struct vb_conn) under the context's lock.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <roce_rpc/rrpc.h>
+
+#include "../common/test_uri.h"
+#include "core/core.h"
+#include "transport/verbs/verbs_int.h"
+
+static void echo(rrpc_request *req, const void *p, size_t n, void *user)
+{
+    (void)user;
+    rrpc_respond(req, p, n);
+}
+
+static void hold(rrpc_request *req, const void *p, size_t n, void *user)
+{
+    (void)p;
+    (void)n;
+    (void)user;
+    usleep(1500 * 1000); /* on the server's loop thread: nothing else runs */
+    rrpc_respond(req, NULL, 0);
+}
+
+static struct {
+    pthread_mutex_t mu;
+    rrpc_conn *srv_conn;
+    int downs, last_reason;
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void srv_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&S.mu);
+    if (ev == RRPC_CONN_UP)
+        S.srv_conn = c;
+    else if (S.srv_conn == c)
+        S.srv_conn = NULL;
+    pthread_mutex_unlock(&S.mu);
+    (void)reason;
+}
+
+static void cli_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
+{
+    (void)c;
+    (void)user;
+    if (ev != RRPC_CONN_DOWN)
+        return;
+    pthread_mutex_lock(&S.mu);
+    S.downs++;
+    S.last_reason = reason;
+    pthread_mutex_unlock(&S.mu);
+}
+
+struct pair {
+    rrpc_ctx *srv, *cli;
+    rrpc_listener *l;
+    rrpc_conn *c, *sc;
+    char uri[128];
+};
+
+static void pair_open(struct pair *p, const char *auth_timeout_ms)
+{
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    if (auth_timeout_ms)
+        assert_int_equal(rrpc_config_set(cfg, "RRPC_AUTH_TIMEOUT_MS", auth_timeout_ms), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &p->srv), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &p->cli), 0);
+    rrpc_config_destroy(cfg);
+    assert_int_equal(rrpc_register(p->srv, "echo", echo, NULL), 0);
+    assert_int_equal(rrpc_register(p->srv, "hold", hold, NULL), 0);
+    assert_int_equal(rrpc_register(p->cli, "echo", echo, NULL), 0);
+    test_listen_uri(p->uri, sizeof(p->uri));
+    S.srv_conn = NULL;
+    S.downs = 0;
+    assert_int_equal(rrpc_listen(p->srv, p->uri, srv_event, NULL, &p->l), 0);
+    assert_int_equal(rrpc_ctx_start_thread(p->srv), 0);
+    assert_int_equal(rrpc_ctx_start_thread(p->cli), 0);
+    test_connect_uri(p->uri, sizeof(p->uri), rrpc_listener_port(p->l));
+    int rc = rrpc_connect_sync(p->cli, p->uri, 10000, cli_event, NULL, &p->c);
+    if (rc)
+        fail_msg("connect: %s", rrpc_ctx_last_error(p->cli));
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&S.mu);
+        p->sc = S.srv_conn;
+        pthread_mutex_unlock(&S.mu);
+        if (p->sc)
+            break;
+        usleep(10 * 1000);
+    }
+    assert_non_null(p->sc);
+}
+
+static void pair_close(struct pair *p)
+{
+    rrpc_conn_close(p->c);
+    rrpc_listener_close(p->l);
+    rrpc_ctx_destroy(p->cli);
+    rrpc_ctx_destroy(p->srv);
+}
+
+static void call_ok(rrpc_conn *c, rrpc_ctx *ctx, int cls)
+{
+    rrpc_call_opts o = {.qos_class = cls};
+    void *out = NULL;
+    size_t n = 0;
+    int rc = rrpc_call_sync(c, "echo", "0123456789", 10, &o, &out, &n);
+    if (rc)
+        fail_msg("echo on class %d: %s", cls, rrpc_ctx_last_error(ctx));
+    assert_int_equal(n, 10);
+    assert_memory_equal(out, "0123456789", 10);
+    free(out);
+}
+
+/* Which classes of @c have a QP established, as a bit mask of internal
+ * class indexes, and the bytes of receive buffers they registered. */
+static unsigned qps(rrpc_ctx *ctx, rrpc_conn *c, size_t *pool)
+{
+    unsigned mask = 0;
+    size_t bytes = 0;
+    rrpci_lock(ctx);
+    struct vb_conn *vc = vb_vc(c);
+    assert_non_null(vc);
+    for (int i = 0; i < VB_NCLS; i++) {
+        if (vc->q[i].state == VB_QP_ESTABLISHED)
+            mask |= 1u << i;
+        bytes += vc->q[i].pool_len;
+    }
+    rrpci_unlock(ctx);
+    if (pool)
+        *pool = bytes;
+    return mask;
+}
+
+static unsigned wait_qps(rrpc_ctx *ctx, rrpc_conn *c, unsigned want)
+{
+    unsigned got = 0;
+    for (int i = 0; i < 500 && (got = qps(ctx, c, NULL)) != want; i++)
+        usleep(10 * 1000);
+    return got;
+}
+
+#define FIRST (1u << VB_FIRST)
+
+static void test_an_rpc_only_connection_holds_one_queue_pair_on_each_side(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, NULL);
+    for (int i = 0; i < 20; i++)
+        call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
+    size_t cpool = 0, spool = 0;
+    assert_int_equal(qps(p.cli, p.c, &cpool), FIRST);
+    assert_int_equal(wait_qps(p.srv, p.sc, FIRST), FIRST);
+    qps(p.srv, p.sc, &spool);
+    printf("# one class: %zu bytes of receive buffers on the client, %zu on the server\n", cpool,
+           spool);
+    /* One class's buffers, not four classes'. */
+    int cr = 0;
+    rrpc_class_get(p.cli, RRPC_CLASS_LOW_LATENCY, NULL, NULL, &cr);
+    size_t one = (size_t)(cr + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
+                          VB_NCREDIT_RESERVE + VB_SPARE + VB_FIRST_RESERVE) *
+                 vb_bsz(vb_vx(p.cli));
+    assert_int_equal(cpool, one);
+    assert_int_equal(spool, one);
+    pair_close(&p);
+}
+
+static void test_a_class_is_connected_by_its_first_use_from_either_side(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, NULL);
+    call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
+    /* The client uses bulk first: it connects bulk's QP. */
+    call_ok(p.c, p.cli, RRPC_CLASS_BULK);
+    unsigned both = FIRST | (1u << RRPCI_CLS_BULK);
+    assert_int_equal(qps(p.cli, p.c, NULL), both);
+    assert_int_equal(wait_qps(p.srv, p.sc, both), both);
+    /* The server uses background first: it asks the client for it. */
+    call_ok(p.sc, p.srv, RRPC_CLASS_BACKGROUND);
+    unsigned three = both | (1u << RRPCI_CLS_BACKGROUND);
+    assert_int_equal(qps(p.srv, p.sc, NULL), three);
+    assert_int_equal(wait_qps(p.cli, p.c, three), three);
+    /* Each class's QP carries its DSCP. */
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
+        int want = -1, got = -2;
+        rrpc_class_get(p.cli, k, &want, NULL, NULL);
+        assert_int_equal(rrpc_conn_class_dscp(p.c, k, &got), 0);
+        assert_int_equal(got, want);
+    }
+    /* And all of them still work, both ways. */
+    for (int k = RRPC_CLASS_FIRST; k <= RRPC_CLASS_LAST; k++) {
+        call_ok(p.c, p.cli, k);
+        call_ok(p.sc, p.srv, k);
+    }
+    pthread_mutex_lock(&S.mu);
+    int downs = S.downs;
+    pthread_mutex_unlock(&S.mu);
+    assert_int_equal(downs, 0);
+    pair_close(&p);
+}
+
+/* A REQ for class @cls with @cookie, from a cm_id bound to @src, to the
+ * server of @p; returns the event that answered it. */
+static enum rdma_cm_event_type forged_req(struct pair *p, const char *src, int cls,
+                                          uint64_t cookie)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    assert_non_null(ch);
+    struct rdma_cm_id *id = NULL;
+    assert_int_equal(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET}, da = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &sa.sin_addr);
+    inet_pton(AF_INET, test_server_addr(), &da.sin_addr);
+    da.sin_port = htons((uint16_t)rrpc_listener_port(p->l));
+    enum rdma_cm_event_type got = RDMA_CM_EVENT_ADDR_ERROR;
+    struct rdma_cm_event *e = NULL;
+    struct ibv_pd *pd = NULL;
+    struct ibv_cq *cq = NULL;
+    if (rdma_resolve_addr(id, (struct sockaddr *)&sa, (struct sockaddr *)&da, 2000) ||
+        rdma_get_cm_event(ch, &e))
+        goto out;
+    got = e->event;
+    rdma_ack_cm_event(e);
+    if (got != RDMA_CM_EVENT_ADDR_RESOLVED || rdma_resolve_route(id, 2000) ||
+        rdma_get_cm_event(ch, &e))
+        goto out;
+    got = e->event;
+    rdma_ack_cm_event(e);
+    if (got != RDMA_CM_EVENT_ROUTE_RESOLVED)
+        goto out;
+    pd = ibv_alloc_pd(id->verbs);
+    cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+    assert_non_null(pd);
+    assert_non_null(cq);
+    struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+                                          .max_recv_sge = 1}};
+    assert_int_equal(rdma_create_qp(id, pd, &qa), 0);
+    /* The private data a roce-rpc peer sends for that class and cookie. */
+    struct vb_conn fake;
+    memset(&fake, 0, sizeof(fake));
+    rrpci_lock(p->cli);
+    fake.hello = vb_vc(p->c)->hello;
+    rrpci_unlock(p->cli);
+    fake.cookie = cookie;
+    uint8_t pdata[VB_PD_SIZE];
+    vb_pd_encode(&fake, cls, pdata);
+    struct rdma_conn_param cp = {.private_data = pdata, .private_data_len = VB_PD_SIZE,
+                                 .responder_resources = 1, .initiator_depth = 1,
+                                 .retry_count = 7, .rnr_retry_count = 7};
+    if (rdma_connect(id, &cp) || rdma_get_cm_event(ch, &e))
+        goto out;
+    got = e->event;
+    rdma_ack_cm_event(e);
+out:
+    if (id->qp)
+        rdma_destroy_qp(id);
+    if (cq)
+        ibv_destroy_cq(cq);
+    if (pd)
+        ibv_dealloc_pd(pd);
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ch);
+    return got;
+}
+
+static void test_a_queue_pair_naming_another_peers_connection_is_refused(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, NULL);
+    call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
+    rrpci_lock(p.cli);
+    uint64_t cookie = vb_vc(p.c)->cookie;
+    rrpci_unlock(p.cli);
+    /* The connection's cookie, from the server's own address (another
+     * host than the client's): refused. */
+    enum rdma_cm_event_type e = forged_req(&p, test_server_addr(), RRPCI_CLS_BULK, cookie);
+    printf("# bulk's QP with the cookie from %s: %s\n", test_server_addr(), rdma_event_str(e));
+    assert_int_equal(e, RDMA_CM_EVENT_REJECTED);
+    /* A later class naming no connection: refused. */
+    e = forged_req(&p, test_server_addr(), RRPCI_CLS_BULK, cookie ^ 0x5a5a5a5a5a5a5a5aull);
+    printf("# bulk's QP with an unknown cookie: %s\n", rdma_event_str(e));
+    assert_int_equal(e, RDMA_CM_EVENT_REJECTED);
+    /* The connection is untouched and its bulk class still connects. */
+    call_ok(p.c, p.cli, RRPC_CLASS_BULK);
+    assert_int_equal(wait_qps(p.srv, p.sc, FIRST | (1u << RRPCI_CLS_BULK)),
+                     FIRST | (1u << RRPCI_CLS_BULK));
+    pthread_mutex_lock(&S.mu);
+    int downs = S.downs;
+    pthread_mutex_unlock(&S.mu);
+    assert_int_equal(downs, 0);
+    pair_close(&p);
+}
+
+struct hold_call {
+    pthread_mutex_t mu;
+    int done, status;
+};
+
+static void hold_done(const rrpc_result *res, void *user)
+{
+    struct hold_call *h = user;
+    pthread_mutex_lock(&h->mu);
+    h->done = 1;
+    h->status = res->status;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_down(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, "400");
+    /* The server's loop is held for 1.5 s: it cannot take bulk's REQ. */
+    struct hold_call h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(rrpc_call(p.c, "hold", NULL, 0, NULL, hold_done, &h), 0);
+    usleep(100 * 1000);
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 10000};
+    void *out = NULL;
+    size_t n = 0;
+    int rc = rrpc_call_sync(p.c, "echo", "x", 1, &o, &out, &n);
+    free(out);
+    printf("# a bulk call while the server cannot connect bulk's QP: %s (%s)\n",
+           rrpc_err_name(rc), rrpc_ctx_last_error(p.cli));
+    assert_int_not_equal(rc, 0);
+    int downs = 0, reason = 0;
+    for (int i = 0; i < 300 && !downs; i++) {
+        pthread_mutex_lock(&S.mu);
+        downs = S.downs;
+        reason = S.last_reason;
+        pthread_mutex_unlock(&S.mu);
+        usleep(10 * 1000);
+    }
+    assert_int_equal(downs, 1);
+    assert_int_equal(reason, -ETIMEDOUT);
+    pair_close(&p);
+}
+
+int main(void)
+{
+    if (strcmp(test_transport(), "verbs") != 0) {
+        printf("skipped: verbs only: run it with "
+               "tests/softroce/run-suite.sh BUILD tests/unit/test_verbs_classes\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_an_rpc_only_connection_holds_one_queue_pair_on_each_side),
+        cmocka_unit_test(test_a_class_is_connected_by_its_first_use_from_either_side),
+        cmocka_unit_test(test_a_queue_pair_naming_another_peers_connection_is_refused),
+        cmocka_unit_test(test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_down),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
