@@ -66,7 +66,8 @@ static const struct rrpci_conf_field core_fields[] = {
     {.name = "RRPC_AUTH_TIMEOUT_MS", RRPCI_CONF_INT(C, auth_timeout_ms), .def = 5000, .min = 1,
      .max = 3600000,
      .doc = "server side: time from accept until the peer has shaken hands and shown its "
-            "ticket, ms"},
+            "ticket; either side: from a class's first use until its own socket (tcp) or "
+            "queue pair (verbs) is attached, ms"},
     {.name = "RRPC_MAX_CONNS", RRPCI_CONF_INT(C, max_conns), .def = 0, .min = 0, .max = 1000000,
      .doc = "server side: connections held at once; at the cap the oldest unauthenticated one "
             "is closed (0: what RLIMIT_NOFILE allows, at most 4096)"},

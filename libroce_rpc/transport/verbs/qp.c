@@ -10,9 +10,17 @@ static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
            VB_NCREDIT_RESERVE + VB_SPARE + (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
 }
 
-/* The connection's device and CQ, on the first QP to learn its device.
- * Receive buffers are each QP's (vb_qp_create), send buffers the device's
- * pool's (sendpool.c). */
+/* The completions @cls's QP can have outstanding: its send queue and its
+ * receive buffers. */
+static int vb_qp_cqe(const struct vb_conn *vc, int cls)
+{
+    return vc->q[cls].sq_depth + (int)vb_nrbuf(vc, cls);
+}
+
+/* The connection's device and CQ, on the first QP to learn its device; the
+ * CQ holds the first QP's completions and grows as other classes' QPs are
+ * made (vb_qp_create).  Receive buffers are each QP's, send buffers the
+ * device's pool's (sendpool.c). */
 int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
 {
     if (vc->dev) {
@@ -26,11 +34,9 @@ int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
     if (!d)
         return rc;
     int depth = VB_SQ_DEPTH < d->max_qp_wr ? VB_SQ_DEPTH : d->max_qp_wr;
-    int cqe = 0;
-    for (int i = 0; i < VB_NCLS; i++) {
+    for (int i = 0; i < VB_NCLS; i++)
         vc->q[i].sq_depth = depth;
-        cqe += depth + (int)vb_nrbuf(vc, i);
-    }
+    int cqe = vb_qp_cqe(vc, VB_FIRST);
     if (cqe > d->max_cqe)
         cqe = d->max_cqe;
     vc->cq = ibv_create_cq(verbs, cqe, vc, d->ch, 0);
@@ -42,7 +48,29 @@ int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs)
     rc = vb_ret(ibv_req_notify_cq(vc->cq, 0));
     if (rc)
         return rc;
+    vc->cqe = cqe;
     vc->dev = d;
+    return 0;
+}
+
+/* Room in the CQ for @cls's QP too (ibv_resize_cq keeps what it holds). */
+static int vb_cq_grow(struct vb_conn *vc, int cls)
+{
+    int want = 0;
+    for (int i = 0; i < VB_NCLS; i++)
+        if (i == cls || vc->q[i].state >= VB_QP_CREATED)
+            want += vb_qp_cqe(vc, i);
+    if (want > vc->dev->max_cqe)
+        want = vc->dev->max_cqe;
+    if (want <= vc->cqe)
+        return 0;
+    int rc = vb_ret(ibv_resize_cq(vc->cq, want));
+    if (rc) {
+        snprintf(vc->err, sizeof(vc->err), "ibv_resize_cq(%d) for the %s class: %s", want,
+                 rrpci_class_name(cls), rrpc_strerror(rc));
+        return rc;
+    }
+    vc->cqe = want;
     return 0;
 }
 
@@ -89,7 +117,9 @@ static int vb_qp_buffers(struct vb_qp *q)
 int vb_qp_create(struct vb_qp *q)
 {
     struct vb_conn *vc = q->vc;
-    int rc = vb_qp_buffers(q);
+    int rc = vb_cq_grow(vc, q->cls);
+    if (!rc)
+        rc = vb_qp_buffers(q);
     if (rc)
         return rc;
     struct ibv_qp_init_attr a;

@@ -396,6 +396,7 @@ struct vb_conn {
     uint32_t bsz;        /* size of one send/receive buffer */
     struct vb_dev *dev;
     struct ibv_cq *cq;
+    int cqe; /* its size: the completions its QPs can have outstanding */
     struct vb_op *ops;
     struct sockaddr_storage dst, src; /* active: where later classes connect */
     bool has_src;
