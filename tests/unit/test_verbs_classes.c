@@ -6,7 +6,9 @@
  * uses first is connected by the client, one the server uses first is
  * asked for by the server; a REQ naming a connection's cookie from another
  * address, or naming no connection, is refused and leaves the connection
- * up; a class whose QP the peer does not connect in time takes the
+ * up; a connection frame (keepalive) on a class's QP other than the first
+ * closes the connection (RRPC_E_PROTO); a class whose QP the peer does not
+ * connect in time takes the
  * connection down at RRPC_AUTH_TIMEOUT_MS.  Over rdma:// only: run inside
  * the Soft-RoCE VM with
  *   tests/softroce/run-suite.sh BUILD tests/unit/test_verbs_classes
@@ -43,19 +45,23 @@ static void hold(rrpc_request *req, const void *p, size_t n, void *user)
 static struct {
     pthread_mutex_t mu;
     rrpc_conn *srv_conn;
-    int downs, last_reason;
+    int downs, last_reason;   /* the client's connection */
+    int srv_downs, srv_reason; /* the server's */
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void srv_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
     (void)user;
     pthread_mutex_lock(&S.mu);
-    if (ev == RRPC_CONN_UP)
+    if (ev == RRPC_CONN_UP) {
         S.srv_conn = c;
-    else if (S.srv_conn == c)
-        S.srv_conn = NULL;
+    } else {
+        S.srv_downs++;
+        S.srv_reason = reason;
+        if (S.srv_conn == c)
+            S.srv_conn = NULL;
+    }
     pthread_mutex_unlock(&S.mu);
-    (void)reason;
 }
 
 static void cli_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
@@ -91,7 +97,7 @@ static void pair_open(struct pair *p, const char *auth_timeout_ms)
     assert_int_equal(rrpc_register(p->cli, "echo", echo, NULL), 0);
     test_listen_uri(p->uri, sizeof(p->uri));
     S.srv_conn = NULL;
-    S.downs = 0;
+    S.downs = S.srv_downs = 0;
     assert_int_equal(rrpc_listen(p->srv, p->uri, srv_event, NULL, &p->l), 0);
     assert_int_equal(rrpc_ctx_start_thread(p->srv), 0);
     assert_int_equal(rrpc_ctx_start_thread(p->cli), 0);
@@ -220,43 +226,50 @@ static void test_a_class_is_connected_by_its_first_use_from_either_side(void **s
     pair_close(&p);
 }
 
+/* A queue pair of our own, made by hand like a roce-rpc peer's. */
+struct forged {
+    struct rdma_event_channel *ch;
+    struct rdma_cm_id *id;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    enum rdma_cm_event_type ev; /* what answered its REQ */
+};
+
 /* A REQ for class @cls with @cookie, from a cm_id bound to @src, to the
- * server of @p; returns the event that answered it. */
-static enum rdma_cm_event_type forged_req(struct pair *p, const char *src, int cls,
-                                          uint64_t cookie)
+ * server of @p; f->ev says what answered it. */
+static void forged_open(struct forged *f, struct pair *p, const char *src, int cls,
+                        uint64_t cookie)
 {
-    struct rdma_event_channel *ch = rdma_create_event_channel();
-    assert_non_null(ch);
-    struct rdma_cm_id *id = NULL;
-    assert_int_equal(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+    memset(f, 0, sizeof(*f));
+    f->ch = rdma_create_event_channel();
+    assert_non_null(f->ch);
+    assert_int_equal(rdma_create_id(f->ch, &f->id, NULL, RDMA_PS_TCP), 0);
     struct sockaddr_in sa = {.sin_family = AF_INET}, da = {.sin_family = AF_INET};
     inet_pton(AF_INET, src, &sa.sin_addr);
     inet_pton(AF_INET, test_server_addr(), &da.sin_addr);
     da.sin_port = htons((uint16_t)rrpc_listener_port(p->l));
-    enum rdma_cm_event_type got = RDMA_CM_EVENT_ADDR_ERROR;
+    f->ev = RDMA_CM_EVENT_ADDR_ERROR;
     struct rdma_cm_event *e = NULL;
-    struct ibv_pd *pd = NULL;
-    struct ibv_cq *cq = NULL;
-    if (rdma_resolve_addr(id, (struct sockaddr *)&sa, (struct sockaddr *)&da, 2000) ||
-        rdma_get_cm_event(ch, &e))
-        goto out;
-    got = e->event;
+    if (rdma_resolve_addr(f->id, (struct sockaddr *)&sa, (struct sockaddr *)&da, 2000) ||
+        rdma_get_cm_event(f->ch, &e))
+        return;
+    f->ev = e->event;
     rdma_ack_cm_event(e);
-    if (got != RDMA_CM_EVENT_ADDR_RESOLVED || rdma_resolve_route(id, 2000) ||
-        rdma_get_cm_event(ch, &e))
-        goto out;
-    got = e->event;
+    if (f->ev != RDMA_CM_EVENT_ADDR_RESOLVED || rdma_resolve_route(f->id, 2000) ||
+        rdma_get_cm_event(f->ch, &e))
+        return;
+    f->ev = e->event;
     rdma_ack_cm_event(e);
-    if (got != RDMA_CM_EVENT_ROUTE_RESOLVED)
-        goto out;
-    pd = ibv_alloc_pd(id->verbs);
-    cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
-    assert_non_null(pd);
-    assert_non_null(cq);
-    struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+    if (f->ev != RDMA_CM_EVENT_ROUTE_RESOLVED)
+        return;
+    f->pd = ibv_alloc_pd(f->id->verbs);
+    f->cq = ibv_create_cq(f->id->verbs, 8, NULL, NULL, 0);
+    assert_non_null(f->pd);
+    assert_non_null(f->cq);
+    struct ibv_qp_init_attr qa = {.send_cq = f->cq, .recv_cq = f->cq, .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-                                          .max_recv_sge = 1}};
-    assert_int_equal(rdma_create_qp(id, pd, &qa), 0);
+                                          .max_recv_sge = 1, .max_inline_data = 64}};
+    assert_int_equal(rdma_create_qp(f->id, f->pd, &qa), 0);
     /* The private data a roce-rpc peer sends for that class and cookie. */
     struct vb_conn fake;
     memset(&fake, 0, sizeof(fake));
@@ -269,20 +282,33 @@ static enum rdma_cm_event_type forged_req(struct pair *p, const char *src, int c
     struct rdma_conn_param cp = {.private_data = pdata, .private_data_len = VB_PD_SIZE,
                                  .responder_resources = 1, .initiator_depth = 1,
                                  .retry_count = 7, .rnr_retry_count = 7};
-    if (rdma_connect(id, &cp) || rdma_get_cm_event(ch, &e))
-        goto out;
-    got = e->event;
+    if (rdma_connect(f->id, &cp) || rdma_get_cm_event(f->ch, &e))
+        return;
+    f->ev = e->event;
     rdma_ack_cm_event(e);
-out:
-    if (id->qp)
-        rdma_destroy_qp(id);
-    if (cq)
-        ibv_destroy_cq(cq);
-    if (pd)
-        ibv_dealloc_pd(pd);
-    rdma_destroy_id(id);
-    rdma_destroy_event_channel(ch);
-    return got;
+}
+
+static void forged_close(struct forged *f)
+{
+    if (f->id && f->id->qp)
+        rdma_destroy_qp(f->id);
+    if (f->cq)
+        ibv_destroy_cq(f->cq);
+    if (f->pd)
+        ibv_dealloc_pd(f->pd);
+    if (f->id)
+        rdma_destroy_id(f->id);
+    rdma_destroy_event_channel(f->ch);
+}
+
+static enum rdma_cm_event_type forged_req(struct pair *p, const char *src, int cls,
+                                          uint64_t cookie)
+{
+    struct forged f;
+    forged_open(&f, p, src, cls, cookie);
+    enum rdma_cm_event_type ev = f.ev;
+    forged_close(&f);
+    return ev;
 }
 
 static void test_a_queue_pair_naming_another_peers_connection_is_refused(void **state)
@@ -311,6 +337,50 @@ static void test_a_queue_pair_naming_another_peers_connection_is_refused(void **
     int downs = S.downs;
     pthread_mutex_unlock(&S.mu);
     assert_int_equal(downs, 0);
+    pair_close(&p);
+}
+
+static void test_a_connection_frame_on_a_class_queue_pair_is_refused(void **state)
+{
+    (void)state;
+    const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
+    if (!src) {
+        printf("# skipped: needs RRPC_TEST_CLIENT_SRC (the client's address in the VM)\n");
+        skip();
+    }
+    struct pair p;
+    pair_open(&p, NULL);
+    call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
+    rrpci_lock(p.cli);
+    uint64_t cookie = vb_vc(p.c)->cookie;
+    rrpci_unlock(p.cli);
+    /* bulk's QP, from the client's address with the connection's cookie:
+     * attached, as the peer's own would be. */
+    struct forged f;
+    forged_open(&f, &p, src, RRPCI_CLS_BULK, cookie);
+    printf("# bulk's QP from %s with the cookie: %s\n", src, rdma_event_str(f.ev));
+    assert_int_equal(f.ev, RDMA_CM_EVENT_ESTABLISHED);
+    /* A KEEPALIVE, a connection frame, on it: only the first QP carries those. */
+    struct rrpci_hdr h = {.version = RRPCI_PROTO_VERSION, .type = RRPCI_T_KEEPALIVE,
+                          .cls = RRPCI_CLS_CONTROL};
+    uint8_t frame[RRPCI_HDR_SIZE];
+    rrpci_hdr_encode(&h, frame);
+    struct ibv_sge sge = {(uintptr_t)frame, sizeof(frame), 0};
+    struct ibv_send_wr wr = {.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
+                             .sg_list = &sge, .num_sge = 1}, *bad = NULL;
+    assert_int_equal(ibv_post_send(f.id->qp, &wr, &bad), 0);
+    int downs = 0, reason = 0;
+    for (int i = 0; i < 500 && !downs; i++) {
+        pthread_mutex_lock(&S.mu);
+        downs = S.srv_downs;
+        reason = S.srv_reason;
+        pthread_mutex_unlock(&S.mu);
+        usleep(10 * 1000);
+    }
+    printf("# the server's connection: %d down, reason %s\n", downs, rrpc_err_name(reason));
+    assert_int_equal(downs, 1);
+    assert_int_equal(reason, RRPC_E_PROTO);
+    forged_close(&f);
     pair_close(&p);
 }
 
@@ -369,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_an_rpc_only_connection_holds_one_queue_pair_on_each_side),
         cmocka_unit_test(test_a_class_is_connected_by_its_first_use_from_either_side),
         cmocka_unit_test(test_a_queue_pair_naming_another_peers_connection_is_refused),
+        cmocka_unit_test(test_a_connection_frame_on_a_class_queue_pair_is_refused),
         cmocka_unit_test(test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
