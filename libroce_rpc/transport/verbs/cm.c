@@ -444,11 +444,15 @@ static void vb_cm_event(struct vb_ctx *vx, struct rdma_cm_event *e, const uint8_
         RRPCI_LOG(vx->ctx, LOG_DEBUG, "verbs: listener: %s", rdma_event_str(e->event));
 }
 
+/* At most VB_CM_BUDGET events per visit: while connections are made by
+ * the hundred the channel never runs dry, and the CQs (keepalive answers,
+ * calls) must get their turn; the fd stays readable for the rest. */
 void vb_cm_cb(struct rrpci_io *w, unsigned revents)
 {
     struct vb_ctx *vx = w->data;
     struct rdma_cm_event *ev;
-    while (vx->ech && rdma_get_cm_event(vx->ech, &ev) == 0) {
+    for (unsigned n = 0; n < VB_CM_BUDGET && vx->ech && rdma_get_cm_event(vx->ech, &ev) == 0;
+         n++) {
         /* Checked before the acknowledgement, which lets the reaper free it. */
         struct rdma_cm_id *cid = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->listen_id : ev->id;
         if (cid && cid->context == &vb_reaped_kind) {

@@ -160,6 +160,7 @@
 #define VB_BACKLOG 128
 #define VB_POLL_BUDGET 64 /* completions handled per CQ visit before the loop gets a turn */
 #define VB_DRAIN_BUDGET (1u << 20) /* the same, for the last visit before a teardown */
+#define VB_CM_BUDGET 16 /* connection events handled per visit of the event channel */
 
 #define VB_ENV_RNDV 1u
 #define VB_ENV_DONE 2u
