@@ -64,6 +64,22 @@ static void srv_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
     pthread_mutex_unlock(&S.mu);
 }
 
+/* Waits up to @ms for *@downs (a field of S) to be non-zero; returns it,
+ * with the reason in *@reason. */
+static int wait_down(const int *downs, const int *reason_field, int ms, int *reason)
+{
+    int n = 0;
+    for (int i = 0; i < ms / 10 && !n; i++) {
+        pthread_mutex_lock(&S.mu);
+        n = *downs;
+        *reason = *reason_field;
+        pthread_mutex_unlock(&S.mu);
+        if (!n)
+            usleep(10 * 1000);
+    }
+    return n;
+}
+
 static void cli_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
     (void)c;
@@ -369,14 +385,7 @@ static void test_a_connection_frame_on_a_class_queue_pair_is_refused(void **stat
     struct ibv_send_wr wr = {.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
                              .sg_list = &sge, .num_sge = 1}, *bad = NULL;
     assert_int_equal(ibv_post_send(f.id->qp, &wr, &bad), 0);
-    int downs = 0, reason = 0;
-    for (int i = 0; i < 500 && !downs; i++) {
-        pthread_mutex_lock(&S.mu);
-        downs = S.srv_downs;
-        reason = S.srv_reason;
-        pthread_mutex_unlock(&S.mu);
-        usleep(10 * 1000);
-    }
+    int reason = 0, downs = wait_down(&S.srv_downs, &S.srv_reason, 5000, &reason);
     printf("# the server's connection: %d down, reason %s\n", downs, rrpc_err_name(reason));
     assert_int_equal(downs, 1);
     assert_int_equal(reason, RRPC_E_PROTO);
@@ -415,14 +424,7 @@ static void test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_
     printf("# a bulk call while the server cannot connect bulk's QP: %s (%s)\n",
            rrpc_err_name(rc), rrpc_ctx_last_error(p.cli));
     assert_int_not_equal(rc, 0);
-    int downs = 0, reason = 0;
-    for (int i = 0; i < 300 && !downs; i++) {
-        pthread_mutex_lock(&S.mu);
-        downs = S.downs;
-        reason = S.last_reason;
-        pthread_mutex_unlock(&S.mu);
-        usleep(10 * 1000);
-    }
+    int reason = 0, downs = wait_down(&S.downs, &S.last_reason, 3000, &reason);
     assert_int_equal(downs, 1);
     assert_int_equal(reason, -ETIMEDOUT);
     pair_close(&p);

@@ -34,6 +34,20 @@ static void echo(rrpc_request *req, const void *p, size_t n, void *user)
     rrpc_respond(req, p, n);
 }
 
+/* An echo of @len bytes at @buf, its answer compared byte for byte. */
+static void echo_exact(rrpc_ctx *cli, rrpc_conn *c, const uint8_t *buf, size_t len, unsigned seq)
+{
+    void *out = NULL;
+    size_t n = 0;
+    int rc = rrpc_call_sync(c, "echo", buf, len, NULL, &out, &n);
+    if (rc)
+        fail_msg("call %u: %s", seq, rrpc_ctx_last_error(cli));
+    assert_int_equal(n, len);
+    if (memcmp(out, buf, len) != 0)
+        fail_msg("call %u: the answer differs from the request", seq);
+    free(out);
+}
+
 static struct vb_rndv_counts counts(rrpc_ctx *ctx)
 {
     struct vb_rndv_counts c = {0};
@@ -71,15 +85,7 @@ static void run(const char *pool_bytes, int calls, struct vb_rndv_counts *srv_re
     for (int i = 0; i < calls; i++) {
         for (uint32_t k = 0; k < SIZE; k++)
             buf[k] = (uint8_t)(k * 31u + (uint32_t)i * 7u + (k >> 12));
-        void *out = NULL;
-        size_t n = 0;
-        int rc = rrpc_call_sync(c, "echo", buf, SIZE, NULL, &out, &n);
-        if (rc)
-            fail_msg("call %d: %s", i, rrpc_ctx_last_error(cli));
-        assert_int_equal(n, SIZE);
-        if (memcmp(out, buf, SIZE) != 0)
-            fail_msg("call %d: the answer differs from the request", i);
-        free(out);
+        echo_exact(cli, c, buf, SIZE, (unsigned)i);
     }
     free(buf);
     *srv_ret = counts(srv);
@@ -181,15 +187,7 @@ static void echo_once(rrpc_ctx *cli, rrpc_conn *c, unsigned seed)
     uint8_t buf[TSIZE];
     for (unsigned k = 0; k < TSIZE; k++)
         buf[k] = (uint8_t)(k * 13u + seed * 101u + (k >> 7));
-    void *out = NULL;
-    size_t n = 0;
-    int rc = rrpc_call_sync(c, "echo", buf, TSIZE, NULL, &out, &n);
-    if (rc)
-        fail_msg("call %u: %s", seed, rrpc_ctx_last_error(cli));
-    assert_int_equal(n, TSIZE);
-    if (memcmp(out, buf, TSIZE) != 0)
-        fail_msg("call %u: the answer differs from the request", seed);
-    free(out);
+    echo_exact(cli, c, buf, TSIZE, seed);
 }
 
 struct worker {
