@@ -105,7 +105,7 @@ timeout -k 5 "$TMO" "$QEMU" \
   -nodefaults -no-user-config -display none -no-reboot \
   -machine q35 -accel "$ACCEL" -cpu "$CPU" -m "$MEM" -smp "$SMP" \
   -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.gz" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init${SOFTROCE_KERNEL_ARGS:+ $SOFTROCE_KERNEL_ARGS}" \
   -serial "file:$(esc "$CTL")/console.log" -monitor none -nic none \
   -fsdev "local,id=fsroot,path=/,security_model=none,readonly=on,multidevs=remap" \
   -device virtio-9p-pci,fsdev=fsroot,mount_tag=hostroot \
