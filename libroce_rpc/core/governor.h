@@ -106,6 +106,13 @@ bool rrpci_gov_request(struct rrpci_governor *g, double now, unsigned us, double
 /* Traffic seen by the core: rrpci_gov_request with the configured window
  * (nothing when it is 0). */
 void rrpci_gov_activity(struct rrpci_governor *g, double now, double cpu, uint64_t thread);
+/* Whether rrpci_gov_request and rrpci_gov_activity would read their @cpu:
+ * only to start a stretch of polling.  A caller whose CPU clock is a system
+ * call (CLOCK_THREAD_CPUTIME_ID) reads it only then, and passes 0 else. */
+static inline bool rrpci_gov_wants_cpu(const struct rrpci_governor *g)
+{
+    return !g->polling;
+}
 /* Polling found work (a completion, a ready fd, a due timer) since the
  * last charge: the stretch paid off. */
 static inline void rrpci_gov_found(struct rrpci_governor *g)

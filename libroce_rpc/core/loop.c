@@ -200,15 +200,22 @@ static double now_s(rrpc_ctx *ctx)
     return rrpci_evloop_now(ctx->ev);
 }
 
+/* The thread's CPU clock where the governor reads it: a system call, made
+ * once per stretch of polling, not on every frame that extends it. */
+static double cpu_for_request(rrpc_ctx *ctx)
+{
+    return rrpci_gov_wants_cpu(&ctx->gov) ? thread_cpu_s() : 0;
+}
+
 bool rrpci_ctx_busy(rrpc_ctx *ctx, unsigned us)
 {
-    return rrpci_gov_request(&ctx->gov, now_s(ctx), us, thread_cpu_s(), thread_id(), true);
+    return rrpci_gov_request(&ctx->gov, now_s(ctx), us, cpu_for_request(ctx), thread_id(), true);
 }
 
 void rrpci_ctx_activity(rrpc_ctx *ctx)
 {
     if (ctx->gov.window_us > 0)
-        rrpci_gov_activity(&ctx->gov, now_s(ctx), thread_cpu_s(), thread_id());
+        rrpci_gov_activity(&ctx->gov, now_s(ctx), cpu_for_request(ctx), thread_id());
 }
 
 void rrpci_ctx_activity_fresh(rrpc_ctx *ctx)

@@ -171,6 +171,30 @@ static void test_a_charge_from_another_thread_starts_afresh(void **state)
     assert_true(g.wall_cur == 0 && g.cpu_cur == 0);
 }
 
+/* The loop reads its thread's CPU clock (a system call) only where
+ * rrpci_gov_wants_cpu says the governor reads it, and passes 0 else: a
+ * request or activity during a stretch must leave the stretch's CPU mark
+ * alone, or the next charge would count the CPU since 0. */
+static void test_a_request_while_polling_does_not_read_the_cpu(void **state)
+{
+    (void)state;
+    struct rrpci_governor g;
+    rrpci_gov_init(&g, 1000, 100, 0);
+    assert_true(rrpci_gov_wants_cpu(&g));
+    assert_true(rrpci_gov_request(&g, 5.0, 1000, 2.0, 1, true));
+    assert_false(rrpci_gov_wants_cpu(&g));
+    /* what the loop passes when the governor does not want it */
+    assert_true(rrpci_gov_request(&g, 5.0002, 1000, 0, 1, true));
+    rrpci_gov_activity(&g, 5.0004, 0, 1);
+    assert_false(rrpci_gov_charge(&g, 5.0006, 2.0005, 1));
+    /* the stretch so far: 0.5 ms of CPU since the first request's mark */
+    assert_true(g.stretch_cpu > 0.00049 && g.stretch_cpu < 0.00051);
+    assert_true(g.mark_cpu == 2.0005);
+    /* once it stops, the next stretch starts from a fresh reading */
+    rrpci_gov_stop(&g);
+    assert_true(rrpci_gov_wants_cpu(&g));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +203,7 @@ int main(void)
         cmocka_unit_test(test_a_poller_that_does_not_get_its_cpu_stops_with_a_growing_hold),
         cmocka_unit_test(test_a_charge_from_another_thread_starts_afresh),
         cmocka_unit_test(test_polling_that_finds_work_costs_no_budget),
+        cmocka_unit_test(test_a_request_while_polling_does_not_read_the_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
