@@ -275,16 +275,23 @@ static void polling_end(rrpc_ctx *ctx)
 }
 
 /* After a pass while polling: charges it, and either ends polling (the
- * transports arm what they polled) or looks at their completions for up to
- * a slice (RRPCI_GOV_SLICE) before the next pass. */
+ * transports arm what they polled) or, after a pass that found nothing,
+ * looks at their completions for up to a slice (RRPCI_GOV_SLICE) before the
+ * next pass.  A pass that dispatched something returns at once: what it
+ * dispatched may be the answer a blocking call waits for (read from an
+ * armed CQ's event, say), and the slice would keep that call polling for
+ * nothing, 50 us after its answer. */
 static void poll_step(rrpc_ctx *ctx)
 {
+    bool dispatched = ctx->gov.found;
     double now = fresh_now(ctx);
     bool held = rrpci_gov_charge(&ctx->gov, now, thread_cpu_s(), thread_id());
     if (!rrpci_gov_continue(&ctx->gov, now, held)) {
         polling_end(ctx);
         return;
     }
+    if (dispatched)
+        return;
     double end = now + RRPCI_GOV_SLICE;
     int n;
     while ((n = transports_poll(ctx, false)) == 0 && rrpci_ctx_polling(ctx) &&
