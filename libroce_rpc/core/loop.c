@@ -277,10 +277,11 @@ static void polling_end(rrpc_ctx *ctx)
 /* After a pass while polling: charges it, and either ends polling (the
  * transports arm what they polled) or, after a pass that found nothing,
  * looks at their completions for up to a slice (RRPCI_GOV_SLICE) before the
- * next pass.  A pass that dispatched something returns at once: what it
- * dispatched may be the answer a blocking call waits for (read from an
- * armed CQ's event, say), and the slice would keep that call polling for
- * nothing, 50 us after its answer. */
+ * next pass.  After a pass that dispatched something it looks once, no
+ * slice: what the pass dispatched may be the answer a blocking call waits
+ * for (read from an armed CQ's event, say), and the slice would keep that
+ * call polling for nothing, 50 us after its answer; the one look keeps the
+ * unarmed CQs served while fd events keep every pass busy. */
 static void poll_step(rrpc_ctx *ctx)
 {
     bool dispatched = ctx->gov.found;
@@ -290,8 +291,11 @@ static void poll_step(rrpc_ctx *ctx)
         polling_end(ctx);
         return;
     }
-    if (dispatched)
+    if (dispatched) {
+        if (transports_poll(ctx, false) > 0)
+            rrpci_gov_found(&ctx->gov);
         return;
+    }
     double end = now + RRPCI_GOV_SLICE;
     int n;
     while ((n = transports_poll(ctx, false)) == 0 && rrpci_ctx_polling(ctx) &&
