@@ -277,21 +277,22 @@ static void polling_end(rrpc_ctx *ctx)
 /* After a pass while polling: charges it, and either ends polling (the
  * transports arm what they polled) or, after a pass that found nothing,
  * looks at their completions for up to a slice (RRPCI_GOV_SLICE) before the
- * next pass.  After a pass that dispatched something it looks once, no
- * slice: what the pass dispatched may be the answer a blocking call waits
- * for (read from an armed CQ's event, say), and the slice would keep that
- * call polling for nothing, 50 us after its answer; the one look keeps the
- * unarmed CQs served while fd events keep every pass busy. */
+ * next pass.  After a pass that found work (it dispatched something, or
+ * the slice before it found a completion) it looks once, no slice: what was
+ * found may be the answer a blocking call waits for (read from an armed
+ * CQ's event, say), and the slice would keep that call polling for nothing,
+ * 50 us after its answer; the one look keeps the unarmed CQs served while
+ * fd events keep every pass busy. */
 static void poll_step(rrpc_ctx *ctx)
 {
-    bool dispatched = ctx->gov.found;
+    bool found = ctx->gov.found; /* since the last charge, which clears it */
     double now = fresh_now(ctx);
     bool held = rrpci_gov_charge(&ctx->gov, now, thread_cpu_s(), thread_id());
     if (!rrpci_gov_continue(&ctx->gov, now, held)) {
         polling_end(ctx);
         return;
     }
-    if (dispatched) {
+    if (found) {
         if (transports_poll(ctx, false) > 0)
             rrpci_gov_found(&ctx->gov);
         return;
