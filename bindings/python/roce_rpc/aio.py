@@ -25,7 +25,10 @@ driver resumes the awaiting task itself, in that same turn of the loop
 (asyncio would resume it at the next turn: one more select, epoll_wait
 and Handle per call).  A call allocates no cffi object: its callback
 handle is reused, its method name encoded once, its bytes passed as they
-are.
+are.  While the library polls after traffic (rrpc_ctx_timeout says 0:
+RRPC_BUSY_POLL_US after the last frame, under its CPU budget) the driver
+runs again at the loop's next turn instead of sleeping on the fd, as a C
+client following rrpc_ctx_timeout does.
 
 Handlers may be plain functions or `async def` coroutines (a task on the
 loop answers when it returns).  A coroutine that raises, or returns
@@ -76,6 +79,7 @@ __all__ = ["Context", "Conn", "TensorServer", "TaskCounts", "set_task_limits", "
 
 _log = logging.getLogger("roce_rpc")
 _progress = lib.rrpc_ctx_progress
+_timeout = lib.rrpc_ctx_timeout
 _rrpc_call = lib.rrpc_call
 _registry = _core._registry
 _registry_pop = _registry.pop
@@ -212,6 +216,7 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
         core = self._core = self.sync._core
         self._ptr = self.sync._ptr
         self._soon = None
+        self._ms = ffi.new("int *")  # rrpc_ctx_timeout's answer
         self._waking = False
         self._notes = collections.deque(maxlen=1 << 16)
         self._note_waiters = collections.deque()
@@ -270,6 +275,15 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                 self._wake()
             else:
                 self._kick()
+        # The library polls after traffic (under its governor: a window
+        # after the last frame, a CPU budget, a stop when the thread does
+        # not get its CPU) and says so with a zero timeout: the loop runs
+        # again at its next turn instead of sleeping on the fd, as a C
+        # client that follows rrpc_ctx_timeout would.  The turn still
+        # selects, with a zero timeout, so other readers are served.
+        if (self._soon is None and not core.closed and not core.closing
+                and _timeout(self._ptr, self._ms) == 0 and self._ms[0] == 0):
+            self._soon = self._loop.call_soon(self._run)
 
     def _wake(self) -> None:
         """Runs the done callbacks that the last progress took off the

@@ -479,3 +479,49 @@ async def test_a_task_that_closes_the_context_as_it_resumes_leaves_the_others_wh
     assert all(isinstance(g, bytes) or g == roce_rpc.E_CLOSED for g in got), got
     assert not [r for r in caplog.records if r.name == "asyncio"], caplog.records
     s.close()
+
+
+async def _idle_runs(c, monkeypatch, seconds):
+    """How many rrpc_ctx_progress the driver runs for @c over @seconds of
+    an idle loop."""
+    runs = []
+    real = aio._progress
+
+    def counting(ptr, ms):
+        if ptr == c._ptr:
+            runs.append(ms)
+        return real(ptr, ms)
+
+    monkeypatch.setattr(aio, "_progress", counting)
+    await asyncio.sleep(seconds)
+    monkeypatch.setattr(aio, "_progress", real)
+    return len(runs)
+
+
+@pytest.mark.asyncio
+async def test_the_driver_polls_through_the_window_after_traffic_then_sleeps(monkeypatch):
+    """After an answer the driver runs the library again at each turn of
+    the loop while rrpc_ctx_timeout says 0 (the polling window), as a C
+    client does; once the window has passed it sleeps on the fd: an idle
+    context runs no pass.  With RRPC_BUSY_POLL_US=0 it never polls."""
+    s = aio.Context()
+    lis = s.listen(listen_uri())
+
+    @s.handler("echo")
+    def echo(data):
+        return data
+
+    for window_us in (50000, 0):
+        c = aio.Context(config={"RRPC_BUSY_POLL_US": window_us})
+        conn = await c.connect(client_uri(lis))
+        assert await conn.call("echo", b"x") == b"x"
+        during = await _idle_runs(c, monkeypatch, 0.03)  # within the 50 ms window
+        await asyncio.sleep(0.1)
+        after = await _idle_runs(c, monkeypatch, 0.1)
+        if window_us:
+            assert during >= 3, during
+        else:
+            assert during == 0, during
+        assert after == 0, after  # idle: no keepalive is due for 5 s
+        c.close()
+    s.close()
