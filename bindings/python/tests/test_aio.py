@@ -503,7 +503,9 @@ async def test_the_driver_polls_through_the_window_after_traffic_then_sleeps(mon
     """After an answer the driver runs the library again at each turn of
     the loop while rrpc_ctx_timeout says 0 (the polling window), as a C
     client does; once the window has passed it sleeps on the fd: an idle
-    context runs no pass.  With RRPC_BUSY_POLL_US=0 it never polls."""
+    context runs no pass.  With polling off (RRPC_BUSY_POLL_US=0, and on
+    verbs RRPC_VERBS_BUSY_POLL_US=0, the completion queues' own window) it
+    never polls."""
     s = aio.Context()
     lis = s.listen(listen_uri())
 
@@ -512,7 +514,8 @@ async def test_the_driver_polls_through_the_window_after_traffic_then_sleeps(mon
         return data
 
     for window_us in (50000, 0):
-        c = aio.Context(config={"RRPC_BUSY_POLL_US": window_us})
+        c = aio.Context(config={"RRPC_BUSY_POLL_US": window_us,
+                                "RRPC_VERBS_BUSY_POLL_US": window_us})
         conn = await c.connect(client_uri(lis))
         assert await conn.call("echo", b"x") == b"x"
         during = await _idle_runs(c, monkeypatch, 0.03)  # within the 50 ms window
