@@ -24,6 +24,21 @@ async def _pair():
     return s, lis, c
 
 
+def _count_progress(c, monkeypatch):
+    """From now on, the timeout of every rrpc_ctx_progress the driver runs
+    for context @c, in a list (returned)."""
+    runs = []
+    real = aio._progress
+
+    def counting(ptr, ms):
+        if ptr == c._ptr:
+            runs.append(ms)
+        return real(ptr, ms)
+
+    monkeypatch.setattr(aio, "_progress", counting)
+    return runs
+
+
 def _holder(s):
     """Registers "hold" on @s: it defers every request; returns their list."""
     held = []
@@ -342,15 +357,7 @@ async def test_one_progress_per_readiness_and_many_concurrent_calls_get_their_ow
 
     conn = await c.connect(client_uri(lis))
     assert await conn.call("echo", b"warm") == b"warm"
-    runs = []
-    real = aio._progress
-
-    def counting(ptr, ms):
-        if ptr == c._ptr:
-            runs.append(ms)
-        return real(ptr, ms)
-
-    monkeypatch.setattr(aio, "_progress", counting)
+    runs = _count_progress(c, monkeypatch)
     n = 200
     for i in range(n):
         assert await conn.call("echo", b"%d" % i) == b"%d" % i
@@ -484,15 +491,8 @@ async def test_a_task_that_closes_the_context_as_it_resumes_leaves_the_others_wh
 async def _idle_runs(c, monkeypatch, seconds):
     """How many rrpc_ctx_progress the driver runs for @c over @seconds of
     an idle loop."""
-    runs = []
     real = aio._progress
-
-    def counting(ptr, ms):
-        if ptr == c._ptr:
-            runs.append(ms)
-        return real(ptr, ms)
-
-    monkeypatch.setattr(aio, "_progress", counting)
+    runs = _count_progress(c, monkeypatch)
     await asyncio.sleep(seconds)
     monkeypatch.setattr(aio, "_progress", real)
     return len(runs)
