@@ -80,17 +80,19 @@ void rrpci_lock(rrpc_ctx *ctx)
 /* The runner lets go of the lock (held once) while it waits, and takes it
  * again after; a polling runner would re-take the (unfair) mutex at once
  * and starve the threads calling in: it lets them through first. */
-static void runner_release(rrpc_ctx *ctx)
+void rrpci_runner_release(rrpc_ctx *ctx)
 {
     pthread_mutex_unlock(&ctx->lock);
 }
 
-static void runner_acquire(rrpc_ctx *ctx)
+void rrpci_runner_acquire(rrpc_ctx *ctx)
 {
     while (atomic_load(&ctx->lock_waiters) > 0)
         sched_yield();
     pthread_mutex_lock(&ctx->lock);
 }
+#define runner_release rrpci_runner_release
+#define runner_acquire rrpci_runner_acquire
 
 bool rrpci_in_callback(rrpc_ctx *ctx)
 {
@@ -111,6 +113,13 @@ static void run_enter(rrpc_ctx *ctx)
 static void run_leave(rrpc_ctx *ctx)
 {
     __atomic_store_n(&ctx->in_run, ctx->in_run - 1, __ATOMIC_RELAXED);
+}
+
+void rrpci_loop_inherit(rrpc_ctx *ctx)
+{
+    /* The relieved thread's pass is this thread's now, and over. */
+    __atomic_store_n(&ctx->owner, pthread_self(), __ATOMIC_RELAXED);
+    run_leave(ctx);
 }
 
 /* Work the next pass must do without waiting: ready watchers, due timers,
@@ -406,7 +415,13 @@ static void thread_pass(rrpc_ctx *ctx)
         return;
     }
     run_enter(ctx);
+    /* Handlers queue up for the pass's end (relief.c), where the loop can
+     * move to another thread should one run long. */
+    ctx->defer_handlers = ctx->relief != NULL;
     pass_dispatch(ctx, true);
+    ctx->defer_handlers = false;
+    if (ctx->relief && !rrpci_relief_run(ctx))
+        return; /* relieved: the thread that took the loop over ended the pass */
     run_leave(ctx);
 }
 
@@ -419,17 +434,26 @@ static void thread_stand_by(rrpc_ctx *ctx)
     thread_wait(ctx, t < 0 ? -1 : (int)(t * 1000.0) + 1);
 }
 
-void *rrpci_loop_thread(void *arg)
+void rrpci_loop_thread_body(rrpc_ctx *ctx)
 {
-    rrpc_ctx *ctx = arg;
-    rrpci_lock(ctx);
     while (!ctx->stopping) {
+        if (!rrpci_relief_runs_loop(ctx)) {
+            rrpci_relief_watch(ctx); /* until it runs the loop, or the context stops */
+            continue;
+        }
         if (ctx->taken) {
             thread_stand_by(ctx);
             continue;
         }
         thread_pass(ctx);
     }
+}
+
+void *rrpci_loop_thread(void *arg)
+{
+    rrpc_ctx *ctx = arg;
+    rrpci_lock(ctx);
+    rrpci_loop_thread_body(ctx);
     pthread_mutex_unlock(&ctx->lock);
     return NULL;
 }
