@@ -641,6 +641,11 @@ bool rrpci_relief_defer(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cls,
 /* Runs the queued handlers (the runner, the lock held once, in a pass);
  * false when this thread was relieved meanwhile and no longer runs the loop. */
 bool rrpci_relief_run(rrpc_ctx *ctx);
+/* Whether handlers are queued; runs them in place, before a request that
+ * is not queued (its handler runs on the receive path), so handlers still
+ * run in the order their requests came. */
+bool rrpci_relief_queued(rrpc_ctx *ctx);
+void rrpci_relief_flush(rrpc_ctx *ctx);
 /* A thread that does not run the loop watches the handlers until it does
  * (or the context stops); called and returns with the context lock held. */
 void rrpci_relief_watch(rrpc_ctx *ctx);

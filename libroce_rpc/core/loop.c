@@ -119,6 +119,7 @@ void rrpci_loop_inherit(rrpc_ctx *ctx)
 {
     /* The relieved thread's pass is this thread's now, and over. */
     __atomic_store_n(&ctx->owner, pthread_self(), __ATOMIC_RELAXED);
+    ctx->defer_handlers = false;
     run_leave(ctx);
 }
 
@@ -318,19 +319,37 @@ static void poll_step(rrpc_ctx *ctx)
 
 /* ---- one pass ------------------------------------------------------------ */
 
+/* After each callback of the loop thread's pass: the handlers it queued
+ * run (relief.c), before the next watcher, so the order in which the loop
+ * serves the classes holds for them too.  False once this thread was
+ * relieved meanwhile: it no longer runs the loop, and touches it no more. */
+static bool after_callback(void *arg)
+{
+    rrpc_ctx *ctx = arg;
+    return !rrpci_relief_queued(ctx) || rrpci_relief_run(ctx);
+}
+
 /* Collects what is ready without waiting and invokes it (the runner, the
- * lock held, in_run set). */
-static void pass_dispatch(rrpc_ctx *ctx, bool collect)
+ * lock held, in_run set).  False when this thread was relieved of the loop
+ * in a handler (the loop thread's pass only): the pass is no longer its. */
+static bool pass_dispatch(rrpc_ctx *ctx, bool collect)
 {
     if (collect)
         (void)rrpci_evloop_wait(ctx->ev, 0);
-    unsigned n = rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS);
+    bool defer = ctx->defer_handlers;
+    unsigned n = rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS,
+                                       defer ? after_callback : NULL, ctx);
+    if (defer && !rrpci_relief_runs_loop(ctx))
+        return false;
     rrpci_flag_waiters_wake(ctx);
     if (ctx->gov.polling) {
         if (n > 0)
             rrpci_gov_found(&ctx->gov);
         poll_step(ctx);
+        if (defer && !after_callback(ctx)) /* requests the polled completions held */
+            return false;
     }
+    return true;
 }
 
 /* Before a runner waits: credit owed goes out, and how long it may wait,
@@ -374,7 +393,7 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
     } else {
         (void)let_waiters_through(ctx, false); /* in_run stays set here too */
     }
-    pass_dispatch(ctx, ms == 0);
+    (void)pass_dispatch(ctx, ms == 0); /* no relief here: always true */
     run_leave(ctx);
 }
 
@@ -418,10 +437,9 @@ static void thread_pass(rrpc_ctx *ctx)
     /* Handlers queue up for the pass's end (relief.c), where the loop can
      * move to another thread should one run long. */
     ctx->defer_handlers = ctx->relief != NULL;
-    pass_dispatch(ctx, true);
-    ctx->defer_handlers = false;
-    if (ctx->relief && !rrpci_relief_run(ctx))
+    if (!pass_dispatch(ctx, true))
         return; /* relieved: the thread that took the loop over ended the pass */
+    ctx->defer_handlers = false;
     run_leave(ctx);
 }
 

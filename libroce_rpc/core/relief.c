@@ -159,7 +159,15 @@ bool rrpci_relief_defer(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cls,
     return true;
 }
 
-bool rrpci_relief_run(rrpc_ctx *ctx)
+bool rrpci_relief_queued(rrpc_ctx *ctx)
+{
+    return ctx->relief && ctx->relief->head;
+}
+
+/* Runs the queued handlers; @may_move: with the lock let go, watched, so
+ * the loop may move to a watcher meanwhile (false: in place, as a handler
+ * on the receive path runs).  False when this thread was relieved. */
+static bool run_queued(rrpc_ctx *ctx, bool may_move)
 {
     struct rrpci_relief *r = ctx->relief;
     struct rrpci_job *j;
@@ -170,6 +178,12 @@ bool rrpci_relief_run(rrpc_ctx *ctx)
         bool lost = false;
         if (rrpci_request_should_run(j->req, j->method)) {
             double t0 = rrpci_stats_now();
+            if (!may_move) {
+                j->fn(j->req, j->data, j->len, j->user);
+                rrpci_handler_took(ctx, j->method_id, rrpci_stats_now() - t0, false);
+                rrpci_job_end(ctx, j);
+                continue;
+            }
             pthread_mutex_lock(&r->mu);
             uint64_t seq = ++r->seq;
             r->running = true;
@@ -191,6 +205,16 @@ bool rrpci_relief_run(rrpc_ctx *ctx)
             return false; /* the pass is the new runner's: it ended it */
     }
     return true;
+}
+
+bool rrpci_relief_run(rrpc_ctx *ctx)
+{
+    return run_queued(ctx, true);
+}
+
+void rrpci_relief_flush(rrpc_ctx *ctx)
+{
+    (void)run_queued(ctx, false);
 }
 
 /* Waits on the condition for at most @s seconds (mu held). */

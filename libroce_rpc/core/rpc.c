@@ -315,6 +315,8 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
      * payload too large to copy cheaply, runs here. */
     if (ctx->defer_handlers && !req->credit_on_answer && plen <= RRPCI_RELIEF_COPY_MAX)
         return rrpci_relief_defer(ctx, req, c, cls, m->fn, m->user, p, plen, m->name, h->arg);
+    if (ctx->defer_handlers && rrpci_relief_queued(ctx))
+        rrpci_relief_flush(ctx); /* those that came before it first */
     bool later = req->credit_on_answer; /* @req may be freed by the handler */
     m->fn(req, p, plen, m->user);
     rrpci_handler_took(ctx, h->arg, rrpci_stats_now() - now, false);
