@@ -133,7 +133,8 @@ void rrpci_loop_inherit(rrpc_ctx *ctx)
 static bool work_pending(rrpc_ctx *ctx, bool for_fd)
 {
     return (ctx->gov.polling && (!for_fd || ctx->gov.unarmed)) ||
-           !rrpci_list_empty(&ctx->credit_dirty) || rrpci_evloop_has_pending(ctx->ev);
+           !rrpci_list_empty(&ctx->credit_dirty) || rrpci_evloop_has_pending(ctx->ev) ||
+           rrpci_relief_queued(ctx); /* a relieved pass's rest: the next pass runs it */
 }
 
 static int timeout_ms(rrpc_ctx *ctx, bool pending)
@@ -384,6 +385,10 @@ static bool let_waiters_through(rrpc_ctx *ctx, bool loop_thread)
 void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
 {
     run_enter(ctx);
+    /* A blocking call that took the loop over from a relieved pass runs
+     * what that pass queued first, in place (it runs handlers so). */
+    if (rrpci_relief_queued(ctx))
+        rrpci_relief_flush(ctx);
     int ms = pass_prepare(ctx, max_ms);
     if (ms != 0) {
         /* in_run stays set: nobody else runs the loop while this waits */
