@@ -38,7 +38,7 @@ typedef struct rrpc_request rrpc_request;
  * longer holds the loop: another thread of the library takes the loop over
  * and the next callbacks run there, beside it (docs/architecture.md); that
  * is the one case where two callbacks of a context run at once.  Not for a
- * request over 64 KiB or a method registered with
+ * request over 4 KiB or a method registered with
  * RRPC_HANDLER_CREDIT_ON_ANSWER: those run in place and hold the loop until
  * they return.
  */

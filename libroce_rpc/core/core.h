@@ -626,7 +626,7 @@ void rrpci_loop_inherit(rrpc_ctx *ctx);
  * loop.  Started with the loop thread (context lock held; nothing with
  * RRPC_HANDLER_RELIEF_MS=0), stopped (signalled, then joined, after the
  * loop thread) by rrpc_ctx_destroy. */
-#define RRPCI_RELIEF_COPY_MAX (64u << 10) /* payloads copied to run at a pass's end */
+#define RRPCI_RELIEF_COPY_MAX 4096u /* payloads copied to run at a pass's end */
 #define RRPCI_RELIEF_THREADS 4            /* relief threads beyond the first watcher */
 int rrpci_relief_start(rrpc_ctx *ctx);
 void rrpci_relief_stop(rrpc_ctx *ctx);

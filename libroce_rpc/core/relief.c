@@ -39,6 +39,10 @@
 
 #include "core/core.h"
 
+/* A watcher that saw no handler start for this many RRPC_HANDLER_RELIEF_MS
+ * sleeps until the next one starts (the runner wakes it then). */
+#define RRPCI_RELIEF_IDLE_AFTER 100
+
 struct rrpci_relief {
     /* Taken after the context lock, never before. */
     pthread_mutex_t mu;
@@ -251,14 +255,22 @@ void rrpci_relief_watch(rrpc_ctx *ctx)
     r->watchers++;
     pthread_mutex_unlock(&ctx->lock);
     while (!r->stopping) {
+        double now = rrpci_stats_now();
         if (!r->running || r->relieved == r->seq) {
+            /* While handlers keep starting, a look every RRPC_HANDLER_RELIEF_MS
+             * (the runner wakes no watcher for each); idle, a wake-up when
+             * the next one starts. */
+            if (now - r->start < RRPCI_RELIEF_IDLE_AFTER * after) {
+                wait_for(r, after);
+                continue;
+            }
             r->idle++;
             pthread_cond_wait(&r->cv, &r->mu);
             r->idle--;
             continue;
         }
         uint64_t seq = r->seq;
-        double left = r->start + after - rrpci_stats_now();
+        double left = r->start + after - now;
         if (left > 0) {
             wait_for(r, left);
             continue; /* looked at again: it may have ended, or another began */
