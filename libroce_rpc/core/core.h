@@ -457,6 +457,9 @@ struct rrpci_job *rrpci_job_new(rrpc_request *req, rrpc_conn *c, int cls, rrpc_h
 /* The job is over: the request's credit goes back, the reference is
  * dropped and @j freed (takes the context lock). */
 void rrpci_job_end(rrpc_ctx *ctx, struct rrpci_job *j);
+/* Jobs never begun (a list by next): each caller is answered E_CLOSED (the
+ * context is going) and the job ended. */
+void rrpci_jobs_drop(rrpc_ctx *ctx, struct rrpci_job *list);
 /* workers.c: the threads of RRPC_HANDLER_ON_WORKER handlers, started with
  * the first such method (context lock held), stopped by rrpc_ctx_destroy
  * after the loop thread (context lock not held). */

@@ -124,13 +124,7 @@ void rrpci_relief_join(rrpc_ctx *ctx)
         pthread_join(r->threads[i], NULL);
     /* A job queued by the last pass and never run: its caller fails with
      * the connection, which the context closes next. */
-    while (r->head) {
-        struct rrpci_job *j = r->head;
-        r->head = j->next;
-        static const char why[] = "the server's context is being destroyed";
-        rrpci_respond_now(j->req, RRPC_E_CLOSED, why, sizeof(why) - 1);
-        rrpci_job_end(ctx, j);
-    }
+    rrpci_jobs_drop(ctx, r->head);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);

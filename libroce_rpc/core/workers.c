@@ -73,6 +73,17 @@ void rrpci_job_end(rrpc_ctx *ctx, struct rrpci_job *j)
     free(j);
 }
 
+void rrpci_jobs_drop(rrpc_ctx *ctx, struct rrpci_job *list)
+{
+    while (list) {
+        struct rrpci_job *j = list;
+        list = j->next;
+        static const char why[] = "the server's context is being destroyed";
+        rrpci_respond_now(j->req, RRPC_E_CLOSED, why, sizeof(why) - 1);
+        rrpci_job_end(ctx, j);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct rrpci_workers *w = arg;
@@ -178,13 +189,7 @@ void rrpci_workers_stop(rrpc_ctx *ctx)
     pthread_mutex_unlock(&w->mu);
     for (unsigned i = 0; i < w->n; i++)
         pthread_join(w->threads[i], NULL);
-    while (drop) {
-        struct rrpci_job *j = drop;
-        drop = j->next;
-        static const char why[] = "the server's context is being destroyed";
-        rrpci_respond_now(j->req, RRPC_E_CLOSED, why, sizeof(why) - 1);
-        rrpci_job_end(ctx, j);
-    }
+    rrpci_jobs_drop(ctx, drop);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

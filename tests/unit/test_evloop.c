@@ -24,6 +24,22 @@ static void note_io(struct rrpci_io *w, unsigned revents)
     (void)!read(w->fd, b, sizeof(b));
 }
 
+/* Two pipes read by @lo (data 1) and @hi (data 2, the highest priority),
+ * both started on @l. */
+static void two_watchers(struct rrpci_evloop *l, int p1[2], int p2[2], struct rrpci_io *lo,
+                         struct rrpci_io *hi)
+{
+    assert_int_equal(pipe(p1), 0);
+    assert_int_equal(pipe(p2), 0);
+    rrpci_io_init(lo, note_io, p1[0], RRPCI_IO_READ);
+    rrpci_io_init(hi, note_io, p2[0], RRPCI_IO_READ);
+    lo->data = (void *)1;
+    hi->data = (void *)2;
+    rrpci_io_set_prio(hi, RRPCI_PRIO_MAX);
+    assert_int_equal(rrpci_io_start(l, lo), 0);
+    assert_int_equal(rrpci_io_start(l, hi), 0);
+}
+
 static void note_timer(struct rrpci_timer *t)
 {
     order[norder++] = (int)(intptr_t)t->data;
@@ -41,16 +57,8 @@ static void test_ready_watchers_run_highest_priority_first_after_due_timers(void
     struct rrpci_evloop *l;
     assert_int_equal(rrpci_evloop_init(&l), 0);
     int p1[2], p2[2];
-    assert_int_equal(pipe(p1), 0);
-    assert_int_equal(pipe(p2), 0);
     struct rrpci_io lo, hi;
-    rrpci_io_init(&lo, note_io, p1[0], RRPCI_IO_READ);
-    rrpci_io_init(&hi, note_io, p2[0], RRPCI_IO_READ);
-    lo.data = (void *)1;
-    hi.data = (void *)2;
-    rrpci_io_set_prio(&hi, RRPCI_PRIO_MAX);
-    assert_int_equal(rrpci_io_start(l, &lo), 0);
-    assert_int_equal(rrpci_io_start(l, &hi), 0);
+    two_watchers(l, p1, p2, &lo, &hi);
     struct rrpci_timer t;
     rrpci_timer_init_loop(l, &t, note_timer, 0, 0);
     t.data = (void *)3;
@@ -88,16 +96,8 @@ static void test_the_after_hook_runs_after_each_callback_and_ends_the_dispatch(v
     struct rrpci_evloop *l;
     assert_int_equal(rrpci_evloop_init(&l), 0);
     int p1[2], p2[2];
-    assert_int_equal(pipe(p1), 0);
-    assert_int_equal(pipe(p2), 0);
     struct rrpci_io a, b;
-    rrpci_io_init(&a, note_io, p1[0], RRPCI_IO_READ);
-    rrpci_io_init(&b, note_io, p2[0], RRPCI_IO_READ);
-    a.data = (void *)1;
-    b.data = (void *)2;
-    rrpci_io_set_prio(&b, RRPCI_PRIO_MAX);
-    assert_int_equal(rrpci_io_start(l, &a), 0);
-    assert_int_equal(rrpci_io_start(l, &b), 0);
+    two_watchers(l, p1, p2, &a, &b);
     assert_int_equal(write(p1[1], "x", 1), 1);
     assert_int_equal(write(p2[1], "x", 1), 1);
     /* every callback, then once after the timers and asyncs (none) */
