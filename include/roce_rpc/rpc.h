@@ -34,6 +34,13 @@ typedef struct rrpc_request rrpc_request;
  * answer @req exactly once, now or later (from any thread), with
  * rrpc_respond or rrpc_respond_error.  Runs on the loop thread (on a worker
  * thread when registered with RRPC_HANDLER_ON_WORKER, rrpc_register_with).
+ * In thread mode a handler that has run RRPC_HANDLER_RELIEF_MS (10 ms) no
+ * longer holds the loop: another thread of the library takes the loop over
+ * and the next callbacks run there, beside it (docs/architecture.md); that
+ * is the one case where two callbacks of a context run at once.  Not for a
+ * request over 4 KiB or a method registered with
+ * RRPC_HANDLER_CREDIT_ON_ANSWER: those run in place and hold the loop until
+ * they return.
  */
 typedef void (*rrpc_handler_fn)(rrpc_request *req, const void *payload, size_t len, void *user);
 

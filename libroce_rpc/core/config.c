@@ -139,6 +139,11 @@ static const struct rrpci_conf_field core_fields[] = {
      .max = 256,
      .doc = "threads that run the handlers registered with RRPC_HANDLER_ON_WORKER (started "
             "with the first such method)"},
+    {.name = "RRPC_HANDLER_RELIEF_MS", RRPCI_CONF_INT(C, handler_relief_ms), .def = 10,
+     .min = 0, .max = 600000,
+     .doc = "thread mode: a handler that has run this long on the loop thread no longer holds "
+            "the loop: another thread takes it over and serves the other calls beside it, ms "
+            "(0: never; the handler holds the loop until it returns)"},
     {.name = "RRPC_HANDLER_QUEUE_BYTES", RRPCI_CONF_INT(C, handler_queue_bytes),
      .def = 64L << 20, .min = 0, .max = 1LL << 40,
      .doc = "request bytes the handler workers may hold, queued or being served; above it a "

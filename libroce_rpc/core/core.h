@@ -64,6 +64,7 @@ struct rrpci_config {
     int metrics_timeout_s;    /* ... each closed after this long without progress */
     int metrics_header_timeout_s; /* ... a request head must arrive whole within this */
     int handler_threads;      /* threads of the RRPC_HANDLER_ON_WORKER handlers */
+    int handler_relief_ms;    /* a loop-thread handler this long is relieved; 0: never */
     long handler_queue_bytes; /* request bytes they may hold; above it requests are refused */
     uint64_t tensor_max_bytes; /* tensor servers: offered bytes not yet arrived */
     int tensor_max_pending;    /* tensor servers: offers accepted and not yet done */
@@ -141,6 +142,8 @@ struct rrpc_ctx {
     int log_max;
     struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/metrics_serve.c), or NULL */
     struct rrpci_workers *workers;    /* handler workers (core/workers.c), or NULL */
+    struct rrpci_relief *relief;      /* thread mode: relief of long handlers, or NULL */
+    bool defer_handlers; /* the loop thread's pass: handlers run at its end (relief.c) */
     /* What peers make the context hold, and what was refused or evicted for
      * it (core/admit.c, send.c, xfer/tensor.c; the metrics text), under the
      * lock. */
@@ -158,6 +161,7 @@ struct rrpc_ctx {
         uint64_t cancels_found;   /* CANCEL frames that found their request (rpc.c) */
         uint64_t not_run_deadline, not_run_cancelled; /* requests skipped before their handler */
         uint64_t slow_handlers;   /* loop-thread handlers that ran past RRPCI_SLOW_HANDLER_S */
+        uint64_t reliefs;         /* loop-thread handlers the loop moved away from (relief.c) */
         uint64_t meta_refused_request;  /* requests answered RRPC_E_METADATA (rpc.c) */
         uint64_t meta_refused_response; /* responses whose metadata failed their call */
         double log_t0;           /* admission's log: one line per interval, with counts */
@@ -431,6 +435,31 @@ void rrpci_rpc_serving_drop(rrpc_conn *c);
 /* A handler worker is about to run @req: false when it must not (its caller
  * cancelled it or its deadline passed; it is answered so, and freed). */
 bool rrpci_request_should_run(rrpc_request *req, const char *method);
+/* A handler to run off the receive path, with its own copy of the request's
+ * payload: a worker's (RRPC_HANDLER_ON_WORKER), or one the loop thread runs
+ * at the end of its pass (relief.c).  It holds a reference to its
+ * connection and, until it ends, the request's credit. */
+struct rrpci_job {
+    struct rrpci_job *next;
+    rrpc_request *req;
+    rrpc_conn *conn;
+    int cls;
+    rrpc_handler_fn fn;
+    void *user;
+    size_t len;
+    uint64_t method_id;
+    const char *method; /* a copy, after the payload */
+    uint8_t data[];     /* the request's payload, copied off the receive buffer */
+};
+/* A job for @req (a reference to @c taken), or NULL without memory. */
+struct rrpci_job *rrpci_job_new(rrpc_request *req, rrpc_conn *c, int cls, rrpc_handler_fn fn,
+                               void *user, const uint8_t *p, size_t len, const char *method);
+/* The job is over: the request's credit goes back, the reference is
+ * dropped and @j freed (takes the context lock). */
+void rrpci_job_end(rrpc_ctx *ctx, struct rrpci_job *j);
+/* Jobs never begun (a list by next): each caller is answered E_CLOSED (the
+ * context is going) and the job ended. */
+void rrpci_jobs_drop(rrpc_ctx *ctx, struct rrpci_job *list);
 /* workers.c: the threads of RRPC_HANDLER_ON_WORKER handlers, started with
  * the first such method (context lock held), stopped by rrpc_ctx_destroy
  * after the loop thread (context lock not held). */
@@ -586,6 +615,46 @@ int rrpci_loop_timeout(rrpc_ctx *ctx);
  * work that wakes no fd (a transport's unarmed CQ). */
 int rrpci_loop_fd_timeout(rrpc_ctx *ctx);
 /* Thread mode: the loop thread, its sleeping set, and its stop. */
+/* The loop thread's and the relief threads' loop (the context lock held):
+ * runs the loop while this thread is its runner, watches the handlers
+ * while it is not (relief.c), until the context stops. */
+void rrpci_loop_thread_body(rrpc_ctx *ctx);
+/* The runner lets go of the context lock (held once) / takes it again,
+ * letting the threads that wait for it through first. */
+void rrpci_runner_release(rrpc_ctx *ctx);
+void rrpci_runner_acquire(rrpc_ctx *ctx);
+/* A relief thread takes over the pass of the runner it relieved. */
+void rrpci_loop_inherit(rrpc_ctx *ctx);
+/* relief.c: a handler on the loop thread that runs long no longer holds the
+ * loop.  Started with the loop thread (context lock held; nothing with
+ * RRPC_HANDLER_RELIEF_MS=0), stopped (signalled, then joined, after the
+ * loop thread) by rrpc_ctx_destroy. */
+#define RRPCI_RELIEF_COPY_MAX 4096u /* payloads copied to run at a pass's end */
+#define RRPCI_RELIEF_THREADS 4            /* relief threads beyond the first watcher */
+int rrpci_relief_start(rrpc_ctx *ctx);
+void rrpci_relief_stop(rrpc_ctx *ctx);
+void rrpci_relief_join(rrpc_ctx *ctx);
+/* Whether this thread runs the loop (always, without relief). */
+bool rrpci_relief_runs_loop(rrpc_ctx *ctx);
+/* Queues @req's handler for the end of the pass (a copy of the payload);
+ * false when it could not, after answering the caller. */
+bool rrpci_relief_defer(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cls,
+                        rrpc_handler_fn fn, void *user, const uint8_t *p, size_t len,
+                        const char *method, uint64_t method_id);
+/* Runs the queued handlers (the runner, the lock held once, in a pass);
+ * false when this thread was relieved meanwhile and no longer runs the loop. */
+bool rrpci_relief_run(rrpc_ctx *ctx);
+/* Whether handlers are queued; runs them in place, before a request that
+ * is not queued (its handler runs on the receive path), so handlers still
+ * run in the order their requests came. */
+bool rrpci_relief_queued(rrpc_ctx *ctx);
+void rrpci_relief_flush(rrpc_ctx *ctx);
+/* A thread that does not run the loop watches the handlers until it does
+ * (or the context stops); called and returns with the context lock held. */
+void rrpci_relief_watch(rrpc_ctx *ctx);
+/* A handler of method @method_id took @took s (@moved: it was relieved);
+ * a long one is counted and logged once per method (rpc.c). */
+void rrpci_handler_took(rrpc_ctx *ctx, uint64_t method_id, double took, bool moved);
 int rrpci_loop_thread_init(rrpc_ctx *ctx);
 void rrpci_loop_thread_fini(rrpc_ctx *ctx);
 void *rrpci_loop_thread(void *arg);

@@ -93,6 +93,9 @@ RRPC_API int rrpc_ctx_start_thread(rrpc_ctx *ctx)
             __atomic_store_n(&ctx->thread_mode, false, __ATOMIC_RELAXED);
             rrpci_loop_thread_fini(ctx);
             rrpci_set_error(ctx, r, "cannot start the loop thread: %s", rrpc_strerror(r));
+        } else if (rrpci_relief_start(ctx) < 0) {
+            RRPCI_LOG(ctx, LOG_WARNING, "no memory for the relief of long handlers: a handler "
+                      "on the loop thread holds the loop until it returns");
         }
     }
     rrpci_unlock(ctx);
@@ -118,7 +121,9 @@ RRPC_API void rrpc_ctx_destroy(rrpc_ctx *ctx)
         ctx->stopping = true;
         pthread_mutex_unlock(&ctx->lock);
         rrpci_loop_thread_stop(ctx);
+        rrpci_relief_stop(ctx);
         pthread_join(ctx->thread, NULL);
+        rrpci_relief_join(ctx);
         /* A worker's blocking call now drives the loop itself. */
         __atomic_store_n(&ctx->thread_mode, false, __ATOMIC_RELAXED);
     }

@@ -456,9 +456,12 @@ static unsigned run_asyncs(struct rrpci_evloop *l)
     return n;
 }
 
-unsigned rrpci_evloop_dispatch(struct rrpci_evloop *l, unsigned max)
+unsigned rrpci_evloop_dispatch(struct rrpci_evloop *l, unsigned max, bool (*after)(void *arg),
+                               void *arg)
 {
     unsigned n = run_timers(l) + run_asyncs(l);
+    if (after && !after(arg))
+        return n;
     for (int p = RRPCI_NPRIO - 1; p >= 0 && n < max;) {
         struct rrpci_list *q = &l->pending[p];
         if (rrpci_list_empty(q)) {
@@ -471,6 +474,8 @@ unsigned rrpci_evloop_dispatch(struct rrpci_evloop *l, unsigned max)
         w->revents = 0;
         w->cb(w, rev); /* which may stop, free or feed watchers */
         n++;
+        if (after && !after(arg))
+            return n;
         p = RRPCI_NPRIO - 1; /* a callback may have made a higher one ready */
     }
     return n;

@@ -100,9 +100,13 @@ bool rrpci_evloop_has_pending(const struct rrpci_evloop *loop);
  */
 int rrpci_evloop_wait(struct rrpci_evloop *loop, int timeout_ms);
 /* Invokes the due timers, the asyncs sent, then the ready watchers by
- * priority; at most @max watcher callbacks (the rest stay queued).
- * Returns the number of callbacks invoked. */
-unsigned rrpci_evloop_dispatch(struct rrpci_evloop *loop, unsigned max);
+ * priority; at most @max watcher callbacks (the rest stay queued).  After
+ * the timers and asyncs, and after each watcher's callback, @after(@arg)
+ * runs when given; when it returns false the dispatch ends at once without
+ * touching the loop again (its thread no longer runs it).  Returns the
+ * number of callbacks invoked. */
+unsigned rrpci_evloop_dispatch(struct rrpci_evloop *loop, unsigned max, bool (*after)(void *arg),
+                               void *arg);
 
 /* ---- watchers ------------------------------------------------------------ */
 

@@ -80,17 +80,19 @@ void rrpci_lock(rrpc_ctx *ctx)
 /* The runner lets go of the lock (held once) while it waits, and takes it
  * again after; a polling runner would re-take the (unfair) mutex at once
  * and starve the threads calling in: it lets them through first. */
-static void runner_release(rrpc_ctx *ctx)
+void rrpci_runner_release(rrpc_ctx *ctx)
 {
     pthread_mutex_unlock(&ctx->lock);
 }
 
-static void runner_acquire(rrpc_ctx *ctx)
+void rrpci_runner_acquire(rrpc_ctx *ctx)
 {
     while (atomic_load(&ctx->lock_waiters) > 0)
         sched_yield();
     pthread_mutex_lock(&ctx->lock);
 }
+#define runner_release rrpci_runner_release
+#define runner_acquire rrpci_runner_acquire
 
 bool rrpci_in_callback(rrpc_ctx *ctx)
 {
@@ -113,6 +115,14 @@ static void run_leave(rrpc_ctx *ctx)
     __atomic_store_n(&ctx->in_run, ctx->in_run - 1, __ATOMIC_RELAXED);
 }
 
+void rrpci_loop_inherit(rrpc_ctx *ctx)
+{
+    /* The relieved thread's pass is this thread's now, and over. */
+    __atomic_store_n(&ctx->owner, pthread_self(), __ATOMIC_RELAXED);
+    ctx->defer_handlers = false;
+    run_leave(ctx);
+}
+
 /* Work the next pass must do without waiting: ready watchers, due timers,
  * sent asyncs, credit owed, or polling after traffic.  For a driven
  * context's fd (@for_fd) polling counts only where a transport left work
@@ -123,7 +133,8 @@ static void run_leave(rrpc_ctx *ctx)
 static bool work_pending(rrpc_ctx *ctx, bool for_fd)
 {
     return (ctx->gov.polling && (!for_fd || ctx->gov.unarmed)) ||
-           !rrpci_list_empty(&ctx->credit_dirty) || rrpci_evloop_has_pending(ctx->ev);
+           !rrpci_list_empty(&ctx->credit_dirty) || rrpci_evloop_has_pending(ctx->ev) ||
+           rrpci_relief_queued(ctx); /* a relieved pass's rest: the next pass runs it */
 }
 
 static int timeout_ms(rrpc_ctx *ctx, bool pending)
@@ -309,19 +320,37 @@ static void poll_step(rrpc_ctx *ctx)
 
 /* ---- one pass ------------------------------------------------------------ */
 
+/* After each callback of the loop thread's pass: the handlers it queued
+ * run (relief.c), before the next watcher, so the order in which the loop
+ * serves the classes holds for them too.  False once this thread was
+ * relieved meanwhile: it no longer runs the loop, and touches it no more. */
+static bool after_callback(void *arg)
+{
+    rrpc_ctx *ctx = arg;
+    return !rrpci_relief_queued(ctx) || rrpci_relief_run(ctx);
+}
+
 /* Collects what is ready without waiting and invokes it (the runner, the
- * lock held, in_run set). */
-static void pass_dispatch(rrpc_ctx *ctx, bool collect)
+ * lock held, in_run set).  False when this thread was relieved of the loop
+ * in a handler (the loop thread's pass only): the pass is no longer its. */
+static bool pass_dispatch(rrpc_ctx *ctx, bool collect)
 {
     if (collect)
         (void)rrpci_evloop_wait(ctx->ev, 0);
-    unsigned n = rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS);
+    bool defer = ctx->defer_handlers;
+    unsigned n = rrpci_evloop_dispatch(ctx->ev, RRPCI_PASS_MAX_CALLBACKS,
+                                       defer ? after_callback : NULL, ctx);
+    if (defer && !rrpci_relief_runs_loop(ctx))
+        return false;
     rrpci_flag_waiters_wake(ctx);
     if (ctx->gov.polling) {
         if (n > 0)
             rrpci_gov_found(&ctx->gov);
         poll_step(ctx);
+        if (defer && !after_callback(ctx)) /* requests the polled completions held */
+            return false;
     }
+    return true;
 }
 
 /* Before a runner waits: credit owed goes out, and how long it may wait,
@@ -356,6 +385,10 @@ static bool let_waiters_through(rrpc_ctx *ctx, bool loop_thread)
 void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
 {
     run_enter(ctx);
+    /* A blocking call that took the loop over from a relieved pass runs
+     * what that pass queued first, in place (it runs handlers so). */
+    if (rrpci_relief_queued(ctx))
+        rrpci_relief_flush(ctx);
     int ms = pass_prepare(ctx, max_ms);
     if (ms != 0) {
         /* in_run stays set: nobody else runs the loop while this waits */
@@ -365,7 +398,7 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
     } else {
         (void)let_waiters_through(ctx, false); /* in_run stays set here too */
     }
-    pass_dispatch(ctx, ms == 0);
+    (void)pass_dispatch(ctx, ms == 0); /* no relief here: always true */
     run_leave(ctx);
 }
 
@@ -406,7 +439,12 @@ static void thread_pass(rrpc_ctx *ctx)
         return;
     }
     run_enter(ctx);
-    pass_dispatch(ctx, true);
+    /* Handlers queue up for the pass's end (relief.c), where the loop can
+     * move to another thread should one run long. */
+    ctx->defer_handlers = ctx->relief != NULL;
+    if (!pass_dispatch(ctx, true))
+        return; /* relieved: the thread that took the loop over ended the pass */
+    ctx->defer_handlers = false;
     run_leave(ctx);
 }
 
@@ -419,17 +457,26 @@ static void thread_stand_by(rrpc_ctx *ctx)
     thread_wait(ctx, t < 0 ? -1 : (int)(t * 1000.0) + 1);
 }
 
-void *rrpci_loop_thread(void *arg)
+void rrpci_loop_thread_body(rrpc_ctx *ctx)
 {
-    rrpc_ctx *ctx = arg;
-    rrpci_lock(ctx);
     while (!ctx->stopping) {
+        if (!rrpci_relief_runs_loop(ctx)) {
+            rrpci_relief_watch(ctx); /* until it runs the loop, or the context stops */
+            continue;
+        }
         if (ctx->taken) {
             thread_stand_by(ctx);
             continue;
         }
         thread_pass(ctx);
     }
+}
+
+void *rrpci_loop_thread(void *arg)
+{
+    rrpc_ctx *ctx = arg;
+    rrpci_lock(ctx);
+    rrpci_loop_thread_body(ctx);
     pthread_mutex_unlock(&ctx->lock);
     return NULL;
 }

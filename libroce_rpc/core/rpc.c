@@ -309,25 +309,40 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     }
     if (m->flags & RRPC_HANDLER_ON_WORKER)
         return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, plen, m->name);
+    /* The loop thread's own pass: the handler runs at the pass's end, off
+     * the receive path, so the loop can move on should it run long
+     * (relief.c).  A method that keeps its credit until the answer, or a
+     * payload too large to copy cheaply, runs here. */
+    if (ctx->defer_handlers && !req->credit_on_answer && plen <= RRPCI_RELIEF_COPY_MAX)
+        return rrpci_relief_defer(ctx, req, c, cls, m->fn, m->user, p, plen, m->name, h->arg);
+    if (ctx->defer_handlers && rrpci_relief_queued(ctx))
+        rrpci_relief_flush(ctx); /* those that came before it first */
     bool later = req->credit_on_answer; /* @req may be freed by the handler */
     m->fn(req, p, plen, m->user);
-    double took = rrpci_stats_now() - now;
-    if (took > RRPCI_SLOW_HANDLER_S) {
-        ctx->guard.slow_handlers++;
-        /* the handler may have unregistered its method: found again */
-        n = rrpci_idmap_get(&ctx->methods, h->arg);
-        m = n ? rrpci_container_of(n, struct method, node) : NULL;
-        if (m && !m->slow_logged) {
-            m->slow_logged = true;
-            RRPCI_LOG(ctx, LOG_WARNING,
-                      "handler of \"%s\" ran %.0f ms on the loop thread, which reads and "
-                      "answers nothing meanwhile (other methods and connections wait): register "
-                      "it with RRPC_HANDLER_ON_WORKER, or answer later from your own thread "
-                      "(logged once per method)",
-                      m->name, took * 1e3);
-        }
-    }
+    rrpci_handler_took(ctx, h->arg, rrpci_stats_now() - now, false);
     return later;
+}
+
+void rrpci_handler_took(rrpc_ctx *ctx, uint64_t method_id, double took, bool moved)
+{
+    if (took <= RRPCI_SLOW_HANDLER_S)
+        return;
+    ctx->guard.slow_handlers++;
+    /* the handler may have unregistered its method: found again */
+    struct rrpci_idnode *n = rrpci_idmap_get(&ctx->methods, method_id);
+    struct method *m = n ? rrpci_container_of(n, struct method, node) : NULL;
+    if (m && !m->slow_logged) {
+        m->slow_logged = true;
+        RRPCI_LOG(ctx, LOG_WARNING,
+                  "handler of \"%s\" ran %.0f ms on the loop thread; %s: register it with "
+                  "RRPC_HANDLER_ON_WORKER, or answer later from your own thread (logged once "
+                  "per method)",
+                  m->name, took * 1e3,
+                  moved ? "another thread ran the loop once it had run RRPC_HANDLER_RELIEF_MS, "
+                          "beside it"
+                        : "the loop read and answered nothing meanwhile (other methods and "
+                          "connections waited)");
+    }
 }
 
 /* Takes @req out of its connection's map of requests being served. */

@@ -539,6 +539,10 @@ static size_t render_guard(const struct rrpci_guard *g, char *buf, size_t len, s
            "Handlers that ran longer than 100 ms on the loop thread (RRPC_HANDLER_ON_WORKER "
            "keeps them off it).",
            g->slow_handlers);
+    single(&o, "rrpc_handler_reliefs_total",
+           "Handlers that ran past RRPC_HANDLER_RELIEF_MS on the loop thread, whose loop "
+           "another thread took over meanwhile.",
+           g->reliefs);
     const char *mr = "rrpc_metadata_refused_total";
     put(&o, "# HELP %s Frames whose metadata broke its bounds: requests answered "
         "RRPC_E_METADATA unrun, responses that failed their call with it.\n"

@@ -12,18 +12,6 @@
 
 #include "core/core.h"
 
-struct rrpci_job {
-    struct rrpci_job *next;
-    rrpc_request *req;
-    rrpc_conn *conn; /* a reference: the credit of the request goes back on it */
-    int cls;
-    rrpc_handler_fn fn;
-    void *user;
-    size_t len;
-    const char *method; /* a copy, after the payload */
-    uint8_t data[];     /* the request's payload, copied off the receive buffer */
-};
-
 struct rrpci_workers {
     rrpc_ctx *ctx;
     pthread_mutex_t mu; /* the queues; taken after the context lock, never before */
@@ -52,9 +40,25 @@ static struct rrpci_job *take(struct rrpci_workers *w)
     return NULL;
 }
 
+struct rrpci_job *rrpci_job_new(rrpc_request *req, rrpc_conn *c, int cls, rrpc_handler_fn fn,
+                               void *user, const uint8_t *p, size_t len, const char *method)
+{
+    size_t mlen = strlen(method) + 1;
+    struct rrpci_job *j = malloc(sizeof(*j) + len + mlen);
+    if (!j)
+        return NULL;
+    *j = (struct rrpci_job){.req = req, .conn = c, .cls = cls, .fn = fn, .user = user, .len = len};
+    if (len)
+        memcpy(j->data, p, len);
+    memcpy(j->data + len, method, mlen);
+    j->method = (const char *)j->data + len;
+    rrpci_conn_ref(c);
+    return j;
+}
+
 /* The job is over (served, or dropped): the request's credit goes back now,
  * which is what bounds the jobs a peer can queue to its credit window. */
-static void job_end(rrpc_ctx *ctx, struct rrpci_job *j)
+void rrpci_job_end(rrpc_ctx *ctx, struct rrpci_job *j)
 {
     rrpci_lock(ctx);
     rrpc_conn *c = j->conn;
@@ -66,6 +70,18 @@ static void job_end(rrpc_ctx *ctx, struct rrpci_job *j)
     }
     rrpci_conn_unref(c);
     rrpci_unlock(ctx); /* wakes the loop: the credit goes out from there */
+    free(j);
+}
+
+void rrpci_jobs_drop(rrpc_ctx *ctx, struct rrpci_job *list)
+{
+    while (list) {
+        struct rrpci_job *j = list;
+        list = j->next;
+        static const char why[] = "the server's context is being destroyed";
+        rrpci_respond_now(j->req, RRPC_E_CLOSED, why, sizeof(why) - 1);
+        rrpci_job_end(ctx, j);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -86,8 +102,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&w->mu); /* the payload is no longer read */
         w->bytes -= j->len;
         pthread_mutex_unlock(&w->mu);
-        job_end(w->ctx, j);
-        free(j);
+        rrpci_job_end(w->ctx, j);
         pthread_mutex_lock(&w->mu);
     }
     pthread_mutex_unlock(&w->mu);
@@ -130,8 +145,7 @@ bool rrpci_workers_submit(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cl
     pthread_mutex_unlock(&w->mu);
     /* One request is always taken, whatever its size (RRPC_MAX_MSG bounds it). */
     bool full = held > 0 && held + len > cap;
-    size_t mlen = strlen(method) + 1;
-    struct rrpci_job *j = full ? NULL : malloc(sizeof(*j) + len + mlen);
+    struct rrpci_job *j = full ? NULL : rrpci_job_new(req, c, cls, fn, user, p, len, method);
     if (!j) {
         char msg[240];
         int n = full ? snprintf(msg, sizeof(msg),
@@ -145,12 +159,6 @@ bool rrpci_workers_submit(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cl
         rrpci_respond_now(req, full ? RRPC_E_LIMIT : -ENOMEM, msg, (size_t)n);
         return false;
     }
-    *j = (struct rrpci_job){.req = req, .conn = c, .cls = cls, .fn = fn, .user = user, .len = len};
-    if (len)
-        memcpy(j->data, p, len);
-    memcpy(j->data + len, method, mlen);
-    j->method = (const char *)j->data + len;
-    rrpci_conn_ref(c);
     pthread_mutex_lock(&w->mu);
     w->bytes += len;
     if (w->tail[cls])
@@ -181,14 +189,7 @@ void rrpci_workers_stop(rrpc_ctx *ctx)
     pthread_mutex_unlock(&w->mu);
     for (unsigned i = 0; i < w->n; i++)
         pthread_join(w->threads[i], NULL);
-    while (drop) {
-        struct rrpci_job *j = drop;
-        drop = j->next;
-        static const char why[] = "the server's context is being destroyed";
-        rrpci_respond_now(j->req, RRPC_E_CLOSED, why, sizeof(why) - 1);
-        job_end(ctx, j);
-        free(j);
-    }
+    rrpci_jobs_drop(ctx, drop);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -151,7 +151,10 @@ static void h_reenter(rrpc_request *req, const void *p, size_t len, void *user)
 }
 
 /* Holds the server's loop thread until the test sets T.release: nothing is
- * read on any connection of the server meanwhile. */
+ * read on any connection of the server meanwhile.  Registered with
+ * RRPC_HANDLER_CREDIT_ON_ANSWER: such a handler runs in place, where no
+ * other thread can take the loop over from it (core/relief.c), so it holds
+ * the loop however long it runs. */
 static void h_hold_loop(rrpc_request *req, const void *p, size_t len, void *user)
 {
     lock();
@@ -284,7 +287,8 @@ static int group_setup(void **state)
         if (rrpc_register(T.sctx, methods[i], fns[i], NULL))
             return -1;
     rrpc_ctx_set_notify(T.sctx, server_notify, NULL);
-    if (rrpc_register(T.sctx, "hold_loop", h_hold_loop, NULL) ||
+    rrpc_register_opts in_place = {.flags = RRPC_HANDLER_CREDIT_ON_ANSWER};
+    if (rrpc_register_with(T.sctx, "hold_loop", h_hold_loop, NULL, &in_place) ||
         rrpc_register(T.sctx, "check", h_check, NULL))
         return -1;
     if (rrpc_register(T.cctx, "echo", h_echo, NULL)) /* clients serve too */
@@ -2742,7 +2746,8 @@ static void nap_nomethod_done(const rrpc_result *res, void *user)
 }
 
 /*
- * The case of the issue: a handler sleeps 300 ms on the loop thread.  A
+ * The case of the issue, where nothing relieves the loop
+ * (RRPC_HANDLER_RELIEF_MS=0): a handler sleeps 300 ms on the loop thread.  A
  * call made meanwhile with 100 ms to live fails at its caller; the server
  * reads it only after the nap, sees from when it arrived that its caller
  * has given up, and answers without running it.  Calls with time to spare
@@ -2757,7 +2762,11 @@ static void test_a_loop_handler_that_naps_300_ms_delays_others_but_expired_work_
 {
     (void)state;
     char curi[300];
-    rrpc_ctx *s = worker_server(NULL, 0, curi, sizeof(curi));
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_RELIEF_MS", "0"), 0);
+    rrpc_ctx *s = worker_server(cfg, 0, curi, sizeof(curi));
+    rrpc_config_destroy(cfg);
     memset(&DL, 0, sizeof(DL));
     memset(&NAP, 0, sizeof(NAP));
     assert_int_equal(rrpc_register(s, "nap", h_dl_nap, NULL), 0);
@@ -2792,6 +2801,96 @@ static void test_a_loop_handler_that_naps_300_ms_delays_others_but_expired_work_
                 1);
     assert_int_equal(stat_line(s, "rrpc_slow_handlers_total "), 1);
     rrpc_conn_close(c);
+    rrpc_ctx_destroy(s);
+}
+
+/* A handler on the loop thread that runs until the test lets it go
+ * (HOLD.go), at most 20 s. */
+static struct {
+    int started, go;
+} HOLD;
+
+static void h_hold_until_go(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    (void)p, (void)len, (void)user;
+    lock();
+    HOLD.started++;
+    unlock();
+    (void)wait_for(&HOLD.go, 1, 20000);
+    rrpc_respond(req, "z", 1);
+}
+
+/*
+ * The same case with the defaults: a handler that runs long on the loop
+ * thread no longer holds the loop.  Once it has run RRPC_HANDLER_RELIEF_MS
+ * (10 ms) another thread takes the loop over, and while the handler still
+ * runs (it returns only when the test lets it go) the server answers a call
+ * with 100 ms to live, another method and a method that does not exist on
+ * the same connection, and a call on a second connection.  The thread of
+ * the long handler watches afterwards: a second long handler is relieved
+ * too.  Counted in rrpc_handler_reliefs_total.
+ */
+static void test_a_loop_handler_that_runs_long_no_longer_holds_the_loop(void **state)
+{
+    (void)state;
+    char curi[300];
+    rrpc_ctx *s = worker_server(NULL, 0, curi, sizeof(curi));
+    memset(&DL, 0, sizeof(DL));
+    memset(&NAP, 0, sizeof(NAP));
+    memset(&HOLD, 0, sizeof(HOLD));
+    assert_int_equal(rrpc_register(s, "hold", h_hold_until_go, NULL), 0);
+    assert_int_equal(rrpc_register(s, "count", h_dl_count, NULL), 0);
+    rrpc_conn *c, *c2;
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c), 0);
+    assert_int_equal(rrpc_connect_sync(T.cctx, curi, 10000, NULL, NULL, &c2), 0);
+    rrpc_call_opts roomy = {.deadline_ms = 30000};
+    for (int round = 1; round <= 2; round++) {
+        lock();
+        DL.dl_watch_done = 0;
+        unlock();
+        assert_int_equal(rrpc_call(c, "hold", "", 0, &roomy, dl_watch_done, NULL), 0);
+        assert_int_equal(wait_for(&HOLD.started, round, 10000), round);
+        if (round == 1) {
+            rrpc_call_opts short_ = {.deadline_ms = 100};
+            assert_int_equal(rrpc_call(c, "count", "q", 1, &short_, dl_count_done, NULL), 0);
+            assert_int_equal(rrpc_call(c, "echo", "e", 1, &roomy, nap_echo_done, NULL), 0);
+            assert_int_equal(
+                rrpc_call(c, "no-such-method", "", 0, &roomy, nap_nomethod_done, NULL), 0);
+            assert_int_equal(wait_for(&DL.dl_count_done, 1, 10000), 1);
+            if (DL.count_status != 0)
+                fail_msg("a call with 100 ms to live beside the long handler: %s",
+                         rrpc_err_name(DL.count_status));
+            assert_int_equal(wait_for(&NAP.n, 2, 10000), 2);
+            assert_int_equal(NAP.echo_status, 0);
+            assert_int_equal(NAP.nomethod_status, RRPC_E_NO_METHOD);
+        }
+        void *out = NULL;
+        size_t outlen = 0;
+        assert_int_equal(rrpc_call_sync(c2, "echo", "second", 6, &roomy, &out, &outlen), 0);
+        assert_int_equal(outlen, 6);
+        free(out);
+        lock();
+        int held_on = DL.dl_watch_done == 0 && HOLD.go == 0;
+        unlock();
+        if (!held_on)
+            fail_msg("round %d: the long handler returned before the others were answered",
+                     round);
+        assert_int_equal(stat_line(s, "rrpc_handler_reliefs_total "), (uint64_t)round);
+        lock();
+        HOLD.go = 1;
+        unlock();
+        assert_int_equal(wait_for(&DL.dl_watch_done, 1, 30000), 1);
+        assert_int_equal(DL.watch_status, 0);
+        lock();
+        HOLD.go = 0;
+        unlock();
+    }
+    lock();
+    int counted = DL.counted;
+    unlock();
+    assert_int_equal(counted, 1);
+    rrpc_conn_close(c);
+    rrpc_conn_close(c2);
     rrpc_ctx_destroy(s);
 }
 
@@ -3623,6 +3722,7 @@ int main(void)
         cmocka_unit_test(test_a_cancelled_call_reaches_its_running_handler),
         cmocka_unit_test(
             test_a_loop_handler_that_naps_300_ms_delays_others_but_expired_work_never_runs),
+        cmocka_unit_test(test_a_loop_handler_that_runs_long_no_longer_holds_the_loop),
         cmocka_unit_test(test_cancelling_calls_that_hold_credit_gives_the_credit_back),
         cmocka_unit_test(test_a_handler_answering_later_holds_its_credit_until_it_answers),
         cmocka_unit_test(test_register_with_refuses_unknown_flags_and_reserved_words),

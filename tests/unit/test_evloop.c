@@ -24,6 +24,22 @@ static void note_io(struct rrpci_io *w, unsigned revents)
     (void)!read(w->fd, b, sizeof(b));
 }
 
+/* Two pipes read by @lo (data 1) and @hi (data 2, the highest priority),
+ * both started on @l. */
+static void two_watchers(struct rrpci_evloop *l, int p1[2], int p2[2], struct rrpci_io *lo,
+                         struct rrpci_io *hi)
+{
+    assert_int_equal(pipe(p1), 0);
+    assert_int_equal(pipe(p2), 0);
+    rrpci_io_init(lo, note_io, p1[0], RRPCI_IO_READ);
+    rrpci_io_init(hi, note_io, p2[0], RRPCI_IO_READ);
+    lo->data = (void *)1;
+    hi->data = (void *)2;
+    rrpci_io_set_prio(hi, RRPCI_PRIO_MAX);
+    assert_int_equal(rrpci_io_start(l, lo), 0);
+    assert_int_equal(rrpci_io_start(l, hi), 0);
+}
+
 static void note_timer(struct rrpci_timer *t)
 {
     order[norder++] = (int)(intptr_t)t->data;
@@ -41,16 +57,8 @@ static void test_ready_watchers_run_highest_priority_first_after_due_timers(void
     struct rrpci_evloop *l;
     assert_int_equal(rrpci_evloop_init(&l), 0);
     int p1[2], p2[2];
-    assert_int_equal(pipe(p1), 0);
-    assert_int_equal(pipe(p2), 0);
     struct rrpci_io lo, hi;
-    rrpci_io_init(&lo, note_io, p1[0], RRPCI_IO_READ);
-    rrpci_io_init(&hi, note_io, p2[0], RRPCI_IO_READ);
-    lo.data = (void *)1;
-    hi.data = (void *)2;
-    rrpci_io_set_prio(&hi, RRPCI_PRIO_MAX);
-    assert_int_equal(rrpci_io_start(l, &lo), 0);
-    assert_int_equal(rrpci_io_start(l, &hi), 0);
+    two_watchers(l, p1, p2, &lo, &hi);
     struct rrpci_timer t;
     rrpci_timer_init_loop(l, &t, note_timer, 0, 0);
     t.data = (void *)3;
@@ -59,7 +67,7 @@ static void test_ready_watchers_run_highest_priority_first_after_due_timers(void
     assert_int_equal(write(p2[1], "x", 1), 1);
     norder = 0;
     assert_int_equal(rrpci_evloop_wait(l, 1000), 2);
-    assert_int_equal(rrpci_evloop_dispatch(l, 100), 3);
+    assert_int_equal(rrpci_evloop_dispatch(l, 100, NULL, NULL), 3);
     assert_int_equal(norder, 3);
     assert_int_equal(order[0], 3); /* the due timer */
     assert_int_equal(order[1], 2); /* then the higher priority */
@@ -69,6 +77,52 @@ static void test_ready_watchers_run_highest_priority_first_after_due_timers(void
     rrpci_io_stop(l, &hi);
     rrpci_evloop_fini(l);
     close(p1[0]), close(p1[1]), close(p2[0]), close(p2[1]);
+}
+
+/* The dispatch's @after hook: it runs after the timers and asyncs and
+ * after each watcher's callback, and the dispatch ends at once when it
+ * says false (its thread no longer runs the loop: relief.c). */
+static int afters, stop_after;
+static bool after_hook(void *arg)
+{
+    (void)arg;
+    afters++;
+    return afters != stop_after;
+}
+
+static void test_the_after_hook_runs_after_each_callback_and_ends_the_dispatch(void **state)
+{
+    (void)state;
+    struct rrpci_evloop *l;
+    assert_int_equal(rrpci_evloop_init(&l), 0);
+    int p1[2], p2[2];
+    struct rrpci_io a, b;
+    two_watchers(l, p1, p2, &a, &b);
+    assert_int_equal(write(p1[1], "x", 1), 1);
+    assert_int_equal(write(p2[1], "x", 1), 1);
+    /* every callback, then once after the timers and asyncs (none) */
+    norder = afters = 0;
+    stop_after = -1;
+    assert_int_equal(rrpci_evloop_wait(l, 1000), 2);
+    assert_int_equal(rrpci_evloop_dispatch(l, 100, after_hook, NULL), 2);
+    assert_int_equal(norder, 2);
+    assert_int_equal(afters, 3);
+    /* false after the first watcher: the second stays queued */
+    assert_int_equal(write(p1[1], "x", 1), 1);
+    assert_int_equal(write(p2[1], "x", 1), 1);
+    norder = afters = 0;
+    stop_after = 2;
+    assert_int_equal(rrpci_evloop_wait(l, 1000), 2);
+    assert_int_equal(rrpci_evloop_dispatch(l, 100, after_hook, NULL), 1);
+    assert_int_equal(norder, 1);
+    assert_int_equal(order[0], 2);
+    stop_after = -1;
+    assert_int_equal(rrpci_evloop_dispatch(l, 100, after_hook, NULL), 1);
+    assert_int_equal(order[1], 1);
+    rrpci_io_stop(l, &a);
+    rrpci_io_stop(l, &b);
+    close(p1[0]), close(p1[1]), close(p2[0]), close(p2[1]);
+    rrpci_evloop_fini(l);
 }
 
 static void test_a_stopped_watcher_is_out_of_the_kernel_set_at_once(void **state)
@@ -120,7 +174,7 @@ static void test_timers_fire_in_due_order_and_repeat(void **state)
         double left = rrpci_evloop_next_timer(l);
         assert_true(left >= 0 && left < 1);
         (void)rrpci_evloop_wait(l, (int)(left * 1000) + 1);
-        (void)rrpci_evloop_dispatch(l, 100);
+        (void)rrpci_evloop_dispatch(l, 100, NULL, NULL);
     }
     assert_int_equal(order[0], 1);
     assert_int_equal(order[1], 3);
@@ -168,12 +222,12 @@ static void test_an_async_from_another_thread_makes_the_fd_readable_and_runs_onc
     assert_int_equal(readable(rrpci_evloop_fd(resend_loop)), 1);
     async_runs = 0;
     (void)rrpci_evloop_wait(resend_loop, 0);
-    assert_int_equal(rrpci_evloop_dispatch(resend_loop, 100), 1);
+    assert_int_equal(rrpci_evloop_dispatch(resend_loop, 100, NULL, NULL), 1);
     assert_int_equal(async_runs, 1);
     /* sent again from its callback: not in the same dispatch, but pending */
     assert_true(rrpci_evloop_has_pending(resend_loop));
     (void)rrpci_evloop_wait(resend_loop, 0);
-    assert_int_equal(rrpci_evloop_dispatch(resend_loop, 100), 1);
+    assert_int_equal(rrpci_evloop_dispatch(resend_loop, 100, NULL, NULL), 1);
     assert_int_equal(async_runs, 2);
     assert_false(rrpci_evloop_has_pending(resend_loop));
     assert_int_equal(readable(rrpci_evloop_fd(resend_loop)), 0);
@@ -234,7 +288,7 @@ static void test_no_wake_up_is_lost_when_sends_race_the_loop(void **state)
         int n = rrpci_evloop_wait(resend_loop, 2000);
         if (n == 0 && !rrpci_evloop_has_pending(resend_loop))
             fail_msg("the loop slept 2 s with sends outstanding (%d handled)", race_total());
-        (void)rrpci_evloop_dispatch(resend_loop, 100);
+        (void)rrpci_evloop_dispatch(resend_loop, 100, NULL, NULL);
     }
     for (int k = 0; k < RACE_SENDERS; k++) {
         pthread_join(th[k], NULL);
@@ -247,6 +301,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ready_watchers_run_highest_priority_first_after_due_timers),
+        cmocka_unit_test(test_the_after_hook_runs_after_each_callback_and_ends_the_dispatch),
         cmocka_unit_test(test_a_stopped_watcher_is_out_of_the_kernel_set_at_once),
         cmocka_unit_test(test_timers_fire_in_due_order_and_repeat),
         cmocka_unit_test(test_an_async_from_another_thread_makes_the_fd_readable_and_runs_once),
