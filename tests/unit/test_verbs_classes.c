@@ -105,6 +105,9 @@ static void pair_open(struct pair *p, const char *auth_timeout_ms)
     assert_int_equal(rrpc_config_create(&cfg), 0);
     if (auth_timeout_ms)
         assert_int_equal(rrpc_config_set(cfg, "RRPC_AUTH_TIMEOUT_MS", auth_timeout_ms), 0);
+    /* "hold" holds the server's loop on purpose: no other thread takes the
+     * loop over from it (core/relief.c). */
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_RELIEF_MS", "0"), 0);
     assert_int_equal(rrpc_ctx_create_with(cfg, &p->srv), 0);
     assert_int_equal(rrpc_ctx_create_with(cfg, &p->cli), 0);
     rrpc_config_destroy(cfg);
