@@ -644,6 +644,9 @@ bool rrpci_relief_defer(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cls,
 /* Runs the queued handlers (the runner, the lock held once, in a pass);
  * false when this thread was relieved meanwhile and no longer runs the loop. */
 bool rrpci_relief_run(rrpc_ctx *ctx);
+/* The context whose queued handler this thread runs, or NULL: a blocking
+ * call from it is refused (sync.c) after a relief too. */
+extern _Thread_local rrpc_ctx *rrpci_relief_handler;
 /* Whether handlers are queued; runs them in place, before a request that
  * is not queued (its handler runs on the receive path), so handlers still
  * run in the order their requests came. */

@@ -62,6 +62,8 @@ struct rrpci_relief {
     pthread_t threads[RRPCI_RELIEF_THREADS + 1];
 };
 
+_Thread_local rrpc_ctx *rrpci_relief_handler;
+
 static void *watcher_main(void *arg)
 {
     rrpc_ctx *ctx = arg;
@@ -124,11 +126,17 @@ void rrpci_relief_join(rrpc_ctx *ctx)
         pthread_join(r->threads[i], NULL);
     /* A job queued by the last pass and never run: its caller fails with
      * the connection, which the context closes next. */
-    rrpci_jobs_drop(ctx, r->head);
+    /* Under the lock: a blocking call may still run the loop, which reads
+     * ctx->relief (the queue) there. */
+    rrpci_lock(ctx);
+    struct rrpci_job *left = r->head;
+    r->head = r->tail = NULL;
+    ctx->relief = NULL;
+    rrpci_jobs_drop(ctx, left);
+    pthread_mutex_unlock(&ctx->lock);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
-    ctx->relief = NULL;
 }
 
 bool rrpci_relief_runs_loop(rrpc_ctx *ctx)
@@ -190,12 +198,16 @@ static bool run_queued(rrpc_ctx *ctx, bool may_move)
                 pthread_cond_signal(&r->cv);
             pthread_mutex_unlock(&r->mu);
             rrpci_runner_release(ctx);
+            rrpci_relief_handler = ctx; /* a blocking call from it is refused, relieved or not */
             j->fn(j->req, j->data, j->len, j->user);
+            rrpci_relief_handler = NULL;
             rrpci_runner_acquire(ctx);
             pthread_mutex_lock(&r->mu);
-            r->running = false;
-            lost = r->relieved == seq;
+            if (r->seq == seq)
+                r->running = false; /* not another runner's handler, after a relief */
             pthread_mutex_unlock(&r->mu);
+            /* relieved by any relief since (not only the last one) */
+            lost = !pthread_equal(r->runner, pthread_self());
             rrpci_handler_took(ctx, j->method_id, rrpci_stats_now() - t0, lost);
         }
         rrpci_job_end(ctx, j);

@@ -28,7 +28,7 @@ int rrpci_sync_begin(struct rrpci_sync *s, rrpc_ctx *ctx, const char *why_not_he
 {
     if (!ctx)
         return -EINVAL;
-    if (rrpci_in_callback(ctx))
+    if (rrpci_in_callback(ctx) || rrpci_relief_handler == ctx) /* relieved or not */
         return rrpci_set_error(ctx, RRPC_E_DEADLOCK, "%s", why_not_here);
     s->done = 0;
     s->ctx = ctx;
@@ -233,7 +233,7 @@ RRPC_API int rrpc_ctx_wait_until(rrpc_ctx *ctx, int (*start)(void *arg), void *a
 {
     if (!ctx || !flag)
         return -EINVAL;
-    if (rrpci_in_callback(ctx))
+    if (rrpci_in_callback(ctx) || rrpci_relief_handler == ctx) /* relieved or not */
         return rrpci_set_error(ctx, RRPC_E_DEADLOCK,
                                "rrpc_ctx_wait_until from a callback would wait for itself; "
                                "return from the callback and act on the flag later");
