@@ -143,7 +143,7 @@ struct rrpc_ctx {
     struct rrpci_mhttp *metrics_http; /* serving GET /metrics (core/metrics_serve.c), or NULL */
     struct rrpci_workers *workers;    /* handler workers (core/workers.c), or NULL */
     struct rrpci_relief *relief;      /* thread mode: relief of long handlers, or NULL */
-    bool defer_handlers; /* the loop thread's pass: handlers run at its end (relief.c) */
+    bool defer_handlers; /* the loop thread's pass: handlers run after each callback (relief.c) */
     /* What peers make the context hold, and what was refused or evicted for
      * it (core/admit.c, send.c, xfer/tensor.c; the metrics text), under the
      * lock. */
@@ -629,14 +629,15 @@ void rrpci_loop_inherit(rrpc_ctx *ctx);
  * loop.  Started with the loop thread (context lock held; nothing with
  * RRPC_HANDLER_RELIEF_MS=0), stopped (signalled, then joined, after the
  * loop thread) by rrpc_ctx_destroy. */
-#define RRPCI_RELIEF_COPY_MAX 4096u /* payloads copied to run at a pass's end */
-#define RRPCI_RELIEF_THREADS 4            /* relief threads beyond the first watcher */
+#define RRPCI_RELIEF_COPY_MAX 4096u /* payloads copied to run off the receive path */
+#define RRPCI_RELIEF_THREADS 4 /* relief threads beyond the first watcher */
 int rrpci_relief_start(rrpc_ctx *ctx);
 void rrpci_relief_stop(rrpc_ctx *ctx);
 void rrpci_relief_join(rrpc_ctx *ctx);
 /* Whether this thread runs the loop (always, without relief). */
 bool rrpci_relief_runs_loop(rrpc_ctx *ctx);
-/* Queues @req's handler for the end of the pass (a copy of the payload);
+/* Queues @req's handler to run after the current callback (a copy of the
+ * payload);
  * false when it could not, after answering the caller. */
 bool rrpci_relief_defer(rrpc_ctx *ctx, rrpc_request *req, rrpc_conn *c, int cls,
                         rrpc_handler_fn fn, void *user, const uint8_t *p, size_t len,

@@ -91,8 +91,6 @@ void rrpci_runner_acquire(rrpc_ctx *ctx)
         sched_yield();
     pthread_mutex_lock(&ctx->lock);
 }
-#define runner_release rrpci_runner_release
-#define runner_acquire rrpci_runner_acquire
 
 bool rrpci_in_callback(rrpc_ctx *ctx)
 {
@@ -375,8 +373,8 @@ static bool let_waiters_through(rrpc_ctx *ctx, bool loop_thread)
         return false;
     if (loop_thread)
         atomic_store_explicit(&ctx->loop_yielded, true, memory_order_relaxed);
-    runner_release(ctx);
-    runner_acquire(ctx);
+    rrpci_runner_release(ctx);
+    rrpci_runner_acquire(ctx);
     if (loop_thread)
         atomic_store_explicit(&ctx->loop_yielded, false, memory_order_relaxed);
     return true;
@@ -392,9 +390,9 @@ void rrpci_loop_pass(rrpc_ctx *ctx, int max_ms)
     int ms = pass_prepare(ctx, max_ms);
     if (ms != 0) {
         /* in_run stays set: nobody else runs the loop while this waits */
-        runner_release(ctx);
+        rrpci_runner_release(ctx);
         (void)rrpci_evloop_wait(ctx->ev, ms);
-        runner_acquire(ctx);
+        rrpci_runner_acquire(ctx);
     } else {
         (void)let_waiters_through(ctx, false); /* in_run stays set here too */
     }
@@ -413,10 +411,10 @@ static void thread_wait(rrpc_ctx *ctx, int ms)
 {
     ctx->sleep_until = ms < 0 ? -1 : rrpci_evloop_now(ctx->ev) + ms / 1000.0;
     atomic_store_explicit(&ctx->loop_sleeping, true, memory_order_relaxed);
-    runner_release(ctx);
+    rrpci_runner_release(ctx);
     struct epoll_event e[2];
     (void)epoll_wait(ctx->thread_fd, e, 2, ms);
-    runner_acquire(ctx);
+    rrpci_runner_acquire(ctx);
     ctx->thread_wakeups++;
     atomic_store_explicit(&ctx->loop_sleeping, false, memory_order_relaxed);
     uint64_t v;
@@ -439,8 +437,9 @@ static void thread_pass(rrpc_ctx *ctx)
         return;
     }
     run_enter(ctx);
-    /* Handlers queue up for the pass's end (relief.c), where the loop can
-     * move to another thread should one run long. */
+    /* Handlers queue up to run after each callback, off the receive path
+     * (relief.c), where the loop can move to another thread should one run
+     * long. */
     ctx->defer_handlers = ctx->relief != NULL;
     if (!pass_dispatch(ctx, true))
         return; /* relieved: the thread that took the loop over ended the pass */

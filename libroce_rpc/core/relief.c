@@ -6,7 +6,8 @@
  * that runs the loop; one that works long (a sleep, a computation, a
  * blocking read of its own) used to hold every connection's reads and
  * answers until it returned.  In thread mode the loop thread runs such a
- * handler at the end of its pass instead, from a queue, with a copy of the
+ * handler after the callback that read its request instead, from a queue,
+ * with a copy of the
  * request's payload and with the context lock let go: no transport's
  * receive path is on its stack then, so the loop can move to another
  * thread.  A watcher thread looks at each handler that runs; one that has
@@ -124,10 +125,9 @@ void rrpci_relief_join(rrpc_ctx *ctx)
         return;
     for (unsigned i = 0; i < r->nthreads; i++)
         pthread_join(r->threads[i], NULL);
-    /* A job queued by the last pass and never run: its caller fails with
-     * the connection, which the context closes next. */
-    /* Under the lock: a blocking call may still run the loop, which reads
-     * ctx->relief (the queue) there. */
+    /* A job queued by the last pass and never run is answered E_CLOSED;
+     * under the lock, as a blocking call may still run the loop and read
+     * ctx->relief there. */
     rrpci_lock(ctx);
     struct rrpci_job *left = r->head;
     r->head = r->tail = NULL;

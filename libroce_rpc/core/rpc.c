@@ -309,7 +309,7 @@ bool rrpci_rpc_on_request(rrpc_conn *c, int cls, const struct rrpci_hdr *h, cons
     }
     if (m->flags & RRPC_HANDLER_ON_WORKER)
         return rrpci_workers_submit(ctx, req, c, cls, m->fn, m->user, p, plen, m->name);
-    /* The loop thread's own pass: the handler runs at the pass's end, off
+    /* The loop thread's own pass: the handler runs after this callback, off
      * the receive path, so the loop can move on should it run long
      * (relief.c).  A method that keeps its credit until the answer, or a
      * payload too large to copy cheaply, runs here. */

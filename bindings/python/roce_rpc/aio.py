@@ -27,8 +27,9 @@ and Handle per call).  A call allocates no cffi object: its callback
 handle is reused, its method name encoded once, its bytes passed as they
 are.  While the library polls after traffic (rrpc_ctx_timeout says 0:
 its polling window, RRPC_BUSY_POLL_US and on verbs RRPC_VERBS_BUSY_POLL_US,
-under its CPU budget) the driver runs again at the loop's next turn instead of sleeping on the fd, as a C
-client following rrpc_ctx_timeout does.
+under its CPU budget) the driver runs again at the loop's next turn
+instead of sleeping on the fd, as a C client following rrpc_ctx_timeout
+does.
 
 Handlers may be plain functions or `async def` coroutines (a task on the
 loop answers when it returns).  A coroutine that raises, or returns
@@ -277,9 +278,9 @@ class Context(_AsyncWith, _core._Closable):  # also `with`, and closed when coll
                 self._kick()
         # The library polls after traffic (under its governor: a window
         # after the last frame or completion, a CPU budget, a stop when
-        # the thread does not get its CPU) and says so with a zero timeout: the loop runs
-        # again at its next turn instead of sleeping on the fd, as a C
-        # client that follows rrpc_ctx_timeout would.  The turn still
+        # the thread does not get its CPU) and says so with a zero timeout:
+        # the loop runs again at its next turn instead of sleeping on the
+        # fd, as a C client that follows rrpc_ctx_timeout would.  The turn still
         # selects, with a zero timeout, so other readers are served.
         if (self._soon is None and not core.closed and not core.closing
                 and _timeout(self._ptr, self._ms) == 0 and self._ms[0] == 0):
