@@ -73,7 +73,10 @@ typedef struct rrpc_class_stats {
     uint64_t onesided_us_sum;
     uint64_t onesided_buckets[24];
     uint64_t call_errors[9];
-    uint64_t reserved[4];
+    uint64_t credit_lent;
+    uint64_t credit_lends;
+    uint64_t credit_lend_refused;
+    uint64_t credit_taken_back;
 } rrpc_class_stats;
 typedef struct rrpc_stats {
     rrpc_class_stats cls[RRPC_STATS_CLASS_SLOTS];

@@ -302,7 +302,14 @@ typedef struct rrpc_class_stats {
                                  completion (ok or failed), us */
     uint64_t onesided_buckets[RRPC_STATS_RTT_BUCKETS]; /* their durations */
     uint64_t call_errors[RRPC_STATS_ERRORS]; /* calls_failed by code (see above) */
-    uint64_t reserved[4];
+    /* Credit lending (RRPC_CREDIT_LENDING): a gauge of the credit lent to
+     * peers beyond their first grant now; times a peer that had all its
+     * credit in flight was lent more; times it was not, the class's
+     * RRPC_CREDIT_BUDGET being lent out; credit taken back from idle peers. */
+    uint64_t credit_lent;
+    uint64_t credit_lends;
+    uint64_t credit_lend_refused;
+    uint64_t credit_taken_back;
 } rrpc_class_stats;
 
 /*

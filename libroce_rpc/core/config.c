@@ -106,6 +106,24 @@ static const struct rrpci_conf_field core_fields[] = {
      .doc = "answer bytes queued for all peers together; above it a peer holding more than "
             "its share (this / peers holding answers) is held back as by "
             "RRPC_MAX_ANSWER_BACKLOG"},
+    {.name = "RRPC_CREDIT_LENDING", RRPCI_CONF_INT(C, credit_lending), .def = 1, .min = 0,
+     .max = 1,
+     .doc = "1: a connection's peer starts with RRPC_CREDIT_BASE credits per class and is lent "
+            "more, up to the class's credits, while it uses them all, out of "
+            "RRPC_CREDIT_BUDGET; taken back once idle. 0: every peer holds the class's "
+            "credits from the start"},
+    {.name = "RRPC_CREDIT_BASE", RRPCI_CONF_INT(C, credit_base), .def = 4, .min = 1,
+     .max = 4096,
+     .doc = "with lending: the credits per class a peer starts with and keeps (at most the "
+            "class's credits)"},
+    {.name = "RRPC_CREDIT_BUDGET", RRPCI_CONF_INT(C, credit_budget), .def = 4096, .min = 0,
+     .max = 1 << 24,
+     .doc = "with lending: credits lent beyond the base at once, per class, over all the "
+            "context's connections"},
+    {.name = "RRPC_CREDIT_IDLE_MS", RRPCI_CONF_INT(C, credit_idle_ms), .def = 1000, .min = 1,
+     .max = 3600000,
+     .doc = "with lending: a connection that carried no request or answer this long gives "
+            "its lent credit back, ms"},
     {.name = "RRPC_MAX_PARTIAL_BYTES", RRPCI_CONF_INT(C, max_partial_bytes), .def = 256L << 20,
      .min = 1L << 20, .max = 1LL << 40,
      .doc = "payload bytes of large frames being received, over all connections (a frame's "

@@ -134,6 +134,7 @@ bool rrpci_conn_enter(rrpc_conn *c, enum rrpci_conn_event ev)
     case RRPCI_CLOSING:  /* the DOWN callback comes from the loop, not the caller */
         rrpci_timer_stop(&c->setup_timer);
         rrpci_timer_stop(&c->ka_timer);
+        rrpci_timer_stop(&c->lend_timer);
         rrpci_timer_set(&c->close_timer, c->state == RRPCI_REFUSING ? 0.05 : 0, 0);
         rrpci_timer_start(&c->close_timer);
         break;
@@ -142,6 +143,7 @@ bool rrpci_conn_enter(rrpc_conn *c, enum rrpci_conn_event ev)
         rrpci_timer_stop(&c->setup_timer);
         rrpci_timer_stop(&c->close_timer);
         rrpci_timer_stop(&c->ka_timer);
+        rrpci_timer_stop(&c->lend_timer);
         break;
     }
     return true;
@@ -176,6 +178,7 @@ rrpc_conn *rrpci_conn_alloc(rrpc_ctx *ctx, const struct rrpci_transport_ops *ops
     c->close_timer.data = c;
     rrpci_timer_init(ctx, &c->ka_timer, rrpci_ka_timer_cb, 0, 0);
     c->ka_timer.data = c;
+    rrpci_lend_conn_init(c);
     rrpci_list_add(&ctx->conns, &c->link);
     rrpci_list_init(&c->dirty_link);
     rrpci_list_init(&c->owned_link);
@@ -190,7 +193,7 @@ void rrpci_conn_hello_local(rrpc_conn *c, struct rrpci_hello *h)
     h->version = RRPCI_PROTO_VERSION;
     h->nclasses = RRPCI_MAX_CLASSES;
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
-        h->credits[i] = (uint16_t)c->ctx->cls[i].credits;
+        h->credits[i] = (uint16_t)rrpci_lend_first_grant(c->ctx, i);
     h->max_msg = c->ctx->cfg.max_msg;
 }
 
@@ -212,7 +215,7 @@ int rrpci_conn_hello_peer(rrpc_conn *c, const struct rrpci_hello *p)
         return rrpci_set_error(c->ctx, RRPC_E_PROTO,
                                "the peer's maximum message size %u is below 4096", p->max_msg);
     for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
-        rrpci_credit_init(&c->cls[i].credit, c->ctx->cls[i].credits, p->credits[i]);
+        rrpci_credit_init(&c->cls[i].credit, rrpci_lend_first_grant(c->ctx, i), p->credits[i]);
     c->peer_max_msg = p->max_msg;
     return 0;
 }
@@ -284,6 +287,7 @@ void rrpci_conn_down(rrpc_conn *c, int reason, const char *why)
         c->cls[i].head = c->cls[i].tail = NULL;
     }
     rrpci_conn_answers_drop(c);
+    rrpci_lend_conn_down(c);
     int status = reason == RRPC_E_CLOSED ? RRPC_E_CLOSED : RRPC_E_CONN_LOST;
     struct rrpci_idnode *n;
     while ((n = rrpci_idmap_pop(&c->pending)))

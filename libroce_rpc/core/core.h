@@ -54,6 +54,10 @@ struct rrpci_config {
     int idle_evict_ms;        /* no tickets: idle this long, a connection may make room */
     long max_answer_backlog;  /* answer bytes queued for a peer before its credit is held */
     long max_answer_bytes;    /* ... for all peers together; above it, shares (send.c) */
+    int credit_lending;       /* 1: a connection starts at credit_base, the rest lent (lend.c) */
+    int credit_base;          /* the grant a connection starts with, per class */
+    int credit_budget;        /* credit lent at once beyond the base, per class, all peers */
+    int credit_idle_ms;       /* a connection idle this long gives its lent credit back */
     long max_partial_bytes;   /* large frames being received, all connections (partial.c) */
     int max_grants;           /* grants alive at once on the context (RRPC_MAX_GRANTS) */
     int sync_spin_us;         /* thread mode: a blocking call spins this long before sleeping */
@@ -118,6 +122,7 @@ struct rrpc_ctx {
 
     struct rrpci_config cfg;
     struct rrpci_class_cfg cls[RRPCI_MAX_CLASSES];
+    uint32_t lent[RRPCI_MAX_CLASSES]; /* credit lent to all peers, beyond their first grants */
     bool endpoints_made;
 
     struct rrpci_idmap methods;
@@ -197,6 +202,8 @@ struct rrpci_class_state {
     bool blocked;                  /* the transport said -EAGAIN */
     uint32_t held; /* consumed requests whose credit is held back: answer backlog */
     double stall_t0; /* rrpci_stats_now() since frames wait for credit; 0: none wait */
+    uint32_t lent;    /* credit lent to the peer beyond the first grant (lend.c) */
+    bool lend_queued; /* a LEND frame waits in the queue; it reads credit.rx_announce */
 };
 
 struct rrpc_conn {
@@ -240,6 +247,7 @@ struct rrpc_conn {
      * the keepalive interval sends one probe, and goes down when nothing at
      * all arrived within the keepalive timeout. */
     struct rrpci_timer ka_timer;
+    struct rrpci_timer lend_timer; /* lent credit: the idle check (lend.c) */
     double last_rx, ka_sent; /* rrpci_ctx_now() */
     double last_data;        /* a request or an answer last arrived (accept at first) */
     bool ka_probe_out;
@@ -684,6 +692,19 @@ int rrpci_send_exempt(rrpc_conn *c, uint8_t type, int32_t code, const void *p, s
 void rrpci_conn_announce(rrpc_conn *c, enum rrpci_conn_event ev);
 /* keepalive.c */
 void rrpci_ka_timer_cb(struct rrpci_timer *t);
+
+/* lend.c: credit lent beyond a peer's first grant and taken back. */
+/* The grant a connection's peer starts with for @cls (its hello). */
+uint32_t rrpci_lend_first_grant(const rrpc_ctx *ctx, int cls);
+void rrpci_lend_conn_init(rrpc_conn *c);
+/* A credited frame of @cls arrived: a peer that has all its credit in
+ * flight is lent more, budget permitting. */
+void rrpci_lend_on_rx(rrpc_conn *c, int cls);
+/* A LEND or LEND_ACK from the peer: 0, or an error code with *@why. */
+int rrpci_lend_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const char **why);
+/* The connection is down: its lent credit goes back to the budget. */
+void rrpci_lend_conn_down(rrpc_conn *c);
+uint32_t rrpci_lend_total(const rrpc_ctx *ctx, int cls);
 void rrpci_ka_start(rrpc_conn *c);
 /* send.c: hands what credits and the scheduler allow to the transport. */
 void rrpci_conn_flush(rrpc_conn *c);

@@ -11,9 +11,9 @@
 
 #define RRPCI_MAGIC 0x43505252u /* "RRPC" as little-endian bytes */
 /* 2: tcp sockets opened on demand; 3: a request carries its remaining time,
- * CANCEL; 4: REQUEST and RESPONSE may carry a metadata block (RRPCI_F_META)
- * (docs/protocol.md) */
-#define RRPCI_PROTO_VERSION 4
+ * CANCEL; 4: REQUEST and RESPONSE may carry a metadata block (RRPCI_F_META);
+ * 5: credit lent and taken back in LEND / LEND_ACK (docs/protocol.md) */
+#define RRPCI_PROTO_VERSION 5
 #define RRPCI_HDR_SIZE 32
 
 enum rrpci_frame_type {
@@ -32,7 +32,10 @@ enum rrpci_frame_type {
     RRPCI_T_TICKET_ACK = 13,
     RRPCI_T_KEEPALIVE = 14, /* either, control class: arg 0 = probe, 1 = answer; no payload */
     RRPCI_T_CANCEL = 15,    /* caller -> server, the request's class: id = the request; no payload */
-    RRPCI_T_MAX_ = 16,
+    RRPCI_T_LEND = 16,     /* either, the class's channel: arg = signed change of the grant the
+                             * sender gives its peer; no payload */
+    RRPCI_T_LEND_ACK = 17, /* answers a LEND that took credit back: arg = what it took */
+    RRPCI_T_MAX_ = 18,
 };
 
 /* Flag bits of the header. */
@@ -62,7 +65,7 @@ static inline bool rrpci_type_is_exempt(uint8_t type)
     return type == RRPCI_T_HELLO || type == RRPCI_T_HELLO_ACK || type == RRPCI_T_JOIN ||
            type == RRPCI_T_JOIN_ACK || type == RRPCI_T_CREDIT || type == RRPCI_T_ERROR ||
            type == RRPCI_T_TICKET || type == RRPCI_T_TICKET_ACK || type == RRPCI_T_KEEPALIVE ||
-           type == RRPCI_T_CANCEL;
+           type == RRPCI_T_CANCEL || type == RRPCI_T_LEND || type == RRPCI_T_LEND_ACK;
 }
 
 /* The connection's own frames, not a class's: they travel on the
@@ -77,13 +80,13 @@ static inline bool rrpci_type_is_conn_frame(uint8_t type)
 
 /* The largest payload of a credit-exempt frame: what bounds them, since no
  * credit does.  Handshake records, tickets (at most 574 bytes) and ERROR
- * messages fit in RRPCI_CTL_MAX_LEN; CREDIT, KEEPALIVE, TICKET_ACK and CANCEL
- * carry nothing. */
+ * messages fit in RRPCI_CTL_MAX_LEN; CREDIT, KEEPALIVE, TICKET_ACK, CANCEL,
+ * LEND and LEND_ACK carry nothing. */
 #define RRPCI_CTL_MAX_LEN 4096u
 static inline uint32_t rrpci_exempt_max_len(uint8_t type)
 {
     return type == RRPCI_T_CREDIT || type == RRPCI_T_KEEPALIVE || type == RRPCI_T_TICKET_ACK ||
-                   type == RRPCI_T_CANCEL
+                   type == RRPCI_T_CANCEL || type == RRPCI_T_LEND || type == RRPCI_T_LEND_ACK
                ? 0
                : RRPCI_CTL_MAX_LEN;
 }

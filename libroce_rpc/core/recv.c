@@ -149,6 +149,8 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
         return;
     }
+    if (!exempt)
+        rrpci_lend_on_rx(c, cls);
     rrpci_conn_ref(c);
     bool credit_later = false; /* a worker's job gives it back when it ends */
     switch (h->type) {
@@ -167,6 +169,20 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         break;
     case RRPCI_T_CREDIT:
         break;
+    case RRPCI_T_LEND: /* no payload: rrpci_hdr_decode */
+    case RRPCI_T_LEND_ACK: {
+        const char *why = NULL;
+        int r = h->id || h->credits || h->arg > 0xffffffffu
+                    ? (why = "a LEND or LEND_ACK with an id, returned credit or more than 32 "
+                             "bits of argument",
+                       RRPC_E_PROTO)
+                    : rrpci_lend_on_frame(c, cls, h, &why);
+        if (r == -ENOMEM)
+            rrpci_conn_down(c, r, why);
+        else if (r < 0)
+            protocol_error(c, r, why);
+        break;
+    }
     case RRPCI_T_CANCEL: /* no payload: rrpci_hdr_decode */
         rrpci_rpc_on_cancel(c, h->id);
         break;

@@ -20,7 +20,8 @@ static size_t head_size(rrpc_conn *c, int cls)
     struct rrpci_msg *m = s->head;
     if (!m || s->blocked)
         return 0;
-    if (!rrpci_type_is_exempt(m->h.type) && (s->credit.tx_avail == 0 || !rrpci_conn_reached_up(c)))
+    if (!rrpci_type_is_exempt(m->h.type) &&
+        (!rrpci_credit_can_send(&s->credit) || !rrpci_conn_reached_up(c)))
         return 0;
     return RRPCI_HDR_SIZE + rrpci_msg_payload_len(m);
 }
@@ -102,9 +103,22 @@ void rrpci_conn_flush(rrpc_conn *c)
         if (!s->head)
             s->tail = NULL;
         m->next = NULL;
+        if (m->h.type == RRPCI_T_LEND) {
+            /* What was lent or taken back while it waited (lend.c). */
+            s->lend_queued = false;
+            m->h.arg = (uint32_t)s->credit.rx_announce;
+            s->credit.rx_announce = 0;
+            if (!m->h.arg) {
+                rrpci_msg_free(m);
+                continue;
+            }
+        }
         if (!exempt)
             rrpci_credit_take(&s->credit);
-        m->h.credits = rrpci_credit_harvest(&s->credit);
+        /* LEND and LEND_ACK return no credit: what a peer holds changes by
+         * their amount alone. */
+        bool lend = m->h.type == RRPCI_T_LEND || m->h.type == RRPCI_T_LEND_ACK;
+        m->h.credits = lend ? 0 : rrpci_credit_harvest(&s->credit);
         if (m->due > 0) /* the time left now, not when the call was made */
             m->h.ttl = rrpci_ttl_encode(m->due - rrpci_stats_now());
         rrpci_hdr_encode(&m->h, m->hdr);
@@ -113,6 +127,10 @@ void rrpci_conn_flush(rrpc_conn *c)
         if (r == -EAGAIN) {
             /* Put everything back as it was; wait for rrpci_conn_writable. */
             rrpci_credit_unsend(&s->credit, !exempt, m->h.credits);
+            if (m->h.type == RRPCI_T_LEND) {
+                s->credit.rx_announce += (int32_t)(uint32_t)m->h.arg;
+                s->lend_queued = true;
+            }
             m->next = s->head;
             s->head = m;
             if (!s->tail)
@@ -154,7 +172,7 @@ int rrpci_conn_submit(rrpc_conn *c, int cls, struct rrpci_msg *m)
         if (!s->tail)
             s->tail = m;
     } else {
-        if (s->credit.tx_avail == 0 && rrpci_conn_reached_up(c))
+        if (!rrpci_credit_can_send(&s->credit) && rrpci_conn_reached_up(c))
             rrpci_stats_credit_stall(c->ctx, cls, s);
         if (s->tail) {
             s->tail->next = m;

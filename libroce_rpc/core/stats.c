@@ -158,7 +158,7 @@ void rrpci_stats_credit_sent(rrpc_ctx *ctx, int cls, struct rrpci_class_state *s
     double now = rrpci_stats_now();
     if (now > s->stall_t0)
         cls_stats(ctx, cls)->credit_wait_ns += (uint64_t)((now - s->stall_t0) * 1e9);
-    bool still = s->credit.tx_avail == 0 && s->head;
+    bool still = !rrpci_credit_can_send(&s->credit) && s->head;
     s->stall_t0 = still ? now : 0;
 }
 
@@ -248,6 +248,8 @@ static void ctx_snapshot(rrpc_ctx *ctx, rrpc_stats *ret)
     ret->busy_poll_contended_stops = ctx->gov.contended_stops;
     ret->loop_thread_wakeups = ctx->thread_wakeups;
     ret->loop_takeovers = ctx->takeovers;
+    for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
+        ret->cls[rrpci_cls_public(i)].credit_lent = rrpci_lend_total(ctx, i);
     for (struct rrpci_list *l = ctx->conns.next; l != &ctx->conns; l = l->next) {
         const rrpc_conn *c = rrpci_container_of(l, rrpc_conn, link);
         for (int i = 0; i < RRPCI_MAX_CLASSES; i++)
@@ -440,6 +442,18 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
     per_class_typed(&o, &st, "rrpc_send_queue_frames",
                     "Frames of the class in the connections' send queues (waiting for credit "
                     "or for the transport).", F(queued_frames), "gauge");
+    per_class_typed(&o, &st, "rrpc_credit_lent",
+                    "Credit lent to the peers beyond their first grant (RRPC_CREDIT_LENDING).",
+                    F(credit_lent), "gauge");
+    per_class(&o, &st, "rrpc_credit_lends_total",
+              "Times a peer that had all its credit of the class in flight was lent more.",
+              F(credit_lends));
+    per_class(&o, &st, "rrpc_credit_lend_refused_total",
+              "Times a peer that had all its credit in flight was lent nothing: the class's "
+              "RRPC_CREDIT_BUDGET was lent out.", F(credit_lend_refused));
+    per_class(&o, &st, "rrpc_credit_taken_back_total",
+              "Credit taken back from peers idle for RRPC_CREDIT_IDLE_MS.",
+              F(credit_taken_back));
     histogram(&o, &st, "rrpc_call_duration_seconds",
               "Round trip of the calls answered, from the call to its answer.", F(rtt_buckets),
               F(rtt_us_sum));

@@ -201,6 +201,9 @@ void rrpci_ctx_rx_arrival(rrpc_ctx *ctx, double at);
 /* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);
 unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);
+/* The most credit @ctx ever grants a peer for class @cls (lending included,
+ * core/lend.c): what a transport's receive buffers must cover. */
+uint32_t rrpci_ctx_class_credits(rrpc_ctx *ctx, int cls);
 /* The receive-side QoS policy (core/qos.h) of @ctx's classes, their
  * weights, with a transport's @knobs, in *@ret.  Call it from ops->ctx_init
  * or later: the classes are fixed once the context's first endpoint exists. */

@@ -2315,7 +2315,7 @@ static void older_peer_told_why(int v)
     assert_int_equal(hdr[4], v);
     assert_int_equal(hdr[5], 11 /* ERROR */);
     assert_int_equal((int32_t)(uint32_t)raw_get(hdr + 16, 4), RRPC_E_VERSION);
-    assert_non_null(strstr((char *)msg, "protocol version 4"));
+    assert_non_null(strstr((char *)msg, "protocol version 5"));
     char client[32];
     snprintf(client, sizeof(client), "client version %d", v);
     assert_non_null(strstr((char *)msg, client));
@@ -2338,6 +2338,15 @@ static void test_a_version_3_peer_without_metadata_is_refused_and_told_why(void 
     if (raw_skip())
         return;
     older_peer_told_why(3);
+}
+
+/* Version 4, the last without lent credit (LEND), is refused too: its
+ * peer would take a LEND for an unknown frame type. */
+static void test_a_version_4_peer_without_lending_is_refused_and_told_why(void **state)
+{
+    if (raw_skip())
+        return;
+    older_peer_told_why(4);
 }
 
 static void test_a_4_GiB_length_closes_the_connection_before_any_allocation(void **state)
@@ -3750,6 +3759,7 @@ int main(void)
         cmocka_unit_test(test_wrong_version_is_refused_with_a_version_error),
         cmocka_unit_test(test_a_version_1_peer_is_told_why_in_its_own_version),
         cmocka_unit_test(test_a_version_3_peer_without_metadata_is_refused_and_told_why),
+        cmocka_unit_test(test_a_version_4_peer_without_lending_is_refused_and_told_why),
         cmocka_unit_test(test_metadata_travels_to_the_handler_and_back),
         cmocka_unit_test(test_metadata_beyond_its_bounds_is_refused_and_the_connection_serves_on),
         cmocka_unit_test(test_malformed_metadata_from_a_peer_is_answered_with_the_metadata_error),

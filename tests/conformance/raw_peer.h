@@ -35,7 +35,7 @@ static inline void raw_header(uint8_t h[32], int type, int cls, int flags, uint6
 {
     memset(h, 0, 32);
     memcpy(h, "RRPC", 4);
-    h[4] = 4; /* protocol version */
+    h[4] = 5; /* protocol version */
     h[5] = (uint8_t)type;
     h[6] = (uint8_t)cls;
     h[7] = (uint8_t)flags;
@@ -150,7 +150,7 @@ static inline int raw_handshake_ex(struct raw_conn *rc, const char *src, const c
     if ((rc->fd[0] = raw_connect_from(src, host, port)) < 0)
         return -1;
     rc->fd[1] = rc->fd[0];
-    uint8_t hdr[32], hello[32] = {4, 4};
+    uint8_t hdr[32], hello[32] = {5, 4};
     for (int i = 0; i < 4; i++)
         raw_le(hello + 2 + 2 * i, (uint64_t)grant, 2);
     raw_le(hello + 12, 1u << 20, 4);
@@ -196,7 +196,7 @@ static inline uint64_t raw_method_id(const char *name)
     return h;
 }
 
-/* Reads frames on @fd (skipping CREDIT) up to the RESPONSE with @id: 0 when
+/* Reads frames on @fd (skipping CREDIT and LEND) up to the RESPONSE with @id: 0 when
  * it has status 0 and "ping".  Another frame on the way: -1, its header in
  * @other_hdr (may be NULL). */
 static inline int raw_echo_answer(int fd, uint64_t id, uint8_t other_hdr[32])
@@ -205,7 +205,7 @@ static inline int raw_echo_answer(int fd, uint64_t id, uint8_t other_hdr[32])
     for (;;) {
         if (raw_read_frame(fd, hdr, msg, sizeof(msg)) < 0)
             return -1;
-        if (hdr[5] == 7)
+        if (hdr[5] == 7 || hdr[5] == 16)
             continue;
         if (hdr[5] != 6 || raw_get(hdr + 8, 8) != id) {
             if (other_hdr)

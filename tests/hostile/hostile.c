@@ -798,7 +798,12 @@ static void test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the
     void **state)
 {
     struct server s;
-    server_start(&s, false, NULL);
+    /* Lending off: each peer holds the class's whole credit from its
+     * handshake on, the most a peer that never reads can have (with
+     * lending it starts with RRPC_CREDIT_BASE and is lent more only in
+     * LEND frames it would have to read). */
+    static const char *const no_lending[] = {"RRPC_CREDIT_LENDING=0", NULL};
+    server_start(&s, false, no_lending);
     rrpc_ctx *cc = client_ctx();
     rrpc_conn *legit = client_ok(cc, &s, false);
     void *tok = NULL;

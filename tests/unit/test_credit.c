@@ -293,7 +293,7 @@ static void test_honest_sender_and_receiver_never_see_a_credit_error(void **stat
             assert_int_equal(rrpci_credit_returned(&a, n), 0);
             returned_total += n;
         }
-        assert_true(a.tx_avail <= a.tx_grant);
+        assert_true(a.tx_avail <= (int32_t)a.tx_grant);
         assert_true(b.rx_inflight <= b.rx_grant);
         /* Conservation: what A may send plus what B holds equals the grant. */
         assert_int_equal(a.tx_avail + b.rx_inflight, 10);

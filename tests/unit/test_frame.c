@@ -232,7 +232,7 @@ static void test_header_refuses_a_control_frame_longer_than_its_type_allows(void
         assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &out, &why), RRPC_E_PROTO);
         assert_non_null(why);
     }
-    assert_int_equal(n, 10);
+    assert_int_equal(n, 12);
     struct rrpci_hdr h = sample_hdr(), out;
     h.type = RRPCI_T_KEEPALIVE;
     h.len = 1;
@@ -632,14 +632,14 @@ static void test_header_decode_leaves_why_alone_on_success_and_accepts_null_why(
     assert_int_equal(rrpci_hdr_decode(buf, MAX_LEN, &h, NULL), RRPC_E_PROTO);
 }
 
-static void test_exempt_types_are_exactly_handshake_credit_error_ticket_keepalive_and_cancel(void **state)
+static void test_exempt_types_are_exactly_handshake_credit_error_ticket_keepalive_cancel_and_lend(void **state)
 {
     (void)state;
     for (int t = 0; t < 256; t++) {
         bool want = t == RRPCI_T_HELLO || t == RRPCI_T_HELLO_ACK || t == RRPCI_T_JOIN ||
                     t == RRPCI_T_JOIN_ACK || t == RRPCI_T_CREDIT || t == RRPCI_T_ERROR ||
                     t == RRPCI_T_TICKET || t == RRPCI_T_TICKET_ACK || t == RRPCI_T_KEEPALIVE ||
-                    t == RRPCI_T_CANCEL;
+                    t == RRPCI_T_CANCEL || t == RRPCI_T_LEND || t == RRPCI_T_LEND_ACK;
         assert_int_equal(rrpci_type_is_exempt((uint8_t)t), want);
     }
     /* Requests, responses and one-sided frames consume credit. */
@@ -797,7 +797,7 @@ int main(void)
         cmocka_unit_test(test_ttl_rounds_down_within_a_step_and_saturates),
         cmocka_unit_test(test_header_carries_the_remaining_time_of_a_request),
         cmocka_unit_test(test_header_decode_leaves_why_alone_on_success_and_accepts_null_why),
-        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_error_ticket_keepalive_and_cancel),
+        cmocka_unit_test(test_exempt_types_are_exactly_handshake_credit_error_ticket_keepalive_cancel_and_lend),
         cmocka_unit_test(test_os_header_round_trips_at_documented_offsets),
         cmocka_unit_test(test_os_header_decode_rejects_a_short_payload_with_proto),
         cmocka_unit_test(test_hello_round_trips_every_field),

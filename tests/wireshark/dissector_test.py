@@ -159,15 +159,16 @@ def main():
     if st != sorted([0, 3, 42, -1002, 0]):
         fail("RESPONSE statuses %r, want 0 (add), 3 (add overflow), 42 (fail), "
              "-1002 (RRPC_E_NO_METHOD), 0 (buf.token)" % st)
-    # Hello records: the default grants and maximum message
+    # Hello records: the first grants (RRPC_CREDIT_BASE, 4, lending being on
+    # by default; the rest is lent in LEND frames) and the maximum message
     hellos = fields(script, cap, "rrpc.hello.version", "rrpc.hello.credits",
                     "rrpc.hello.max_msg", flt="rrpc.type == 1 || rrpc.type == 2")
     if len(hellos) != 4:
         fail("%d hello records, want 4 (two connections)" % len(hellos))
     ver = proto_version()
     for h in hellos:
-        if h[0] != ver or h[1] != "16,64,16,8" or h[2] != str(64 << 20):
-            fail("hello record %r, want version %s, credits 16,64,16,8, max_msg %d"
+        if h[0] != ver or h[1] != "4,4,4,4" or h[2] != str(64 << 20):
+            fail("hello record %r, want version %s, credits 4,4,4,4, max_msg %d"
                  % (h, ver, 64 << 20))
     # One-sided: the WRITE's chunks add up to 256 KiB, the last one notifies
     w = fields(script, cap, "rrpc.os.len", "rrpc.flags.notify", "rrpc.os.imm", "rrpc.class",

@@ -28,6 +28,7 @@ local types = {
     [1] = "HELLO", [2] = "HELLO_ACK", [3] = "JOIN", [4] = "JOIN_ACK", [5] = "REQUEST",
     [6] = "RESPONSE", [7] = "CREDIT", [8] = "OS_WRITE", [9] = "OS_READ", [10] = "OS_ACK",
     [11] = "ERROR", [12] = "TICKET", [13] = "TICKET_ACK", [14] = "KEEPALIVE", [15] = "CANCEL",
+    [16] = "LEND", [17] = "LEND_ACK",
 }
 local classes = { [0] = "control", [1] = "low_latency", [2] = "bulk", [3] = "background" }
 
@@ -48,6 +49,7 @@ local f = {
     method_id = ProtoField.uint64("rrpc.method_id", "Method id", base.HEX),
     method = ProtoField.string("rrpc.method", "Method"),
     status = ProtoField.int32("rrpc.status", "Status"),
+    lend = ProtoField.int32("rrpc.lend", "Grant change"),
     len = ProtoField.uint32("rrpc.len", "Payload length"),
     credits = ProtoField.uint16("rrpc.credits", "Credits returned"),
     ttl = ProtoField.uint16("rrpc.ttl", "Remaining time code", base.HEX),
@@ -203,6 +205,10 @@ local function frame(tvb, pinfo, tree)
         h:add_le(f.h_maxmsg, tvb(HDR + 12, 4))
         h:add_le(f.h_cookie, tvb(HDR + 16, 8))
         h:add_le(f.h_rxbuf, tvb(HDR + 24, 4))
+    elseif ty == 16 or ty == 17 then -- LEND: signed change of the grant; LEND_ACK: what it took
+        t:add_le(f.lend, tvb(16, 4))
+        local d = tvb(16, 4):le_int()
+        summary = summary .. (ty == 16 and string.format(" %+d", d) or (" " .. d))
     elseif ty == 8 or ty == 9 then
         os_subheader(tvb, HDR, t)
         summary = summary .. " id=" .. tostring(tvb(8, 8):le_uint64())

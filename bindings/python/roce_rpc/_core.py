@@ -1167,7 +1167,8 @@ class Context(_Closable):
         call_bytes_out, call_bytes_in, requests, onesided_ops,
         onesided_bytes, onesided_failed, credit_stalls, credit_wait_ns,
         queued_frames, rtt_us_sum, rtt_buckets, onesided_us_sum,
-        onesided_buckets}}, "peers": {address: {conns, calls, calls_ok,
+        onesided_buckets, credit_lent, credit_lends, credit_lend_refused,
+        credit_taken_back}}, "peers": {address: {conns, calls, calls_ok,
         calls_failed, requests, frames_out, bytes_out, frames_in, bytes_in,
         onesided_ops, onesided_bytes}}, "conns_up", "conns_down",
         "keepalive_losses", "busy_poll_budget_stops", "busy_poll_contended_stops",
@@ -1185,7 +1186,8 @@ class Context(_Closable):
         fields = ("calls", "calls_ok", "calls_failed", "call_bytes_out", "call_bytes_in",
                   "requests", "onesided_ops", "onesided_bytes", "onesided_failed",
                   "credit_stalls", "credit_wait_ns", "queued_frames", "rtt_us_sum",
-                  "onesided_us_sum")
+                  "onesided_us_sum", "credit_lent", "credit_lends", "credit_lend_refused",
+                  "credit_taken_back")
         nb = lib.RRPC_STATS_RTT_BUCKETS
         classes = {}
         for c in (CLASS_CONTROL, CLASS_LOW_LATENCY, CLASS_BULK, CLASS_BACKGROUND):

@@ -4,9 +4,11 @@
 
 /* ---- buffers, QPs ------------------------------------------------------- */
 
+/* The credits cover the most the core ever grants the peer, lent credit
+ * included (core/lend.c), not the first grant in our hello. */
 static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
 {
-    return vc->hello.credits[cls] + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
+    return rrpci_ctx_class_credits(vc->ctx, cls) + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
            VB_NCREDIT_RESERVE + VB_SPARE + (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
 }
 
