@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1010,6 +1011,129 @@ static void test_calls_from_four_threads_on_one_connection(void **state)
         assert_int_equal(a[i].failures, 0);
     }
     rrpc_conn_close(c);
+}
+
+/* A context with @n settings NAME=VALUE over the environment's. */
+static rrpc_ctx *ctx_with(const char *const *set, int n)
+{
+    rrpc_config *cfg;
+    rrpc_ctx *ctx;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s", set[i]);
+        char *eq = strchr(name, '=');
+        *eq = 0;
+        if (rrpc_config_set(cfg, name, eq + 1))
+            fail_msg("%s: %s", set[i], rrpc_ctx_last_error(NULL));
+    }
+    assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), 0);
+    rrpc_config_destroy(cfg);
+    return ctx;
+}
+
+static rrpc_class_stats lend_stats(rrpc_ctx *ctx, int cls)
+{
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(ctx, &st), 0);
+    return st.cls[cls];
+}
+
+/* Waits (at most @ms) until @ctx has lent nothing on @cls: the gauge then. */
+static uint64_t lent_drains(rrpc_ctx *ctx, int cls, int ms)
+{
+    uint64_t lent = 0;
+    for (int i = 0; i < ms / 10; i++) {
+        if ((lent = lend_stats(ctx, cls).credit_lent) == 0)
+            break;
+        usleep(10000);
+    }
+    return lent;
+}
+
+/* Lent credit (docs/protocol.md section 7): both sides start at the base
+ * (4), a side whose peer has all of it in flight lends as much again up to
+ * the class's credits (bulk: 16, so 4 + 4 + 8), and takes it all back once
+ * the connection was idle for RRPC_CREDIT_IDLE_MS; lent again after that.
+ * Every call is answered. */
+static void test_a_pipelining_peer_is_lent_credit_and_gives_it_back_once_idle(void **state)
+{
+    (void)state;
+    static const char *const set[] = {"RRPC_CREDIT_IDLE_MS=300"};
+    rrpc_ctx *s = ctx_with(set, 1), *cl = ctx_with(set, 1);
+    int credits;
+    assert_int_equal(rrpc_class_get(s, RRPC_CLASS_BULK, NULL, NULL, &credits), 0);
+    assert_int_equal(credits, 16);
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    char curi[300];
+    listen_any(s, curi, sizeof(curi)); /* closed with its context */
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
+    for (int round = 1; round <= 2; round++) {
+        struct pipe_state ps = {.expect_len = 8};
+        for (uint64_t i = 0; i < 300; i++)
+            assert_int_equal(rrpc_call(c, "echo", &i, 8, &o, pipe_cb, &ps), 0);
+        assert_int_equal(wait_for(&ps.done, 300, 60000), 300);
+        assert_int_equal(ps.bad, 0);
+        rrpc_class_stats ss = lend_stats(s, RRPC_CLASS_BULK);
+        printf("# round %d: server lent %" PRIu64 " times, %" PRIu64 " lent now, %" PRIu64
+               " taken back\n", round, ss.credit_lends, ss.credit_lent, ss.credit_taken_back);
+        /* 4 -> 8 -> 16, in each round (the first grant is kept) */
+        assert_int_equal(ss.credit_lends, 2 * (uint64_t)round);
+        assert_int_equal(ss.credit_lent + ss.credit_taken_back, 12 * (uint64_t)round);
+        assert_int_equal(ss.credit_lend_refused, 0);
+        assert_int_equal(lent_drains(s, RRPC_CLASS_BULK, 5000), 0);
+        assert_int_equal(lend_stats(s, RRPC_CLASS_BULK).credit_taken_back, 12 * (uint64_t)round);
+        /* the client lent the server credit for its answers, the same way */
+        assert_true(lend_stats(cl, RRPC_CLASS_BULK).credit_lends >= (uint64_t)round);
+        assert_int_equal(lent_drains(cl, RRPC_CLASS_BULK, 5000), 0);
+        /* no other class was lent anything */
+        assert_int_equal(lend_stats(s, RRPC_CLASS_LOW_LATENCY).credit_lends, 0);
+    }
+    rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
+}
+
+/* The budget bounds what all peers are lent at once: with
+ * RRPC_CREDIT_BUDGET=4, two connections pipelining on bulk share 4 lent
+ * credits; the rest are refused (counted), and every call is answered on
+ * the credit each connection has. */
+static void test_the_credit_budget_bounds_what_all_peers_are_lent(void **state)
+{
+    (void)state;
+    static const char *const set[] = {"RRPC_CREDIT_BUDGET=4"};
+    rrpc_ctx *s = ctx_with(set, 1);
+    rrpc_ctx *cl;
+    assert_int_equal(rrpc_ctx_create(&cl), 0);
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    char curi[300];
+    listen_any(s, curi, sizeof(curi)); /* closed with its context */
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+    rrpc_conn *c[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c[k]), 0);
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
+    struct pipe_state ps = {.expect_len = 8};
+    uint64_t most = 0;
+    for (uint64_t i = 0; i < 400; i++) {
+        assert_int_equal(rrpc_call(c[i % 2], "echo", &i, 8, &o, pipe_cb, &ps), 0);
+        uint64_t now = lend_stats(s, RRPC_CLASS_BULK).credit_lent;
+        most = now > most ? now : most;
+    }
+    assert_int_equal(wait_for(&ps.done, 400, 60000), 400);
+    assert_int_equal(ps.bad, 0);
+    rrpc_class_stats ss = lend_stats(s, RRPC_CLASS_BULK);
+    printf("# lent at most %" PRIu64 " (sampled), %" PRIu64 " lends, %" PRIu64 " refused\n",
+           most, ss.credit_lends, ss.credit_lend_refused);
+    assert_true(most <= 4 && ss.credit_lent <= 4);
+    assert_true(ss.credit_lends >= 1);
+    assert_true(ss.credit_lend_refused >= 1);
+    rrpc_ctx_destroy(cl);
+    rrpc_ctx_destroy(s);
 }
 
 static void test_one_credit_per_class_still_completes_500_pipelined_calls(void **state)
@@ -3722,6 +3846,8 @@ int main(void)
         cmocka_unit_test(test_async_reply_from_another_thread_completes_the_call),
         cmocka_unit_test(test_calls_from_four_threads_on_one_connection),
         cmocka_unit_test(test_one_credit_per_class_still_completes_500_pipelined_calls),
+        cmocka_unit_test(test_a_pipelining_peer_is_lent_credit_and_gives_it_back_once_idle),
+        cmocka_unit_test(test_the_credit_budget_bounds_what_all_peers_are_lent),
         cmocka_unit_test(test_a_large_call_right_after_connect_is_served),
         cmocka_unit_test(test_low_latency_calls_complete_while_bulk_saturates),
         cmocka_unit_test(test_a_worker_handler_that_holds_its_request_holds_no_other_call),

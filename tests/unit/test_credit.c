@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include <roce_rpc/error.h>
@@ -321,6 +322,194 @@ static void test_unsend_restores_the_state_before_take_and_harvest(void **state)
     assert_memory_equal(&c, &before, sizeof(c));
 }
 
+/* ---- lent credit: LEND and LEND_ACK ------------------------------------- */
+
+static void test_a_lend_raises_the_grant_and_what_may_be_sent(void **state)
+{
+    (void)state;
+    struct rrpci_credit a, b;
+    rrpci_credit_init(&a, 4, 4);
+    rrpci_credit_init(&b, 4, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_true(rrpci_credit_take(&a));
+        assert_int_equal(rrpci_credit_rx(&b), 0);
+    }
+    assert_false(rrpci_credit_take(&a));
+    assert_false(rrpci_credit_rx_room(&b));
+    rrpci_credit_lend(&b, 4);
+    assert_int_equal(b.rx_announce, 4);
+    assert_true(rrpci_credit_rx_room(&b));
+    assert_int_equal(rrpci_credit_granted(&a, 4), 0);
+    assert_int_equal(a.tx_grant, 8);
+    assert_int_equal(a.tx_avail, 4);
+    assert_true(rrpci_credit_take(&a));
+}
+
+static void test_a_take_back_while_frames_are_in_flight_leaves_a_debt_returns_pay(void **state)
+{
+    (void)state;
+    struct rrpci_credit a;
+    rrpci_credit_init(&a, 4, 8);
+    for (int i = 0; i < 6; i++)
+        assert_true(rrpci_credit_take(&a));
+    assert_int_equal(rrpci_credit_granted(&a, -4), 0); /* 6 in flight, grant now 4 */
+    assert_int_equal(a.tx_grant, 4);
+    assert_int_equal(a.tx_avail, -2);
+    assert_false(rrpci_credit_can_send(&a));
+    assert_int_equal(rrpci_credit_returned(&a, 2), 0); /* pays the debt */
+    assert_false(rrpci_credit_can_send(&a));
+    assert_int_equal(rrpci_credit_returned(&a, 1), 0);
+    assert_true(rrpci_credit_take(&a));
+    /* more back than is in flight (4 now) is still refused */
+    assert_int_equal(rrpci_credit_returned(&a, 5), RRPC_E_CREDIT);
+}
+
+static void test_a_lend_of_zero_or_to_a_grant_below_one_or_above_65535_is_refused(void **state)
+{
+    (void)state;
+    struct rrpci_credit a;
+    rrpci_credit_init(&a, 4, 4);
+    assert_int_equal(rrpci_credit_granted(&a, 0), RRPC_E_PROTO);
+    assert_int_equal(rrpci_credit_granted(&a, -4), RRPC_E_CREDIT);
+    assert_int_equal(rrpci_credit_granted(&a, 65532), RRPC_E_CREDIT);
+    assert_int_equal(rrpci_credit_granted(&a, INT32_MIN), RRPC_E_CREDIT);
+    assert_int_equal(a.tx_grant, 4); /* nothing changed */
+    assert_int_equal(a.tx_avail, 4);
+    assert_int_equal(rrpci_credit_granted(&a, 65531), 0);
+    assert_int_equal(a.tx_grant, 65535);
+}
+
+static void test_a_take_back_counts_until_acknowledged_and_only_one_at_a_time(void **state)
+{
+    (void)state;
+    struct rrpci_credit b;
+    rrpci_credit_init(&b, 4, 4);
+    rrpci_credit_lend(&b, 12);
+    b.rx_announce = 0; /* told */
+    assert_false(rrpci_credit_take_back(&b, 16)); /* would leave none */
+    assert_false(rrpci_credit_take_back(&b, 0));
+    assert_true(rrpci_credit_take_back(&b, 12));
+    assert_int_equal(b.rx_announce, -12);
+    assert_false(rrpci_credit_take_back(&b, 1)); /* one at a time */
+    /* an acknowledgement before the LEND went is a peer's invention */
+    assert_int_equal(rrpci_credit_take_acked(&b, 12), RRPC_E_PROTO);
+    b.rx_announce = 0;
+    /* frames sent before the peer saw it are still covered */
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(rrpci_credit_rx(&b), 0);
+    assert_int_equal(rrpci_credit_take_acked(&b, 11), RRPC_E_PROTO);
+    assert_int_equal(rrpci_credit_take_acked(&b, 12), 0);
+    assert_int_equal(b.rx_grant, 4);
+    assert_int_equal(rrpci_credit_take_acked(&b, 12), RRPC_E_PROTO); /* a second one */
+    assert_false(rrpci_credit_rx_room(&b)); /* 16 in flight, grant 4 */
+}
+
+/* What travels between a sender A and a receiver B, in order per
+ * direction: B -> A returned credit and LENDs, A -> B frames and LEND_ACKs. */
+enum { Q_RET, Q_LEND, Q_FRAME, Q_ACK };
+struct qent {
+    int kind;
+    int32_t n;
+};
+struct fifo {
+    struct qent e[4096];
+    unsigned head, tail;
+};
+static void push(struct fifo *f, int kind, int32_t n)
+{
+    assert_true(f->tail - f->head < 4096);
+    f->e[f->tail++ % 4096] = (struct qent){kind, n};
+}
+
+static void test_lending_and_taking_back_at_random_never_overruns_the_receiver(void **state)
+{
+    (void)state;
+    static struct fifo ab, ba;
+    memset(&ab, 0, sizeof(ab));
+    memset(&ba, 0, sizeof(ba));
+    struct rrpci_credit a, b;
+    rrpci_credit_init(&a, 4, 4);
+    rrpci_credit_init(&b, 4, 4);
+    uint32_t seed = 777, queued = 0, sent = 0, lends = 0, takes = 0, debts = 0;
+    for (int step = 0; step < 200000; step++) {
+        unsigned r = rnd(&seed) % 8;
+        if (r < 3 && rrpci_credit_take(&a)) {
+            push(&ab, Q_FRAME, 0);
+            sent++;
+        } else if (r == 3 && queued) {
+            rrpci_credit_consumed(&b);
+            queued--;
+        } else if (r == 4 && (rrpci_credit_should_return(&b) || rnd(&seed) % 4 == 0)) {
+            uint16_t n = rrpci_credit_harvest(&b);
+            if (n)
+                push(&ba, Q_RET, n);
+        } else if (r == 5) {
+            /* B lends (not while a take-back is on its way) or takes back */
+            if (rnd(&seed) % 2 && !b.rx_taking && b.rx_announce >= 0 && b.rx_grant < 64) {
+                rrpci_credit_lend(&b, 1 + rnd(&seed) % 8);
+                lends++;
+            } else if (b.rx_grant > 1 &&
+                       rrpci_credit_take_back(&b, 1 + rnd(&seed) % (b.rx_grant - 1))) {
+                takes++;
+            }
+            if (b.rx_announce) { /* the LEND leaves */
+                push(&ba, Q_LEND, b.rx_announce);
+                b.rx_announce = 0;
+            }
+        } else if (r == 6 && ba.head != ba.tail) { /* A reads */
+            struct qent e = ba.e[ba.head++ % 4096];
+            if (e.kind == Q_RET) {
+                assert_int_equal(rrpci_credit_returned(&a, (uint32_t)e.n), 0);
+            } else {
+                assert_int_equal(rrpci_credit_granted(&a, e.n), 0);
+                debts += a.tx_avail < 0;
+                if (e.n < 0)
+                    push(&ab, Q_ACK, -e.n);
+            }
+        } else if (r == 7 && ab.head != ab.tail) { /* B reads */
+            struct qent e = ab.e[ab.head++ % 4096];
+            if (e.kind == Q_FRAME) {
+                assert_int_equal(rrpci_credit_rx(&b), 0);
+                queued++;
+            } else {
+                assert_int_equal(rrpci_credit_take_acked(&b, (uint32_t)e.n), 0);
+            }
+        }
+    }
+    assert_true(sent > 10000 && lends > 1000 && takes > 1000);
+    assert_true(debts > 0); /* some take-back found frames in flight */
+    /* Quiet now: everything read, consumed and returned, both sides agree. */
+    for (int round = 0; round < 4; round++) {
+        while (ab.head != ab.tail) {
+            struct qent e = ab.e[ab.head++ % 4096];
+            if (e.kind == Q_FRAME)
+                assert_int_equal(rrpci_credit_rx(&b), 0), queued++;
+            else
+                assert_int_equal(rrpci_credit_take_acked(&b, (uint32_t)e.n), 0);
+        }
+        for (; queued; queued--)
+            rrpci_credit_consumed(&b);
+        uint16_t n = rrpci_credit_harvest(&b);
+        if (n)
+            push(&ba, Q_RET, n);
+        if (b.rx_announce) {
+            push(&ba, Q_LEND, b.rx_announce);
+            b.rx_announce = 0;
+        }
+        while (ba.head != ba.tail) {
+            struct qent e = ba.e[ba.head++ % 4096];
+            if (e.kind == Q_RET)
+                assert_int_equal(rrpci_credit_returned(&a, (uint32_t)e.n), 0);
+            else if (assert_int_equal(rrpci_credit_granted(&a, e.n), 0), e.n < 0)
+                push(&ab, Q_ACK, -e.n);
+        }
+    }
+    assert_int_equal(b.rx_taking, 0);
+    assert_int_equal(b.rx_inflight, 0);
+    assert_int_equal(a.tx_grant, b.rx_grant);
+    assert_int_equal(a.tx_avail, (int32_t)a.tx_grant);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +533,11 @@ int main(void)
         cmocka_unit_test(test_should_return_is_false_after_harvest),
         cmocka_unit_test(test_received_but_unconsumed_frames_do_not_trigger_a_return),
         cmocka_unit_test(test_honest_sender_and_receiver_never_see_a_credit_error),
+        cmocka_unit_test(test_a_lend_raises_the_grant_and_what_may_be_sent),
+        cmocka_unit_test(test_a_take_back_while_frames_are_in_flight_leaves_a_debt_returns_pay),
+        cmocka_unit_test(test_a_lend_of_zero_or_to_a_grant_below_one_or_above_65535_is_refused),
+        cmocka_unit_test(test_a_take_back_counts_until_acknowledged_and_only_one_at_a_time),
+        cmocka_unit_test(test_lending_and_taking_back_at_random_never_overruns_the_receiver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
