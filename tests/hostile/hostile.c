@@ -51,6 +51,7 @@ struct server {
     int port;
     char uri[64];
     int ups, downs;
+    int last_reason; /* of the last DOWN */
 };
 
 static struct server *cur; /* for the handlers */
@@ -82,10 +83,12 @@ static void on_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *user)
 {
     struct server *s = user;
     lock();
-    if (ev == RRPC_CONN_UP)
+    if (ev == RRPC_CONN_UP) {
         s->ups++;
-    else
+    } else {
         s->downs++;
+        s->last_reason = reason;
+    }
     unlock();
 }
 
@@ -861,6 +864,166 @@ static void test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the
     server_stop(&s);
 }
 
+/* ---- lent credit (docs/protocol.md section 7) ----------------------------------- */
+
+/* @n echo REQUESTs of class @cls, ids from @id0, in one write. */
+static void send_echoes(int fd, int cls, uint64_t id0, int n)
+{
+    uint8_t buf[32 * 36];
+    assert_true(n <= 32);
+    for (int i = 0; i < n; i++) {
+        raw_header(buf + 36 * i, 5 /*REQUEST*/, cls, 0, id0 + (uint64_t)i, raw_method_id("echo"),
+                   4, 0);
+        memcpy(buf + 36 * i + 32, "ping", 4);
+    }
+    assert_int_equal(send(fd, buf, 36 * (size_t)n, MSG_NOSIGNAL), 36 * n);
+}
+
+/* Credit the server returned to the raw peer (the credits fields it read). */
+static int returned;
+
+/* Reads frames on @fd until one of @type (its header in @hdr): 0, or -1 when
+ * none came within about @ms.  RESPONSEs on the way are counted in *@answers,
+ * returned credit in @returned. */
+static int read_for(int fd, int type, int ms, int *answers, uint8_t hdr[32])
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    uint8_t buf[4096];
+    while (poll(&p, 1, ms) > 0) {
+        if (raw_read_frame(fd, hdr, buf, sizeof(buf)) < 0)
+            return -1;
+        *answers += hdr[5] == 6;
+        returned += (int)raw_get(hdr + 28, 2);
+        if (hdr[5] == type)
+            return 0;
+    }
+    return -1;
+}
+
+static int32_t lend_arg(const uint8_t hdr[32])
+{
+    assert_int_equal(raw_get(hdr + 8, 8), 0);   /* no id */
+    assert_int_equal(raw_get(hdr + 28, 2), 0);  /* no returned credit */
+    assert_int_equal(raw_get(hdr + 20, 4), 0);  /* 32 bits of argument */
+    return (int32_t)(uint32_t)raw_get(hdr + 16, 4);
+}
+
+static uint64_t lent_now(rrpc_ctx *ctx, int cls)
+{
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(ctx, &st), 0);
+    return st.cls[cls].credit_lent;
+}
+
+/*
+ * A peer is lent credit only in LEND frames and only while it has all of
+ * it in flight, never beyond the class's credits; once idle the server
+ * takes it back: until the peer acknowledges, frames sent on the old grant
+ * are still taken and the credit counts as lent; after it, nothing is lent.
+ * Past the class's credits, whatever was lent, a frame is an overrun that
+ * closes that connection alone.
+ */
+static void test_credit_is_lent_while_used_and_taken_back_from_an_idle_peer(void **state)
+{
+    struct server s;
+    static const char *const env[] = {"RRPC_CREDIT_IDLE_MS=200", NULL};
+    server_start(&s, false, env);
+    struct raw_conn rc;
+    int grant[4], answers = 0;
+    uint8_t hdr[32];
+    const int cls = 2; /* bulk: 16 credits, 4 at first */
+    assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 64, grant), 0);
+    assert_int_equal(grant[cls], 4);
+    returned = 0;
+    int fd = rc.fd[cls];
+    send_echoes(fd, cls, 100, 4); /* the whole first grant in flight */
+    assert_int_equal(read_for(fd, 16 /*LEND*/, 3000, &answers, hdr), 0);
+    assert_int_equal(lend_arg(hdr), 4);
+    while (answers < 4)
+        assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
+    send_echoes(fd, cls, 200, 8); /* all of 8 */
+    assert_int_equal(read_for(fd, 16, 3000, &answers, hdr), 0);
+    assert_int_equal(lend_arg(hdr), 8); /* 16: the class's credits, no more */
+    while (answers < 12)
+        assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
+    assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 12);
+    /* Quiet for RRPC_CREDIT_IDLE_MS: all 12 are taken back. */
+    assert_int_equal(read_for(fd, 16, 3000, &answers, hdr), 0);
+    assert_int_equal(lend_arg(hdr), -12);
+    /* Not acknowledged yet: the old grant (16) still holds, the frames
+     * whose credit has not come back (answered, credit not returned yet)
+     * counted. */
+    int more = 16 - (12 - returned);
+    print_message("after the take-back: %d of 16 in flight, %d more sent\n", 12 - returned, more);
+    assert_true(more > 4);
+    send_echoes(fd, cls, 300, more);
+    while (answers < 12 + more)
+        assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
+    assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 12); /* still counted */
+    raw_header(hdr, 17 /*LEND_ACK*/, cls, 0, 0, 12, 0, 0);
+    assert_int_equal(send(fd, hdr, 32, MSG_NOSIGNAL), 32);
+    for (int i = 0; i < 300 && lent_now(s.ctx, RRPC_CLASS_BULK); i++)
+        usleep(10000);
+    assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 0);
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(s.ctx, &st), 0);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_taken_back, 12);
+    assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_lends, 2);
+    /* 17 frames the server does not answer (acks of operations it never
+     * started) in one write: lent 4 + 4 + 8 again on the way, the 17th is
+     * past the class's 16 credits. */
+    uint8_t burst[17 * 32];
+    for (int i = 0; i < 17; i++)
+        raw_header(burst + 32 * i, 10 /*OS_ACK*/, cls, 0, 900 + (uint64_t)i, 0, 0, 0);
+    int d0 = s.downs;
+    assert_int_equal(send(fd, burst, sizeof(burst), MSG_NOSIGNAL), (ssize_t)sizeof(burst));
+    assert_int_equal(wait_for(&s.downs, d0 + 1, 5000), d0 + 1);
+    assert_int_equal(s.last_reason, RRPC_E_CREDIT);
+    assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 0); /* given back with the connection */
+    raw_close(&rc);
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn_close(client_ok(cc, &s, false));
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
+/* LEND and LEND_ACK a peer makes up: each closes its connection only. */
+static void test_a_made_up_lend_or_lend_ack_closes_only_that_connection(void **state)
+{
+    struct server s;
+    server_start(&s, false, NULL);
+    static const struct {
+        int type;
+        int64_t arg;
+        uint64_t id;
+        int reason;
+    } bad[] = {
+        {17, 3, 0, RRPC_E_PROTO},           /* an ack of nothing taken back */
+        {16, 0, 0, RRPC_E_PROTO},           /* lends nothing */
+        {16, (uint32_t)-64, 0, RRPC_E_CREDIT}, /* leaves the server no credit */
+        {16, 65535, 0, RRPC_E_CREDIT},      /* above 65535 */
+        {16, 1, 5, RRPC_E_PROTO},           /* an id */
+        {16, 1ll << 32, 0, RRPC_E_PROTO},   /* more than 32 bits */
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        struct raw_conn rc;
+        assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 64, NULL), 0);
+        uint8_t hdr[32];
+        raw_header(hdr, bad[k].type, 2, 0, bad[k].id, (uint64_t)bad[k].arg, 0, 0);
+        int d0 = s.downs;
+        assert_int_equal(send(rc.fd[2], hdr, 32, MSG_NOSIGNAL), 32);
+        assert_int_equal(wait_for(&s.downs, d0 + 1, 5000), d0 + 1);
+        if (s.last_reason != bad[k].reason)
+            fail_msg("case %zu: down with %s, want %s", k, rrpc_err_name(s.last_reason),
+                     rrpc_err_name(bad[k].reason));
+        raw_close(&rc);
+    }
+    rrpc_ctx *cc = client_ctx();
+    rrpc_conn_close(client_ok(cc, &s, false));
+    rrpc_ctx_destroy(cc);
+    server_stop(&s);
+}
+
 /* Async calls' answers, counted (any thread). */
 static int burst_ok, burst_bad;
 
@@ -1446,6 +1609,8 @@ int main(void)
         cmocka_unit_test(test_one_address_cannot_lock_out_other_clients_on_it),
         cmocka_unit_test(test_one_principal_cannot_lock_out_another_on_its_address),
         cmocka_unit_test(test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the_budget),
+        cmocka_unit_test(test_credit_is_lent_while_used_and_taken_back_from_an_idle_peer),
+        cmocka_unit_test(test_a_made_up_lend_or_lend_ack_closes_only_that_connection),
         cmocka_unit_test(test_a_client_opening_every_class_on_every_connection_at_once_keeps_them),
         cmocka_unit_test(test_twenty_peers_sending_most_of_large_frames_hold_at_most_the_budget),
         cmocka_unit_test(test_a_peer_sending_malformed_metadata_blocks_gets_each_refused_and_is_served),
