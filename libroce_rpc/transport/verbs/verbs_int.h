@@ -55,8 +55,9 @@
  *    Frames, rendezvous frames and notifies of one class are delivered in
  *    arrival order.
  *
- *  - Receive buffers per class: the credits we grant (the core bounds the
- *    frames in flight with them) + 8 for exempt frames (the core sends a
+ *  - Receive buffers per class: the class's credits, the most the core ever
+ *    grants the peer, lent credit included (it bounds the frames in flight
+ *    with them; core/lend.c) + 8 for exempt frames (the core sends a
  *    CREDIT frame only when half a grant is owed, so at most 2 are in flight)
  *    + 8 for rendezvous-done messages (we allow 8 rendezvous sends in flight
  *    per class) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
