@@ -697,8 +697,8 @@ void rrpci_ka_timer_cb(struct rrpci_timer *t);
 /* The grant a connection's peer starts with for @cls (its hello). */
 uint32_t rrpci_lend_first_grant(const rrpc_ctx *ctx, int cls);
 void rrpci_lend_conn_init(rrpc_conn *c);
-/* A credited frame of @cls arrived: a peer that has all its credit in
- * flight is lent more, budget permitting. */
+/* A credited frame of @cls arrived with RRPCI_F_LAST: the peer has no
+ * credit left, and is lent more, budget permitting. */
 void rrpci_lend_on_rx(rrpc_conn *c, int cls);
 /* A LEND or LEND_ACK from the peer: 0, or an error code with *@why. */
 int rrpci_lend_on_frame(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const char **why);

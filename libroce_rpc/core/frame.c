@@ -60,6 +60,9 @@ int rrpci_hdr_decode(const uint8_t in[RRPCI_HDR_SIZE], uint32_t max_len, struct 
     if ((h->flags & RRPCI_F_META) && h->type != RRPCI_T_REQUEST && h->type != RRPCI_T_RESPONSE)
         return bad(why, "the metadata flag (0x02) on a frame that is not a request or a response",
                    RRPC_E_PROTO);
+    if ((h->flags & RRPCI_F_LAST) && rrpci_type_is_exempt(h->type))
+        return bad(why, "the last-credit flag (0x04) on a frame that takes no credit",
+                   RRPC_E_PROTO);
     if (h->ttl != 0 && h->type != RRPCI_T_REQUEST)
         return bad(why, "a remaining time (header bytes 30-31) on a frame that is not a request",
                    RRPC_E_PROTO);

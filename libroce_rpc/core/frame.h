@@ -41,7 +41,8 @@ enum rrpci_frame_type {
 /* Flag bits of the header. */
 #define RRPCI_F_NOTIFY 0x01u /* OS_WRITE: deliver the immediate to the target */
 #define RRPCI_F_META 0x02u   /* REQUEST, RESPONSE: the payload starts with a metadata block */
-#define RRPCI_F_ALL_ 0x03u
+#define RRPCI_F_LAST 0x04u   /* a credited frame: the sender has no credit of its class left */
+#define RRPCI_F_ALL_ 0x07u
 
 struct rrpci_hdr {
     uint8_t version;

@@ -3,7 +3,9 @@
  * Credit lending (docs/protocol.md §7, "Lent credit"): with
  * RRPC_CREDIT_LENDING a connection's peer starts with RRPC_CREDIT_BASE
  * credits per class instead of the class's whole credit count.  A peer
- * that has every credit of a class in flight is lent as much again (up to
+ * that sends a frame with its last credit of a class (RRPCI_F_LAST: only the
+ * sender knows; credit this side returned may still be on its way) is lent
+ * as much again (up to
  * the class's credits) out of the context's budget for the class
  * (RRPC_CREDIT_BUDGET, over all connections); a connection that carried no
  * request or answer for RRPC_CREDIT_IDLE_MS gives its lent credit back:
@@ -61,7 +63,7 @@ void rrpci_lend_on_rx(rrpc_conn *c, int cls)
     struct rrpci_class_state *s = &c->cls[cls];
     struct rrpci_credit *cr = &s->credit;
     uint32_t all = ctx->cls[cls].credits;
-    if (!ctx->cfg.credit_lending || cr->rx_inflight < cr->rx_grant || cr->rx_grant >= all ||
+    if (!ctx->cfg.credit_lending || cr->rx_grant >= all ||
         cr->rx_taking || cr->rx_announce < 0 || rrpci_conn_backlogged(c))
         return; /* (a peer that does not take its answers is lent nothing) */
     uint32_t want = cr->rx_grant < all - cr->rx_grant ? cr->rx_grant : all - cr->rx_grant;

@@ -113,8 +113,12 @@ void rrpci_conn_flush(rrpc_conn *c)
                 continue;
             }
         }
-        if (!exempt)
+        if (!exempt) {
             rrpci_credit_take(&s->credit);
+            /* The last credit: the peer may lend more (lend.c). */
+            m->h.flags = (uint8_t)((m->h.flags & ~RRPCI_F_LAST) |
+                                   (rrpci_credit_can_send(&s->credit) ? 0 : RRPCI_F_LAST));
+        }
         /* LEND and LEND_ACK return no credit: what a peer holds changes by
          * their amount alone. */
         bool lend = m->h.type == RRPCI_T_LEND || m->h.type == RRPCI_T_LEND_ACK;

@@ -866,14 +866,15 @@ static void test_twenty_peers_withholding_credit_cannot_grow_the_server_past_the
 
 /* ---- lent credit (docs/protocol.md section 7) ----------------------------------- */
 
-/* @n echo REQUESTs of class @cls, ids from @id0, in one write. */
-static void send_echoes(int fd, int cls, uint64_t id0, int n)
+/* @n echo REQUESTs of class @cls, ids from @id0, in one write; the last one
+ * with the last-credit flag (0x04) when @last. */
+static void send_echoes(int fd, int cls, uint64_t id0, int n, bool last)
 {
     uint8_t buf[32 * 36];
     assert_true(n <= 32);
     for (int i = 0; i < n; i++) {
-        raw_header(buf + 36 * i, 5 /*REQUEST*/, cls, 0, id0 + (uint64_t)i, raw_method_id("echo"),
-                   4, 0);
+        raw_header(buf + 36 * i, 5 /*REQUEST*/, cls, last && i == n - 1 ? 0x04 : 0,
+                   id0 + (uint64_t)i, raw_method_id("echo"), 4, 0);
         memcpy(buf + 36 * i + 32, "ping", 4);
     }
     assert_int_equal(send(fd, buf, 36 * (size_t)n, MSG_NOSIGNAL), 36 * n);
@@ -916,8 +917,8 @@ static uint64_t lent_now(rrpc_ctx *ctx, int cls)
 }
 
 /*
- * A peer is lent credit only in LEND frames and only while it has all of
- * it in flight, never beyond the class's credits; once idle the server
+ * A peer is lent credit only in LEND frames, only when it says it sent its
+ * last credit (flag 0x04), never beyond the class's credits; once idle the server
  * takes it back: until the peer acknowledges, frames sent on the old grant
  * are still taken and the credit counts as lent; after it, nothing is lent.
  * Past the class's credits, whatever was lent, a frame is an overrun that
@@ -935,30 +936,41 @@ static void test_credit_is_lent_while_used_and_taken_back_from_an_idle_peer(void
     assert_int_equal(handshake_from(&rc, "127.0.0.1", s.port, 64, grant), 0);
     assert_int_equal(grant[cls], 4);
     returned = 0;
-    int fd = rc.fd[cls];
-    send_echoes(fd, cls, 100, 4); /* the whole first grant in flight */
+    int fd = rc.fd[cls], sent = 0, n;
+    /* The raw peer sends what its grant allows: the grant less what it sent
+     * and has not had back. */
+#define AVAIL(g) ((g) - (sent - returned))
+    send_echoes(fd, cls, 50, 4, false); /* the whole first grant, not said: nothing lent */
+    sent += 4;
+    while (answers < sent)
+        assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
+    assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 0);
+    send_echoes(fd, cls, 100, n = AVAIL(4), true); /* the rest of 4, the last one said */
+    sent += n;
     assert_int_equal(read_for(fd, 16 /*LEND*/, 3000, &answers, hdr), 0);
     assert_int_equal(lend_arg(hdr), 4);
-    while (answers < 4)
+    while (answers < sent)
         assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
-    send_echoes(fd, cls, 200, 8); /* all of 8 */
+    send_echoes(fd, cls, 200, n = AVAIL(8), true); /* all of 8 */
+    sent += n;
     assert_int_equal(read_for(fd, 16, 3000, &answers, hdr), 0);
     assert_int_equal(lend_arg(hdr), 8); /* 16: the class's credits, no more */
-    while (answers < 12)
+    while (answers < sent)
         assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
     assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 12);
     /* Quiet for RRPC_CREDIT_IDLE_MS: all 12 are taken back. */
     assert_int_equal(read_for(fd, 16, 3000, &answers, hdr), 0);
     assert_int_equal(lend_arg(hdr), -12);
     /* Not acknowledged yet: the old grant (16) still holds, the frames
-     * whose credit has not come back (answered, credit not returned yet)
-     * counted. */
-    int more = 16 - (12 - returned);
-    print_message("after the take-back: %d of 16 in flight, %d more sent\n", 12 - returned, more);
-    assert_true(more > 4);
-    send_echoes(fd, cls, 300, more);
-    while (answers < 12 + more)
+     * whose credit has not come back counted. */
+    n = AVAIL(16);
+    print_message("after the take-back: %d of 16 in flight, %d more sent\n", 16 - n, n);
+    assert_true(n > 4);
+    send_echoes(fd, cls, 300, n, true);
+    sent += n;
+    while (answers < sent)
         assert_int_equal(read_for(fd, 6, 3000, &answers, hdr), 0);
+#undef AVAIL
     assert_int_equal(lent_now(s.ctx, RRPC_CLASS_BULK), 12); /* still counted */
     raw_header(hdr, 17 /*LEND_ACK*/, cls, 0, 0, 12, 0, 0);
     assert_int_equal(send(fd, hdr, 32, MSG_NOSIGNAL), 32);
@@ -970,11 +982,13 @@ static void test_credit_is_lent_while_used_and_taken_back_from_an_idle_peer(void
     assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_taken_back, 12);
     assert_int_equal(st.cls[RRPC_CLASS_BULK].credit_lends, 2);
     /* 17 frames the server does not answer (acks of operations it never
-     * started) in one write: lent 4 + 4 + 8 again on the way, the 17th is
-     * past the class's 16 credits. */
+     * started) in one write, the 4th, 8th and 16th saying they took the last
+     * credit: lent 4 + 4 + 8 again on the way, the 17th is past the class's
+     * 16 credits. */
     uint8_t burst[17 * 32];
     for (int i = 0; i < 17; i++)
-        raw_header(burst + 32 * i, 10 /*OS_ACK*/, cls, 0, 900 + (uint64_t)i, 0, 0, 0);
+        raw_header(burst + 32 * i, 10 /*OS_ACK*/, cls, i == 3 || i == 7 || i == 15 ? 0x04 : 0,
+                   900 + (uint64_t)i, 0, 0, 0);
     int d0 = s.downs;
     assert_int_equal(send(fd, burst, sizeof(burst), MSG_NOSIGNAL), (ssize_t)sizeof(burst));
     assert_int_equal(wait_for(&s.downs, d0 + 1, 5000), d0 + 1);

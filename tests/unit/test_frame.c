@@ -293,10 +293,26 @@ static void test_header_rejects_each_unknown_flag_bit_with_proto(void **state)
         h.flags = f;
         uint8_t buf[RRPCI_HDR_SIZE];
         rrpci_hdr_encode(&h, buf);
-        /* the sample is an OS_WRITE: NOTIFY is its flag, META is not */
-        assert_int_equal(decode(buf, MAX_LEN), f == RRPCI_F_NOTIFY ? 0 : RRPC_E_PROTO);
+        /* the sample is an OS_WRITE: NOTIFY is its flag, LAST any credited
+         * frame's, META is not */
+        assert_int_equal(decode(buf, MAX_LEN),
+                         f == RRPCI_F_NOTIFY || f == RRPCI_F_LAST ? 0 : RRPC_E_PROTO);
     }
-    assert_int_equal(RRPCI_F_ALL_, RRPCI_F_NOTIFY | RRPCI_F_META); /* the known bits */
+    assert_int_equal(RRPCI_F_ALL_, RRPCI_F_NOTIFY | RRPCI_F_META | RRPCI_F_LAST); /* known */
+}
+
+static void test_header_takes_the_last_credit_flag_only_on_credited_frames(void **state)
+{
+    (void)state;
+    for (int t = 1; t < RRPCI_T_MAX_; t++) {
+        struct rrpci_hdr h = sample_hdr();
+        h.type = (uint8_t)t;
+        h.flags = RRPCI_F_LAST;
+        h.len = 0;
+        uint8_t buf[RRPCI_HDR_SIZE];
+        rrpci_hdr_encode(&h, buf);
+        assert_int_equal(decode(buf, MAX_LEN), rrpci_type_is_exempt((uint8_t)t) ? RRPC_E_PROTO : 0);
+    }
 }
 
 static void test_header_takes_the_metadata_flag_only_on_requests_and_responses(void **state)
@@ -788,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects_class_4_and_above_with_bad_class),
         cmocka_unit_test(test_header_rejects_each_unknown_flag_bit_with_proto),
         cmocka_unit_test(test_header_takes_the_metadata_flag_only_on_requests_and_responses),
+        cmocka_unit_test(test_header_takes_the_last_credit_flag_only_on_credited_frames),
         cmocka_unit_test(test_metadata_round_trips_at_documented_offsets),
         cmocka_unit_test(test_metadata_holds_the_largest_block_the_bounds_allow),
         cmocka_unit_test(test_metadata_check_refuses_each_bound_with_a_reason),

@@ -40,6 +40,7 @@ local f = {
     flags = ProtoField.uint8("rrpc.flags", "Flags", base.HEX),
     notify = ProtoField.bool("rrpc.flags.notify", "Notify", 8, nil, 0x01),
     meta_flag = ProtoField.bool("rrpc.flags.meta", "Metadata", 8, nil, 0x02),
+    last_flag = ProtoField.bool("rrpc.flags.last", "Last credit", 8, nil, 0x04),
     meta_size = ProtoField.uint16("rrpc.meta.size", "Metadata block size"),
     meta_count = ProtoField.uint8("rrpc.meta.count", "Metadata entries"),
     meta_key = ProtoField.string("rrpc.meta.key", "Key"),
@@ -155,6 +156,7 @@ local function frame(tvb, pinfo, tree)
     local ft = t:add(f.flags, tvb(7, 1))
     ft:add(f.notify, tvb(7, 1))
     ft:add(f.meta_flag, tvb(7, 1))
+    ft:add(f.last_flag, tvb(7, 1))
     t:add_le(f.id, tvb(8, 8))
     t:add_le(f.arg, tvb(16, 8))
     t:add_le(f.len, tvb(24, 4))
