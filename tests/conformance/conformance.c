@@ -1013,6 +1013,19 @@ static void test_calls_from_four_threads_on_one_connection(void **state)
     rrpc_conn_close(c);
 }
 
+/* @s serves echo on a listener of the transport under test (closed with
+ * @s, its URI in @curi), both loops run on threads, and @cl connects. */
+static rrpc_conn *echo_pair(rrpc_ctx *s, rrpc_ctx *cl, char curi[300])
+{
+    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    listen_any(s, curi, 300);
+    assert_int_equal(rrpc_ctx_start_thread(s), 0);
+    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
+    rrpc_conn *c;
+    assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c), 0);
+    return c;
+}
+
 /* A context with @n settings NAME=VALUE over the environment's. */
 static rrpc_ctx *ctx_with(const char *const *set, int n)
 {
@@ -1064,13 +1077,8 @@ static void test_a_pipelining_peer_is_lent_credit_and_gives_it_back_once_idle(vo
     int credits;
     assert_int_equal(rrpc_class_get(s, RRPC_CLASS_BULK, NULL, NULL, &credits), 0);
     assert_int_equal(credits, 16);
-    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
     char curi[300];
-    listen_any(s, curi, sizeof(curi)); /* closed with its context */
-    assert_int_equal(rrpc_ctx_start_thread(s), 0);
-    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
-    rrpc_conn *c;
-    assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_conn *c = echo_pair(s, cl, curi);
     rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
     for (int round = 1; round <= 2; round++) {
         struct pipe_state ps = {.expect_len = 8};
@@ -1108,14 +1116,9 @@ static void test_the_credit_budget_bounds_what_all_peers_are_lent(void **state)
     rrpc_ctx *s = ctx_with(set, 1);
     rrpc_ctx *cl;
     assert_int_equal(rrpc_ctx_create(&cl), 0);
-    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
     char curi[300];
-    listen_any(s, curi, sizeof(curi)); /* closed with its context */
-    assert_int_equal(rrpc_ctx_start_thread(s), 0);
-    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
-    rrpc_conn *c[2];
-    for (int k = 0; k < 2; k++)
-        assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c[k]), 0);
+    rrpc_conn *c[2] = {echo_pair(s, cl, curi), NULL};
+    assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c[1]), 0);
     rrpc_call_opts o = {.qos_class = RRPC_CLASS_BULK};
     struct pipe_state ps = {.expect_len = 8};
     uint64_t most = 0;
@@ -1150,13 +1153,8 @@ static void test_one_credit_per_class_still_completes_500_pipelined_calls(void *
         assert_int_equal(rrpc_class_set(s, k, dscp, 1, 1), 0);
         assert_int_equal(rrpc_class_set(cl, k, dscp, 1, 1), 0);
     }
-    assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
     char curi[300];
-    listen_any(s, curi, sizeof(curi)); /* closed with its context */
-    assert_int_equal(rrpc_ctx_start_thread(s), 0);
-    assert_int_equal(rrpc_ctx_start_thread(cl), 0);
-    rrpc_conn *c;
-    assert_int_equal(rrpc_connect_sync(cl, curi, 10000, NULL, NULL, &c), 0);
+    rrpc_conn *c = echo_pair(s, cl, curi);
     struct pipe_state ps = {.expect_len = 8};
     for (uint64_t i = 0; i < 500; i++)
         assert_int_equal(rrpc_call(c, "echo", &i, 8, NULL, pipe_cb, &ps), 0);
