@@ -34,6 +34,11 @@ uint32_t rrpci_ctx_class_credits(rrpc_ctx *ctx, int cls)
     return ctx->cls[cls].credits;
 }
 
+uint32_t rrpci_ctx_class_first_grant(rrpc_ctx *ctx, int cls)
+{
+    return rrpci_lend_first_grant(ctx, cls);
+}
+
 /* A LEND frame for what the peer has not been told, unless one waits. */
 static void announce(rrpc_conn *c, int cls)
 {
@@ -72,6 +77,8 @@ void rrpci_lend_on_rx(rrpc_conn *c, int cls)
     if (want > room)
         want = room;
     rrpc_class_stats *st = &ctx->stats.cls[rrpci_cls_public(cls)];
+    if (want && c->ops->rx_grow && c->ops->rx_grow(c, cls, cr->rx_grant + want) < 0)
+        want = 0; /* the transport said why in its log */
     if (!want) {
         st->credit_lend_refused++;
         return;

@@ -149,8 +149,11 @@ void rrpci_conn_recv(rrpc_conn *c, int cls, const struct rrpci_hdr *h, const uin
         protocol_error(c, RRPC_E_CREDIT, "peer sent a message without credit");
         return;
     }
-    if (!exempt && (h->flags & RRPCI_F_LAST))
+    if (!exempt && (h->flags & RRPCI_F_LAST)) {
         rrpci_lend_on_rx(c, cls);
+        if (!rrpci_conn_wire_open(c))
+            return; /* the transport failed making room for it */
+    }
     rrpci_conn_ref(c);
     bool credit_later = false; /* a worker's job gives it back when it ends */
     switch (h->type) {

@@ -80,6 +80,7 @@
     X(bool, rrpci_ctx_busy, (rrpc_ctx * ctx, unsigned us), (ctx, us))                              \
     X(int, rrpci_ctx_class_dscp, (rrpc_ctx * ctx, int cls), (ctx, cls))                            \
     X(uint32_t, rrpci_ctx_class_credits, (rrpc_ctx * ctx, int cls), (ctx, cls))                    \
+    X(uint32_t, rrpci_ctx_class_first_grant, (rrpc_ctx * ctx, int cls), (ctx, cls))                \
     X(const void *, rrpci_ctx_conf, (rrpc_ctx * ctx, enum rrpci_conf_slot slot), (ctx, slot))      \
     X(struct rrpci_evloop *, rrpci_ctx_loop, (rrpc_ctx * ctx), (ctx))                              \
     X(uint32_t, rrpci_ctx_max_msg, (rrpc_ctx * ctx), (ctx))                                        \

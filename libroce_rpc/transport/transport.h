@@ -33,9 +33,9 @@ typedef struct rrpc_region rrpc_region;
 typedef struct rrpc_grant rrpc_grant;
 struct sockaddr;
 
-#define RRPCI_TRANSPORT_OPS_VERSION 7 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
+#define RRPCI_TRANSPORT_OPS_VERSION 8 /* 2: no query op; rrpci_timer. 3: busy_poll. 4: tunables.
                                         * 5: the library's own loop (core/evloop.h). 6: busy_poll under the governor;
-                                        * typed tunables (transport/tunables.h). 7: grants */
+                                        * typed tunables (transport/tunables.h). 7: grants. 8: rx_grow */
 
 /*
  * An outbound frame.  The core fills @h (credits are set at hand-off) and the
@@ -125,6 +125,12 @@ struct rrpci_transport_ops {
     /* The connection has received nothing for a keepalive interval: release
      * memory that can be made again when traffic resumes. */
     void (*trim)(rrpc_conn *c);
+    /* Lent credit (core/lend.c): the core is about to let @c's peer have
+     * up to @grant frames of class @cls in flight (more than before).  0
+     * once the transport can take them all, or an error: then the core
+     * lends nothing.  Without this op the transport takes any grant up to
+     * rrpci_ctx_class_credits. */
+    int (*rx_grow)(rrpc_conn *c, int cls, uint32_t grant);
     /* While the context polls (core/governor.h decides; rrpci_ctx_busy
      * asks it to), between two loop passes: look for completions that wake
      * no fd, without waiting, and return how many were handled, or -1 when
@@ -204,6 +210,9 @@ unsigned rrpci_ctx_class_weight(rrpc_ctx *ctx, int cls);
 /* The most credit @ctx ever grants a peer for class @cls (lending included,
  * core/lend.c): what a transport's receive buffers must cover. */
 uint32_t rrpci_ctx_class_credits(rrpc_ctx *ctx, int cls);
+/* The grant a connection's peer starts with for class @cls (its hello):
+ * more is lent only through ops->rx_grow. */
+uint32_t rrpci_ctx_class_first_grant(rrpc_ctx *ctx, int cls);
 /* The receive-side QoS policy (core/qos.h) of @ctx's classes, their
  * weights, with a transport's @knobs, in *@ret.  Call it from ops->ctx_init
  * or later: the classes are fixed once the context's first endpoint exists. */

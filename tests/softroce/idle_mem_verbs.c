@@ -217,8 +217,9 @@ int main(int argc, char **argv)
                (double)(s_pin1 - s_pin0) / n);
     }
     /* The verbs receive buffers per connection and side, as verbs/qp.c sizes
-     * them: each class used has a QP with credits + 35 (+ 6 on the first,
-     * low_latency's). */
+     * them: each class used has a QP with its first grant (RRPC_CREDIT_BASE,
+     * 4, with lending on; one call at a time is lent nothing) + 35 (+ 6 on
+     * the first, low_latency's). */
     long eager = 8192;
     const char *e = getenv("RRPC_VERBS_EAGER");
     if (e)
@@ -230,11 +231,15 @@ int main(int argc, char **argv)
             continue;
         int cr = 0;
         rrpc_class_get(ctx, k, NULL, NULL, &cr);
+        const char *base = getenv("RRPC_CREDIT_BASE"), *lend = getenv("RRPC_CREDIT_LENDING");
+        long b = base ? atol(base) : 4;
+        if (!(lend && atoi(lend) == 0) && b < cr)
+            cr = (int)b;
         cred += cr;
         nbuf += cr + 8 + 8 + 16 + 2 + 1 + (k == RRPC_CLASS_LOW_LATENCY ? 6 : 0);
         ncls++;
     }
-    printf("  expected verbs receive buffers per connection and side: %ld (credits %ld + %d x 35 "
+    printf("  expected verbs receive buffers per connection and side: %ld (first grants %ld + %d x 35 "
            "+ 6) x %ld bytes = %.1f KiB; send buffers: the device's pool, none per connection\n",
            nbuf, cred, ncls, bsz, nbuf * bsz / 1024.0);
     rc = failed;

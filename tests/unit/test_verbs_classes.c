@@ -143,6 +143,16 @@ static void pair_close(struct pair *p)
     rrpc_ctx_destroy(p->srv);
 }
 
+/* Counts the calls answered with "0123456789" (any thread); fails on others. */
+static void count_cb(const rrpc_result *res, void *user)
+{
+    if (res->status != 0 || res->len != 10)
+        fprintf(stderr, "a pipelined call failed: %d %s\n", res->status,
+                res->message ? res->message : "");
+    else
+        __atomic_add_fetch((int *)user, 1, __ATOMIC_SEQ_CST);
+}
+
 static void call_ok(rrpc_conn *c, rrpc_ctx *ctx, int cls)
 {
     rrpc_call_opts o = {.qos_class = cls};
@@ -157,7 +167,8 @@ static void call_ok(rrpc_conn *c, rrpc_ctx *ctx, int cls)
 }
 
 /* Which classes of @c have a QP established, as a bit mask of internal
- * class indexes, and the bytes of receive buffers they registered. */
+ * class indexes, and the bytes of receive buffers they registered (for the
+ * first grant, and what lent credit added). */
 static unsigned qps(rrpc_ctx *ctx, rrpc_conn *c, size_t *pool)
 {
     unsigned mask = 0;
@@ -199,14 +210,30 @@ static void test_an_rpc_only_connection_holds_one_queue_pair_on_each_side(void *
     qps(p.srv, p.sc, &spool);
     printf("# one class: %zu bytes of receive buffers on the client, %zu on the server\n", cpool,
            spool);
-    /* One class's buffers, not four classes'. */
+    /* One class's buffers, not four classes', and for the first grant
+     * (RRPC_CREDIT_BASE, 4): calls one at a time never use it all, so no
+     * credit is lent. */
     int cr = 0;
     rrpc_class_get(p.cli, RRPC_CLASS_LOW_LATENCY, NULL, NULL, &cr);
-    size_t one = (size_t)(cr + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
-                          VB_NCREDIT_RESERVE + VB_SPARE + VB_FIRST_RESERVE) *
-                 vb_bsz(vb_vx(p.cli));
-    assert_int_equal(cpool, one);
-    assert_int_equal(spool, one);
+    size_t reserve = VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE +
+                     VB_SPARE + VB_FIRST_RESERVE,
+           bsz = vb_bsz(vb_vx(p.cli));
+    uint32_t first = rrpci_ctx_class_first_grant(p.cli, VB_FIRST);
+    assert_int_equal(first, 4);
+    assert_int_equal(cpool, (first + reserve) * bsz);
+    assert_int_equal(spool, (first + reserve) * bsz);
+    /* 300 calls in flight at once: the server lends the client credit up
+     * to the class's (4 -> 8 -> 16 -> 32 -> 64), its receive buffers made
+     * before each LEND; they stay after the credit is taken back. */
+    int done = 0;
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(rrpc_call(p.c, "echo", "0123456789", 10, NULL, count_cb, &done), 0);
+    for (int i = 0; i < 3000 && __atomic_load_n(&done, __ATOMIC_SEQ_CST) < 300; i++)
+        usleep(10000);
+    assert_int_equal(__atomic_load_n(&done, __ATOMIC_SEQ_CST), 300);
+    qps(p.srv, p.sc, &spool);
+    printf("# after 300 calls in flight: %zu bytes of receive buffers on the server\n", spool);
+    assert_int_equal(spool, ((size_t)cr + reserve) * bsz);
     pair_close(&p);
 }
 

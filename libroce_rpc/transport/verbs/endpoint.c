@@ -253,4 +253,5 @@ const struct rrpci_transport_ops rrpci_verbs_ops = {
     .grant_end = vb_grant_end,
     .busy_poll = vb_busy_poll,
     .trim = vb_trim,
+    .rx_grow = vb_rx_grow,
 };

@@ -4,12 +4,18 @@
 
 /* ---- buffers, QPs ------------------------------------------------------- */
 
-/* The credits cover the most the core ever grants the peer, lent credit
- * included (core/lend.c), not the first grant in our hello. */
+/* What a QP receives besides the frames its grant bounds (verbs_int.h). */
+static unsigned vb_nreserve(int cls)
+{
+    return VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE + VB_SPARE +
+           (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
+}
+
+/* The most receive buffers @cls's QP ever holds: for the class's credits,
+ * the most the core lends (core/lend.c).  Its receive queue's size. */
 static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
 {
-    return rrpci_ctx_class_credits(vc->ctx, cls) + VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS +
-           VB_NCREDIT_RESERVE + VB_SPARE + (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
+    return rrpci_ctx_class_credits(vc->ctx, cls) + vb_nreserve(cls);
 }
 
 /* The completions @cls's QP can have outstanding: its send queue and its
@@ -78,41 +84,89 @@ static int vb_cq_grow(struct vb_conn *vc, int cls)
 
 int vb_post_recv(struct vb_qp *q, struct vb_rbuf *rb)
 {
-    struct vb_conn *vc = q->vc;
-    struct ibv_sge sge = {(uintptr_t)rb->buf, vc->bsz, q->pool_mr->lkey};
+    struct ibv_sge sge = {(uintptr_t)rb->buf, q->vc->bsz, rb->lkey};
     struct ibv_recv_wr wr = {.wr_id = (uintptr_t)&rb->wr, .sg_list = &sge, .num_sge = 1};
     struct ibv_recv_wr *bad;
     return vb_ret(ibv_post_recv(q->id->qp, &wr, &bad));
 }
 
-/* @q's receive buffers, registered. */
-static int vb_qp_buffers(struct vb_qp *q)
+/* @n more receive buffers for @q, registered; on its chunk list. */
+static struct vb_rchunk *vb_rchunk_new(struct vb_qp *q, unsigned n)
 {
     struct vb_conn *vc = q->vc;
-    q->nrbuf = vb_nrbuf(vc, q->cls);
-    q->rb = calloc(q->nrbuf, sizeof(*q->rb));
-    if (!q->rb)
-        return -ENOMEM;
-    q->pool_len = (size_t)q->nrbuf * vc->bsz;
-    void *pool = NULL;
-    if (posix_memalign(&pool, 4096, q->pool_len))
-        return -ENOMEM;
-    q->pool = pool;
-    q->pool_mr = ibv_reg_mr(vc->dev->pd, q->pool, q->pool_len, IBV_ACCESS_LOCAL_WRITE);
-    if (!q->pool_mr) {
+    struct vb_rchunk *k = calloc(1, sizeof(*k) + n * sizeof(k->rb[0]));
+    if (!k)
+        return NULL;
+    k->n = n;
+    k->len = (size_t)n * vc->bsz;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 4096, k->len)) {
+        free(k);
+        return NULL;
+    }
+    k->mem = mem;
+    k->mr = ibv_reg_mr(vc->dev->pd, k->mem, k->len, IBV_ACCESS_LOCAL_WRITE);
+    if (!k->mr) {
         int rc = vb_errno();
         snprintf(vc->err, sizeof(vc->err),
-                 "registering %zu bytes of buffers on %s: %s (locked-memory limit, ulimit -l?)",
-                 q->pool_len, ibv_get_device_name(vc->dev->verbs->device), rrpc_strerror(rc));
+                 "registering %zu bytes of receive buffers on %s: %s (locked-memory limit, "
+                 "ulimit -l?)",
+                 k->len, ibv_get_device_name(vc->dev->verbs->device), rrpc_strerror(rc));
+        free(k->mem);
+        free(k);
+        errno = -rc;
+        return NULL;
+    }
+    uint8_t *p = k->mem;
+    for (unsigned i = 0; i < n; i++, p += vc->bsz) {
+        k->rb[i].wr.kind = VB_K_RECV;
+        k->rb[i].wr.cls = q->cls;
+        k->rb[i].it.type = VB_I_EAGER;
+        k->rb[i].buf = p;
+        k->rb[i].lkey = k->mr->lkey;
+    }
+    k->next = q->chunks;
+    q->chunks = k;
+    q->nrbuf += n;
+    q->pool_len += k->len;
+    return k;
+}
+
+void vb_qp_buffers_free(struct vb_qp *q)
+{
+    while (q->chunks) {
+        struct vb_rchunk *k = q->chunks;
+        q->chunks = k->next;
+        ibv_dereg_mr(k->mr);
+        free(k->mem);
+        free(k);
+    }
+}
+
+int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant)
+{
+    struct vb_conn *vc = vb_vc(c);
+    struct vb_qp *q = vc ? &vc->q[cls] : NULL;
+    if (!q || q->state < VB_QP_CREATED || q->err)
+        return -ENOTCONN;
+    if (grant <= q->cover)
+        return 0; /* made for an earlier lend */
+    struct vb_rchunk *k = vb_rchunk_new(q, grant - q->cover);
+    if (!k) {
+        int rc = vb_errno();
+        RRPCI_LOG(vc->ctx, LOG_WARNING, "verbs: %s: no more credit lent on class %s: %s",
+                  vc->peer, rrpci_class_name(cls), vc->err);
         return rc;
     }
-    uint8_t *p = q->pool;
-    for (unsigned k = 0; k < q->nrbuf; k++, p += vc->bsz) {
-        q->rb[k].wr.kind = VB_K_RECV;
-        q->rb[k].wr.cls = q->cls;
-        q->rb[k].it.type = VB_I_EAGER;
-        q->rb[k].buf = p;
+    for (unsigned i = 0; i < k->n; i++) {
+        int rc = vb_post_recv(q, &k->rb[i]);
+        if (rc) {
+            vb_fail(vc, RRPC_E_CONN_LOST, "ibv_post_recv on class %d: %s", cls,
+                    rrpc_strerror(rc));
+            return rc;
+        }
     }
+    q->cover = grant;
     return 0;
 }
 
@@ -120,10 +174,12 @@ int vb_qp_create(struct vb_qp *q)
 {
     struct vb_conn *vc = q->vc;
     int rc = vb_cq_grow(vc, q->cls);
-    if (!rc)
-        rc = vb_qp_buffers(q);
     if (rc)
         return rc;
+    uint32_t first = rrpci_ctx_class_first_grant(vc->ctx, q->cls);
+    struct vb_rchunk *k = vb_rchunk_new(q, first + vb_nreserve(q->cls));
+    if (!k)
+        return vb_errno();
     struct ibv_qp_init_attr a;
     memset(&a, 0, sizeof(a));
     a.send_cq = vc->cq;
@@ -131,7 +187,7 @@ int vb_qp_create(struct vb_qp *q)
     a.qp_type = IBV_QPT_RC;
     a.sq_sig_all = 1;
     a.cap.max_send_wr = (uint32_t)q->sq_depth;
-    a.cap.max_recv_wr = q->nrbuf;
+    a.cap.max_recv_wr = vb_nrbuf(vc, q->cls);
     a.cap.max_send_sge = 3;
     a.cap.max_recv_sge = 1;
     a.cap.max_inline_data = VB_MAX_INLINE;
@@ -146,17 +202,18 @@ int vb_qp_create(struct vb_qp *q)
     }
     q->state = VB_QP_CREATED;
     q->max_inline = a.cap.max_inline_data;
-    for (unsigned k = 0; k < q->nrbuf; k++) {
-        if (k < q->nrbuf - VB_SPARE) {
-            rc = vb_post_recv(q, &q->rb[k]);
+    for (unsigned i = 0; i < k->n; i++) {
+        if (i < k->n - VB_SPARE) {
+            rc = vb_post_recv(q, &k->rb[i]);
             if (rc) {
                 snprintf(vc->err, sizeof(vc->err), "ibv_post_recv: %s", rrpc_strerror(rc));
                 return rc;
             }
         } else {
-            q->rb[k].free_next = q->rfree;
-            q->rfree = &q->rb[k];
+            k->rb[i].free_next = q->rfree;
+            q->rfree = &k->rb[i];
         }
     }
+    q->cover = first;
     return 0;
 }

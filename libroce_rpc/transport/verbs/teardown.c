@@ -275,9 +275,7 @@ void vb_teardown(struct vb_conn *vc)
         ibv_destroy_cq(vc->cq);
     for (int i = 0; i < VB_NCLS; i++) {
         struct vb_qp *q = &vc->q[i];
-        if (q->pool_mr)
-            ibv_dereg_mr(q->pool_mr);
-        free(q->pool);
+        vb_qp_buffers_free(q);
         vb_grant_drop_waiting(q);
     }
     if (vc->dev)
@@ -286,7 +284,6 @@ void vb_teardown(struct vb_conn *vc)
         struct vb_qp *q = &vc->q[i];
         if (q->id)
             vb_destroy_id(vx, q->id, dreq[i]);
-        free(q->rb);
         free(q->doneq);
     }
     free(vc);

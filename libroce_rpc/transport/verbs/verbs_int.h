@@ -55,9 +55,12 @@
  *    Frames, rendezvous frames and notifies of one class are delivered in
  *    arrival order.
  *
- *  - Receive buffers per class: the class's credits, the most the core ever
- *    grants the peer, lent credit included (it bounds the frames in flight
- *    with them; core/lend.c) + 8 for exempt frames (the core sends a
+ *  - Receive buffers per class: the grant the peer has, made in chunks: the
+ *    first grant's when the QP is made, more when the core lends more
+ *    (ops->rx_grow, before the LEND goes; they stay until the connection
+ *    closes, a take-back only returns the credit to the core's budget); the
+ *    receive queue is sized for the class's credits, the most ever lent
+ *    (core/lend.c) + 8 for exempt frames (the core sends a
  *    CREDIT frame only when half a grant is owed, so at most 2 are in flight)
  *    + 8 for rendezvous-done messages (we allow 8 rendezvous sends in flight
  *    per class) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
@@ -205,7 +208,19 @@ struct vb_rbuf {
     struct vb_item_hdr it;
     struct vb_rbuf *free_next;
     uint8_t *buf;
+    uint32_t lkey; /* its chunk's registration */
     struct rrpci_hdr h;
+};
+
+/* Receive buffers of one queue pair, registered together (qp.c): the first
+ * chunk when the QP is made, one more each time lent credit needs more. */
+struct vb_rchunk {
+    struct vb_rchunk *next;
+    struct ibv_mr *mr;
+    uint8_t *mem;
+    size_t len;
+    unsigned n;
+    struct vb_rbuf rb[];
 };
 
 /* A send buffer of a device's pool (sendpool.c): lent to a class's queue
@@ -361,11 +376,11 @@ struct vb_qp {
     bool wake_own;      /* the first QP: a connection frame waits for room on it */
     int sq_depth, sq_inflight;
     int sq_sends; /* SENDs not completed: what a closing connection waits for */
-    unsigned nrbuf;
-    struct vb_rbuf *rb, *rfree;
-    uint8_t *pool; /* the receive buffers, registered: pool_mr */
-    size_t pool_len;
-    struct ibv_mr *pool_mr;
+    unsigned nrbuf;  /* receive buffers made, in chunks */
+    unsigned cover;  /* the grant they cover (the peer's frames in flight) */
+    struct vb_rchunk *chunks;
+    size_t pool_len; /* their bytes */
+    struct vb_rbuf *rfree;
     struct vb_grant *binds; /* grants waiting for this QP to be established */
     struct vb_sbuf *sheld; /* send buffers lent to this QP */
     unsigned sb_out;       /* how many: <= VB_NSEND */
@@ -603,6 +618,10 @@ void vb_fail(struct vb_conn *vc, int reason, const char *fmt, ...)
 int vb_conn_setup(struct vb_conn *vc, struct ibv_context *verbs);
 int vb_post_recv(struct vb_qp *q, struct vb_rbuf *rb);
 int vb_qp_create(struct vb_qp *q);
+/* ops->rx_grow: receive buffers for a grant of @grant on class @cls. */
+int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant);
+/* Deregisters and frees @q's receive buffers. */
+void vb_qp_buffers_free(struct vb_qp *q);
 
 /* ---- pdata.c ---- */
 void vb_pd_encode(const struct vb_conn *vc, int cls, uint8_t out[VB_PD_SIZE]);
