@@ -522,6 +522,17 @@ static void server_stats(rrpc_conn *c, int *conns, long *rss)
     assert_int_equal(sscanf(buf, "%d %ld", conns, rss), 2);
 }
 
+/* The server's stats once it holds only the test's own connection (2 s at most). */
+static void server_settled(rrpc_conn *c, int *conns, long *rss)
+{
+    for (int i = 0; i < 200; i++) {
+        server_stats(c, conns, rss);
+        if (*conns == 1)
+            return;
+        usleep(10000);
+    }
+}
+
 static void kill_one_client(int nconn)
 {
     struct child cl;
@@ -557,20 +568,15 @@ static void test_killed_clients_leave_the_server_at_its_baseline(void **state)
         CYCLES = 5;
     }
     kill_one_client(NCONN); /* warm-up: the allocator's arenas grow once */
-    for (int i = 0; i < 200; i++) {
-        server_stats(c, &conns, &rss1);
-        if (conns == 1)
-            break;
-        usleep(10000);
-    }
+    server_settled(c, &conns, &rss1);
     assert_int_equal(conns, 1);
-    for (int k = 0; k < CYCLES; k++)
+    /* Each cycle's server RSS is printed: a leak grows in steps, the heap's
+     * keeping of freed memory shows once. */
+    for (int k = 0; k < CYCLES; k++) {
         kill_one_client(NCONN);
-    for (int i = 0; i < 200; i++) {
-        server_stats(c, &conns, &rss2);
-        if (conns == 1)
-            break;
-        usleep(10000);
+        server_settled(c, &conns, &rss2);
+        printf("# cycle %d: server RSS %ld KiB, %d connections\n", k, rss2, conns);
+        assert_int_equal(conns, 1);
     }
     printf("# server RSS: %ld KiB at start, %ld after warm-up, %ld after %d x %d killed "
            "connections\n",

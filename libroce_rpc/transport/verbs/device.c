@@ -3,6 +3,8 @@
  * and the registration cache (one ibv_mr per region and device). */
 #include "transport/verbs/verbs_int.h"
 
+#include <sys/mman.h>
+
 /* ---- rdma-core's error conventions, converted here once ---------------- */
 
 
@@ -155,6 +157,32 @@ fail:
     *ret = rrpci_set_error(vx->ctx, rc, "verbs: setting up device %s: %s",
                            ibv_get_device_name(verbs->device), rrpc_strerror(rc));
     return NULL;
+}
+
+/* ---- the transport's own registered buffers ---------------------------- */
+
+int vb_pages_reg(struct ibv_pd *pd, size_t len, struct ibv_mr **mr, bool *mapped)
+{
+    *mapped = false;
+    void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return -ENOMEM;
+    *mapped = true;
+    *mr = ibv_reg_mr(pd, mem, len, IBV_ACCESS_LOCAL_WRITE);
+    if (!*mr) {
+        int rc = vb_errno();
+        munmap(mem, len);
+        return rc;
+    }
+    return 0;
+}
+
+void vb_pages_dereg(struct ibv_mr *mr)
+{
+    void *mem = mr->addr;
+    size_t len = mr->length;
+    ibv_dereg_mr(mr);
+    munmap(mem, len);
 }
 
 /* ---- registration cache ----------------------------------------------- */

@@ -99,24 +99,19 @@ static struct vb_rchunk *vb_rchunk_new(struct vb_qp *q, unsigned n)
         return NULL;
     k->n = n;
     k->len = (size_t)n * vc->bsz;
-    void *mem = NULL;
-    if (posix_memalign(&mem, 4096, k->len)) {
-        free(k);
-        return NULL;
-    }
-    k->mem = mem;
-    k->mr = ibv_reg_mr(vc->dev->pd, k->mem, k->len, IBV_ACCESS_LOCAL_WRITE);
-    if (!k->mr) {
-        int rc = vb_errno();
-        snprintf(vc->err, sizeof(vc->err),
-                 "registering %zu bytes of receive buffers on %s: %s (locked-memory limit, "
-                 "ulimit -l?)",
-                 k->len, ibv_get_device_name(vc->dev->verbs->device), rrpc_strerror(rc));
-        free(k->mem);
+    bool mapped;
+    int rc = vb_pages_reg(vc->dev->pd, k->len, &k->mr, &mapped);
+    if (rc) {
+        if (mapped)
+            snprintf(vc->err, sizeof(vc->err),
+                     "registering %zu bytes of receive buffers on %s: %s (locked-memory "
+                     "limit, ulimit -l?)",
+                     k->len, ibv_get_device_name(vc->dev->verbs->device), rrpc_strerror(rc));
         free(k);
         errno = -rc;
         return NULL;
     }
+    k->mem = k->mr->addr;
     uint8_t *p = k->mem;
     for (unsigned i = 0; i < n; i++, p += vc->bsz) {
         k->rb[i].wr.kind = VB_K_RECV;
@@ -137,8 +132,7 @@ void vb_qp_buffers_free(struct vb_qp *q)
     while (q->chunks) {
         struct vb_rchunk *k = q->chunks;
         q->chunks = k->next;
-        ibv_dereg_mr(k->mr);
-        free(k->mem);
+        vb_pages_dereg(k->mr);
         free(k);
     }
 }

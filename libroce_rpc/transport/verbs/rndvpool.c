@@ -26,8 +26,7 @@ static size_t vb_pbuf_cap(size_t len)
 static void vb_pbuf_drop(struct vb_dev *d, struct vb_pbuf *pb)
 {
     d->pool_bytes -= pb->cap;
-    ibv_dereg_mr(pb->mr);
-    free(pb->buf);
+    vb_pages_dereg(pb->mr);
     free(pb);
 }
 
@@ -50,20 +49,15 @@ static struct vb_pbuf *vb_pbuf_take(struct vb_dev *d, size_t len)
 static int vb_rndv_reg(struct vb_dev *d, size_t len, uint8_t **buf, struct ibv_mr **mr,
                        const char **why)
 {
-    void *b = NULL;
-    if (posix_memalign(&b, 4096, len)) {
-        *why = "out of memory for a rendezvous buffer";
-        return -ENOMEM;
-    }
-    *mr = ibv_reg_mr(d->pd, b, len, IBV_ACCESS_LOCAL_WRITE);
-    if (!*mr) {
-        int rc = vb_errno();
-        free(b);
-        *why = "cannot register a rendezvous buffer (locked-memory limit?)";
+    bool mapped;
+    int rc = vb_pages_reg(d->pd, len, mr, &mapped);
+    if (rc) {
+        *why = mapped ? "cannot register a rendezvous buffer (locked-memory limit?)"
+                      : "out of memory for a rendezvous buffer";
         return rc;
     }
     d->vx->rndv.regs++;
-    *buf = b;
+    *buf = (*mr)->addr;
     return 0;
 }
 

@@ -40,22 +40,16 @@ static int vb_slab_new(struct vb_dev *d, const char **why)
 {
     size_t bsz = vb_bsz(d->vx), len = (size_t)VB_SLAB_BUFS * bsz;
     struct vb_slab *s = calloc(1, sizeof(*s));
-    void *mem = NULL;
-    if (!s || posix_memalign(&mem, 4096, len)) {
+    bool mapped = false;
+    int rc = s ? vb_pages_reg(d->pd, len, &s->mr, &mapped) : -ENOMEM;
+    if (rc) {
         free(s);
-        *why = "out of memory for send buffers";
-        return -ENOMEM;
-    }
-    s->mr = ibv_reg_mr(d->pd, mem, len, IBV_ACCESS_LOCAL_WRITE);
-    if (!s->mr) {
-        int rc = vb_errno();
-        free(mem);
-        free(s);
-        *why = "cannot register send buffers (locked-memory limit, ulimit -l?)";
+        *why = mapped ? "cannot register send buffers (locked-memory limit, ulimit -l?)"
+                      : "out of memory for send buffers";
         return rc;
     }
     s->dev = d;
-    s->mem = mem;
+    s->mem = s->mr->addr;
     for (unsigned k = 0; k < VB_SLAB_BUFS; k++) {
         struct vb_sbuf *sb = &s->sb[k];
         sb->wr.kind = VB_K_SEND;
@@ -77,8 +71,7 @@ static void vb_slab_free(struct vb_dev *d, struct vb_slab *s)
     if (s->on_free)
         vb_slab_unlink_free(d, s);
     d->nslabs--;
-    ibv_dereg_mr(s->mr);
-    free(s->mem);
+    vb_pages_dereg(s->mr);
     free(s);
 }
 

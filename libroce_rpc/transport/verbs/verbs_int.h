@@ -543,6 +543,15 @@ int vb_ctx_open(rrpc_ctx *ctx, struct vb_ctx **ret);
 struct vb_dev *vb_dev_get(struct vb_ctx *vx, struct ibv_context *verbs, int *ret);
 /* RRPC_ACCESS_REMOTE_* bits as ibv access flags (device.c). */
 unsigned vb_remote_access(unsigned access);
+/* @len bytes (rounded up to whole pages) of pages of their own, registered on @pd
+ * for local writes, in *@mr (its addr and length say where).  They are mapped for
+ * themselves, not taken from the heap: freeing gives them back to the system at
+ * once (the heap would keep them resident below its top), and no other allocation
+ * shares a registered page.  0, or -errno with *@mapped saying whether the mapping
+ * or the registration failed. */
+int vb_pages_reg(struct ibv_pd *pd, size_t len, struct ibv_mr **mr, bool *mapped);
+/* Deregisters and unmaps what vb_pages_reg gave. */
+void vb_pages_dereg(struct ibv_mr *mr);
 int vb_mr_get(struct vb_dev *d, rrpc_region *r, struct vb_mr **ret);
 void vb_region_release(rrpc_ctx *ctx, rrpc_region *r);
 
