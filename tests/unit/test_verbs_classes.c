@@ -9,12 +9,17 @@
  * up; a connection frame (keepalive) on a class's QP other than the first
  * closes the connection (RRPC_E_PROTO); a class whose QP the peer does not
  * connect in time takes the
- * connection down at RRPC_AUTH_TIMEOUT_MS.  Over rdma:// only: run inside
+ * connection down at RRPC_AUTH_TIMEOUT_MS; with one peer stalled in its
+ * own loop (it reads nothing, acknowledges no take-back), lending to three
+ * others and taking it back round after round draws no RNR NAK on any
+ * device, and what stays lent is the stalled peer's share, at most one
+ * peer's.  Over rdma:// only: run inside
  * the Soft-RoCE VM with
  *   tests/softroce/run-suite.sh BUILD tests/unit/test_verbs_classes
  * elsewhere it skips (exit 77).  The QPs are read from the transport's own
  * state (struct vb_conn) under the context's lock.
  */
+#include <glob.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -460,6 +465,173 @@ static void test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_
     pair_close(&p);
 }
 
+/* ---- lending to many peers, one of which stopped reading ---------------- */
+
+/* RNR NAKs every RDMA device of the machine counted, sent and received
+ * (the kernel's hw_counters); *@files: how many counters were read. */
+static long rnr_naks(int *files)
+{
+    glob_t g;
+    long sum = 0;
+    *files = 0;
+    if (glob("/sys/class/infiniband/*/ports/*/hw_counters/*_rnr_err", 0, NULL, &g) != 0)
+        return 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        FILE *f = fopen(g.gl_pathv[i], "r");
+        long v;
+        if (f && fscanf(f, "%ld", &v) == 1) {
+            sum += v;
+            ++*files;
+        }
+        if (f)
+            fclose(f);
+    }
+    globfree(&g);
+    return sum;
+}
+
+/* The stalled peer: its loop thread blocks in the completion of its
+ * @stall_at-th answer until released, so it reads nothing, returns no
+ * credit and acknowledges no take-back meanwhile. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int answered, failed, stall_at;
+    bool stalled, released;
+} ST = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void stall_cb(const rrpc_result *res, void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&ST.mu);
+    if (res->status != 0)
+        ST.failed++;
+    if (++ST.answered == ST.stall_at) {
+        ST.stalled = true;
+        pthread_cond_broadcast(&ST.cv);
+        while (!ST.released)
+            pthread_cond_wait(&ST.cv, &ST.mu);
+    }
+    pthread_mutex_unlock(&ST.mu);
+}
+
+static rrpc_class_stats bulk_stats(rrpc_ctx *ctx)
+{
+    rrpc_stats st;
+    assert_int_equal(rrpc_ctx_stats(ctx, &st), 0);
+    return st.cls[RRPC_CLASS_BULK];
+}
+
+static void test_lending_to_peers_while_one_stopped_reading_draws_no_rnr_nak(void **state)
+{
+    (void)state;
+    enum { NACT = 3, ROUNDS = 3, BURST = 200 };
+    rrpc_config *cfg;
+    assert_int_equal(rrpc_config_create(&cfg), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_HANDLER_RELIEF_MS", "0"), 0);
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_CREDIT_IDLE_MS", "100"), 0);
+    rrpc_ctx *srv, *cli[NACT + 1];
+    assert_int_equal(rrpc_ctx_create_with(cfg, &cli[NACT]), 0); /* the stalled peer */
+    int cr = 0;
+    rrpc_class_get(cli[NACT], RRPC_CLASS_BULK, NULL, NULL, &cr);
+    int base = (int)rrpci_ctx_class_first_grant(cli[NACT], RRPCI_CLS_BULK);
+    /* Room for the stalled peer's full share and one more peer's: the
+     * others are refused some of the time, and refusal draws no RNR NAK
+     * either. */
+    char budget[16];
+    snprintf(budget, sizeof(budget), "%d", 2 * (cr - base));
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_CREDIT_BUDGET", budget), 0);
+    assert_int_equal(rrpc_ctx_create_with(cfg, &srv), 0);
+    for (int i = 0; i < NACT; i++)
+        assert_int_equal(rrpc_ctx_create_with(cfg, &cli[i]), 0);
+    rrpc_config_destroy(cfg);
+    assert_int_equal(rrpc_register(srv, "echo", echo, NULL), 0);
+    char uri[128];
+    test_listen_uri(uri, sizeof(uri));
+    rrpc_listener *l;
+    assert_int_equal(rrpc_listen(srv, uri, srv_event, NULL, &l), 0);
+    assert_int_equal(rrpc_ctx_start_thread(srv), 0);
+    test_connect_uri(uri, sizeof(uri), rrpc_listener_port(l));
+    rrpc_conn *c[NACT + 1];
+    for (int i = 0; i <= NACT; i++) {
+        assert_int_equal(rrpc_ctx_start_thread(cli[i]), 0);
+        if (rrpc_connect_sync(cli[i], uri, 10000, NULL, NULL, &c[i]))
+            fail_msg("connect: %s", rrpc_ctx_last_error(cli[i]));
+        call_ok(c[i], cli[i], RRPC_CLASS_BULK); /* bulk's QP connected */
+    }
+    int files;
+    long rnr0 = rnr_naks(&files);
+    assert_true(files > 0); /* the VM's rxe devices count RNR NAKs */
+    rrpc_class_stats s0 = bulk_stats(srv);
+
+    /* The stalled peer pipelines a burst, so the server lends it credit,
+     * then stops reading three quarters in. */
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    ST.stall_at = BURST * 3 / 4;
+    for (int k = 0; k < BURST; k++)
+        assert_int_equal(rrpc_call(c[NACT], "echo", "0123456789", 10, &bulk, stall_cb, NULL), 0);
+    pthread_mutex_lock(&ST.mu);
+    while (!ST.stalled)
+        pthread_cond_wait(&ST.cv, &ST.mu);
+    pthread_mutex_unlock(&ST.mu);
+
+    /* The others burst and go idle, round after round: lent, taken back. */
+    int done[NACT] = {0};
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < NACT; i++)
+            for (int k = 0; k < BURST; k++)
+                assert_int_equal(
+                    rrpc_call(c[i], "echo", "0123456789", 10, &bulk, count_cb, &done[i]), 0);
+        for (int i = 0; i < NACT; i++) {
+            int want = (r + 1) * BURST;
+            for (int t = 0; t < 3000 && __atomic_load_n(&done[i], __ATOMIC_SEQ_CST) < want; t++)
+                usleep(10000);
+            assert_int_equal(__atomic_load_n(&done[i], __ATOMIC_SEQ_CST), want);
+        }
+        usleep(400 * 1000); /* > RRPC_CREDIT_IDLE_MS: the server takes its credit back */
+    }
+    rrpc_class_stats s1 = bulk_stats(srv);
+    printf("# bulk, class credits %d, first grant %d, budget %s: %llu lends, %llu refused, %llu "
+           "taken back; %llu credits still lent with one peer stalled\n",
+           cr, base, budget, (unsigned long long)(s1.credit_lends - s0.credit_lends),
+           (unsigned long long)(s1.credit_lend_refused - s0.credit_lend_refused),
+           (unsigned long long)(s1.credit_taken_back - s0.credit_taken_back),
+           (unsigned long long)s1.credit_lent);
+    assert_true(s1.credit_lends - s0.credit_lends >= NACT);
+    assert_true(s1.credit_taken_back - s0.credit_taken_back >= NACT);
+    /* What is still lent is the stalled peer's: one peer's share at most. */
+    assert_true(s1.credit_lent <= (uint64_t)(cr - base));
+
+    pthread_mutex_lock(&ST.mu);
+    ST.released = true;
+    pthread_cond_broadcast(&ST.cv);
+    pthread_mutex_unlock(&ST.mu);
+    for (int t = 0; t < 3000; t++) {
+        pthread_mutex_lock(&ST.mu);
+        int a = ST.answered;
+        pthread_mutex_unlock(&ST.mu);
+        if (a == BURST)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(ST.answered, BURST);
+    assert_int_equal(ST.failed, 0);
+    /* Once the stalled peer reads again it acknowledges the take-back. */
+    rrpc_class_stats s2 = bulk_stats(srv);
+    for (int t = 0; t < 300 && (s2 = bulk_stats(srv)).credit_lent; t++)
+        usleep(10000);
+    assert_int_equal(s2.credit_lent, 0);
+    long rnr1 = rnr_naks(&files);
+    printf("# RNR NAKs counted by the devices: %ld before, %ld after\n", rnr0, rnr1);
+    assert_int_equal(rnr1, rnr0);
+    for (int i = 0; i <= NACT; i++) {
+        rrpc_conn_close(c[i]);
+        rrpc_ctx_destroy(cli[i]);
+    }
+    rrpc_listener_close(l);
+    rrpc_ctx_destroy(srv);
+}
+
 int main(void)
 {
     if (strcmp(test_transport(), "verbs") != 0) {
@@ -473,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_a_queue_pair_naming_another_peers_connection_is_refused),
         cmocka_unit_test(test_a_connection_frame_on_a_class_queue_pair_is_refused),
         cmocka_unit_test(test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_down),
+        cmocka_unit_test(test_lending_to_peers_while_one_stopped_reading_draws_no_rnr_nak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

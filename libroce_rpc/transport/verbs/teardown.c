@@ -197,10 +197,9 @@ void vb_rin_free(struct vb_rin *r)
     if (r->pb) {
         r->pb->next = r->pdev->pfree;
         r->pdev->pfree = r->pb;
-    } else if (r->mr)
-        ibv_dereg_mr(r->mr);
-    if (!r->pb)
-        free(r->buf);
+    } else if (r->mr) {
+        vb_pages_dereg(r->mr); /* its own buffer (vb_rndv_buf_get) */
+    }
     free(r);
 }
 
