@@ -220,8 +220,8 @@ static void test_an_rpc_only_connection_holds_one_queue_pair_on_each_side(void *
      * credit is lent. */
     int cr = 0;
     rrpc_class_get(p.cli, RRPC_CLASS_LOW_LATENCY, NULL, NULL, &cr);
-    size_t reserve = VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE +
-                     VB_SPARE + VB_FIRST_RESERVE,
+    size_t reserve = VB_EXEMPT_RESERVE + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE + VB_SPARE +
+                     VB_FIRST_RESERVE,
            bsz = vb_bsz(vb_vx(p.cli));
     uint32_t first = rrpci_ctx_class_first_grant(p.cli, VB_FIRST);
     assert_int_equal(first, 4);
@@ -239,6 +239,30 @@ static void test_an_rpc_only_connection_holds_one_queue_pair_on_each_side(void *
     qps(p.srv, p.sc, &spool);
     printf("# after 300 calls in flight: %zu bytes of receive buffers on the server\n", spool);
     assert_int_equal(spool, ((size_t)cr + reserve) * bsz);
+    /* No buffers for rendezvous answers until a side first sends a payload
+     * above the eager limit: then VB_RNDV_MAX, once. */
+    size_t c0 = 0, s0 = spool;
+    qps(p.cli, p.c, &c0);
+    size_t big = vb_vx(p.cli)->eager + 1000;
+    char *payload = malloc(big);
+    assert_non_null(payload);
+    memset(payload, 'r', big);
+    for (int i = 0; i < 2; i++) {
+        void *out = NULL;
+        size_t n = 0;
+        assert_int_equal(rrpc_call_sync(p.c, "echo", payload, big, NULL, &out, &n), 0);
+        assert_int_equal(n, big);
+        assert_memory_equal(out, payload, big);
+        free(out);
+    }
+    free(payload);
+    qps(p.cli, p.c, &cpool);
+    qps(p.srv, p.sc, &spool);
+    printf("# after two %zu-byte echoes: +%zu bytes of receive buffers on the client, +%zu on "
+           "the server\n",
+           big, cpool - c0, spool - s0);
+    assert_int_equal(cpool - c0, VB_RNDV_MAX * bsz);
+    assert_int_equal(spool - s0, VB_RNDV_MAX * bsz);
     pair_close(&p);
 }
 

@@ -4,18 +4,21 @@
 
 /* ---- buffers, QPs ------------------------------------------------------- */
 
-/* What a QP receives besides the frames its grant bounds (verbs_int.h). */
+/* What a QP receives besides the frames its grant bounds (verbs_int.h),
+ * but for the answers to our own rendezvous sends (VB_RNDV_MAX), made
+ * before the first of them (vb_rx_rndv_reserve). */
 static unsigned vb_nreserve(int cls)
 {
-    return VB_EXEMPT_RESERVE + VB_RNDV_MAX + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE + VB_SPARE +
+    return VB_EXEMPT_RESERVE + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE + VB_SPARE +
            (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
 }
 
 /* The most receive buffers @cls's QP ever holds: for the class's credits,
- * the most the core lends (core/lend.c).  Its receive queue's size. */
+ * the most the core lends (core/lend.c), and for rendezvous answers.  Its
+ * receive queue's size. */
 static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
 {
-    return rrpci_ctx_class_credits(vc->ctx, cls) + vb_nreserve(cls);
+    return rrpci_ctx_class_credits(vc->ctx, cls) + vb_nreserve(cls) + VB_RNDV_MAX;
 }
 
 /* The completions @cls's QP can have outstanding: its send queue and its
@@ -107,6 +110,9 @@ static struct vb_rchunk *vb_rchunk_new(struct vb_qp *q, unsigned n)
                      "registering %zu bytes of receive buffers on %s: %s (locked-memory "
                      "limit, ulimit -l?)",
                      k->len, ibv_get_device_name(vc->dev->verbs->device), rrpc_strerror(rc));
+        else
+            snprintf(vc->err, sizeof(vc->err), "out of memory for %zu bytes of receive buffers",
+                     k->len);
         free(k);
         errno = -rc;
         return NULL;
@@ -137,6 +143,38 @@ void vb_qp_buffers_free(struct vb_qp *q)
     }
 }
 
+/* Posts all of @k on @q; a failure takes the connection down. */
+static int vb_rchunk_post(struct vb_qp *q, struct vb_rchunk *k)
+{
+    for (unsigned i = 0; i < k->n; i++) {
+        int rc = vb_post_recv(q, &k->rb[i]);
+        if (rc) {
+            vb_fail(q->vc, RRPC_E_CONN_LOST, "ibv_post_recv on class %d: %s", q->cls,
+                    rrpc_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int vb_rx_rndv_reserve(struct vb_qp *q)
+{
+    if (q->rndv_reserved)
+        return 0;
+    struct vb_rchunk *k = vb_rchunk_new(q, VB_RNDV_MAX);
+    if (!k) {
+        int rc = vb_errno();
+        RRPCI_LOG(q->vc->ctx, LOG_WARNING,
+                  "verbs: %s: no receive buffers for rendezvous answers on class %s: %s",
+                  q->vc->peer, rrpci_class_name(q->cls), q->vc->err);
+        return rc;
+    }
+    int rc = vb_rchunk_post(q, k);
+    if (!rc)
+        q->rndv_reserved = true;
+    return rc;
+}
+
 int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant)
 {
     struct vb_conn *vc = vb_vc(c);
@@ -152,14 +190,9 @@ int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant)
                   vc->peer, rrpci_class_name(cls), vc->err);
         return rc;
     }
-    for (unsigned i = 0; i < k->n; i++) {
-        int rc = vb_post_recv(q, &k->rb[i]);
-        if (rc) {
-            vb_fail(vc, RRPC_E_CONN_LOST, "ibv_post_recv on class %d: %s", cls,
-                    rrpc_strerror(rc));
-            return rc;
-        }
-    }
+    int rc = vb_rchunk_post(q, k);
+    if (rc)
+        return rc;
     q->cover = grant;
     return 0;
 }

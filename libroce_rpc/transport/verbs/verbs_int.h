@@ -63,7 +63,8 @@
  *    (core/lend.c) + 8 for exempt frames (the core sends a
  *    CREDIT frame only when half a grant is owed, so at most 2 are in flight)
  *    + 8 for rendezvous-done messages (we allow 8 rendezvous sends in flight
- *    per class) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
+ *    per class; made before the QP's first rendezvous send, so a connection
+ *    that never sends a large payload holds none) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
  *    credits per class, returned in batches of 8) + 2 for those returns
  *    + 1 spare (+ VB_FIRST_RESERVE on the first QP, for the connection's
  *    own frames and the passive side's VB_ENV_OPEN asks), so a buffer is
@@ -153,7 +154,9 @@
 #define VB_NCREDIT_RESERVE 2
 #define VB_SPARE 1
 #define VB_NSEND 32 /* send buffers a class's QP may hold at once (sendpool.c) */
-#define VB_SQ_DEPTH 128
+/* 2^k - 1: rxe rounds a queue's entries + 1 up to a power of two (rxe_queue_init),
+ * so 128 would make 256 slots of 512 bytes, 127 makes 128 (64 KiB per QP). */
+#define VB_SQ_DEPTH 127
 #define VB_SQ_CTL_RESERVE 8 /* send-queue slots frames and ops leave to internal messages */
 #define VB_MAX_INLINE 128
 #define VB_RD_ATOMIC_MAX 16
@@ -378,6 +381,7 @@ struct vb_qp {
     int sq_sends; /* SENDs not completed: what a closing connection waits for */
     unsigned nrbuf;  /* receive buffers made, in chunks */
     unsigned cover;  /* the grant they cover (the peer's frames in flight) */
+    bool rndv_reserved; /* VB_RNDV_MAX more for rendezvous answers (vb_rx_rndv_reserve) */
     struct vb_rchunk *chunks;
     size_t pool_len; /* their bytes */
     struct vb_rbuf *rfree;
@@ -629,6 +633,10 @@ int vb_post_recv(struct vb_qp *q, struct vb_rbuf *rb);
 int vb_qp_create(struct vb_qp *q);
 /* ops->rx_grow: receive buffers for a grant of @grant on class @cls. */
 int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant);
+/* Before @q's first rendezvous send: VB_RNDV_MAX more receive buffers, for
+ * the peer's answers (its DONE messages); they stay until the connection
+ * closes.  0, or -errno (the send fails; the connection stays up). */
+int vb_rx_rndv_reserve(struct vb_qp *q);
 /* Deregisters and frees @q's receive buffers. */
 void vb_qp_buffers_free(struct vb_qp *q);
 
