@@ -57,6 +57,7 @@ static struct {
     rrpc_request *held;
     uint32_t last_imm;
     int notifies;
+    int notify_disorder; /* a run of 0x1000 + i notifies out of order */
     int call_back_on_up; /* the server calls the client from its UP callback */
     int called_back;
     rrpc_region *sregion;
@@ -203,6 +204,8 @@ static void server_event(rrpc_conn *c, rrpc_conn_event ev, int reason, void *use
 static void server_notify(rrpc_conn *c, uint32_t imm, void *user)
 {
     lock();
+    if (imm > 0x1000 && imm < 0x2000 && imm != T.last_imm + 1)
+        T.notify_disorder++;
     T.last_imm = imm;
     T.notifies++;
     unlock();
@@ -1541,6 +1544,15 @@ static void fetch_token(rrpc_conn *c, rrpc_token *t)
     free(out);
 }
 
+/* Counts a completed one-sided operation in *@user (any thread); a failed one
+ * is counted as -1000, which no wait reaches. */
+static void op_counted(int status, void *user)
+{
+    lock();
+    *(int *)user += status ? -1000 : 1;
+    unlock();
+}
+
 static void test_one_sided_write_and_read_move_the_exact_bytes(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
@@ -1565,6 +1577,24 @@ static void test_one_sided_write_and_read_move_the_exact_bytes(void **state)
     assert_int_equal(wait_for(&T.notifies, before + 1, 5000), before + 1);
     assert_int_equal(T.last_imm, 0xC0FFEE);
     assert_memory_equal(T.smem, local, 128);
+    /* More writes with notify in flight than a peer holds notify credit for
+     * (16 on verbs, granted on its first ask): every one lands, in order. */
+    enum { NW = 40 };
+    lock();
+    before = T.notifies;
+    T.notify_disorder = 0;
+    unlock();
+    int wdone = 0;
+    for (int i = 0; i < NW; i++) {
+        rrpc_op_opts oi = {.qos_class = RRPC_CLASS_BULK, .notify = 1, .imm = 0x1000u + (uint32_t)i};
+        assert_int_equal(rrpc_write(c, lr, 0, &t, 0, 64, &oi, op_counted, &wdone), 0);
+    }
+    assert_int_equal(wait_for(&T.notifies, before + NW, 10000), before + NW);
+    assert_int_equal(wait_for(&wdone, NW, 5000), NW);
+    lock();
+    assert_int_equal(T.notify_disorder, 0);
+    assert_int_equal(T.last_imm, 0x1000u + NW - 1);
+    unlock();
     rrpc_mem_dereg(lr);
     free(local);
     rrpc_conn_close(c);

@@ -18,7 +18,7 @@
  * RSS (/proc/self/statm) and VmPin (/proc/self/status: memory pinned by
  * memory registration).  It also prints what the transport's per-connection
  * receive buffers should be, from the class credits and RRPC_VERBS_EAGER
- * (see libroce_rpc/transport/verbs/qp.c: per class credits + 35, each 32 +
+ * (see libroce_rpc/transport/verbs/qp.c: per class credits + 12, each 32 +
  * eager bytes rounded up to 64; send buffers come from a pool of the
  * device, verbs/sendpool.c, and an idle connection holds none).
  * Exit 0 when every connection and call worked, 1 otherwise.
@@ -218,8 +218,10 @@ int main(int argc, char **argv)
     }
     /* The verbs receive buffers per connection and side, as verbs/qp.c sizes
      * them: each class used has a QP with its first grant (RRPC_CREDIT_BASE,
-     * 4, with lending on; one call at a time is lent nothing) + 35 (+ 6 on
-     * the first, low_latency's). */
+     * 4, with lending on; one call at a time is lent nothing) + 12 (+ 6 on
+     * the first, low_latency's): 8 for exempt frames, 1 for the peer's ask
+     * for notify credits, 2 for their returns, 1 spare.  The buffers for
+     * rendezvous answers and for notifies come with the first of them. */
     long eager = 8192;
     const char *e = getenv("RRPC_VERBS_EAGER");
     if (e)
@@ -236,10 +238,10 @@ int main(int argc, char **argv)
         if (!(lend && atoi(lend) == 0) && b < cr)
             cr = (int)b;
         cred += cr;
-        nbuf += cr + 8 + 8 + 16 + 2 + 1 + (k == RRPC_CLASS_LOW_LATENCY ? 6 : 0);
+        nbuf += cr + 8 + 1 + 2 + 1 + (k == RRPC_CLASS_LOW_LATENCY ? 6 : 0);
         ncls++;
     }
-    printf("  expected verbs receive buffers per connection and side: %ld (first grants %ld + %d x 35 "
+    printf("  expected verbs receive buffers per connection and side: %ld (first grants %ld + %d x 12 "
            "+ 6) x %ld bytes = %.1f KiB; send buffers: the device's pool, none per connection\n",
            nbuf, cred, ncls, bsz, nbuf * bsz / 1024.0);
     rc = failed;

@@ -220,7 +220,7 @@ static void test_an_rpc_only_connection_holds_one_queue_pair_on_each_side(void *
      * credit is lent. */
     int cr = 0;
     rrpc_class_get(p.cli, RRPC_CLASS_LOW_LATENCY, NULL, NULL, &cr);
-    size_t reserve = VB_EXEMPT_RESERVE + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE + VB_SPARE +
+    size_t reserve = VB_EXEMPT_RESERVE + VB_NASK_RESERVE + VB_NCREDIT_RESERVE + VB_SPARE +
                      VB_FIRST_RESERVE,
            bsz = vb_bsz(vb_vx(p.cli));
     uint32_t first = rrpci_ctx_class_first_grant(p.cli, VB_FIRST);
@@ -452,6 +452,72 @@ static void test_a_connection_frame_on_a_class_queue_pair_is_refused(void **stat
     pair_close(&p);
 }
 
+/* Posts an immediate with no payload on @f: a SEND (an envelope of
+ * verbs_int.h) or an RDMA WRITE of 0 bytes (a notify). */
+static void forged_imm(struct forged *f, enum ibv_wr_opcode op, uint32_t imm)
+{
+    struct ibv_send_wr wr = {.opcode = op, .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl(imm)}, *bad = NULL;
+    assert_int_equal(ibv_post_send(f->id->qp, &wr, &bad), 0);
+}
+
+/* A peer that writes with notify without notify credit, or asks for them
+ * twice, breaks verbs layout 3 (docs/protocol.md §14): the connection goes
+ * down with RRPC_E_PROTO. */
+static void test_notifies_beyond_the_grant_and_a_second_ask_are_refused(void **state)
+{
+    (void)state;
+    const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
+    if (!src) {
+        printf("# skipped: needs RRPC_TEST_CLIENT_SRC (the client's address in the VM)\n");
+        skip();
+    }
+    for (int round = 0; round < 2; round++) {
+        struct pair p;
+        pair_open(&p, NULL);
+        call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
+        rrpci_lock(p.cli);
+        uint64_t cookie = vb_vc(p.c)->cookie;
+        rrpci_unlock(p.cli);
+        struct forged f;
+        forged_open(&f, &p, src, RRPCI_CLS_BULK, cookie);
+        assert_int_equal(f.ev, RDMA_CM_EVENT_ESTABLISHED);
+        size_t before = 0, after = 0;
+        assert_int_equal(wait_qps(p.srv, p.sc, FIRST | (1u << RRPCI_CLS_BULK)),
+                         FIRST | (1u << RRPCI_CLS_BULK));
+        qps(p.srv, p.sc, &before);
+        if (round == 0) {
+            /* A notify, never granted: the private data grants none. */
+            forged_imm(&f, IBV_WR_RDMA_WRITE_WITH_IMM, 0xBAD);
+        } else {
+            /* The ask: the server makes the notify buffers and grants them
+             * (a message with no payload, which a receive without a buffer
+             * takes: no RNR NAK to count in the lending test below). */
+            for (int i = 0; i < 4; i++) {
+                struct ibv_recv_wr rw = {.wr_id = (uint64_t)i}, *rbad = NULL;
+                assert_int_equal(ibv_post_recv(f.id->qp, &rw, &rbad), 0);
+            }
+            forged_imm(&f, IBV_WR_SEND_WITH_IMM, VB_ENV_NASK << 24);
+            for (int i = 0; i < 300 && after - before < VB_NOTIFY_CREDITS * vb_bsz(vb_vx(p.srv));
+                 i++) {
+                usleep(10000);
+                qps(p.srv, p.sc, &after);
+            }
+            printf("# after the ask: +%zu bytes of receive buffers on the server\n",
+                   after - before);
+            assert_int_equal(after - before, VB_NOTIFY_CREDITS * vb_bsz(vb_vx(p.srv)));
+            forged_imm(&f, IBV_WR_SEND_WITH_IMM, VB_ENV_NASK << 24);
+        }
+        int reason = 0, downs = wait_down(&S.srv_downs, &S.srv_reason, 5000, &reason);
+        printf("# %s: the server's connection %d down, reason %s\n",
+               round ? "a second ask" : "a notify without credit", downs, rrpc_err_name(reason));
+        assert_int_equal(downs, 1);
+        assert_int_equal(reason, RRPC_E_PROTO);
+        forged_close(&f);
+        pair_close(&p);
+    }
+}
+
 struct hold_call {
     pthread_mutex_t mu;
     int done, status;
@@ -668,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_a_class_is_connected_by_its_first_use_from_either_side),
         cmocka_unit_test(test_a_queue_pair_naming_another_peers_connection_is_refused),
         cmocka_unit_test(test_a_connection_frame_on_a_class_queue_pair_is_refused),
+        cmocka_unit_test(test_notifies_beyond_the_grant_and_a_second_ask_are_refused),
         cmocka_unit_test(test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_down),
         cmocka_unit_test(test_lending_to_peers_while_one_stopped_reading_draws_no_rnr_nak),
     };

@@ -78,6 +78,8 @@ int vb_rdma(rrpc_conn *c, const struct rrpci_rdma_op *op)
     struct vb_qp *q = &vc->q[op->cls];
     if (q->err)
         return RRPC_E_CONN_LOST;
+    if (op->opcode == RRPCI_RDMA_WRITE_IMM && !q->ncredits_max)
+        q->nwant = true; /* vb_kick asks the peer for notify credits */
     if (op->remote_key > UINT32_MAX)
         return rrpci_set_error(vc->ctx, RRPC_E_ACCESS,
                                "remote key 0x%llx is not a verbs rkey (tokens must come from a "
@@ -146,6 +148,11 @@ int vb_kick(struct vb_qp *q)
         if ((rc = vb_post_ctl(q, VB_ENV_DONE, q->doneq[q->done_n - 1])))
             return rc;
         q->done_n--;
+    }
+    if (q->nwant && !q->nasked && !q->ncredits_max && vb_sq_room(q, 0)) {
+        if ((rc = vb_post_ctl(q, VB_ENV_NASK, 0)))
+            return rc;
+        q->nasked = true;
     }
     if (q->ncredit_owed >= (VB_NOTIFY_CREDITS + 1) / 2 && vb_sq_room(q, 0)) {
         if ((rc = vb_post_ctl(q, VB_ENV_NCREDIT, q->ncredit_owed)))

@@ -9,7 +9,7 @@ void vb_pd_encode(const struct vb_conn *vc, int cls, uint8_t out[VB_PD_SIZE])
     rrpci_hello_encode(&vc->hello, out);
     out[32] = VB_PD_VERSION;
     out[33] = (uint8_t)cls;
-    out[34] = VB_NOTIFY_CREDITS;
+    out[34] = 0; /* notify credits: granted when asked for (VB_ENV_NASK) */
     out[35] = VB_PD_MARK;
     rrpci_put64(out + 36, vc->cookie);
 }

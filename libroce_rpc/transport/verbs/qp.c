@@ -5,12 +5,16 @@
 /* ---- buffers, QPs ------------------------------------------------------- */
 
 /* What a QP receives besides the frames its grant bounds (verbs_int.h),
- * but for the answers to our own rendezvous sends (VB_RNDV_MAX), made
- * before the first of them (vb_rx_rndv_reserve). */
+ * but for what it makes on demand (vb_rx_extra). */
 static unsigned vb_nreserve(int cls)
 {
-    return VB_EXEMPT_RESERVE + VB_NOTIFY_CREDITS + VB_NCREDIT_RESERVE + VB_SPARE +
+    return VB_EXEMPT_RESERVE + VB_NASK_RESERVE + VB_NCREDIT_RESERVE + VB_SPARE +
            (cls == VB_FIRST ? VB_FIRST_RESERVE : 0);
+}
+
+static unsigned vb_extra_n(enum vb_rx_extra what)
+{
+    return what == VB_RX_RNDV ? VB_RNDV_MAX : VB_NOTIFY_CREDITS;
 }
 
 /* The most receive buffers @cls's QP ever holds: for the class's credits,
@@ -18,7 +22,8 @@ static unsigned vb_nreserve(int cls)
  * receive queue's size. */
 static unsigned vb_nrbuf(const struct vb_conn *vc, int cls)
 {
-    return rrpci_ctx_class_credits(vc->ctx, cls) + vb_nreserve(cls) + VB_RNDV_MAX;
+    return rrpci_ctx_class_credits(vc->ctx, cls) + vb_nreserve(cls) + vb_extra_n(VB_RX_RNDV) +
+           vb_extra_n(VB_RX_NOTIFY);
 }
 
 /* The completions @cls's QP can have outstanding: its send queue and its
@@ -157,21 +162,21 @@ static int vb_rchunk_post(struct vb_qp *q, struct vb_rchunk *k)
     return 0;
 }
 
-int vb_rx_rndv_reserve(struct vb_qp *q)
+int vb_rx_extra(struct vb_qp *q, enum vb_rx_extra what)
 {
-    if (q->rndv_reserved)
+    if (q->extra & what)
         return 0;
-    struct vb_rchunk *k = vb_rchunk_new(q, VB_RNDV_MAX);
+    struct vb_rchunk *k = vb_rchunk_new(q, vb_extra_n(what));
     if (!k) {
         int rc = vb_errno();
-        RRPCI_LOG(q->vc->ctx, LOG_WARNING,
-                  "verbs: %s: no receive buffers for rendezvous answers on class %s: %s",
-                  q->vc->peer, rrpci_class_name(q->cls), q->vc->err);
+        RRPCI_LOG(q->vc->ctx, LOG_WARNING, "verbs: %s: no receive buffers for %s on class %s: %s",
+                  q->vc->peer, what == VB_RX_RNDV ? "rendezvous answers" : "notifies",
+                  rrpci_class_name(q->cls), q->vc->err);
         return rc;
     }
     int rc = vb_rchunk_post(q, k);
     if (!rc)
-        q->rndv_reserved = true;
+        q->extra |= what;
     return rc;
 }
 

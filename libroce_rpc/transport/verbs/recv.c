@@ -232,6 +232,12 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
             vb_fail(vc, -ENOMEM, "out of memory for a notification");
             return;
         }
+        if (q->ncredit_owed >= q->ngranted) {
+            free(nt);
+            vb_fail(vc, RRPC_E_PROTO, "peer %s wrote with notify on class %s beyond the %u "
+                    "notify credits granted", vc->peer, rrpci_class_name(q->cls), q->ngranted);
+            return;
+        }
         nt->it.type = VB_I_NOTIFY;
         nt->imm = imm;
         rc = vb_post_recv(q, rb);
@@ -257,12 +263,35 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
             }
             break;
         }
-        case VB_ENV_NCREDIT:
-            if ((imm & 0xffffffu) > q->ncredits_max - q->ncredits) {
+        case VB_ENV_NCREDIT: {
+            uint32_t n = imm & 0xffffffu;
+            if (!q->ncredits_max && q->nasked) { /* the grant we asked for */
+                if (!n || n > VB_NOTIFY_CREDITS) {
+                    why = "peer granted a number of notify credits out of 1..16";
+                    rc = RRPC_E_PROTO;
+                } else {
+                    q->ncredits = q->ncredits_max = n;
+                }
+            } else if (n > q->ncredits_max - q->ncredits) {
                 why = "peer returned more notify credit than it owed";
                 rc = RRPC_E_PROTO;
+            } else {
+                q->ncredits += n;
             }
-            q->ncredits += imm & 0xffffffu;
+            break;
+        }
+        case VB_ENV_NASK:
+            /* The peer's one ask for notify credits: the buffers first, then
+             * the grant goes as a return of all of them (vb_kick). */
+            if (q->ngranted) {
+                why = "peer asked for notify credits twice";
+                rc = RRPC_E_PROTO;
+            } else if ((rc = vb_rx_extra(q, VB_RX_NOTIFY))) {
+                why = vc->err;
+            } else {
+                q->ngranted = VB_NOTIFY_CREDITS;
+                q->ncredit_owed = VB_NOTIFY_CREDITS;
+            }
             break;
         default:
             why = "unknown verbs envelope";

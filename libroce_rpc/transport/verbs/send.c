@@ -105,7 +105,7 @@ static int vb_send_rndv(struct vb_qp *q, struct rrpci_msg *m)
     for (int i = 0; i < 2; i++)
         if (plen[i] > UINT32_MAX)
             return RRPC_E_TOO_BIG;
-    int rrc = vb_rx_rndv_reserve(q); /* room for the peer's DONE, before the first */
+    int rrc = vb_rx_extra(q, VB_RX_RNDV); /* room for the peer's DONE, before the first */
     if (rrc)
         return rrc;
     if (RRPCI_HDR_SIZE + VB_DESC_MAX > q->max_inline) {

@@ -24,7 +24,8 @@
  *      0  rrpci_hello (32 bytes, rrpci_hello_encode; rx_buf = our receive
  *         buffer size, header included)
  *      32 u8 verbs layout version (2)   33 u8 class of this QP
- *      34 u8 WRITE_WITH_IMM credits granted for this class   35 u8 'V' (0x56)
+ *      34 u8 WRITE_WITH_IMM credits granted for this class now (0 from
+ *         layout 3 on: they are asked for, VB_ENV_NASK)   35 u8 'V' (0x56)
  *      36 u64 connection cookie (random, chosen by the active side)
  *    The first QP's REQ makes the connection on the passive side; a later
  *    class's REQ attaches to it by cookie, from the same peer address, while
@@ -46,10 +47,17 @@
  *                                    bytes and delivers the frame from it.
  *      SEND_WITH_IMM (2 << 24 | token)  rendezvous done: the sender may
  *                                    release the payload (0 bytes)
- *      SEND_WITH_IMM (3 << 24 | n)   n WRITE_WITH_IMM credits returned
+ *      SEND_WITH_IMM (3 << 24 | n)   n WRITE_WITH_IMM credits returned; the
+ *                                    first after our ask grants them (n =
+ *                                    1..16, the most we may hold)
  *      SEND_WITH_IMM (4 << 24 | cls) passive -> active, on the first QP:
  *                                    connect class cls's QP (ignored when
  *                                    it is connected or being connected)
+ *      SEND_WITH_IMM (5 << 24)       initiator -> target, once per QP, before
+ *                                    its first write with notify: grant me
+ *                                    notify credits (a second ask, or a
+ *                                    notify beyond the grant, is a
+ *                                    protocol error)
  *      RDMA_WRITE_WITH_IMM           one-sided notify: the whole 32-bit
  *                                    immediate goes to rrpci_conn_notify.
  *    Frames, rendezvous frames and notifies of one class are delivered in
@@ -63,13 +71,16 @@
  *    (core/lend.c) + 8 for exempt frames (the core sends a
  *    CREDIT frame only when half a grant is owed, so at most 2 are in flight)
  *    + 8 for rendezvous-done messages (we allow 8 rendezvous sends in flight
- *    per class; made before the QP's first rendezvous send, so a connection
- *    that never sends a large payload holds none) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
- *    credits per class, returned in batches of 8) + 2 for those returns
- *    + 1 spare (+ VB_FIRST_RESERVE on the first QP, for the connection's
- *    own frames and the passive side's VB_ENV_OPEN asks), so a buffer is
- *    re-posted before its frame is delivered and
- *    the credit the application's handler returns is always backed.
+ *    per class) + 16 for WRITE_WITH_IMM (the initiator holds 16 notify
+ *    credits per class, returned in batches of 8) + 1 for the peer's ask
+ *    for them + 2 for those returns + 1 spare (+ VB_FIRST_RESERVE on the
+ *    first QP, for the connection's own frames and the passive side's
+ *    VB_ENV_OPEN asks), so a buffer is re-posted before its frame is
+ *    delivered and the credit the application's handler returns is always
+ *    backed.  The rendezvous-done buffers are made before the QP's first
+ *    rendezvous send, the notify buffers when the peer asks for notify
+ *    credits (vb_rx_extra): a QP that carries only small frames holds
+ *    neither.
  *    RNR retry is still infinite, as a safety net.
  *  - Send buffers (a frame above the inline limit is copied into one until
  *    its SEND completes) are lent by the device's pool to the QPs of all
@@ -140,7 +151,7 @@
 #include "util/resolve.h"
 
 #define VB_NCLS RRPCI_MAX_CLASSES
-#define VB_PD_VERSION 2
+#define VB_PD_VERSION 3
 #define VB_FIRST RRPCI_CLS_LOW_LATENCY /* the class of a connection's first QP */
 #define VB_FIRST_RESERVE (VB_NCLS + 2)
 #define VB_PD_SIZE 44
@@ -152,6 +163,7 @@
 #define VB_RNDV_MAX 8 /* rendezvous sends in flight per class (<= 256) */
 #define VB_NOTIFY_CREDITS 16
 #define VB_NCREDIT_RESERVE 2
+#define VB_NASK_RESERVE 1 /* the peer's one ask for notify credits (VB_ENV_NASK) */
 #define VB_SPARE 1
 #define VB_NSEND 32 /* send buffers a class's QP may hold at once (sendpool.c) */
 /* 2^k - 1: rxe rounds a queue's entries + 1 up to a power of two (rxe_queue_init),
@@ -173,6 +185,7 @@
 #define VB_ENV_DONE 2u
 #define VB_ENV_NCREDIT 3u
 #define VB_ENV_OPEN 4u
+#define VB_ENV_NASK 5u
 #define VB_DESC_HEAD 8
 #define VB_DESC_SEG 16
 #define VB_DESC_MAX (VB_DESC_HEAD + 2 * VB_DESC_SEG)
@@ -381,7 +394,7 @@ struct vb_qp {
     int sq_sends; /* SENDs not completed: what a closing connection waits for */
     unsigned nrbuf;  /* receive buffers made, in chunks */
     unsigned cover;  /* the grant they cover (the peer's frames in flight) */
-    bool rndv_reserved; /* VB_RNDV_MAX more for rendezvous answers (vb_rx_rndv_reserve) */
+    unsigned extra; /* the receive buffers made on demand: bits of enum vb_rx_extra */
     struct vb_rchunk *chunks;
     size_t pool_len; /* their bytes */
     struct vb_rbuf *rfree;
@@ -396,8 +409,10 @@ struct vb_qp {
     uint32_t *doneq;
     unsigned done_n, done_cap;
     unsigned data_out;               /* READ/WRITE chunks in flight */
-    uint32_t ncredit_owed;           /* notify credits to give back */
+    uint32_t ncredit_owed;           /* notify credits to give back (or grant) */
     uint32_t ncredits, ncredits_max; /* notify credits we hold */
+    uint32_t ngranted;               /* notify credits we granted the peer (0: not asked) */
+    bool nwant, nasked;              /* a write with notify waits: ask (VB_ENV_NASK), asked */
     struct vb_op *opq, **opq_tail;
     bool blocked, blocked_rndv;
     struct vb_wr ctl;
@@ -633,10 +648,14 @@ int vb_post_recv(struct vb_qp *q, struct vb_rbuf *rb);
 int vb_qp_create(struct vb_qp *q);
 /* ops->rx_grow: receive buffers for a grant of @grant on class @cls. */
 int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant);
-/* Before @q's first rendezvous send: VB_RNDV_MAX more receive buffers, for
- * the peer's answers (its DONE messages); they stay until the connection
- * closes.  0, or -errno (the send fails; the connection stays up). */
-int vb_rx_rndv_reserve(struct vb_qp *q);
+/* Receive buffers a QP makes the first time it needs them, not with the QP
+ * (they stay until the connection closes): VB_RX_RNDV, VB_RNDV_MAX before
+ * our first rendezvous send, for the peer's DONE answers; VB_RX_NOTIFY,
+ * VB_NOTIFY_CREDITS when the peer first asks for notify credits. */
+enum vb_rx_extra { VB_RX_RNDV = 1, VB_RX_NOTIFY = 2 };
+/* Makes and posts @what's buffers on @q once; 0, or -errno with vc->err
+ * saying why (nothing made). */
+int vb_rx_extra(struct vb_qp *q, enum vb_rx_extra what);
 /* Deregisters and frees @q's receive buffers. */
 void vb_qp_buffers_free(struct vb_qp *q);
 
