@@ -76,6 +76,15 @@ static void h_echo(rrpc_request *req, const void *p, size_t len, void *user)
     assert_int_equal(rrpc_respond(req, p, len), 0);
 }
 
+/* An echo that takes 2 ms: a pipelining caller has all its credit in
+ * flight however fast the transport answers, so the lending tests do not
+ * depend on the machine's speed. */
+static void h_echo_2ms(rrpc_request *req, const void *p, size_t len, void *user)
+{
+    usleep(2000);
+    assert_int_equal(rrpc_respond(req, p, len), 0);
+}
+
 static void h_fail(rrpc_request *req, const void *p, size_t len, void *user)
 {
     rrpc_respond_error(req, 42, "the handler refuses politely");
@@ -1021,6 +1030,7 @@ static void test_calls_from_four_threads_on_one_connection(void **state)
 static rrpc_conn *echo_pair(rrpc_ctx *s, rrpc_ctx *cl, char curi[300])
 {
     assert_int_equal(rrpc_register(s, "echo", h_echo, NULL), 0);
+    assert_int_equal(rrpc_register(s, "echo_2ms", h_echo_2ms, NULL), 0);
     listen_any(s, curi, 300);
     assert_int_equal(rrpc_ctx_start_thread(s), 0);
     assert_int_equal(rrpc_ctx_start_thread(cl), 0);
@@ -1086,7 +1096,7 @@ static void test_a_pipelining_peer_is_lent_credit_and_gives_it_back_once_idle(vo
     for (int round = 1; round <= 2; round++) {
         struct pipe_state ps = {.expect_len = 8};
         for (uint64_t i = 0; i < 300; i++)
-            assert_int_equal(rrpc_call(c, "echo", &i, 8, &o, pipe_cb, &ps), 0);
+            assert_int_equal(rrpc_call(c, "echo_2ms", &i, 8, &o, pipe_cb, &ps), 0);
         assert_int_equal(wait_for(&ps.done, 300, 60000), 300);
         assert_int_equal(ps.bad, 0);
         rrpc_class_stats ss = lend_stats(s, RRPC_CLASS_BULK);
@@ -1126,7 +1136,7 @@ static void test_the_credit_budget_bounds_what_all_peers_are_lent(void **state)
     struct pipe_state ps = {.expect_len = 8};
     uint64_t most = 0;
     for (uint64_t i = 0; i < 400; i++) {
-        assert_int_equal(rrpc_call(c[i % 2], "echo", &i, 8, &o, pipe_cb, &ps), 0);
+        assert_int_equal(rrpc_call(c[i % 2], "echo_2ms", &i, 8, &o, pipe_cb, &ps), 0);
         uint64_t now = lend_stats(s, RRPC_CLASS_BULK).credit_lent;
         most = now > most ? now : most;
     }
