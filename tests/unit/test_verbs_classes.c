@@ -386,6 +386,32 @@ static enum rdma_cm_event_type forged_req(struct pair *p, const char *src, int c
     return ev;
 }
 
+/* The client's address in the VM (RRPC_TEST_CLIENT_SRC); skips without it. */
+static const char *client_src(void)
+{
+    const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
+    if (!src) {
+        printf("# skipped: needs RRPC_TEST_CLIENT_SRC (the client's address in the VM)\n");
+        skip();
+    }
+    return src;
+}
+
+/* A pair whose connection got a bulk QP of our own making, from the
+ * client's address @src with the connection's cookie: attached, as the
+ * peer's own would be. */
+static void pair_with_forged_bulk(struct pair *p, struct forged *f, const char *src)
+{
+    pair_open(p, NULL);
+    call_ok(p->c, p->cli, RRPC_CLASS_LOW_LATENCY);
+    rrpci_lock(p->cli);
+    uint64_t cookie = vb_vc(p->c)->cookie;
+    rrpci_unlock(p->cli);
+    forged_open(f, p, src, RRPCI_CLS_BULK, cookie);
+    printf("# bulk's QP from %s with the cookie: %s\n", src, rdma_event_str(f->ev));
+    assert_int_equal(f->ev, RDMA_CM_EVENT_ESTABLISHED);
+}
+
 static void test_a_queue_pair_naming_another_peers_connection_is_refused(void **state)
 {
     (void)state;
@@ -418,23 +444,10 @@ static void test_a_queue_pair_naming_another_peers_connection_is_refused(void **
 static void test_a_connection_frame_on_a_class_queue_pair_is_refused(void **state)
 {
     (void)state;
-    const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
-    if (!src) {
-        printf("# skipped: needs RRPC_TEST_CLIENT_SRC (the client's address in the VM)\n");
-        skip();
-    }
+    const char *src = client_src();
     struct pair p;
-    pair_open(&p, NULL);
-    call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
-    rrpci_lock(p.cli);
-    uint64_t cookie = vb_vc(p.c)->cookie;
-    rrpci_unlock(p.cli);
-    /* bulk's QP, from the client's address with the connection's cookie:
-     * attached, as the peer's own would be. */
     struct forged f;
-    forged_open(&f, &p, src, RRPCI_CLS_BULK, cookie);
-    printf("# bulk's QP from %s with the cookie: %s\n", src, rdma_event_str(f.ev));
-    assert_int_equal(f.ev, RDMA_CM_EVENT_ESTABLISHED);
+    pair_with_forged_bulk(&p, &f, src);
     /* A KEEPALIVE, a connection frame, on it: only the first QP carries those. */
     struct rrpci_hdr h = {.version = RRPCI_PROTO_VERSION, .type = RRPCI_T_KEEPALIVE,
                           .cls = RRPCI_CLS_CONTROL};
@@ -467,21 +480,11 @@ static void forged_imm(struct forged *f, enum ibv_wr_opcode op, uint32_t imm)
 static void test_notifies_beyond_the_grant_and_a_second_ask_are_refused(void **state)
 {
     (void)state;
-    const char *src = test_env("RRPC_TEST_CLIENT_SRC", NULL);
-    if (!src) {
-        printf("# skipped: needs RRPC_TEST_CLIENT_SRC (the client's address in the VM)\n");
-        skip();
-    }
+    const char *src = client_src();
     for (int round = 0; round < 2; round++) {
         struct pair p;
-        pair_open(&p, NULL);
-        call_ok(p.c, p.cli, RRPC_CLASS_LOW_LATENCY);
-        rrpci_lock(p.cli);
-        uint64_t cookie = vb_vc(p.c)->cookie;
-        rrpci_unlock(p.cli);
         struct forged f;
-        forged_open(&f, &p, src, RRPCI_CLS_BULK, cookie);
-        assert_int_equal(f.ev, RDMA_CM_EVENT_ESTABLISHED);
+        pair_with_forged_bulk(&p, &f, src);
         size_t before = 0, after = 0;
         assert_int_equal(wait_qps(p.srv, p.sc, FIRST | (1u << RRPCI_CLS_BULK)),
                          FIRST | (1u << RRPCI_CLS_BULK));
