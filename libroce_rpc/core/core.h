@@ -28,6 +28,11 @@
 #define RRPCI_ERRMSG_MAX 512
 /* One-sided writes are emulated in frames of at most this many data bytes. */
 #define RRPCI_OS_CHUNK (1u << 20)
+/* CANCELs of one class the peer may not have read yet (docs/protocol.md
+ * §10): a CANCEL takes no credit, and on verbs each takes a receive buffer
+ * of the peer's exempt reserve (8 per queue pair, shared with CREDIT and
+ * LEND frames). */
+#define RRPCI_CANCEL_WINDOW 2
 
 struct rrpci_class_cfg {
     int dscp;
@@ -204,6 +209,10 @@ struct rrpci_class_state {
     double stall_t0; /* rrpci_stats_now() since frames wait for credit; 0: none wait */
     uint32_t lent;    /* credit lent to the peer beyond the first grant (lend.c) */
     bool lend_queued; /* a LEND frame waits in the queue; it reads credit.rx_announce */
+    /* CANCELs sent that the peer may not have read yet: the credited frames
+     * sent before each (credit.tx_sent then).  See rrpci_cancel_room. */
+    uint64_t cancel_mark[RRPCI_CANCEL_WINDOW];
+    unsigned cancels;
 };
 
 struct rrpc_conn {

@@ -14,6 +14,7 @@ bool rrpci_credit_take(struct rrpci_credit *c)
     if (c->tx_avail <= 0)
         return false;
     c->tx_avail--;
+    c->tx_sent++;
     return true;
 }
 
@@ -28,6 +29,7 @@ int rrpci_credit_returned(struct rrpci_credit *c, uint32_t n)
     if ((int64_t)n > tx_inflight(c))
         return RRPC_E_CREDIT;
     c->tx_avail += (int32_t)n;
+    c->tx_returned += n;
     return 0;
 }
 
@@ -73,8 +75,10 @@ void rrpci_credit_unsend(struct rrpci_credit *c, bool took, uint16_t harvested)
 {
     c->rx_owed += harvested;
     c->rx_inflight += harvested;
-    if (took)
+    if (took) {
         c->tx_avail++;
+        c->tx_sent--;
+    }
 }
 
 bool rrpci_credit_should_return(const struct rrpci_credit *c)

@@ -30,6 +30,8 @@ struct rrpci_credit {
     uint32_t rx_owed;     /* consumed frames whose credit we have not returned */
     uint32_t rx_taking;   /* taken back, not acknowledged yet: 0 or the LEND's amount */
     int32_t rx_announce;  /* change of rx_grant the peer has not been told yet */
+    uint64_t tx_sent;     /* credited frames sent, ever (taken and not given back) */
+    uint64_t tx_returned; /* credit the peer returned, ever: frames of ours it has read */
 };
 
 void rrpci_credit_init(struct rrpci_credit *c, uint32_t rx_grant, uint32_t tx_grant);

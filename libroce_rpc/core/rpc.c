@@ -645,10 +645,26 @@ static bool unqueue(rrpc_conn *c, int cls, uint64_t id)
     return dropped;
 }
 
+/* Whether one more CANCEL may go on class @s: fewer than
+ * RRPCI_CANCEL_WINDOW are unread.  A class's frames are read in order, so
+ * once the peer returned credit for a frame sent after a CANCEL (more credit,
+ * ever, than frames sent before it), it has read the CANCEL. */
+static bool cancel_room(struct rrpci_class_state *s)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < s->cancels; i++)
+        if (s->cancel_mark[i] >= s->credit.tx_returned)
+            s->cancel_mark[k++] = s->cancel_mark[i];
+    s->cancels = k;
+    return k < RRPCI_CANCEL_WINDOW;
+}
+
 /* A call ends at the caller (deadline, rrpc_call_cancel) before its answer:
  * a request still queued here is dropped; one that went out is followed, on
  * its class, by a CANCEL, so the server skips it if it has not started and
- * its handler can see it (rrpc_request_cancelled) if it has. */
+ * its handler can see it (rrpc_request_cancelled) if it has.  With
+ * RRPCI_CANCEL_WINDOW CANCELs unread, none goes: the server runs the request
+ * (or answers it RRPC_E_DEADLINE from its ttl), nothing is lost but its work. */
 static void call_abandon(rrpc_conn *c, struct rrpci_pending *pd)
 {
     bool dropped = false;
@@ -656,11 +672,21 @@ static void call_abandon(rrpc_conn *c, struct rrpci_pending *pd)
         dropped |= unqueue(c, i, pd->node.key);
     if (dropped || pd->kind != RRPCI_PEND_CALL || !rrpci_conn_takes_frames(c))
         return;
+    struct rrpci_class_state *s = &c->cls[pd->cls];
+    if (!cancel_room(s)) {
+        RRPCI_LOG(c->ctx, LOG_DEBUG,
+                  "call %llu given up: no CANCEL, %d on class %s not read by the peer yet",
+                  (unsigned long long)pd->node.key, RRPCI_CANCEL_WINDOW,
+                  rrpci_class_name(pd->cls));
+        return;
+    }
     struct rrpci_msg *m = rrpci_msg_new(0);
     if (!m)
         return; /* the server runs it to the end: nothing is lost but its work */
     m->h.type = RRPCI_T_CANCEL;
     m->h.id = pd->node.key;
+    /* Exempt frames go first: after what went out so far, before the rest. */
+    s->cancel_mark[s->cancels++] = s->credit.tx_sent;
     rrpci_conn_submit(c, pd->cls, m);
 }
 

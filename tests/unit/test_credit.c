@@ -62,6 +62,30 @@ static void test_returned_credits_unblock_sender(void **state)
     assert_false(rrpci_credit_take(&c));
 }
 
+/* What the CANCEL window reads (core/rpc.c): frames sent and credit
+ * returned, ever, through a take-back's debt and an undone send. */
+static void test_frames_sent_and_credit_returned_are_counted_for_good(void **state)
+{
+    (void)state;
+    struct rrpci_credit c;
+    rrpci_credit_init(&c, 8, 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(rrpci_credit_take(&c));
+    assert_int_equal(rrpci_credit_granted(&c, 4), 0); /* lent 4 more */
+    assert_true(rrpci_credit_take(&c));
+    assert_true(rrpci_credit_take(&c));
+    rrpci_credit_unsend(&c, true, 0); /* the transport did not take the last */
+    assert_int_equal(c.tx_sent, 5);
+    assert_int_equal(rrpci_credit_granted(&c, -4), 0); /* taken back: a debt of 1 */
+    assert_int_equal(c.tx_avail, -1);
+    assert_int_equal(rrpci_credit_returned(&c, 3), 0);
+    assert_int_equal(rrpci_credit_returned(&c, 2), 0);
+    assert_int_equal(c.tx_returned, 5);
+    assert_int_equal(c.tx_sent, 5);
+    assert_int_equal(rrpci_credit_returned(&c, 1), RRPC_E_CREDIT); /* nothing more in flight */
+    assert_int_equal(c.tx_returned, 5);
+}
+
 static void test_returning_zero_credits_is_accepted(void **state)
 {
     (void)state;
@@ -514,6 +538,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_makes_the_whole_grant_available),
+        cmocka_unit_test(test_frames_sent_and_credit_returned_are_counted_for_good),
         cmocka_unit_test(test_unsend_restores_the_state_before_take_and_harvest),
         cmocka_unit_test(test_credits_block_sender_when_exhausted),
         cmocka_unit_test(test_zero_grant_blocks_sender_from_the_start),

@@ -726,6 +726,81 @@ static void test_lending_to_peers_while_one_stopped_reading_draws_no_rnr_nak(voi
     rrpc_ctx_destroy(srv);
 }
 
+/* Counts answers by status (any thread). */
+static struct {
+    pthread_mutex_t mu;
+    int ok, deadline, other;
+} GU = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void given_up_cb(const rrpc_result *res, void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&GU.mu);
+    if (res->status == 0)
+        GU.ok++;
+    else if (res->status == RRPC_E_DEADLINE)
+        GU.deadline++;
+    else
+        GU.other++;
+    pthread_mutex_unlock(&GU.mu);
+}
+
+/* Calls given up while the server's loop is held each send a CANCEL, which
+ * takes no credit: without a bound, 16 requests and their 16 CANCELs would
+ * need more receive buffers than the bulk QP holds (its grant, 16, and 11
+ * reserved) and draw RNR NAKs.  At most RRPCI_CANCEL_WINDOW go unread. */
+static void test_calls_given_up_while_the_server_is_held_draw_no_rnr_nak(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, NULL);
+    int cr = 0;
+    rrpc_class_get(p.srv, RRPC_CLASS_BULK, NULL, NULL, &cr);
+    /* Lent the whole class's credit: 300 calls in flight. */
+    rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
+    int done = 0;
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(rrpc_call(p.c, "echo", "0123456789", 10, &bulk, count_cb, &done), 0);
+    for (int i = 0; i < 3000 && __atomic_load_n(&done, __ATOMIC_SEQ_CST) < 300; i++)
+        usleep(10000);
+    assert_int_equal(__atomic_load_n(&done, __ATOMIC_SEQ_CST), 300);
+    int files;
+    long rnr0 = rnr_naks(&files);
+    assert_true(files > 0);
+    /* The server's loop held for 1.5 s, then cr bulk calls that give up
+     * after 200 ms. */
+    struct hold_call h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(rrpc_call(p.c, "hold", NULL, 0, NULL, hold_done, &h), 0);
+    usleep(100 * 1000);
+    GU.ok = GU.deadline = GU.other = 0;
+    rrpc_call_opts soon = {.qos_class = RRPC_CLASS_BULK, .deadline_ms = 200};
+    for (int i = 0; i < cr; i++)
+        assert_int_equal(rrpc_call(p.c, "echo", "0123456789", 10, &soon, given_up_cb, NULL), 0);
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&GU.mu);
+        int n = GU.ok + GU.deadline + GU.other;
+        pthread_mutex_unlock(&GU.mu);
+        pthread_mutex_lock(&h.mu);
+        int held = h.done;
+        pthread_mutex_unlock(&h.mu);
+        if (n == cr && held)
+            break;
+        usleep(10000);
+    }
+    /* The server answers again: a call after the hold, then the counters. */
+    call_ok(p.c, p.cli, RRPC_CLASS_BULK);
+    long rnr1 = rnr_naks(&files);
+    printf("# %d bulk calls given up while the server was held: %d past their deadline, %d "
+           "answered, %d other; RNR NAKs %ld before, %ld after\n",
+           cr, GU.deadline, GU.ok, GU.other, rnr0, rnr1);
+    assert_int_equal(h.done, 1);
+    assert_int_equal(h.status, 0);
+    assert_int_equal(GU.deadline, cr);
+    assert_int_equal(GU.other, 0);
+    assert_int_equal(rnr1, rnr0);
+    pair_close(&p);
+}
+
 int main(void)
 {
     if (strcmp(test_transport(), "verbs") != 0) {
@@ -741,6 +816,7 @@ int main(void)
         cmocka_unit_test(test_notifies_beyond_the_grant_and_a_second_ask_are_refused),
         cmocka_unit_test(test_a_class_the_peer_does_not_connect_in_time_takes_the_connection_down),
         cmocka_unit_test(test_lending_to_peers_while_one_stopped_reading_draws_no_rnr_nak),
+        cmocka_unit_test(test_calls_given_up_while_the_server_is_held_draw_no_rnr_nak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
