@@ -296,7 +296,10 @@ RRPC_API int rrpc_call(rrpc_conn *conn, const char *method, const void *req, siz
  * context, with status RRPC_E_CANCELLED, and never again.  Its request is
  * dropped if it has not gone out; one that went out is followed by a cancel
  * on its class: the server skips it if no handler worker has taken it yet,
- * and a handler that runs it sees rrpc_request_cancelled.  An answer that
+ * and a handler that runs it sees rrpc_request_cancelled.  (At most 2
+ * cancels of a class go unread by the server at once: beyond that a call
+ * given up sends none, and the server runs its request or answers it
+ * RRPC_E_DEADLINE from its deadline.)  An answer that
  * comes anyway is dropped.  A request that keeps its credit until answered
  * (RRPC_HANDLER_CREDIT_ON_ANSWER) gives it back when the cancel arrives.
  * A call whose deadline passes is cancelled the same way.  A borrowed request
