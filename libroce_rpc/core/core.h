@@ -32,7 +32,9 @@
  * §10): a CANCEL takes no credit, and on verbs each takes a receive buffer
  * of the peer's exempt reserve (8 per queue pair, shared with CREDIT and
  * LEND frames). */
+#ifndef RRPCI_CANCEL_WINDOW /* a build may set it, to show what it bounds */
 #define RRPCI_CANCEL_WINDOW 2
+#endif
 
 struct rrpci_class_cfg {
     int dscp;
