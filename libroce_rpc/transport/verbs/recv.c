@@ -227,15 +227,14 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
         return;
     }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        if (q->ncredit_owed >= q->ngranted) {
+            vb_fail(vc, RRPC_E_PROTO, "peer %s wrote with notify on class %s beyond the %u "
+                    "notify credits granted", vc->peer, rrpci_class_name(q->cls), q->ngranted);
+            return;
+        }
         struct vb_note *nt = malloc(sizeof(*nt));
         if (!nt) {
             vb_fail(vc, -ENOMEM, "out of memory for a notification");
-            return;
-        }
-        if (q->ncredit_owed >= q->ngranted) {
-            free(nt);
-            vb_fail(vc, RRPC_E_PROTO, "peer %s wrote with notify on class %s beyond the %u "
-                    "notify credits granted", vc->peer, rrpci_class_name(q->cls), q->ngranted);
             return;
         }
         nt->it.type = VB_I_NOTIFY;
