@@ -158,6 +158,17 @@ static void count_cb(const rrpc_result *res, void *user)
         __atomic_add_fetch((int *)user, 1, __ATOMIC_SEQ_CST);
 }
 
+/* @n echo calls in flight at once on @c, every one answered (30 s at most). */
+static void echo_burst(rrpc_conn *c, const rrpc_call_opts *o, int n)
+{
+    int done = 0;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(rrpc_call(c, "echo", "0123456789", 10, o, count_cb, &done), 0);
+    for (int i = 0; i < 3000 && __atomic_load_n(&done, __ATOMIC_SEQ_CST) < n; i++)
+        usleep(10000);
+    assert_int_equal(__atomic_load_n(&done, __ATOMIC_SEQ_CST), n);
+}
+
 static void call_ok(rrpc_conn *c, rrpc_ctx *ctx, int cls)
 {
     rrpc_call_opts o = {.qos_class = cls};
@@ -230,12 +241,7 @@ static void test_an_rpc_only_connection_holds_one_queue_pair_on_each_side(void *
     /* 300 calls in flight at once: the server lends the client credit up
      * to the class's (4 -> 8 -> 16 -> 32 -> 64), its receive buffers made
      * before each LEND; they stay after the credit is taken back. */
-    int done = 0;
-    for (int i = 0; i < 300; i++)
-        assert_int_equal(rrpc_call(p.c, "echo", "0123456789", 10, NULL, count_cb, &done), 0);
-    for (int i = 0; i < 3000 && __atomic_load_n(&done, __ATOMIC_SEQ_CST) < 300; i++)
-        usleep(10000);
-    assert_int_equal(__atomic_load_n(&done, __ATOMIC_SEQ_CST), 300);
+    echo_burst(p.c, NULL, 300);
     qps(p.srv, p.sc, &spool);
     printf("# after 300 calls in flight: %zu bytes of receive buffers on the server\n", spool);
     assert_int_equal(spool, ((size_t)cr + reserve) * bsz);
@@ -758,12 +764,7 @@ static void test_calls_given_up_while_the_server_is_held_draw_no_rnr_nak(void **
     rrpc_class_get(p.srv, RRPC_CLASS_BULK, NULL, NULL, &cr);
     /* Lent the whole class's credit: 300 calls in flight. */
     rrpc_call_opts bulk = {.qos_class = RRPC_CLASS_BULK};
-    int done = 0;
-    for (int i = 0; i < 300; i++)
-        assert_int_equal(rrpc_call(p.c, "echo", "0123456789", 10, &bulk, count_cb, &done), 0);
-    for (int i = 0; i < 3000 && __atomic_load_n(&done, __ATOMIC_SEQ_CST) < 300; i++)
-        usleep(10000);
-    assert_int_equal(__atomic_load_n(&done, __ATOMIC_SEQ_CST), 300);
+    echo_burst(p.c, &bulk, 300);
     int files;
     long rnr0 = rnr_naks(&files);
     assert_true(files > 0);

@@ -227,9 +227,11 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
         return;
     }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        if (q->ncredit_owed >= q->ngranted) {
+        /* The notify buffers are made when we grant the credits (VB_ENV_NASK). */
+        unsigned granted = q->extra & VB_RX_NOTIFY ? VB_NOTIFY_CREDITS : 0;
+        if (q->ncredit_owed >= granted) {
             vb_fail(vc, RRPC_E_PROTO, "peer %s wrote with notify on class %s beyond the %u "
-                    "notify credits granted", vc->peer, rrpci_class_name(q->cls), q->ngranted);
+                    "notify credits granted", vc->peer, rrpci_class_name(q->cls), granted);
             return;
         }
         struct vb_note *nt = malloc(sizeof(*nt));
@@ -282,13 +284,12 @@ void vb_on_recv(struct vb_qp *q, struct vb_rbuf *rb, const struct ibv_wc *wc)
         case VB_ENV_NASK:
             /* The peer's one ask for notify credits: the buffers first, then
              * the grant goes as a return of all of them (vb_kick). */
-            if (q->ngranted) {
+            if (q->extra & VB_RX_NOTIFY) {
                 why = "peer asked for notify credits twice";
                 rc = RRPC_E_PROTO;
             } else if ((rc = vb_rx_extra(q, VB_RX_NOTIFY))) {
                 why = vc->err;
             } else {
-                q->ngranted = VB_NOTIFY_CREDITS;
                 q->ncredit_owed = VB_NOTIFY_CREDITS;
             }
             break;

@@ -23,7 +23,7 @@
  *  - Connection private data (REQ and REP, 44 bytes; a REQ carries <= 56):
  *      0  rrpci_hello (32 bytes, rrpci_hello_encode; rx_buf = our receive
  *         buffer size, header included)
- *      32 u8 verbs layout version (2)   33 u8 class of this QP
+ *      32 u8 verbs layout version (3)   33 u8 class of this QP
  *      34 u8 WRITE_WITH_IMM credits granted for this class now (0 from
  *         layout 3 on: they are asked for, VB_ENV_NASK)   35 u8 'V' (0x56)
  *      36 u64 connection cookie (random, chosen by the active side)
@@ -411,7 +411,6 @@ struct vb_qp {
     unsigned data_out;               /* READ/WRITE chunks in flight */
     uint32_t ncredit_owed;           /* notify credits to give back (or grant) */
     uint32_t ncredits, ncredits_max; /* notify credits we hold */
-    uint32_t ngranted;               /* notify credits we granted the peer (0: not asked) */
     bool nwant, nasked;              /* a write with notify waits: ask (VB_ENV_NASK), asked */
     struct vb_op *opq, **opq_tail;
     bool blocked, blocked_rndv;
@@ -653,8 +652,9 @@ int vb_rx_grow(rrpc_conn *c, int cls, uint32_t grant);
  * our first rendezvous send, for the peer's DONE answers; VB_RX_NOTIFY,
  * VB_NOTIFY_CREDITS when the peer first asks for notify credits. */
 enum vb_rx_extra { VB_RX_RNDV = 1, VB_RX_NOTIFY = 2 };
-/* Makes and posts @what's buffers on @q once; 0, or -errno with vc->err
- * saying why (nothing made). */
+/* Makes and posts @what's buffers on @q once (q->extra says which are
+ * made); 0, or -errno with vc->err saying why.  A post that fails takes the
+ * connection down. */
 int vb_rx_extra(struct vb_qp *q, enum vb_rx_extra what);
 /* Deregisters and frees @q's receive buffers. */
 void vb_qp_buffers_free(struct vb_qp *q);
