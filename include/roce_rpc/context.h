@@ -340,7 +340,13 @@ typedef struct rrpc_stats {
      * loop_thread_wakeups barely move.  Zero in driven mode. */
     uint64_t loop_thread_wakeups;
     uint64_t loop_takeovers;
-    uint64_t reserved[4];
+    /* tcp: writes of a large frame cut to RRPC_TCP_PIECE_SHARED because
+     * another class of the same connection had moved a frame within
+     * RRPC_TCP_BUSY_MS (or had one queued): class isolation at work.  A
+     * connection's own frames (its handshake, tickets, keepalives) do not
+     * count as a class's. */
+    uint64_t qos_pieces_cut;
+    uint64_t reserved[3];
 } rrpc_stats;
 
 /*

@@ -122,6 +122,11 @@ void rrpci_stats_frame_out(rrpc_conn *c, size_t len)
     c->stats.bytes_out += len;
 }
 
+void rrpci_ctx_qos_piece_cut(rrpc_ctx *ctx)
+{
+    ctx->stats.qos_pieces_cut++;
+}
+
 void rrpci_stats_frame_in(rrpc_conn *c, size_t len)
 {
     c->stats.frames_in++;
@@ -476,6 +481,10 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
     single(&o, "rrpc_loop_takeovers_total",
            "Blocking calls that ran the loop themselves while the loop thread slept (thread mode).",
            st.loop_takeovers);
+    single(&o, "rrpc_qos_pieces_cut_total",
+           "tcp: writes of a large frame cut to the shared piece size because another class of "
+           "the connection was busy.",
+           st.qos_pieces_cut);
 #define P(field) offsetof(rrpc_conn_stat, field)
     per_peer(&o, peers, n_peers, "rrpc_peer_connections", "Connections to the peer up now.",
              SIZE_MAX);

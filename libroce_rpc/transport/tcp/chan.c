@@ -12,7 +12,7 @@
 
 /* Bytes @ch may move in its next system call: the policy's piece, small
  * while another socket of the connection is busy. */
-size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now)
+size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now, bool *ret_shared)
 {
     const struct tcp_conn *tc = rrpci_conn_priv(ch->conn);
     const struct rrpci_qos *qos = chan_qos(ch);
@@ -22,6 +22,8 @@ size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now)
         if (o && o != ch && (o->txh || rrpci_qos_busy(qos, o->last_ns, now)))
             shared = true;
     }
+    if (ret_shared)
+        *ret_shared = shared;
     return rrpci_qos_piece(qos, shared);
 }
 
@@ -100,6 +102,8 @@ static int chan_rx_admit(void *u, const struct rrpci_hdr *h)
 static bool chan_rx_frame(void *u, const struct rrpci_hdr *h, const uint8_t *payload)
 {
     struct tcp_chan *ch = u;
+    if (!rrpci_type_is_conn_frame(h->type))
+        ch->last_ns = ch->rx_ns; /* before the core hears of it, and maybe answers */
     return deliver(ch->conn, ch, h, payload);
 }
 
@@ -186,7 +190,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
     while (open && next == RRPC_TCP_RX_READ) {
         uint8_t *to;
         size_t want;
-        next = rrpc_tcp_rx_want(&ch->rx, rrpc_tcp_piece(ch, now), &to, &want);
+        next = rrpc_tcp_rx_want(&ch->rx, rrpc_tcp_piece(ch, now, NULL), &to, &want);
         if (next != RRPC_TCP_RX_READ)
             break;
         /* with the kernel's receive time of these bytes (SO_TIMESTAMPNS) */
@@ -214,7 +218,7 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
             next = RRPC_TCP_RX_GONE;
             break;
         }
-        ch->last_ns = now;
+        uint64_t t_read = now;
         moved += (size_t)n;
         now = mono_ns();
         /* Past the turn, this piece is still handled; then the loop moves on. */
@@ -225,8 +229,13 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
         bool drained = (size_t)n < want;
         rrpc_ctx *ctx = rrpci_conn_ctx(c);
         rrpci_ctx_rx_arrival(ctx, arrival(&mh));
+        ch->rx_ns = t_read;
         next = rrpc_tcp_rx_got(&ch->rx, (size_t)n);
         rrpci_ctx_rx_arrival(ctx, 0);
+        if (next == RRPC_TCP_RX_GONE) /* the socket may be gone with its connection */
+            break;
+        if (rrpc_tcp_rx_in_class_frame(&ch->rx)) /* a large frame's payload */
+            ch->last_ns = t_read;
         if (drained)
             break;
     }

@@ -351,3 +351,8 @@ void rrpc_tcp_rx_release(struct rrpc_tcp_rx *rx)
     if (rx->state == RRPC_TCP_RX_HEADER && rx->roff == rx->rlen)
         rbuf_free(rx);
 }
+
+bool rrpc_tcp_rx_in_class_frame(const struct rrpc_tcp_rx *rx)
+{
+    return rx->state != RRPC_TCP_RX_HEADER && !rrpci_type_is_conn_frame(rx->h.type);
+}

@@ -133,6 +133,9 @@ enum rrpc_tcp_rx_next rrpc_tcp_rx_resume(struct rrpc_tcp_rx *rx);
 /* Whether the peer stopped in the middle of a frame (for the reason given
  * when its socket ends). */
 bool rrpc_tcp_rx_mid_frame(const struct rrpc_tcp_rx *rx);
+/* Whether the machine is in the middle of a class's frame (not one of the
+ * connection's own: the handshake, tickets, keepalives). */
+bool rrpc_tcp_rx_in_class_frame(const struct rrpc_tcp_rx *rx);
 
 /* Idle: frees the spare buffer, and the read buffer when it holds nothing. */
 void rrpc_tcp_rx_trim(struct rrpc_tcp_rx *rx);

@@ -50,7 +50,8 @@
  * processing), and bulk keeps the loop while nothing else is ready.
  *
  * A class whose connection has no other class busy (nothing queued to send,
- * no piece moved either way for RRPC_TCP_BUSY_MS) moves pieces of up to
+ * no piece of a class's frame moved either way for RRPC_TCP_BUSY_MS: the
+ * connection's own frames do not count) moves pieces of up to
  * RRPC_TCP_PIECE_ALONE: one sendmsg of 1 MiB costs the sender less than
  * sixteen of 64 KiB, but holds the loop for 100-250 us, which a low-latency
  * answer arriving meanwhile would wait out (docs/performance.md, "Adaptive

@@ -59,7 +59,12 @@ struct tcp_chan {
      * order, and go out after JOIN (active) or JOIN_ACK (passive). */
     struct rrpci_msg *heldh, *heldt;
     unsigned want_writable; /* bit per class that got -EAGAIN */
-    uint64_t last_ns; /* when a piece of this socket last moved, either way */
+    /* When a piece of a class's frame last moved on this socket, either way:
+     * the connection's own frames (the handshake, tickets, keepalives) make
+     * no class busy, or every connection's bulk would move in small pieces
+     * for RRPC_TCP_BUSY_MS after it came up. */
+    uint64_t last_ns;
+    uint64_t rx_ns; /* chan_read_cb: when the bytes being handed up were read */
     struct rrpci_timer attach_timer; /* own socket: attached within RRPC_AUTH_TIMEOUT_MS */
     /* The receive machine waits for the context's budget of large frames
      * (RRPC_MAX_PARTIAL_BYTES): the socket is not read meanwhile. */
@@ -145,8 +150,10 @@ void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, bool first, 
                         bool connected);
 /* Gives @ch its socket @fd. */
 void rrpc_tcp_chan_fd(struct tcp_chan *ch, int fd, bool connected);
-/* Bytes @ch may move in its next system call at @now. */
-size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now);
+/* Bytes @ch may move in its next system call at @now; *@ret_shared (NULL
+ * allowed) says whether another class of the connection is busy, so that
+ * the piece is RRPC_TCP_PIECE_SHARED's. */
+size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now, bool *ret_shared);
 void rrpc_tcp_trim(rrpc_conn *c);
 void rrpc_tcp_conn_close(rrpc_conn *c);
 

@@ -19,7 +19,9 @@ static const struct rrpci_conf_field fields[] = {
             "connection is busy, bytes; larger pieces cost less CPU per byte"},
     {.name = "RRPC_TCP_BUSY_MS", RRPCI_CONF_UINT(T, busy_ms), .def = 100, .min = 0,
      .max = 60000,
-     .doc = "tcp: a class counts as busy this long after it last moved a piece either way, ms"},
+     .doc = "tcp: a class counts as busy this long after a piece of its frames last moved "
+            "either way (the connection's own frames, its handshake and keepalives, do not "
+            "count), ms"},
 };
 #undef T
 _Static_assert(sizeof(struct rrpci_tcp_tunables) <= RRPCI_CONF_SLOT_BYTES,

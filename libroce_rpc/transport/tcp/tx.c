@@ -24,7 +24,10 @@ static int chan_write(struct tcp_chan *ch)
         struct rrpci_msg *m = ch->txh;
         struct iovec iov[3];
         int n = 0;
-        size_t off = ch->tx_off, room = rrpc_tcp_piece(ch, now);
+        bool shared;
+        size_t off = ch->tx_off, room = rrpc_tcp_piece(ch, now, &shared);
+        if (shared && RRPCI_HDR_SIZE + rrpci_msg_payload_len(m) - off > room)
+            rrpci_ctx_qos_piece_cut(rrpci_conn_ctx(ch->conn));
         const size_t parts[3] = {RRPCI_HDR_SIZE, m->len, m->ext_len};
         const uint8_t *bases[3] = {m->hdr, m->data, m->ext};
         for (int i = 0; i < 3; i++) {
@@ -51,7 +54,8 @@ static int chan_write(struct tcp_chan *ch)
         }
         ch->tx_off += (size_t)w;
         ch->tx_bytes -= (size_t)w;
-        ch->last_ns = now;
+        if (!rrpci_type_is_conn_frame(m->h.type)) /* (tcp_int.h, last_ns) */
+            ch->last_ns = now;
         now = mono_ns();
         open = rrpci_qos_turn_charge(&turn, (size_t)w, now);
         if (ch->tx_off == RRPCI_HDR_SIZE + rrpci_msg_payload_len(m)) {
