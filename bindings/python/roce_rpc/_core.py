@@ -470,7 +470,15 @@ def _ptrint(p):
     return int(ffi.cast("uintptr_t", p))
 
 
-_tls = threading.local()
+class _Tls(threading.local):
+    """Per thread: the cores whose callbacks it is inside (a stack).  The
+    class's None stands until a thread enters one, so reading it is a
+    plain attribute read: getattr(local, name, None) of a missing name
+    costs about 150 ns, a seventh of what Conn.call adds to a C call."""
+    active: "Optional[list]" = None
+
+
+_tls = _Tls()
 
 
 class _InCallback:
@@ -481,7 +489,7 @@ class _InCallback:
         self.core = core
 
     def __enter__(self):
-        st = getattr(_tls, "active", None)
+        st = _tls.active
         if st is None:
             st = _tls.active = []
         st.append(self.core)
@@ -493,7 +501,7 @@ class _InCallback:
 
 
 def _in_callback(core):
-    st = getattr(_tls, "active", None)
+    st = _tls.active
     return bool(st) and any(c is core for c in st)
 
 
@@ -1795,7 +1803,7 @@ class Conn(_Closable):
         its bounds, ...) whose .metadata is the failed response's.
         metadata: the request's (see Metadata)."""
         core = self._core
-        if core.aio is not None or getattr(_tls, "active", None):
+        if core.aio is not None or _tls.active:
             core.check_blocking("call")
         # The completion runs in C (call_wait.h) without the GIL, and this
         # thread waits as rrpc_call_sync does (rrpc_ctx_wait_until: it runs
