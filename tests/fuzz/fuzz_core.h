@@ -73,10 +73,11 @@ struct fuzz_memconn {
     rrpc_listener l; /* a listener of the in-memory transport, for the core */
     rrpc_conn *c;    /* holds a reference until fuzz_memconn_close */
     uint32_t peer_max;                  /* what "the peer" accepts (its hello) */
-    uint32_t grant[RRPCI_MAX_CLASSES];  /* credits "the peer" granted */
+    int64_t grant[RRPCI_MAX_CLASSES];   /* credits "the peer" granted, LENDs included */
     bool blocked[RRPCI_MAX_CLASSES];    /* send says -EAGAIN */
     /* Credit bookkeeping of "the peer", checked on every frame sent:
-     * non-exempt frames sent <= grant + credits the peer returned, and
+     * non-exempt frames sent <= grant (its first, changed by every LEND
+     * the core took) + credits the peer returned, and
      * credits the core returned <= non-exempt frames it accepted. */
     uint64_t sent[RRPCI_MAX_CLASSES], returned[RRPCI_MAX_CLASSES];
     uint64_t delivered[RRPCI_MAX_CLASSES], got_back[RRPCI_MAX_CLASSES];
