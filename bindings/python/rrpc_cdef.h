@@ -88,7 +88,8 @@ typedef struct rrpc_stats {
     uint64_t loop_thread_wakeups;
     uint64_t loop_takeovers;
     uint64_t qos_pieces_cut;
-    uint64_t reserved[3];
+    uint64_t qos_turns_preempted;
+    uint64_t reserved[2];
 } rrpc_stats;
 int rrpc_ctx_stats(rrpc_ctx *ctx, rrpc_stats *ret);
 int rrpc_ctx_stats_text(rrpc_ctx *ctx, char *buf, size_t len, size_t *ret_len);

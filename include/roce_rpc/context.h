@@ -346,7 +346,11 @@ typedef struct rrpc_stats {
      * connection's own frames (its handshake, tickets, keepalives) do not
      * count as a class's. */
     uint64_t qos_pieces_cut;
-    uint64_t reserved[3];
+    /* tcp: turns of a class that low_latency outranks (bulk, background)
+     * that ended after a piece because a connection's first socket had
+     * input waiting (RRPC_TCP_PREEMPT). */
+    uint64_t qos_turns_preempted;
+    uint64_t reserved[2];
 } rrpc_stats;
 
 /*

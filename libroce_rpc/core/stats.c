@@ -127,6 +127,11 @@ void rrpci_ctx_qos_piece_cut(rrpc_ctx *ctx)
     ctx->stats.qos_pieces_cut++;
 }
 
+void rrpci_ctx_qos_preempted(rrpc_ctx *ctx)
+{
+    ctx->stats.qos_turns_preempted++;
+}
+
 void rrpci_stats_frame_in(rrpc_conn *c, size_t len)
 {
     c->stats.frames_in++;
@@ -485,6 +490,10 @@ int rrpci_stats_render(const rrpc_stats *sp, const rrpc_peer_stats *peers, size_
            "tcp: writes of a large frame cut to the shared piece size because another class of "
            "the connection was busy.",
            st.qos_pieces_cut);
+    single(&o, "rrpc_qos_turns_preempted_total",
+           "tcp: turns of bulk or background that ended early because low-latency input was "
+           "waiting (RRPC_TCP_PREEMPT).",
+           st.qos_turns_preempted);
 #define P(field) offsetof(rrpc_conn_stat, field)
     per_peer(&o, peers, n_peers, "rrpc_peer_connections", "Connections to the peer up now.",
              SIZE_MAX);

@@ -205,6 +205,8 @@ uint32_t rrpci_ctx_max_msg(rrpc_ctx *ctx);
 void rrpci_ctx_rx_arrival(rrpc_ctx *ctx, double at);
 /* A write was cut to the policy's shared piece (rrpc_stats.qos_pieces_cut). */
 void rrpci_ctx_qos_piece_cut(rrpc_ctx *ctx);
+/* A turn ended early for a higher class's input (rrpc_stats.qos_turns_preempted). */
+void rrpci_ctx_qos_preempted(rrpc_ctx *ctx);
 /* A transport's tunables: transport/tunables.h (typed, by slot). */
 /* The DSCP and the scheduler weight configured for class @cls. */
 int rrpci_ctx_class_dscp(rrpc_ctx *ctx, int cls);

@@ -58,6 +58,7 @@ struct rrpci_tcp_tunables {
     size_t piece_shared; /* RRPC_TCP_PIECE_SHARED */
     size_t piece_alone;  /* RRPC_TCP_PIECE_ALONE */
     unsigned busy_ms;    /* RRPC_TCP_BUSY_MS */
+    bool preempt;        /* RRPC_TCP_PREEMPT */
 };
 extern const struct rrpci_conf_table rrpci_tcp_conf; /* transport/tcp/tunables.c */
 

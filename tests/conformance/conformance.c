@@ -2115,9 +2115,11 @@ static void borrow_echo_cb(const rrpc_result *res, void *user)
 static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries(void **state)
 {
     rrpc_conn *c = connect_client(T.cctx);
-    /* tcp writes and reads in pieces of 64 KiB while another class is busy
-     * (the next test covers its pieces of up to 1 MiB) */
-    static const size_t sizes[] = {1, 65535, 65536, 65537, (1u << 20) + 3, 1, (1u << 20) + 3};
+    /* tcp writes and reads in pieces of RRPC_TCP_PIECE_SHARED (256 KiB; it
+     * was 64 KiB) while another class is busy (the next test covers its
+     * pieces of up to 1 MiB) */
+    static const size_t sizes[] = {1, 65535, 65536, 65537, 262143, 262144, 262145,
+                                   (1u << 20) + 3, 1, (1u << 20) + 3};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     struct borrow_call bc[N];
     borrow_calls_init(bc, sizes, N, 1000u);
@@ -2157,8 +2159,9 @@ static void test_a_borrowed_buffer_arrives_bit_exact_around_the_piece_boundaries
 }
 
 /* tcp writes and reads a class in pieces of up to 1 MiB while no other class
- * of the connection has moved a frame for 100 ms, of 64 KiB while one
- * has: sizes around the 1 MiB piece boundaries (a frame's first piece holds
+ * of the connection has moved a frame for 100 ms, of 256 KiB while one
+ * has, a turn of bulk ending early when low-latency input waits
+ * (RRPC_TCP_PREEMPT): sizes around the 1 MiB piece boundaries (a frame's first piece holds
  * its 32-byte header), first with the connection idle beforehand (large
  * pieces from the start), then while low-latency calls keep going (the piece
  * size changes in the middle of frames, on both ends). */

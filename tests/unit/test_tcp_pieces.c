@@ -7,7 +7,11 @@
  * connection's own frames (its handshake, keepalives) make no class busy.
  * Seen through rrpc_stats.qos_pieces_cut.  RRPC_TCP_BUSY_MS is a minute
  * here, so that no timing of the machine decides what a test sees.
+ * And a turn of bulk ends after a piece when low-latency input waits
+ * (RRPC_TCP_PREEMPT), seen through rrpc_stats.qos_turns_preempted.
  */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -36,25 +40,28 @@ static void sink(rrpc_request *req, const void *payload, size_t len, void *user)
     rrpc_respond(req, "", 0);
 }
 
-static rrpc_ctx *make_ctx(const char *keepalive_ms)
+/* @kv: NULL, or name, value, ..., NULL: settings beside RRPC_TCP_BUSY_MS */
+static rrpc_ctx *make_ctx(const char *const *kv)
 {
     rrpc_config *cfg;
     assert_int_equal(rrpc_config_create(&cfg), 0);
     assert_int_equal(rrpc_config_set(cfg, "RRPC_TCP_BUSY_MS", "60000"), 0);
-    if (keepalive_ms)
-        assert_int_equal(rrpc_config_set(cfg, "RRPC_KEEPALIVE_MS", keepalive_ms), 0);
+    /* the pieces of the tests below: 64 KiB while another class is busy */
+    assert_int_equal(rrpc_config_set(cfg, "RRPC_TCP_PIECE_SHARED", "65536"), 0);
+    for (; kv && kv[0]; kv += 2)
+        assert_int_equal(rrpc_config_set(cfg, kv[0], kv[1]), 0);
     rrpc_ctx *ctx;
     assert_int_equal(rrpc_ctx_create_with(cfg, &ctx), 0);
     rrpc_config_destroy(cfg);
     return ctx;
 }
 
-static int pair_up(void **state, const char *keepalive_ms)
+static int pair_up(void **state, const char *const *kv)
 {
     struct pair *p = calloc(1, sizeof(*p));
     assert_non_null(p);
-    p->srv = make_ctx(keepalive_ms);
-    p->cli = make_ctx(keepalive_ms);
+    p->srv = make_ctx(kv);
+    p->cli = make_ctx(kv);
     assert_int_equal(rrpc_register(p->srv, "sink", sink, NULL), 0);
     rrpc_listener *l;
     assert_int_equal(rrpc_listen(p->srv, "tcp://127.0.0.1:0", NULL, NULL, &l), 0);
@@ -76,7 +83,14 @@ static int setup(void **state)
 
 static int setup_keepalive(void **state)
 {
-    return pair_up(state, "20");
+    static const char *const kv[] = {"RRPC_KEEPALIVE_MS", "20", NULL};
+    return pair_up(state, kv);
+}
+
+static int setup_no_preempt(void **state)
+{
+    static const char *const kv[] = {"RRPC_TCP_PREEMPT", "0", NULL};
+    return pair_up(state, kv);
 }
 
 static int teardown(void **state)
@@ -107,6 +121,67 @@ static uint64_t cut(rrpc_ctx *ctx)
     rrpc_stats st;
     assert_int_equal(rrpc_ctx_stats(ctx, &st), 0);
     return st.qos_pieces_cut;
+}
+
+static uint64_t preempted(const struct pair *p)
+{
+    rrpc_stats s, c;
+    assert_int_equal(rrpc_ctx_stats(p->srv, &s), 0);
+    assert_int_equal(rrpc_ctx_stats(p->cli, &c), 0);
+    return s.qos_turns_preempted + c.qos_turns_preempted;
+}
+
+/* A second application thread: 64 B low-latency calls until told to stop. */
+struct prober {
+    struct pair *p;
+    pthread_t th;
+    pthread_mutex_t mu;
+    bool stop;
+    unsigned calls;
+    int err;
+};
+
+static void *probe_main(void *arg)
+{
+    struct prober *pr = arg;
+    uint8_t b[64] = {0};
+    rrpc_call_opts o = {.qos_class = RRPC_CLASS_LOW_LATENCY};
+    for (;;) {
+        pthread_mutex_lock(&pr->mu);
+        bool stop = pr->stop;
+        pthread_mutex_unlock(&pr->mu);
+        if (stop)
+            return NULL;
+        void *data = NULL;
+        size_t n = 0;
+        int r = rrpc_call_sync(pr->p->conn, "sink", b, sizeof(b), &o, &data, &n);
+        free(data);
+        pthread_mutex_lock(&pr->mu);
+        pr->calls++;
+        if (r && !pr->err)
+            pr->err = r;
+        pthread_mutex_unlock(&pr->mu);
+    }
+}
+
+static void probe_start(struct prober *pr, struct pair *p)
+{
+    *pr = (struct prober){.p = p};
+    pthread_mutex_init(&pr->mu, NULL);
+    assert_int_equal(pthread_create(&pr->th, NULL, probe_main, pr), 0);
+}
+
+/* Stops the prober; how many calls it made (all of them succeeded). */
+static unsigned probe_stop(struct prober *pr)
+{
+    pthread_mutex_lock(&pr->mu);
+    pr->stop = true;
+    pthread_mutex_unlock(&pr->mu);
+    assert_int_equal(pthread_join(pr->th, NULL), 0);
+    pthread_mutex_destroy(&pr->mu);
+    if (pr->err)
+        fail_msg("a low-latency call failed: %s", rrpc_strerror(pr->err));
+    return pr->calls;
 }
 
 /* The handshake on the first socket, just before, leaves bulk its large
@@ -155,6 +230,47 @@ static void test_keepalives_leave_bulk_its_large_pieces(void **state)
     assert_int_equal(cut(p->cli), 0);
 }
 
+/* Low-latency calls from another thread while bulk moves 8 MiB calls: some
+ * turn of bulk (a read on the server, a write on the client) ends after a
+ * piece because the first socket had input waiting.  No timing decides
+ * the outcome, only how long it takes: up to 50 bulk calls. */
+static void test_low_latency_input_ends_a_turn_of_bulk(void **state)
+{
+    struct pair *p = *state;
+    call(p, RRPC_CLASS_LOW_LATENCY, 64);
+    struct prober pr;
+    probe_start(&pr, p);
+    int i = 0;
+    while (i < 50 && preempted(p) == 0) {
+        call(p, RRPC_CLASS_BULK, BULK_BYTES);
+        i++;
+    }
+    unsigned calls = probe_stop(&pr);
+    uint64_t n = preempted(p);
+    printf("# %llu turns preempted in %d bulk calls, %u low-latency calls\n",
+           (unsigned long long)n, i, calls);
+    if (n == 0)
+        fail_msg("no turn of bulk preempted in %d calls of 8 MiB, with %u low-latency calls "
+                 "beside them",
+                 i, calls);
+}
+
+/* The same with RRPC_TCP_PREEMPT=0: turns end by time only. */
+static void test_without_preempt_turns_end_by_time_only(void **state)
+{
+    struct pair *p = *state;
+    call(p, RRPC_CLASS_LOW_LATENCY, 64);
+    struct prober pr;
+    probe_start(&pr, p);
+    for (int i = 0; i < 8; i++)
+        call(p, RRPC_CLASS_BULK, BULK_BYTES);
+    unsigned calls = probe_stop(&pr);
+    assert_true(calls > 0);
+    assert_int_equal(preempted(p), 0);
+    /* and isolation by piece size still holds */
+    assert_true(cut(p->cli) > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -164,6 +280,10 @@ int main(void)
             test_bulk_after_a_low_latency_call_is_written_in_small_pieces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keepalives_leave_bulk_its_large_pieces,
                                         setup_keepalive, teardown),
+        cmocka_unit_test_setup_teardown(test_low_latency_input_ends_a_turn_of_bulk, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_without_preempt_turns_end_by_time_only,
+                                        setup_no_preempt, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1180,7 +1180,7 @@ class Context(_Closable):
         calls_failed, requests, frames_out, bytes_out, frames_in, bytes_in,
         onesided_ops, onesided_bytes}}, "conns_up", "conns_down",
         "keepalive_losses", "busy_poll_budget_stops", "busy_poll_contended_stops",
-        "loop_thread_wakeups", "loop_takeovers", "qos_pieces_cut"};
+        "loop_thread_wakeups", "loop_takeovers", "qos_pieces_cut", "qos_turns_preempted"};
         docs/metrics.md says what each counts."""
         st = ffi.new("rrpc_stats *")
         peers = ffi.new("rrpc_peer_stats[]", lib.RRPC_STATS_PEERS + 1)
@@ -1220,7 +1220,8 @@ class Context(_Closable):
                 "busy_poll_contended_stops": int(st.busy_poll_contended_stops),
                 "loop_thread_wakeups": int(st.loop_thread_wakeups),
                 "loop_takeovers": int(st.loop_takeovers),
-                "qos_pieces_cut": int(st.qos_pieces_cut)}
+                "qos_pieces_cut": int(st.qos_pieces_cut),
+                "qos_turns_preempted": int(st.qos_turns_preempted)}
 
     @property
     def metrics_port(self) -> Optional[int]:

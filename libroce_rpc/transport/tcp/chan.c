@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/epoll.h>
 
 #include "transport/tcp/tcp_int.h"
 
@@ -25,6 +26,22 @@ size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now, bool *ret_shared)
     if (ret_shared)
         *ret_shared = shared;
     return rrpci_qos_piece(qos, shared);
+}
+
+bool rrpc_tcp_preempt(const struct tcp_chan *ch)
+{
+    if (ch->first)
+        return false;
+    rrpc_ctx *ctx = rrpci_conn_ctx(ch->conn);
+    const struct tcp_ctx *t = tctx(ctx);
+    if (t->urgent_fd < 0 ||
+        rrpci_qos_rank(&t->qos, ch->cls) <= rrpci_qos_rank(&t->qos, RRPCI_CLS_LOW_LATENCY))
+        return false;
+    struct epoll_event ev;
+    if (epoll_wait(t->urgent_fd, &ev, 1, 0) <= 0)
+        return false;
+    rrpci_ctx_qos_preempted(ctx);
+    return true;
 }
 
 /* ---- receive ------------------------------------------------------------- */
@@ -222,11 +239,11 @@ static void chan_read_cb(struct rrpci_io *w, unsigned revents)
         moved += (size_t)n;
         now = mono_ns();
         /* Past the turn, this piece is still handled; then the loop moves on. */
-        open = rrpci_qos_turn_charge(&turn, (size_t)n, now);
         /* A short read emptied the socket: the (level-triggered) watcher
          * calls again when more comes, which saves a read that would only
          * say EAGAIN. */
         bool drained = (size_t)n < want;
+        open = rrpci_qos_turn_charge(&turn, (size_t)n, now) && !drained && !rrpc_tcp_preempt(ch);
         rrpc_ctx *ctx = rrpci_conn_ctx(c);
         rrpci_ctx_rx_arrival(ctx, arrival(&mh));
         ch->rx_ns = t_read;
@@ -284,6 +301,7 @@ void rrpc_tcp_chan_init(struct tcp_chan *ch, rrpc_conn *c, int cls, bool first, 
     ch->cls = cls;
     ch->first = first;
     ch->fd = -1;
+    ch->urgent = false;
     /* The read buffer comes on the first read: an idle connection holds none. */
     rrpc_tcp_rx_init(&ch->rx, &chan_rx_up, ch, rrpci_ctx_max_msg(ctx));
     ch->pwait.cb = chan_partial_cb;
@@ -306,6 +324,11 @@ void rrpc_tcp_chan_fd(struct tcp_chan *ch, int fd, bool connected)
         setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
     }
     ch->connected = connected && fd >= 0;
+    const struct tcp_ctx *t = tctx(rrpci_conn_ctx(ch->conn));
+    if (ch->first && fd >= 0 && !ch->urgent && t->urgent_fd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        ch->urgent = epoll_ctl(t->urgent_fd, EPOLL_CTL_ADD, fd, &ev) == 0;
+    }
     rrpci_io_init(&ch->rio, chan_read_cb, fd, RRPCI_IO_READ);
     rrpci_io_init(&ch->wio, rrpc_tcp_writable_cb, fd, RRPCI_IO_WRITE);
     ch->rio.data = ch->wio.data = ch;
@@ -332,6 +355,9 @@ static void chan_stop(struct tcp_chan *ch, rrpc_ctx *ctx)
     if (ch->fd >= 0) {
         rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->rio);
         rrpci_io_stop(rrpci_ctx_loop(ctx), &ch->wio);
+        if (ch->urgent)
+            (void)epoll_ctl(tctx(ctx)->urgent_fd, EPOLL_CTL_DEL, ch->fd, NULL);
+        ch->urgent = false;
         close(ch->fd);
     }
     ch->fd = -1;

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -351,12 +352,17 @@ static int tcp_ctx_init(rrpc_ctx *ctx)
         .busy_ns = (uint64_t)t->busy_ms * 1000000u,
     };
     rrpci_ctx_qos(ctx, &knobs, &tctx(ctx)->qos);
+    /* Without the set turns end by time only, as with RRPC_TCP_PREEMPT=0. */
+    tctx(ctx)->urgent_fd = t->preempt ? epoll_create1(EPOLL_CLOEXEC) : -1;
     return 0;
 }
 
 static void tcp_ctx_fini(rrpc_ctx *ctx)
 {
     rrpci_idmap_fini(&tctx(ctx)->cookies);
+    if (tctx(ctx)->urgent_fd >= 0)
+        close(tctx(ctx)->urgent_fd);
+    tctx(ctx)->urgent_fd = -1;
 }
 
 const struct rrpci_transport_ops rrpci_tcp_ops = {

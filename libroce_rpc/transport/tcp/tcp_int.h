@@ -65,6 +65,7 @@ struct tcp_chan {
      * for RRPC_TCP_BUSY_MS after it came up. */
     uint64_t last_ns;
     uint64_t rx_ns; /* chan_read_cb: when the bytes being handed up were read */
+    bool urgent;    /* the first socket, in tcp_ctx.urgent_fd */
     struct rrpci_timer attach_timer; /* own socket: attached within RRPC_AUTH_TIMEOUT_MS */
     /* The receive machine waits for the context's budget of large frames
      * (RRPC_MAX_PARTIAL_BYTES): the socket is not read meanwhile. */
@@ -94,6 +95,10 @@ struct tcp_listener {
 struct tcp_ctx {
     struct rrpci_idmap cookies;
     struct rrpci_qos qos; /* the core's policy with this transport's knobs */
+    /* RRPC_TCP_PREEMPT: an epoll set of every connection's first socket
+     * (low_latency's), looked at between the pieces of an outranked
+     * class's turn (rrpc_tcp_preempt); -1: off, or it could not be made. */
+    int urgent_fd;
 };
 
 static inline struct tcp_ctx *tctx(rrpc_ctx *ctx)
@@ -155,6 +160,10 @@ void rrpc_tcp_chan_fd(struct tcp_chan *ch, int fd, bool connected);
  * the piece is RRPC_TCP_PIECE_SHARED's. */
 size_t rrpc_tcp_piece(const struct tcp_chan *ch, uint64_t now, bool *ret_shared);
 void rrpc_tcp_trim(rrpc_conn *c);
+/* Between two pieces of @ch's turn: whether it ends now because @ch's class
+ * is outranked by low_latency and a first socket has input waiting
+ * (RRPC_TCP_PREEMPT; counted in rrpc_stats.qos_turns_preempted). */
+bool rrpc_tcp_preempt(const struct tcp_chan *ch);
 void rrpc_tcp_conn_close(rrpc_conn *c);
 
 /* ---- tx.c ---- */

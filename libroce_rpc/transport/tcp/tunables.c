@@ -9,7 +9,7 @@ static const struct rrpci_conf_field fields[] = {
      .max = 1000000,
      .doc = "tcp: time one loop wake-up gives a class, per unit of its weight, to read (and to "
             "write) before the loop serves the other ready classes, us"},
-    {.name = "RRPC_TCP_PIECE_SHARED", RRPCI_CONF_UINT(T, piece_shared), .def = 64L << 10,
+    {.name = "RRPC_TCP_PIECE_SHARED", RRPCI_CONF_UINT(T, piece_shared), .def = 256L << 10,
      .min = 4096, .max = 64L << 20,
      .doc = "tcp: largest read or write of one system call while another class of the "
             "connection is busy, bytes; what a low-latency frame may wait behind"},
@@ -22,6 +22,12 @@ static const struct rrpci_conf_field fields[] = {
      .doc = "tcp: a class counts as busy this long after a piece of its frames last moved "
             "either way (the connection's own frames, its handshake and keepalives, do not "
             "count), ms"},
+    {.name = "RRPC_TCP_PREEMPT", RRPCI_CONF_BOOL(T, preempt), .def = 1, .min = 0,
+     .max = 1,
+     .doc = "tcp: a turn of a class that low_latency outranks (bulk, background) ends after "
+            "the piece that is moving when a connection's first socket, which carries "
+            "low_latency, has input waiting (one epoll_wait of no time per piece); 0: turns "
+            "end by time only"},
 };
 #undef T
 _Static_assert(sizeof(struct rrpci_tcp_tunables) <= RRPCI_CONF_SLOT_BYTES,

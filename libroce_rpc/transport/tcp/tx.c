@@ -65,6 +65,9 @@ static int chan_write(struct tcp_chan *ch)
             ch->tx_off = 0;
             rrpci_msg_free(m);
         }
+        /* only where more would be written in this turn */
+        if (open && ch->txh && rrpc_tcp_preempt(ch))
+            open = false;
     }
     return 0;
 }
