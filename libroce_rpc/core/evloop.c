@@ -368,7 +368,9 @@ bool rrpci_evloop_has_pending(const struct rrpci_evloop *l)
     for (int i = 0; i < RRPCI_NPRIO; i++)
         if (!rrpci_list_empty(&l->pending[i]))
             return true;
-    return atomic_load(&l->async_fired) || (l->nheap && l->heap[0]->at <= mono_now());
+    /* By the loop's time: a timer due since is found by the next_timer
+     * that follows (a wait of 0), which reads the clock. */
+    return atomic_load(&l->async_fired) || (l->nheap && l->heap[0]->at <= l->now);
 }
 
 int rrpci_evloop_wait(struct rrpci_evloop *l, int timeout_ms)
@@ -407,7 +409,9 @@ int rrpci_evloop_wait(struct rrpci_evloop *l, int timeout_ms)
 static unsigned run_timers(struct rrpci_evloop *l)
 {
     unsigned n = 0;
-    double now = mono_now();
+    /* The time of the wait just before (every dispatch follows one): due
+     * by it, and a clock read fewer per pass. */
+    double now = l->now;
     /* Each timer due now fires once; one that re-arms itself for a time
      * already past waits for the next dispatch. */
     while (l->nheap && l->heap[0]->at <= now) {

@@ -89,7 +89,8 @@ double rrpci_evloop_now(const struct rrpci_evloop *loop);
 void rrpci_evloop_now_update(struct rrpci_evloop *loop);
 /* Seconds until the next timer is due (0 when one is due), -1 with none. */
 double rrpci_evloop_next_timer(const struct rrpci_evloop *loop);
-/* Whether a ready watcher or a due timer waits to be invoked. */
+/* Whether a ready watcher, a sent async or a timer due by the loop's time
+ * (rrpci_evloop_now, its last wait) waits to be invoked. */
 bool rrpci_evloop_has_pending(const struct rrpci_evloop *loop);
 /*
  * Waits for events at most @timeout_ms (0: not at all, -1: no limit) and
@@ -99,7 +100,8 @@ bool rrpci_evloop_has_pending(const struct rrpci_evloop *loop);
  * one thread that runs the loop.
  */
 int rrpci_evloop_wait(struct rrpci_evloop *loop, int timeout_ms);
-/* Invokes the due timers, the asyncs sent, then the ready watchers by
+/* Invokes the timers due by the loop's time (its last wait, so call it
+ * after rrpci_evloop_wait), the asyncs sent, then the ready watchers by
  * priority; at most @max watcher callbacks (the rest stay queued).  After
  * the timers and asyncs, and after each watcher's callback, @after(@arg)
  * runs when given; when it returns false the dispatch ends at once without
